@@ -1,0 +1,82 @@
+"""Transport-neutral errors of EdgePath.
+
+Every error the decision plane raises on purpose is an :class:`EdgePathError`
+with an :class:`ErrorKind`. Each transport maps kinds to its own status codes in
+exactly one table (``rest/app.py`` → HTTP, ``grpc/server.py`` → gRPC codes), so
+adding an error never means touching handlers.
+
+Exception tree::
+
+    EdgePathError (kind)
+    ├── InvalidInput      INVALID_INPUT    HTTP 422 / INVALID_ARGUMENT   (names the field)
+    ├── NotFound          NOT_FOUND        HTTP 404 / NOT_FOUND
+    ├── Conflict          CONFLICT         HTTP 409 / ALREADY_EXISTS
+    ├── PermissionDenied  PERMISSION_DENIED HTTP 403 / PERMISSION_DENIED
+    └── Unavailable       UNAVAILABLE      HTTP 503 / UNAVAILABLE
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorKind(enum.Enum):
+    """What went wrong, independent of the transport."""
+
+    INVALID_INPUT = "invalid_input"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    PERMISSION_DENIED = "permission_denied"
+    UNAVAILABLE = "unavailable"
+
+
+class EdgePathError(Exception):
+    """Base of all deliberate EdgePath errors.
+
+    Parameters
+    ----------
+    message:
+        Human-readable explanation, safe to return to the caller.
+    field:
+        Dotted path of the offending request field (``interfaces[0].rsrp_dbm``), if any.
+    """
+
+    kind: ErrorKind = ErrorKind.INVALID_INPUT
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class InvalidInput(EdgePathError):
+    """The request is malformed or a value is outside its documented range."""
+
+    kind = ErrorKind.INVALID_INPUT
+
+
+class NotFound(EdgePathError):
+    """The referenced object (e.g. a decision id) does not exist or has expired."""
+
+    kind = ErrorKind.NOT_FOUND
+
+
+class Conflict(EdgePathError):
+    """The request conflicts with recorded state."""
+
+    kind = ErrorKind.CONFLICT
+
+
+class PermissionDenied(EdgePathError):
+    """The caller may not act on this object (e.g. another device's decision)."""
+
+    kind = ErrorKind.PERMISSION_DENIED
+
+
+class Unavailable(EdgePathError):
+    """A dependency (state store, model) cannot serve the request right now."""
+
+    kind = ErrorKind.UNAVAILABLE

@@ -1,0 +1,1 @@
+"""gRPC transport (grpcio, asyncio): converts, calls the plane, maps errors."""

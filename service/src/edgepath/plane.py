@@ -1,0 +1,144 @@
+"""DecisionPlane: the one transport-independent handler layer.
+
+Both transports (``rest/``, ``grpc/``) convert their requests into the
+validated models of :mod:`edgepath.types`, call the plane with the caller's
+:class:`~edgepath.types.Principal`, and map :class:`~edgepath.errors.EdgePathError`
+kinds to their status codes. The plane decides with the serving model, logs
+the decision record in the state store, and turns outcomes into rewards for the
+trainer.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from edgepath.engines.reward import bernoulli_reward
+from edgepath.errors import NotFound, PermissionDenied
+from edgepath.metrics import Metrics
+from edgepath.settings import Settings
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, StateStore
+from edgepath.training.online import ModelRegistry
+from edgepath.types import (
+    OutcomeAck,
+    OutcomeReport,
+    PrimaryPath,
+    Principal,
+    Recommendation,
+    RecommendRequest,
+)
+
+
+def new_decision_id() -> str:
+    """128 random bits, URL-safe: unguessable, so a decision id cannot be forged."""
+    return secrets.token_urlsafe(16)
+
+
+class DecisionPlane:
+    """Handles ``Recommend`` and ``ReportOutcome`` for every transport."""
+
+    def __init__(self, registry: ModelRegistry, store: StateStore, settings: Settings, metrics: Metrics) -> None:
+        self.registry = registry
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+
+    async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
+        """Decide the primary path for ``request`` and log the decision.
+
+        Raises
+        ------
+        PermissionDenied
+            When the request names another device than the caller.
+        """
+        if principal.device_id != request.device_id and not principal.is_admin:
+            raise PermissionDenied("device_id does not match the authenticated device", field="device_id")
+        start = time.perf_counter()
+        serving = self.registry.current
+        choice = serving.model.decide(request.interfaces)
+        now = time.time()
+        record = DecisionRecord(
+            decision_id=new_decision_id(),
+            device_id=request.device_id,
+            model_version=serving.version,
+            policy=serving.model.policy_name,
+            arms=tuple(a.value for a in choice.arms),
+            arm_index=choice.arm_index,
+            interface=choice.interface,
+            propensity=choice.propensity,
+            features=tuple(float(v) for v in choice.features),
+            decided_at=now,
+        )
+        await self.store.put_decision(record, self.settings.decision_ttl_s)
+        self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
+        self.metrics.decision_seconds.observe(time.perf_counter() - start)
+        return Recommendation(
+            decision_id=record.decision_id,
+            model_version=serving.version,
+            policy=record.policy,
+            primary_path=PrimaryPath(
+                interface=choice.interface,
+                access_type=choice.access_type,
+                propensity=choice.propensity,
+                arms=list(choice.arms),
+            ),
+            decided_at_unix_ms=int(now * 1000),
+        )
+
+    async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:
+        """Join an outcome with its decision, compute the reward and queue it for training.
+
+        Idempotent: a repeated outcome for the same decision is acknowledged
+        with ``duplicate=True`` and not counted again.
+
+        Raises
+        ------
+        NotFound
+            Unknown or expired ``decision_id``.
+        PermissionDenied
+            The decision belongs to another device.
+        """
+        if principal.device_id != report.device_id and not principal.is_admin:
+            raise PermissionDenied("device_id does not match the authenticated device", field="device_id")
+        decision = await self.store.get_decision(report.decision_id)
+        if decision is None:
+            self.metrics.outcomes.labels("unknown").inc()
+            raise NotFound("unknown or expired decision", field="decision_id")
+        if decision.device_id != report.device_id:
+            self.metrics.outcomes.labels("wrong_device").inc()
+            raise PermissionDenied("decision belongs to another device", field="decision_id")
+        reward = bernoulli_reward(
+            report.throughput_bps,
+            report.latency_ms,
+            throughput_threshold_bps=self.settings.reward_throughput_bps,
+            latency_threshold_ms=self.settings.reward_latency_ms,
+        )
+        result = await self.store.claim_outcome(
+            OutcomeRecord(
+                decision_id=decision.decision_id,
+                device_id=decision.device_id,
+                model_version=decision.model_version,
+                arms=decision.arms,
+                arm_index=decision.arm_index,
+                propensity=decision.propensity,
+                features=decision.features,
+                throughput_bps=report.throughput_bps,
+                latency_ms=report.latency_ms,
+                loss=report.loss,
+                reward=reward,
+                reported_at=time.time(),
+            )
+        )
+        self.metrics.outcomes.labels(result.value).inc()
+        if result is ClaimResult.UNKNOWN:
+            raise NotFound("unknown or expired decision", field="decision_id")
+        return OutcomeAck(
+            decision_id=report.decision_id,
+            accepted=result is ClaimResult.NEW,
+            duplicate=result is ClaimResult.DUPLICATE,
+            reward=reward,
+        )
+
+    async def ready(self) -> bool:
+        """True when the plane can decide and record (state store reachable)."""
+        return await self.store.ping()

@@ -1,0 +1,1 @@
+"""REST transport (FastAPI): converts, calls the plane, maps errors."""

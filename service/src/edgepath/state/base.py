@@ -1,0 +1,104 @@
+"""State-store interface: what the decision plane and the trainer keep between requests.
+
+Two implementations share this contract (and one contract test suite):
+:class:`~edgepath.state.memory.MemoryStore` (default, one replica) and a Redis
+store for many replicas.
+
+Records
+-------
+* :class:`DecisionRecord` — the decision log entry, kept for ``decision_ttl_s``:
+  what was decided, with which model version, propensity and features. It is
+  what outcomes join on and what off-policy evaluation reads.
+* :class:`OutcomeRecord` — an outcome joined with its decision, appended to the
+  outcome log exactly once per decision (``claim_outcome`` is atomic). The
+  trainer reads the log (``read_outcomes``) and acknowledges entries
+  (``ack_outcomes``) only after the model has used them, so a trainer crash
+  loses nothing: unacknowledged entries are delivered again.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A logged primary-path decision.
+
+    ``features`` has the layout of ``engines.features.FEATURE_NAMES``;
+    ``arms`` are access-type names in policy order; times are Unix seconds.
+    """
+
+    decision_id: str
+    device_id: str
+    model_version: int
+    policy: str
+    arms: tuple[str, ...]
+    arm_index: int
+    interface: str
+    propensity: float
+    features: tuple[float, ...]
+    decided_at: float
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    """An outcome joined with its decision: one training sample for the bandit."""
+
+    decision_id: str
+    device_id: str
+    model_version: int
+    arms: tuple[str, ...]
+    arm_index: int
+    propensity: float
+    features: tuple[float, ...]
+    throughput_bps: float
+    latency_ms: float | None
+    loss: float | None
+    reward: int
+    reported_at: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class ClaimResult(enum.Enum):
+    """Result of :meth:`StateStore.claim_outcome`."""
+
+    NEW = "new"
+    DUPLICATE = "duplicate"
+    UNKNOWN = "unknown"
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    """Async state store used by the plane (decisions, outcomes) and the trainer."""
+
+    async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
+        """Store a decision for ``ttl_s`` seconds."""
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        """The decision, or None when unknown or expired."""
+
+    async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
+        """Atomically record the first outcome of a decision and append it to the outcome log.
+
+        Returns NEW the first time, DUPLICATE afterwards (nothing appended),
+        UNKNOWN when the decision does not exist or has expired.
+        """
+
+    async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
+        """Up to ``count`` unacknowledged outcomes for ``consumer``, waiting up to ``block_ms``.
+
+        Entries delivered but not acknowledged are delivered again to the next
+        reader after a restart.
+        """
+
+    async def ack_outcomes(self, entry_ids: list[str]) -> None:
+        """Acknowledge outcomes the model has used."""
+
+    async def ping(self) -> bool:
+        """True when the store is reachable."""
+
+    async def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,85 @@
+"""In-process state store (the default for one replica; no Redis needed).
+
+Decisions live in a ``cachetools.TTLCache`` bounded by ``max_decisions`` (the
+oldest are evicted first when full). The outcome log is a list with a
+delivery cursor: entries are delivered once to the reader and stay
+*pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
+would do) delivers unacknowledged ones again. Everything is lost when the
+process exits: use the Redis store when that matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from cachetools import TTLCache
+
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord
+
+
+class MemoryStore:
+    """:class:`~edgepath.state.base.StateStore` in process memory (single event loop)."""
+
+    def __init__(self, max_decisions: int = 1_000_000, decision_ttl_s: float = 3600.0) -> None:
+        self._decisions: TTLCache[str, DecisionRecord] = TTLCache(
+            maxsize=max_decisions, ttl=decision_ttl_s, timer=time.monotonic
+        )
+        self._outcome_seen: TTLCache[str, bool] = TTLCache(
+            maxsize=max_decisions, ttl=decision_ttl_s * 2, timer=time.monotonic
+        )
+        self._log: dict[str, OutcomeRecord] = {}
+        self._undelivered: list[str] = []
+        self._pending: set[str] = set()
+        self._ids = itertools.count(1)
+        self._arrived = asyncio.Event()
+
+    async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
+        # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
+        self._decisions[record.decision_id] = record
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        return self._decisions.get(decision_id)
+
+    async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
+        if outcome.decision_id in self._outcome_seen:
+            return ClaimResult.DUPLICATE
+        if outcome.decision_id not in self._decisions:
+            return ClaimResult.UNKNOWN
+        self._outcome_seen[outcome.decision_id] = True
+        entry_id = f"{next(self._ids)}-0"
+        self._log[entry_id] = outcome
+        self._undelivered.append(entry_id)
+        self._arrived.set()
+        return ClaimResult.NEW
+
+    async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
+        if not self._undelivered and block_ms > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), block_ms / 1000.0)
+            except TimeoutError:
+                return []
+        batch, self._undelivered = self._undelivered[:count], self._undelivered[count:]
+        self._pending.update(batch)
+        return [(i, self._log[i]) for i in batch]
+
+    async def ack_outcomes(self, entry_ids: list[str]) -> None:
+        for entry_id in entry_ids:
+            if entry_id in self._pending:
+                self._pending.discard(entry_id)
+                self._log.pop(entry_id, None)
+
+    def requeue_pending(self) -> int:
+        """Deliver unacknowledged outcomes again (as a restarted consumer would). Returns how many."""
+        pending = sorted(self._pending, key=lambda i: int(i.split("-")[0]))
+        self._undelivered = pending + self._undelivered
+        self._pending.clear()
+        return len(pending)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,152 @@
+"""Model registry and online trainer for the primary-path bandit.
+
+Serving never waits for training: deciders read :attr:`ModelRegistry.current`
+(an immutable ``(version, model)`` pair swapped atomically). The
+:class:`OnlineTrainer` consumes the outcome log of the state store; every
+``batch_size`` outcomes (default 50, as in Alzadjali et al.) it clones the
+serving model, runs ``partial_fit`` on the clone in a worker thread, publishes
+the clone as version ``v+1`` and only then acknowledges the outcomes it used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
+from edgepath.state.base import OutcomeRecord, StateStore
+from edgepath.types import AccessType
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    """A published model: monotonic ``version`` and the bandit it names (do not mutate)."""
+
+    version: int
+    model: PrimaryPathBandit
+
+
+class ModelRegistry:
+    """Holds the serving model; swaps are atomic reference assignments."""
+
+    def __init__(self, model: PrimaryPathBandit, version: int = 1) -> None:
+        self._current = ModelVersion(version, model)
+        self._changed = asyncio.Condition()
+        self._listeners: list[Callable[[ModelVersion], None]] = []
+
+    @property
+    def current(self) -> ModelVersion:
+        return self._current
+
+    async def publish(self, model: PrimaryPathBandit, version: int | None = None) -> ModelVersion:
+        """Make ``model`` the serving model as ``version`` (default: current + 1)."""
+        new = ModelVersion(self._current.version + 1 if version is None else version, model)
+        self._current = new
+        async with self._changed:
+            self._changed.notify_all()
+        for listener in self._listeners:
+            listener(new)
+        return new
+
+    def on_publish(self, listener: Callable[[ModelVersion], None]) -> None:
+        """Call ``listener`` after every publication (e.g. to update a metric)."""
+        self._listeners.append(listener)
+
+    async def wait_for_version(self, version: int, timeout_s: float) -> ModelVersion:
+        """Wait until the serving version is ≥ ``version``; raises ``TimeoutError``."""
+        async with asyncio.timeout(timeout_s):
+            async with self._changed:
+                await self._changed.wait_for(lambda: self._current.version >= version)
+        return self._current
+
+
+def to_sample(outcome: OutcomeRecord) -> TrainingSample:
+    """Outcome-log entry → bandit training sample."""
+    return TrainingSample(
+        features=outcome.features,
+        arms=tuple(AccessType(a) for a in outcome.arms),
+        arm_index=outcome.arm_index,
+        reward=outcome.reward,
+        propensity=outcome.propensity,
+    )
+
+
+class OnlineTrainer:
+    """Consumes outcomes from ``store`` and refits the registry's model every ``batch_size``.
+
+    Parameters
+    ----------
+    store, registry:
+        Where outcomes come from and where models go.
+    batch_size:
+        Outcomes per refit (``partial_fit`` call), ≥ 1.
+    consumer:
+        Consumer name in the outcome log.
+    """
+
+    def __init__(self, store: StateStore, registry: ModelRegistry, batch_size: int = 50, consumer: str = "trainer") -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.store = store
+        self.registry = registry
+        self.batch_size = batch_size
+        self.consumer = consumer
+        self.outcomes_used = 0
+        self.refits = 0
+        self._buffer: list[tuple[str, OutcomeRecord]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="online-trainer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.step(block_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep serving with the last model; retry next round
+                log.exception("trainer step failed; keeping model version %d", self.registry.current.version)
+                await asyncio.sleep(1.0)
+
+    async def step(self, block_ms: int = 0) -> bool:
+        """Read outcomes once and refit if a full batch is buffered. Returns True when it refitted."""
+        want = self.batch_size - len(self._buffer)
+        if want > 0:
+            self._buffer.extend(await self.store.read_outcomes(self.consumer, want, block_ms))
+        if len(self._buffer) < self.batch_size:
+            return False
+        batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
+        await self._refit(batch)
+        return True
+
+    async def _refit(self, batch: list[tuple[str, OutcomeRecord]]) -> None:
+        live = self.registry.current.model
+        samples = [to_sample(o) for _, o in batch]
+
+        def fit() -> PrimaryPathBandit:
+            clone = live.clone()
+            clone.update(samples)
+            return clone
+
+        refitted = await asyncio.to_thread(fit)
+        refitted.carry_exploration_from(self.registry.current.model)
+        published = await self.registry.publish(refitted)
+        await self.store.ack_outcomes([entry_id for entry_id, _ in batch])
+        self.outcomes_used += len(batch)
+        self.refits += 1
+        log.info("refit on %d outcomes -> model version %d", len(batch), published.version)
