@@ -12,7 +12,9 @@ Exception tree::
     ├── NotFound          NOT_FOUND        HTTP 404 / NOT_FOUND
     ├── Conflict          CONFLICT         HTTP 409 / ALREADY_EXISTS
     ├── PermissionDenied  PERMISSION_DENIED HTTP 403 / PERMISSION_DENIED
-    └── Unavailable       UNAVAILABLE      HTTP 503 / UNAVAILABLE
+    ├── Unavailable       UNAVAILABLE      HTTP 503 / UNAVAILABLE
+    ├── Unauthenticated   UNAUTHENTICATED  HTTP 401 / UNAUTHENTICATED    (missing or bad credentials)
+    └── RateLimited       RATE_LIMITED     HTTP 429 + Retry-After / RESOURCE_EXHAUSTED + retry-after-ms trailer
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class ErrorKind(enum.Enum):
     CONFLICT = "conflict"
     PERMISSION_DENIED = "permission_denied"
     UNAVAILABLE = "unavailable"
+    UNAUTHENTICATED = "unauthenticated"
+    RATE_LIMITED = "rate_limited"
 
 
 class EdgePathError(Exception):
@@ -80,3 +84,27 @@ class Unavailable(EdgePathError):
     """A dependency (state store, model) cannot serve the request right now."""
 
     kind = ErrorKind.UNAVAILABLE
+
+
+class Unauthenticated(EdgePathError):
+    """No credentials, or credentials that do not verify (bad token, bad signature, no client certificate)."""
+
+    kind = ErrorKind.UNAUTHENTICATED
+
+
+class RateLimited(EdgePathError):
+    """The caller exceeded its request or outcome budget; retry after ``retry_after_s`` seconds.
+
+    Parameters
+    ----------
+    message:
+        Human-readable explanation.
+    retry_after_s:
+        Seconds until the budget allows the next call (> 0).
+    """
+
+    kind = ErrorKind.RATE_LIMITED
+
+    def __init__(self, message: str, *, retry_after_s: float, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s

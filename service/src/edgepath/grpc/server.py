@@ -27,6 +27,8 @@ GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     ErrorKind.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    ErrorKind.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

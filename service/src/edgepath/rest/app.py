@@ -28,6 +28,8 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.CONFLICT: 409,
     ErrorKind.PERMISSION_DENIED: 403,
     ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.RATE_LIMITED: 429,
 }
 
 
