@@ -15,7 +15,8 @@ link_speed_mbps      [0, 100000]     802.11be tops out near 46 Gbit/s; 100 GbE f
 frequency_mhz        [0, 100000]     802.11ad/ay use 58–70 GHz channels
 rsrp_dbm             [-156, -31]     3GPP TS 36.133 §9.1.4 extended RSRP report range
 rsrq_db              [-34, 2.5]      3GPP TS 36.133 §9.1.7 extended RSRQ report range
-sinr_db              [-23, 40]       3GPP TS 36.133 §9.1.17 RS-SINR range (Android RSSNR ±)
+sinr_db              [-30, 50]       3GPP TS 36.133 §9.1.17 RS-SINR is -23..40; Android RSSNR
+                                     readings down to -30 occur in real data (mobilebandwidth 4G)
 cqi                  [0, 15]         3GPP TS 36.213 Table 7.2.3-1
 cell_rssi_dbm        [-140, 0]       Android CellSignalStrengthLte#getRssi -113..-51; margin
 rtt_ms / latency_ms  [0, 600000]     ten minutes: anything longer is a broken clock
@@ -29,8 +30,6 @@ NaN and infinities are rejected everywhere.
 from __future__ import annotations
 
 import enum
-from typing import Annotated
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -47,7 +46,6 @@ CELLULAR = frozenset({AccessType.LTE, AccessType.NR})
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
-Dbm = Annotated[float, Field(ge=-127.0, le=0.0)]
 MAX_INTERFACES = 16
 MAX_NAME_LEN = 64
 
@@ -64,7 +62,7 @@ class InterfaceContext(BaseModel):
     frequency_mhz: float | None = Field(None, ge=0.0, le=100_000.0, description="Centre frequency, MHz")
     rsrp_dbm: float | None = Field(None, ge=-156.0, le=-31.0, description="RSRP, dBm")
     rsrq_db: float | None = Field(None, ge=-34.0, le=2.5, description="RSRQ, dB")
-    sinr_db: float | None = Field(None, ge=-23.0, le=40.0, description="SINR / RSSNR, dB")
+    sinr_db: float | None = Field(None, ge=-30.0, le=50.0, description="SINR / RSSNR, dB")
     cqi: int | None = Field(None, ge=0, le=15, description="Channel quality indicator")
     cell_rssi_dbm: float | None = Field(None, ge=-140.0, le=0.0, description="Cellular RSSI, dBm")
     rtt_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Path RTT, ms")

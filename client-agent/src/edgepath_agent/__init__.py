@@ -1,0 +1,1 @@
+"""EdgePath device agent: collects radio context, asks the service, applies and measures."""
