@@ -1,0 +1,1 @@
+"""Offline evaluations of the decision engines (`edgepath eval ...`)."""
