@@ -1,0 +1,195 @@
+"""Applier backends behind one ops table (the shape mptcpd gives its path-manager plugins).
+
+An ops table maps an operation name to a callable taking the operation's keyword
+arguments. Every backend offers the same operations:
+
+======================  =============================================
+op                      arguments
+======================  =============================================
+``endpoint_add``        ``endpoint``: :class:`Endpoint`
+``endpoint_delete``     ``id``: int
+``endpoint_set_backup`` ``id``: int, ``backup``: bool
+``limits_set``          ``limits``: ``{"subflows": n, "add_addr_accepted": m}``
+``route_add``           ``route``: :class:`Route` (main-table default route)
+``route_delete``        ``route``: :class:`Route`
+``sysctl_set``          ``key``: str, ``value``: str
+======================  =============================================
+
+plus ``read_state(sysctl_keys)`` and ``read_addresses()``.
+
+* :class:`CommandBackend` runs ``ip``/``sysctl`` (iproute2), optionally inside a
+  network namespace; it is the primary backend.
+* :class:`DryRunBackend` prints the argv it would run and tracks the resulting state
+  with :func:`~edgepath_agent.applier.state.simulate` (so plans, journal and
+  rollback are exercised without privileges).
+
+A netlink backend (pyroute2 ``MPTCP``) can be added under the same table; it is not
+shipped because pyroute2 0.9.7 mistypes the MPTCP ``if_idx`` attribute.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TextIO
+
+from edgepath_agent.applier import commands
+from edgepath_agent.applier.state import (
+    NetState,
+    parse_addresses_json,
+    parse_default_routes_json,
+    parse_endpoints_json,
+    parse_limits,
+    simulate,
+)
+
+log = logging.getLogger(__name__)
+
+OPS = tuple(commands.BUILDERS)
+
+
+class BackendError(RuntimeError):
+    """A command failed; ``argv`` and ``stderr`` say which and why."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str) -> None:
+        super().__init__(f"{' '.join(argv)} exited {returncode}: {stderr.strip()}")
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class Backend(Protocol):
+    """What the applier needs from a backend."""
+
+    name: str
+
+    @property
+    def ops(self) -> dict[str, Callable[..., None]]: ...
+
+    def read_state(self, sysctl_keys: Iterable[str]) -> NetState: ...
+
+    def read_addresses(self) -> dict[str, list[str]]: ...
+
+
+Runner = Callable[[Sequence[str]], str]
+
+
+def run_checked(argv: Sequence[str], timeout_s: float = 10.0) -> str:
+    """Run ``argv`` and return stdout.
+
+    Raises
+    ------
+    BackendError
+        On a non-zero exit status (with the command's stderr).
+    """
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        raise BackendError(argv, proc.returncode, proc.stderr)
+    return proc.stdout
+
+
+class CommandBackend:
+    """iproute2 + sysctl commands, optionally in network namespace ``netns``."""
+
+    name = "command"
+
+    def __init__(self, netns: str | None = None, runner: Runner = run_checked) -> None:
+        self.netns = netns
+        self._run = runner
+        self.executed: list[list[str]] = []
+
+    def _exec(self, argv: list[str]) -> str:
+        full = commands.in_netns(argv, self.netns)
+        log.debug("run %s", " ".join(full))
+        return self._run(full)
+
+    @property
+    def ops(self) -> dict[str, Callable[..., None]]:
+        def make(op: str) -> Callable[..., None]:
+            def call(**args: Any) -> None:
+                argv = commands.argv_for(op, args)
+                self._exec(argv)
+                self.executed.append(argv)
+
+            return call
+
+        return {op: make(op) for op in OPS}
+
+    def read_state(self, sysctl_keys: Iterable[str]) -> NetState:
+        endpoints = parse_endpoints_json(self._exec(commands.endpoint_show()))
+        limits = parse_limits(self._exec(commands.limits_show()))
+        routes = parse_default_routes_json(self._exec(commands.routes_show_default()))
+        sysctls = tuple(sorted((k, self._exec(commands.sysctl_get(k)).strip()) for k in sysctl_keys))
+        return NetState(endpoints=endpoints, limits=limits, default_routes=routes, sysctls=sysctls)
+
+    def read_addresses(self) -> dict[str, list[str]]:
+        return parse_addresses_json(self._exec(commands.addresses_show()))
+
+
+class DryRunBackend:
+    """Prints what it would run; keeps a simulated state.
+
+    Parameters
+    ----------
+    state
+        Starting state (e.g. read from the machine by a :class:`CommandBackend`).
+    addresses
+        ``{ifname: [IPv4]}`` reported by :meth:`read_addresses`.
+    out
+        Where the commands are printed (``None`` = don't print).
+    netns
+        Namespace to show in the printed commands.
+    """
+
+    name = "dry-run"
+
+    def __init__(
+        self,
+        state: NetState | None = None,
+        addresses: dict[str, list[str]] | None = None,
+        out: TextIO | None = sys.stdout,
+        netns: str | None = None,
+    ) -> None:
+        self.state = state or NetState()
+        self.addresses = dict(addresses or {})
+        self.out = out
+        self.netns = netns
+        self.printed: list[list[str]] = []
+        self.fail_on: Callable[[str, dict[str, Any]], bool] | None = None
+
+    @classmethod
+    def from_backend(
+        cls, backend: Backend, sysctl_keys: Iterable[str], out: TextIO | None = sys.stdout
+    ) -> DryRunBackend:
+        """Dry run seeded with the real state read (read-only) through ``backend``."""
+        return cls(backend.read_state(sysctl_keys), backend.read_addresses(), out)
+
+    @property
+    def ops(self) -> dict[str, Callable[..., None]]:
+        def make(op: str) -> Callable[..., None]:
+            def call(**args: Any) -> None:
+                argv = commands.in_netns(commands.argv_for(op, args), self.netns)
+                if self.fail_on is not None and self.fail_on(op, args):
+                    raise BackendError(argv, 2, "injected failure (dry run)")
+                self.state = simulate(self.state, op, args)
+                self.printed.append(argv)
+                if self.out is not None:
+                    print("would run: " + " ".join(argv), file=self.out)
+
+            return call
+
+        return {op: make(op) for op in OPS}
+
+    def read_state(self, sysctl_keys: Iterable[str]) -> NetState:
+        keys = set(sysctl_keys)
+        return NetState(
+            endpoints=self.state.endpoints,
+            limits=self.state.limits,
+            default_routes=self.state.default_routes,
+            sysctls=tuple((k, v) for k, v in self.state.sysctls if k in keys),
+        )
+
+    def read_addresses(self) -> dict[str, list[str]]:
+        return {k: list(v) for k, v in self.addresses.items()}

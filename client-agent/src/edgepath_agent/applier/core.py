@@ -1,0 +1,289 @@
+"""The applier: turns a recommendation into kernel state, journalled and reversible.
+
+What it sets (DESIGN.md "Device side"; issue 5):
+
+* **Initial subflow.** Upstream Linux MPTCP opens the first subflow where routing
+  sends the connection, so the recommended interface's default route gets the
+  lowest metric (``primary_metric``) and the others ``secondary_metric + k``.
+  Routes are changed by *adding the new route before deleting the old one*, and a
+  deletion that would leave no default route is refused (:class:`ApplyError`).
+* **Endpoints and limits.** Each managed interface's IPv4 address becomes an MPTCP
+  endpoint with ``endpoint_flags`` (``subflow`` by default; ``signal``/``fullmesh``
+  on request), plus ``backup`` when its scheduler weight is below
+  ``backup_weight_threshold`` (on kernels with only the ``default`` scheduler the
+  weights are advisory; ``backup`` is how a low weight reaches the kernel,
+  RFC 8684 §3.3.8 MP_PRIO). The primary interface is never marked backup.
+  ``ip mptcp limits`` are set to ``limits``.
+* **Congestion control** via ``net.ipv4.tcp_congestion_control`` of this network
+  namespace, only with an algorithm in ``tcp_allowed_congestion_control`` (a
+  namespace cannot select what the host has not allowed); the recommended one if
+  allowed, else the first allowed of the profile's fallback list.
+
+Every operation goes through the backend's ops table and into the :class:`Journal`;
+:meth:`Applier.rollback` restores the journal's snapshot exactly (endpoint ids,
+flags, limits, routes, sysctls).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from edgepath_agent.applier import commands
+from edgepath_agent.applier.backend import Backend
+from edgepath_agent.applier.journal import Journal
+from edgepath_agent.applier.state import Endpoint, NetState, Plan, Route, diff, simulate
+
+log = logging.getLogger(__name__)
+
+CC_SYSCTL = "net.ipv4.tcp_congestion_control"
+
+#: Fallback order per profile. Coupled CCs (RFC 6356 LIA, OLIA, BALIA, wVegas) only
+#: exist in out-of-tree MPTCP kernels; upstream uses uncoupled CCs per subflow.
+CC_PROFILES: dict[str, tuple[str, ...]] = {
+    "throughput": ("bbr", "cubic", "reno"),
+    "latency": ("bbr", "vegas", "cubic", "reno"),
+    "coupled": ("olia", "balia", "lia", "wvegas", "cubic", "reno"),
+    "default": ("cubic", "reno"),
+}
+
+
+class ApplyError(RuntimeError):
+    """A recommendation could not be applied (the state may be partly changed: roll back)."""
+
+
+def choose_cc(recommended: str | None, profile: str, allowed: Sequence[str]) -> str | None:
+    """Congestion control to set, or ``None`` to leave it.
+
+    The recommended algorithm if ``allowed`` lists it, else the first allowed one of
+    ``CC_PROFILES[profile]``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown profile.
+    """
+    if profile not in CC_PROFILES:
+        raise ValueError(f"unknown congestion-control profile {profile!r}; choose one of {', '.join(CC_PROFILES)}")
+    if recommended and recommended in allowed:
+        return recommended
+    for cc in CC_PROFILES[profile]:
+        if cc in allowed:
+            return cc
+    return None
+
+
+def scheduler_weights(recommendation: Mapping[str, Any]) -> dict[str, float]:
+    """``{interface: weight}`` from a recommendation, ``{}`` when it carries none.
+
+    Accepts a mapping ``{"wlan0": 0.8, ...}`` or a list of ``{"interface", "weight"}``
+    under ``scheduler_weights`` / ``subflow_weights``.
+    """
+    raw: Any = None
+    for key in ("scheduler_weights", "subflow_weights", "weights"):
+        if recommendation.get(key):
+            raw = recommendation[key]
+            break
+    if isinstance(raw, Mapping):
+        raw = raw.get("weights", raw) if "weights" in raw and not isinstance(raw.get("weights"), (int, float)) else raw
+    if isinstance(raw, Mapping):
+        return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))}
+    out: dict[str, float] = {}
+    for item in raw or []:
+        name = item.get("interface") or item.get("name")
+        if name is not None and item.get("weight") is not None:
+            out[str(name)] = float(item["weight"])
+    return out
+
+
+def recommended_cc(recommendation: Mapping[str, Any]) -> str | None:
+    """The congestion-control algorithm a recommendation advises, if any."""
+    cc = recommendation.get("congestion_control")
+    if isinstance(cc, Mapping):
+        cc = cc.get("algorithm") or cc.get("name")
+    return str(cc) if cc else None
+
+
+@dataclass
+class ApplierConfig:
+    """What the applier manages and how (see module docstring)."""
+
+    interfaces: Sequence[str] = ("wlan0", "wwan0")
+    endpoint_flags: tuple[str, ...] = ("subflow",)
+    limits: dict[str, int] = field(default_factory=lambda: {"subflows": 2, "add_addr_accepted": 2})
+    primary_metric: int = 10
+    secondary_metric: int = 20
+    backup_weight_threshold: float = 0.2
+    cc_profile: str = "default"
+    manage_cc: bool = True
+    manage_endpoints: bool = True
+
+    @property
+    def sysctl_keys(self) -> tuple[str, ...]:
+        return (CC_SYSCTL,) if self.manage_cc else ()
+
+
+def desired_state(
+    current: NetState,
+    addresses: Mapping[str, Sequence[str]],
+    config: ApplierConfig,
+    primary: str,
+    weights: Mapping[str, float] | None = None,
+    cc: str | None = None,
+) -> NetState:
+    """The managed state a recommendation asks for (pure).
+
+    Raises
+    ------
+    ApplyError
+        When ``primary`` is not managed or has no default route to re-rank.
+    """
+    weights = weights or {}
+    managed = list(config.interfaces)
+    if primary not in managed:
+        raise ApplyError(f"primary path {primary!r} is not a managed interface ({', '.join(managed)})")
+    routes: list[Route] = []
+    seen: set[str] = set()
+    secondaries = [n for n in managed if n != primary]
+    for r in sorted(current.default_routes, key=lambda r: r.metric):
+        if r.dev in managed and r.dev not in seen:
+            seen.add(r.dev)
+            metric = config.primary_metric if r.dev == primary else config.secondary_metric + secondaries.index(r.dev)
+            routes.append(replace(r, metric=metric))
+        else:
+            routes.append(r)
+    if primary not in seen:
+        raise ApplyError(f"primary path {primary!r} has no default route to prefer")
+
+    endpoints = list(current.endpoints)
+    if config.manage_endpoints:
+        by_addr = {e.address: e for e in endpoints}
+        next_id = max([e.id for e in endpoints], default=0) + 1
+        for name in managed:
+            for addr in addresses.get(name, [])[:1]:
+                flags = set(config.endpoint_flags)
+                w = weights.get(name)
+                if name != primary and w is not None and w < config.backup_weight_threshold:
+                    flags.add("backup")
+                old = by_addr.get(addr)
+                if old is None:
+                    new = Endpoint(next_id, addr, name, tuple(flags))
+                    next_id += 1
+                else:
+                    new = replace(old, dev=name, flags=tuple(flags))
+                endpoints = [e for e in endpoints if e.address != addr] + [new]
+    sysctls = current.sysctls_dict
+    if cc is not None and config.manage_cc:
+        sysctls[CC_SYSCTL] = cc
+    return NetState(
+        endpoints=tuple(endpoints),
+        limits=tuple(sorted(config.limits.items())) if config.manage_endpoints else current.limits,
+        default_routes=tuple(routes),
+        sysctls=tuple(sorted(sysctls.items())),
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one :meth:`Applier.apply` did."""
+
+    primary: str
+    congestion_control: str | None
+    backup: tuple[str, ...]
+    steps: int
+    state: NetState
+
+
+class Applier:
+    """Applies recommendations through a backend, journalling every step.
+
+    Parameters
+    ----------
+    backend
+        Ops-table backend (:class:`~edgepath_agent.applier.backend.CommandBackend`, dry run, ...).
+    journal
+        Where the prior state and the steps are kept.
+    config
+        Managed interfaces, flags, metrics, thresholds, CC profile.
+    allowed_cc
+        ``tcp_allowed_congestion_control`` of the namespace (read by the kernel collector).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        journal: Journal | None = None,
+        config: ApplierConfig | None = None,
+        allowed_cc: Sequence[str] = (),
+    ) -> None:
+        self.backend = backend
+        self.journal = journal or Journal()
+        self.config = config or ApplierConfig()
+        self.allowed_cc = tuple(allowed_cc)
+        self.last: Applied | None = None
+
+    def read_state(self) -> NetState:
+        return self.backend.read_state(self.config.sysctl_keys)
+
+    def apply(self, recommendation: Mapping[str, Any]) -> Applied:
+        """Make the kernel state match ``recommendation`` (idempotent: no-op when it already does).
+
+        Raises
+        ------
+        ApplyError
+            When the recommendation can't be applied or a command fails (the journal
+            keeps the snapshot: call :meth:`rollback`).
+        """
+        primary = str(recommendation["primary_path"]["interface"])
+        weights = scheduler_weights(recommendation)
+        cc = (
+            choose_cc(recommended_cc(recommendation), self.config.cc_profile, self.allowed_cc)
+            if self.config.manage_cc
+            else None
+        )
+        current = self.read_state()
+        desired = desired_state(current, self.backend.read_addresses(), self.config, primary, weights, cc)
+        plan = diff(current, desired)
+        if len(plan):
+            self.journal.begin(current)
+            self._execute(plan, current)
+        backup = tuple(sorted(e.dev or e.address for e in desired.endpoints if "backup" in e.flags))
+        self.last = Applied(primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
+        return self.last
+
+    def rollback(self) -> Plan:
+        """Restore the journal's snapshot exactly; a no-op without one.
+
+        Raises
+        ------
+        ApplyError
+            When a step fails (the journal is kept so the rollback can be retried).
+        """
+        if self.journal.snapshot is None:
+            return Plan()
+        target = self.journal.snapshot
+        current = self.read_state()
+        # Touch only what the snapshot describes: keys it did not record stay as they are.
+        plan = diff(current, target)
+        self._execute(plan, current)
+        self.journal.clear()
+        self.last = None
+        return plan
+
+    def _execute(self, plan: Plan, state: NetState) -> None:
+        ops = self.backend.ops
+        for op, args in plan.steps:
+            after = simulate(state, op, args)
+            if op == "route_delete" and not after.default_routes:
+                self.journal.record(op, args, None, False, "refused: would remove the last default route")
+                raise ApplyError(f"refusing to delete {args['route']}: it is the last default route")
+            argv = commands.argv_for(op, args)
+            try:
+                ops[op](**args)
+            except Exception as exc:
+                self.journal.record(op, args, argv, False, str(exc))
+                raise ApplyError(f"{op} failed: {exc}") from exc
+            self.journal.record(op, args, argv, True)
+            state = after

@@ -1,0 +1,23 @@
+"""Collectors of radio, path and kernel context (one source each, behind :class:`Collector`)."""
+
+from edgepath_agent.collector.base import Collector, Readings, merge_contexts
+from edgepath_agent.collector.kernel import KernelCapabilities, KernelCollector, read_capabilities
+from edgepath_agent.collector.modem import ModemCollector
+from edgepath_agent.collector.path import PathCollector
+from edgepath_agent.collector.static import StaticCollector, TraceCollector, parse_interface_map
+from edgepath_agent.collector.wifi import WifiCollector
+
+__all__ = [
+    "Collector",
+    "KernelCapabilities",
+    "KernelCollector",
+    "ModemCollector",
+    "PathCollector",
+    "Readings",
+    "StaticCollector",
+    "TraceCollector",
+    "WifiCollector",
+    "merge_contexts",
+    "parse_interface_map",
+    "read_capabilities",
+]

@@ -1,0 +1,73 @@
+"""Kernel capabilities: MPTCP sysctls and congestion-control lists of this network namespace.
+
+Sources (Linux ``Documentation/networking/mptcp-sysctl.rst`` and ``ip-sysctl.rst``):
+``/proc/sys/net/mptcp/*`` (``enabled``, ``path_manager``/``pm_type``, ``scheduler``,
+``available_schedulers`` …), ``/proc/sys/net/ipv4/tcp_available_congestion_control``
+(algorithms loaded) and ``tcp_allowed_congestion_control`` (what an unprivileged
+socket or a non-initial network namespace may select), and
+``tcp_congestion_control`` (the namespace default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class KernelCapabilities:
+    """What the kernel of this namespace offers the applier."""
+
+    mptcp_enabled: bool
+    mptcp: dict[str, str] = field(default_factory=dict)
+    available_cc: tuple[str, ...] = ()
+    allowed_cc: tuple[str, ...] = ()
+    current_cc: str | None = None
+
+    @property
+    def schedulers(self) -> tuple[str, ...]:
+        """MPTCP packet schedulers the kernel lists (``default`` only on most kernels)."""
+        return tuple(self.mptcp.get("available_schedulers", "").split())
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def read_capabilities(proc_sys: Path = Path("/proc/sys")) -> KernelCapabilities:
+    """Read the capabilities from ``proc_sys`` (a directory laid out like ``/proc/sys``).
+
+    Missing files give empty values (kernel without MPTCP → ``mptcp_enabled=False``).
+    """
+    mptcp_dir = proc_sys / "net" / "mptcp"
+    mptcp: dict[str, str] = {}
+    if mptcp_dir.is_dir():
+        for entry in sorted(mptcp_dir.iterdir()):
+            value = _read(entry)
+            if value is not None:
+                mptcp[entry.name] = value
+    ipv4 = proc_sys / "net" / "ipv4"
+    return KernelCapabilities(
+        mptcp_enabled=mptcp.get("enabled") == "1",
+        mptcp=mptcp,
+        available_cc=tuple((_read(ipv4 / "tcp_available_congestion_control") or "").split()),
+        allowed_cc=tuple((_read(ipv4 / "tcp_allowed_congestion_control") or "").split()),
+        current_cc=_read(ipv4 / "tcp_congestion_control"),
+    )
+
+
+class KernelCollector:
+    """Collector-shaped wrapper: no per-interface readings, capabilities on :attr:`capabilities`."""
+
+    name = "kernel"
+
+    def __init__(self, proc_sys: Path = Path("/proc/sys")) -> None:
+        self.proc_sys = proc_sys
+        self.capabilities = read_capabilities(proc_sys)
+
+    def collect(self) -> dict[str, dict[str, object]]:
+        self.capabilities = read_capabilities(self.proc_sys)
+        return {}

@@ -1,0 +1,140 @@
+"""Per-path RTT and loss from the kernel's TCP_INFO of live connections (via ``ss``).
+
+``ss -tinH state established`` prints, for every established TCP socket
+(MPTCP subflows included), the kernel's ``struct tcp_info``: ``rtt:SRTT/RTTVAR``
+in ms, ``segs_out``, ``retrans:CUR/TOTAL`` (``tcpi_total_retrans``). The local
+address of each socket is mapped to its interface with ``ip -j addr``. Per
+interface:
+
+* ``rtt_ms`` = median of the smoothed RTTs (``tcpi_rtt``, RFC 6298 SRTT);
+* ``loss`` = Σ total_retrans / Σ segs_out — retransmitted segments as an estimate
+  of the segment loss rate (an upper bound: spurious retransmissions count too).
+
+Interfaces with no live connection report nothing; the meter's active transfers
+(meter.py) then provide the path metrics instead.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgepath_agent.collector.base import Readings, run_tool
+
+_RTT = re.compile(r"\brtt:(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)")
+_SEGS_OUT = re.compile(r"\bsegs_out:(\d+)")
+_RETRANS = re.compile(r"\bretrans:(\d+)/(\d+)")
+
+
+@dataclass(frozen=True)
+class SocketInfo:
+    """The TCP_INFO fields of one socket that the path collector uses."""
+
+    local_addr: str
+    peer_addr: str
+    rtt_ms: float | None
+    segs_out: int
+    total_retrans: int
+    mptcp_subflow: bool
+
+
+def _split_addr(endpoint: str) -> str:
+    host = endpoint.rsplit(":", 1)[0]
+    host = host.strip("[]")
+    return host.split("%", 1)[0]
+
+
+def parse_ss_tin(text: str) -> list[SocketInfo]:
+    """Parse ``ss -tinH state established`` output (one header line, one info line per socket).
+
+    With a ``state`` filter ``ss`` omits the state column, so a socket line is
+    ``Recv-Q Send-Q Local:Port Peer:Port``; without it, ``State`` comes first.
+    """
+    out: list[SocketInfo] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        head = lines[i].split()
+        i += 1
+        if not head or lines[i - 1].startswith((" ", "\t")):
+            continue
+        cols = head[1:] if not head[0].isdigit() else head
+        if len(cols) < 4:
+            continue
+        local, peer = cols[2], cols[3]
+        info = ""
+        while i < len(lines) and lines[i].startswith((" ", "\t")):
+            info += " " + lines[i].strip()
+            i += 1
+        rtt = _RTT.search(info)
+        segs = _SEGS_OUT.search(info)
+        retr = _RETRANS.search(info)
+        out.append(
+            SocketInfo(
+                local_addr=_split_addr(local),
+                peer_addr=_split_addr(peer),
+                rtt_ms=float(rtt.group(1)) if rtt else None,
+                segs_out=int(segs.group(1)) if segs else 0,
+                total_retrans=int(retr.group(2)) if retr else 0,
+                mptcp_subflow="tcp-ulp-mptcp" in info,
+            )
+        )
+    return out
+
+
+def parse_ip_addr_json(text: str) -> dict[str, str]:
+    """Address → interface name from ``ip -j addr show``."""
+    table: dict[str, str] = {}
+    for link in json.loads(text or "[]"):
+        for addr in link.get("addr_info", []):
+            if "local" in addr:
+                table[str(ipaddress.ip_address(addr["local"]))] = link["ifname"]
+    return table
+
+
+def path_metrics(sockets: Sequence[SocketInfo], addr_to_if: dict[str, str]) -> Readings:
+    """Per-interface ``rtt_ms`` and ``loss`` from socket infos (see module docstring)."""
+    rtts: dict[str, list[float]] = {}
+    segs: dict[str, int] = {}
+    retrans: dict[str, int] = {}
+    for s in sockets:
+        try:
+            ifname = addr_to_if.get(str(ipaddress.ip_address(s.local_addr)))
+        except ValueError:
+            continue
+        if ifname is None or ifname == "lo":
+            continue
+        if s.rtt_ms is not None:
+            rtts.setdefault(ifname, []).append(s.rtt_ms)
+        segs[ifname] = segs.get(ifname, 0) + s.segs_out
+        retrans[ifname] = retrans.get(ifname, 0) + s.total_retrans
+    readings: Readings = {}
+    for ifname in set(rtts) | set(segs):
+        fields: dict[str, Any] = {}
+        if rtts.get(ifname):
+            fields["rtt_ms"] = float(statistics.median(rtts[ifname]))
+        if segs.get(ifname):
+            fields["loss"] = min(1.0, retrans[ifname] / segs[ifname])
+        readings[ifname] = fields
+    return readings
+
+
+class PathCollector:
+    """RTT and loss per interface from the TCP_INFO of established connections."""
+
+    name = "path"
+
+    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool) -> None:
+        self._run = runner
+
+    def collect(self) -> Readings:
+        ss = self._run(["ss", "-tinH", "state", "established"])
+        addrs = self._run(["ip", "-j", "addr", "show"])
+        if ss is None or addrs is None:
+            return {}
+        return path_metrics(parse_ss_tin(ss), parse_ip_addr_json(addrs))
