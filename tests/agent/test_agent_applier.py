@@ -1,0 +1,224 @@
+"""Applier logic without privileges: argv builders, plans, dry run, journal and rollback.
+
+The dry-run backend simulates the kernel state with the same pure simulator the
+applier uses for its safety check; the real kernel is exercised in tests/agent/netns/.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from edgepath_agent.applier import (
+    CC_SYSCTL,
+    Applier,
+    ApplierConfig,
+    ApplyError,
+    DryRunBackend,
+    Endpoint,
+    Journal,
+    NetState,
+    Route,
+    choose_cc,
+    commands,
+    diff,
+    scheduler_weights,
+    simulate,
+)
+from edgepath_agent.applier.state import SimulationError, parse_default_routes_json, parse_endpoints_json, parse_limits
+
+WLAN = Route(dev="wlan0", gateway="10.1.1.1", metric=100)
+WWAN = Route(dev="wwan0", gateway="10.1.2.1", metric=200, protocol="dhcp", prefsrc="10.1.2.2")
+ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
+
+
+def initial() -> NetState:
+    return NetState(
+        endpoints=(Endpoint(7, "10.9.9.9", "eth0", ("signal",)),),
+        limits=(("add_addr_accepted", 0), ("subflows", 0)),
+        default_routes=(WLAN, WWAN),
+        sysctls=((CC_SYSCTL, "reno"),),
+    )
+
+
+def rec(primary: str, **extra) -> dict:
+    return {"decision_id": "d1", "primary_path": {"interface": primary, "access_type": "LTE"}, **extra}
+
+
+def make(state: NetState | None = None, journal: Journal | None = None, **cfg) -> tuple[Applier, DryRunBackend]:
+    backend = DryRunBackend(state or initial(), ADDRS, out=None)
+    applier = Applier(backend, journal or Journal(), ApplierConfig(**cfg), allowed_cc=("reno", "bbr"))
+    return applier, backend
+
+
+# ---------------------------------------------------------------- argv builders
+
+
+def test_argv_builders():
+    assert commands.endpoint_add(Endpoint(3, "10.1.1.2", "wlan0", ("backup", "subflow"))) == [
+        "ip", "mptcp", "endpoint", "add", "10.1.1.2", "id", "3", "dev", "wlan0", "subflow", "backup",
+    ]  # fmt: skip
+    assert commands.endpoint_delete(3) == ["ip", "mptcp", "endpoint", "delete", "id", "3"]
+    assert commands.endpoint_set_backup(3, False) == ["ip", "mptcp", "endpoint", "change", "id", "3", "nobackup"]
+    assert commands.limits_set({"subflows": 2, "add_addr_accepted": 1}) == [
+        "ip", "mptcp", "limits", "set", "subflows", "2", "add_addr_accepted", "1",
+    ]  # fmt: skip
+    assert commands.route_add(WWAN) == [
+        "ip", "-4", "route", "add", "default", "via", "10.1.2.1", "dev", "wwan0", "proto", "dhcp",
+        "src", "10.1.2.2", "metric", "200",
+    ]  # fmt: skip
+    assert commands.route_delete(WWAN) == [
+        "ip", "-4", "route", "del", "default", "via", "10.1.2.1", "dev", "wwan0", "metric", "200",
+    ]  # fmt: skip
+    assert commands.sysctl_set(CC_SYSCTL, "bbr") == ["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=bbr"]
+    assert commands.in_netns(["ip", "route"], "ns1") == ["ip", "netns", "exec", "ns1", "ip", "route"]
+    with pytest.raises(ValueError, match="unknown MPTCP endpoint flag"):
+        Endpoint(1, "10.0.0.1", None, ("implicit",))
+
+
+def test_state_parsers_on_iproute2_output():
+    eps = parse_endpoints_json('[{"address":"10.1.1.2","id":1,"subflow":true,"backup":true,"dev":"wlan0"}]')
+    assert eps == (Endpoint(1, "10.1.1.2", "wlan0", ("subflow", "backup")),)
+    assert parse_limits("add_addr_accepted 0 subflows 2 \n") == (("add_addr_accepted", 0), ("subflows", 2))
+    routes = parse_default_routes_json(
+        '[{"dst":"default","gateway":"10.9.1.1","dev":"vx1","protocol":"dhcp","prefsrc":"10.9.1.2","metric":300,'
+        '"flags":[]},{"dst":"default","gateway":"10.9.1.1","dev":"vx1","flags":["onlink"]}]'
+    )
+    assert routes == (
+        Route("vx1", "10.9.1.1", 300, "dhcp", "10.9.1.2"),
+        Route("vx1", "10.9.1.1", 0, None, None, onlink=True),
+    )
+
+
+# ---------------------------------------------------------------- plans
+
+
+def test_apply_makes_recommended_interface_primary_and_sets_everything():
+    applier, backend = make()
+    applied = applier.apply(rec("wwan0", congestion_control="bbr"))
+    state = backend.state
+    metrics = {r.dev: r.metric for r in state.default_routes}
+    assert metrics == {"wwan0": 10, "wlan0": 20}
+    wwan = next(r for r in state.default_routes if r.dev == "wwan0")
+    assert (wwan.protocol, wwan.prefsrc) == ("dhcp", "10.1.2.2")  # attributes survive the re-metric
+    assert {(e.address, e.dev, e.flags) for e in state.endpoints} == {
+        ("10.9.9.9", "eth0", ("signal",)),
+        ("10.1.1.2", "wlan0", ("subflow",)),
+        ("10.1.2.2", "wwan0", ("subflow",)),
+    }
+    assert state.limits_dict == {"subflows": 2, "add_addr_accepted": 2}
+    assert state.sysctls_dict[CC_SYSCTL] == "bbr" and applied.congestion_control == "bbr"
+    assert applier.apply(rec("wwan0", congestion_control="bbr")).steps == 0  # idempotent
+
+
+def test_routes_are_added_before_deleted():
+    applier, backend = make()
+    applier.apply(rec("wwan0"))
+    route_ops = [argv[3] for argv in backend.printed if argv[:3] == ["ip", "-4", "route"]]
+    assert route_ops == ["add", "add", "del", "del"]
+
+
+def test_low_scheduler_weight_marks_backup_but_never_the_primary():
+    applier, backend = make()
+    applier.apply(rec("wlan0", scheduler_weights={"wlan0": 0.05, "wwan0": 0.1}))
+    flags = {e.dev: e.flags for e in backend.state.endpoints}
+    assert flags["wwan0"] == ("subflow", "backup") and flags["wlan0"] == ("subflow",)
+    applier.apply(rec("wlan0", scheduler_weights={"wlan0": 0.5, "wwan0": 0.5}))
+    assert {e.dev: e.flags for e in backend.state.endpoints}["wwan0"] == ("subflow",)
+    assert backend.printed[-1] == ["ip", "mptcp", "endpoint", "change", "id", "9", "nobackup"]
+
+
+def test_scheduler_weight_shapes():
+    assert scheduler_weights({"scheduler_weights": [{"interface": "wlan0", "weight": 0.7}]}) == {"wlan0": 0.7}
+    assert scheduler_weights({"subflow_weights": {"wwan0": 0.3}}) == {"wwan0": 0.3}
+    assert scheduler_weights({}) == {}
+
+
+def test_choose_cc_checks_allowed_list_and_falls_back_by_profile():
+    assert choose_cc("bbr", "default", ["reno", "bbr"]) == "bbr"
+    assert choose_cc("olia", "coupled", ["reno", "cubic"]) == "cubic"  # coupled CCs absent upstream
+    assert choose_cc("cubic", "throughput", ["reno", "bbr"]) == "bbr"
+    assert choose_cc(None, "default", []) is None
+    with pytest.raises(ValueError, match="unknown congestion-control profile"):
+        choose_cc(None, "fast", ["reno"])
+
+
+def test_unknown_or_routeless_primary_is_refused_before_any_change():
+    applier, backend = make()
+    with pytest.raises(ApplyError, match="not a managed interface"):
+        applier.apply(rec("eth0"))
+    no_wwan_route = NetState(default_routes=(WLAN,))
+    applier, backend = make(no_wwan_route)
+    with pytest.raises(ApplyError, match="no default route"):
+        applier.apply(rec("wwan0"))
+    assert backend.printed == [] and not applier.journal.active
+
+
+def test_never_removes_the_last_default_route():
+    applier, backend = make(NetState(default_routes=(WLAN,)), interfaces=("wlan0",))
+    state = backend.state
+    plan = diff(state, NetState(default_routes=()))
+    with pytest.raises(ApplyError, match="last default route"):
+        applier._execute(plan, state)
+    assert backend.state.default_routes == (WLAN,)
+
+
+def test_simulator_refuses_what_the_kernel_refuses():
+    with pytest.raises(SimulationError):
+        simulate(initial(), "route_add", {"route": WLAN})
+    with pytest.raises(SimulationError):
+        simulate(initial(), "endpoint_delete", {"id": 99})
+
+
+# ---------------------------------------------------------------- journal + rollback
+
+
+def test_rollback_restores_exact_prior_state():
+    applier, backend = make()
+    before = backend.state.canonical()
+    applier.apply(rec("wwan0", congestion_control="bbr", scheduler_weights={"wlan0": 0.01}))
+    applier.apply(rec("wlan0"))
+    assert backend.state.canonical() != before
+    applier.rollback()
+    assert backend.state.canonical() == before
+    assert not applier.journal.active
+
+
+def test_rollback_after_failure_half_way(tmp_path: Path):
+    journal_path = tmp_path / "journal.json"
+    applier, backend = make(journal=Journal(journal_path))
+    before = backend.state.canonical()
+    # Fail the first route deletion: endpoints, limits and the new routes are already in.
+    backend.fail_on = lambda op, args: op == "route_delete"
+    with pytest.raises(ApplyError, match="route_delete failed"):
+        applier.apply(rec("wwan0", congestion_control="bbr"))
+    assert backend.state.canonical() != before
+    entries = json.loads(journal_path.read_text())["entries"]
+    assert entries[-1]["ok"] is False and "injected failure" in entries[-1]["error"]
+    backend.fail_on = None
+    # A new process (fresh Applier) reads the journal and restores the snapshot.
+    fresh = Applier(backend, Journal(journal_path), ApplierConfig(), allowed_cc=("reno", "bbr"))
+    fresh.rollback()
+    assert backend.state.canonical() == before
+    assert not journal_path.exists()
+
+
+def test_snapshot_is_kept_from_the_first_change_only(tmp_path: Path):
+    journal = Journal(tmp_path / "j.json")
+    applier, _backend = make(journal=journal)
+    applier.apply(rec("wwan0"))
+    first = journal.snapshot
+    applier.apply(rec("wlan0"))
+    assert Journal(tmp_path / "j.json").snapshot == first
+    assert NetState.from_dict(first.to_dict()) == first
+
+
+def test_dry_run_prints_commands():
+    out = io.StringIO()
+    backend = DryRunBackend(initial(), ADDRS, out=out, netns="dev1")
+    Applier(backend, Journal(), ApplierConfig(manage_cc=False)).apply(rec("wwan0"))
+    text = out.getvalue()
+    assert "would run: ip netns exec dev1 ip -4 route add default via 10.1.2.1 dev wwan0" in text
+    assert "ip mptcp endpoint add 10.1.1.2 id 8 dev wlan0 subflow" in text
