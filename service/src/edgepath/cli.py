@@ -36,6 +36,16 @@ def serve(
         Optional[Path], typer.Option(help="Write {grpc_port, http_port, pid} as JSON here once serving")
     ] = None,
     log_level: Annotated[Optional[str], typer.Option(help="Log level")] = None,
+    store: Annotated[
+        Optional[str], typer.Option(help="State store: memory:// (default) or redis://HOST:PORT/DB (shared)")
+    ] = None,
+    trainer: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--trainer/--no-trainer",
+            help="Train in this process (default: yes with memory://; with redis:// compete for the trainer lock)",
+        ),
+    ] = None,
 ) -> None:
     """Run the gRPC and REST servers (in-process state store by default)."""
     from edgepath.main import Service
@@ -50,6 +60,8 @@ def serve(
             seed=seed,
             batch_size=batch_size,
             log_level=log_level,
+            store_url=store,
+            trainer=trainer,
         )
         if settings.policy not in POLICIES:
             raise typer.BadParameter(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}")
@@ -72,6 +84,61 @@ def serve(
             )
             tmp.replace(ready_file)
         await task
+
+    asyncio.run(run())
+
+
+@app.command()
+def train(
+    store: Annotated[Optional[str], typer.Option(help="Shared state store, redis://HOST:PORT/DB")] = None,
+    policy: Annotated[Optional[str], typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed of the policies")] = None,
+    batch_size: Annotated[Optional[int], typer.Option(help="Outcomes per online refit")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="Settings file (TOML or JSON)")] = None,
+    log_level: Annotated[Optional[str], typer.Option(help="Log level")] = None,
+) -> None:
+    """Run the online trainer on a shared store: one active trainer at a time (Redis lock).
+
+    Consumes the outcome stream, refits every ``batch_size`` outcomes and publishes signed,
+    versioned model snapshots that the serving replicas hot-swap. Stops on SIGINT/SIGTERM.
+    """
+    import signal
+
+    try:
+        settings = load_settings(
+            config, store_url=store, policy=policy, seed=seed, batch_size=batch_size, log_level=log_level
+        )
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
+        raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
+    if settings.policy not in POLICIES:
+        raise typer.BadParameter(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}")
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def run() -> None:
+        from edgepath.main import build_model, build_store, hmac_key_bytes
+        from edgepath.metrics import Metrics
+        from edgepath.state.redis import RedisStore
+        from edgepath.training.leader import TrainerRole
+        from edgepath.training.online import ModelRegistry
+        from edgepath.training.snapshots import SnapshotStore
+
+        metrics = Metrics.create()
+        shared = build_store(settings, metrics)
+        assert isinstance(shared, RedisStore)
+        snapshots = SnapshotStore(shared, hmac_key_bytes(settings), metrics)
+        registry = ModelRegistry(build_model(settings))
+        role = TrainerRole(shared, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        logging.getLogger("edgepath").info("trainer %s waiting for the trainer lock", role.consumer)
+        try:
+            await role.run(stop)
+        finally:
+            await shared.close()
 
     asyncio.run(run())
 

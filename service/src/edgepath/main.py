@@ -3,6 +3,17 @@
 Only this module wires parts together; everything else receives its
 dependencies. :class:`Service` runs the gRPC and REST servers in one asyncio
 loop and stops them cleanly on SIGINT/SIGTERM.
+
+Stores: ``memory://`` (default) keeps the built-in online trainer; ``redis://HOST:PORT/DB``
+shares decisions and the outcome stream between replicas, follows published model snapshots
+(:class:`~edgepath.training.snapshots.SnapshotFollower`) and trains only with ``--trainer``
+(``settings.trainer``; otherwise a separate ``edgepath train`` process holds the trainer lock).
+
+Degraded state (Redis unreachable) is reported, while the replica keeps deciding with its last
+model, as: ``GET /readyz`` → 503 ``{"ready": false, "degraded": true, ...}`` (``/healthz`` stays
+200: do not restart the pod), and gRPC health ``edgepath.v1.PathService`` → NOT_SERVING while the
+overall ``""`` service stays SERVING. Readiness 503 takes a cut-off replica out of a Kubernetes
+Service while the others, which still reach Redis, carry the traffic.
 """
 
 from __future__ import annotations
@@ -11,11 +22,12 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvicorn
 
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
-from edgepath.grpc.server import create_server, set_serving
+from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
@@ -33,8 +45,42 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
     )
 
 
-def build_store(settings: Settings) -> StateStore:
-    return MemoryStore(max_decisions=settings.max_decisions, decision_ttl_s=settings.decision_ttl_s)
+def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStore:
+    """The state store named by ``settings.store_url`` (``memory://`` or ``redis://…``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown URL scheme.
+    """
+    url = settings.store_url
+    if url.startswith("memory:"):
+        return MemoryStore(max_decisions=settings.max_decisions, decision_ttl_s=settings.decision_ttl_s)
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from edgepath.state.redis import RedisStore
+
+        return RedisStore(
+            url,
+            namespace=settings.redis_namespace,
+            decision_ttl_s=settings.decision_ttl_s,
+            socket_timeout_s=settings.redis_socket_timeout_s,
+            outbox_max_outcomes=settings.outbox_max_outcomes,
+            outbox_max_decisions=settings.outbox_max_decisions,
+            claim_idle_ms=settings.outcome_claim_idle_ms,
+            metrics=metrics,
+        )
+    raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
+
+
+def hmac_key_bytes(settings: Settings) -> bytes:
+    """The snapshot signing key; the insecure dev key only in the ``dev`` profile (settings refuse it elsewhere)."""
+    from edgepath.training.snapshots import DEV_HMAC_KEY
+
+    key = settings.hmac_key.get_secret_value().encode()
+    if not key:
+        log.warning("EDGEPATH_HMAC_KEY is empty: signing model snapshots with the insecure dev key (profile dev)")
+        return DEV_HMAC_KEY
+    return key
 
 
 @dataclass
@@ -45,8 +91,10 @@ class Service:
     store: StateStore
     registry: ModelRegistry
     plane: DecisionPlane
-    trainer: OnlineTrainer
+    trainer: OnlineTrainer | None
     metrics: Metrics
+    follower: Any = None  # SnapshotFollower with a Redis store
+    trainer_role: Any = None  # TrainerRole when this replica may train on a Redis store
     grpc_port: int = 0
     http_port: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -55,13 +103,25 @@ class Service:
     @classmethod
     def build(cls, settings: Settings, store: StateStore | None = None) -> Service:
         metrics = Metrics.create()
-        store = store or build_store(settings)
+        store = store or build_store(settings, metrics)
         registry = ModelRegistry(build_model(settings))
         metrics.model_version.set(registry.current.version)
         registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
         plane = DecisionPlane(registry, store, settings, metrics)
-        trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size)
-        return cls(settings, store, registry, plane, trainer, metrics)
+        from edgepath.state.redis import RedisStore
+
+        if not isinstance(store, RedisStore):
+            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size)
+            return cls(settings, store, registry, plane, trainer, metrics)
+        from edgepath.training.leader import TrainerRole
+        from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
+
+        snapshots = SnapshotStore(store, hmac_key_bytes(settings), metrics)
+        follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
+        role = None
+        if settings.trainer:
+            role = TrainerRole(store, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+        return cls(settings, store, registry, plane, None, metrics, follower=follower, trainer_role=role)
 
     def stop(self) -> None:
         self._stop.set()
@@ -89,7 +149,14 @@ class Service:
             await asyncio.sleep(0.01)
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
 
-        self.trainer.start()
+        background: list[asyncio.Task[None]] = []
+        if self.trainer is not None and self.settings.trainer is not False:
+            self.trainer.start()
+        if self.follower is not None:
+            self.follower.start()
+        if self.trainer_role is not None:
+            background.append(asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role"))
+        background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
@@ -105,9 +172,31 @@ class Service:
             await self._stop.wait()
         finally:
             await set_serving(health_servicer, False)
-            await self.trainer.stop()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            if self.trainer is not None:
+                await self.trainer.stop()
+            if self.follower is not None:
+                await self.follower.stop()
             http_server.should_exit = True
             await http_task
             await grpc_server.stop(grace=2.0)
             await self.store.close()
             log.info("EdgePath stopped")
+
+    async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
+        """Mirror the plane's readiness (state store reachable) on the gRPC service's health status."""
+        serving: bool | None = None
+        while True:
+            ready = await self.plane.ready()
+            if ready != serving:
+                serving = ready
+                await set_service_serving(health_servicer, ready)
+                if not ready:
+                    log.warning(
+                        "not ready: state store unreachable; still deciding with model v%d",
+                        self.registry.current.version,
+                    )
+            # Period of the readiness probe (a service loop, not a test wait).
+            await asyncio.sleep(period_s)

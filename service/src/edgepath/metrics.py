@@ -16,6 +16,10 @@ class Metrics:
     outcomes: Counter
     decision_seconds: Histogram
     model_version: Gauge
+    outcomes_dropped: Counter
+    store_degraded: Gauge
+    outbox_outcomes: Gauge
+    snapshots_rejected: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -33,4 +37,19 @@ class Metrics:
                 registry=reg,
             ),
             model_version=Gauge("edgepath_model_version", "Serving primary-path model version", registry=reg),
+            outcomes_dropped=Counter(
+                "edgepath_outcomes_dropped",
+                "Outcomes dropped instead of reaching the trainer",
+                ["reason"],
+                registry=reg,
+            ),
+            store_degraded=Gauge(
+                "edgepath_store_degraded", "1 while the shared state store is unreachable (degraded mode)", registry=reg
+            ),
+            outbox_outcomes=Gauge(
+                "edgepath_outbox_outcomes", "Outcomes buffered in memory until the state store returns", registry=reg
+            ),
+            snapshots_rejected=Counter(
+                "edgepath_snapshots_rejected", "Model snapshots refused before unpickling", ["reason"], registry=reg
+            ),
         )

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from edgepath.engines.primary_path import POLICIES
@@ -38,6 +38,37 @@ class Settings(BaseSettings):
 
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
+
+    # Shared state (issue 6): see edgepath.state.redis and edgepath.training.snapshots.
+    store_url: str = Field(
+        "memory://", description="State store: memory:// (one replica) or redis://HOST:PORT/DB (many replicas)"
+    )
+    trainer: bool | None = Field(
+        None, description="Run the online trainer in `serve` (default: yes with memory://, no with redis://)"
+    )
+    hmac_key: SecretStr = Field(
+        SecretStr(""), description="HMAC-SHA256 key signing model snapshots (e.g. from a Kubernetes Secret)"
+    )
+    redis_namespace: str = Field("edgepath", min_length=1, description="Prefix of every Redis key")
+    redis_socket_timeout_s: float = Field(1.0, gt=0.0, description="Redis command timeout before degraded mode, s")
+    outbox_max_outcomes: int = Field(
+        10_000, ge=0, description="Outcomes buffered in memory while Redis is unreachable (more are dropped)"
+    )
+    outbox_max_decisions: int = Field(
+        100_000, ge=0, description="Decisions kept in memory while Redis is unreachable (for joins and flush)"
+    )
+    outcome_claim_idle_ms: int = Field(
+        30_000, ge=1, description="Pending outcomes idle this long are reclaimed from dead consumers (XAUTOCLAIM)"
+    )
+    trainer_lock_ttl_s: float = Field(10.0, gt=0.0, description="Expiry of the trainer's Redis lock, s")
+    snapshot_poll_s: float = Field(1.0, gt=0.0, description="Fallback model-version check period, s")
+
+    @model_validator(mode="after")
+    def _refuse_unsafe(self) -> Settings:
+        """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile."""
+        if self.profile != "dev" and not self.store_url.startswith("memory") and not self.hmac_key.get_secret_value():
+            raise ValueError("hmac_key (EDGEPATH_HMAC_KEY) must be set outside the dev profile with a shared store")
+        return self
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

@@ -81,3 +81,10 @@ async def set_serving(health_servicer: health.aio.HealthServicer, serving: bool)
     status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, status)
+
+
+async def set_service_serving(health_servicer: health.aio.HealthServicer, serving: bool) -> None:
+    """Readiness on gRPC: only ``edgepath.v1.PathService`` flips (NOT_SERVING while the state store is
+    unreachable); ``""`` stays SERVING because the process still decides with its last model."""
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    await health_servicer.set(SERVICE_NAME, status)

@@ -92,9 +92,10 @@ def create_app(plane: DecisionPlane) -> FastAPI:
 
     @app.get("/readyz", tags=["health"])
     async def readyz() -> JSONResponse:
-        """Readiness: the state store is reachable."""
+        """Readiness: the state store is reachable (503 with ``degraded: true`` while it is not; decisions go on)."""
         ok = await plane.ready()
-        return JSONResponse(status_code=200 if ok else 503, content={"ready": ok})
+        body = {"ready": ok, "degraded": not ok, "model_version": plane.registry.current.version}
+        return JSONResponse(status_code=200 if ok else 503, content=body)
 
     @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:

@@ -6,13 +6,18 @@ Serving never waits for training: deciders read :attr:`ModelRegistry.current`
 ``batch_size`` outcomes (default 50, as in Alzadjali et al.) it clones the
 serving model, runs ``partial_fit`` on the clone in a worker thread, publishes
 the clone as version ``v+1`` and only then acknowledges the outcomes it used.
+
+With a shared store a ``publisher`` (``training.snapshots.SnapshotStore.publish``) stores the
+signed model and acknowledges its outcomes in one atomic step; if another trainer got there first
+it raises :class:`PublishConflictError` and this trainer drops its buffer (the outcomes are delivered
+again, pending, to whoever reads next).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
@@ -20,6 +25,14 @@ from edgepath.state.base import OutcomeRecord, StateStore
 from edgepath.types import AccessType
 
 log = logging.getLogger(__name__)
+
+
+class PublishConflictError(Exception):
+    """The shared model moved past this trainer's version; nothing was published or acknowledged."""
+
+
+#: ``publisher(model, version, entry_ids) -> version``: publish and acknowledge atomically.
+Publisher = Callable[[PrimaryPathBandit, int, list[str]], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -86,15 +99,26 @@ class OnlineTrainer:
         Outcomes per refit (``partial_fit`` call), ≥ 1.
     consumer:
         Consumer name in the outcome log.
+    publisher:
+        Publishes a refitted model and acknowledges its outcomes atomically (shared store);
+        default: publish in ``registry``, then ``store.ack_outcomes``.
     """
 
-    def __init__(self, store: StateStore, registry: ModelRegistry, batch_size: int = 50, consumer: str = "trainer") -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        registry: ModelRegistry,
+        batch_size: int = 50,
+        consumer: str = "trainer",
+        publisher: Publisher | None = None,
+    ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.store = store
         self.registry = registry
         self.batch_size = batch_size
         self.consumer = consumer
+        self.publisher = publisher
         self.outcomes_used = 0
         self.refits = 0
         self._buffer: list[tuple[str, OutcomeRecord]] = []
@@ -131,7 +155,14 @@ class OnlineTrainer:
         if len(self._buffer) < self.batch_size:
             return False
         batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
-        await self._refit(batch)
+        try:
+            await self._refit(batch)
+        except PublishConflictError:
+            self._buffer = []  # another trainer's model already covers or supersedes these
+            raise
+        except BaseException:
+            self._buffer = batch + self._buffer  # not published, not acknowledged: still ours to train on
+            raise
         return True
 
     async def _refit(self, batch: list[tuple[str, OutcomeRecord]]) -> None:
@@ -145,8 +176,13 @@ class OnlineTrainer:
 
         refitted = await asyncio.to_thread(fit)
         refitted.carry_exploration_from(self.registry.current.model)
-        published = await self.registry.publish(refitted)
-        await self.store.ack_outcomes([entry_id for entry_id, _ in batch])
+        entry_ids = [entry_id for entry_id, _ in batch]
+        if self.publisher is not None:
+            version = await self.publisher(refitted, self.registry.current.version + 1, entry_ids)
+            published = await self.registry.publish(refitted, version)
+        else:
+            published = await self.registry.publish(refitted)
+            await self.store.ack_outcomes(entry_ids)
         self.outcomes_used += len(batch)
         self.refits += 1
         log.info("refit on %d outcomes -> model version %d", len(batch), published.version)

@@ -1,0 +1,449 @@
+"""Redis state store: shared decisions and outcome log for many replicas, with a degraded mode.
+
+Selected with ``edgepath serve --store redis://HOST:PORT/DB`` (redis-py asyncio, hiredis parser).
+
+Keys (``ns`` = ``settings.redis_namespace``)
+--------------------------------------------
+``{ns}:decision:{id}``
+    The :class:`~edgepath.state.base.DecisionRecord` as JSON (never pickle), ``SET … PX ttl``.
+``{ns}:claimed:{id}``
+    Outcome marker, kept twice the decision TTL so a late repeat is still a duplicate.
+``{ns}:outcomes``
+    Redis Stream: one entry (field ``o``, JSON :class:`OutcomeRecord`) per first outcome of a decision,
+    read by the consumer group ``trainers``.
+
+Exactly once into the log
+    :meth:`RedisStore.claim_outcome` is one Lua script (atomic in Redis): marker exists → DUPLICATE;
+    decision missing → UNKNOWN; else ``SET`` the marker and ``XADD`` the outcome → NEW.
+
+At least once to the trainer, exactly once into the model
+    :meth:`read_outcomes` uses ``XREADGROUP``: a consumer first re-reads its own pending entries
+    (``XREADGROUP … 0``, after a restart), then claims entries that other (dead) consumers left pending
+    longer than ``claim_idle_ms`` (``XAUTOCLAIM``), then reads new ones (``>``). Entries are
+    acknowledged (``XACK`` + ``XDEL``) in the same Lua script that publishes the model trained on them
+    (:mod:`edgepath.training.snapshots`), so a crash either loses the refit *and* keeps the entries
+    pending, or keeps both: no outcome is lost and none is counted twice.
+
+Degraded mode (Redis unreachable)
+---------------------------------
+The first command that fails with a connection error or times out (``socket_timeout_s``) switches the
+store to *degraded*: requests stop touching Redis and a background task pings it every
+``reconnect_interval_s``. Meanwhile
+
+* decisions are kept in memory (``outbox_max_decisions``, oldest dropped first) — so outcomes reported
+  to this replica can still be joined — and written to Redis (with their remaining TTL) on reconnect;
+* the decisions this replica made or read recently are kept in a local TTL cache for joins;
+* outcomes are buffered (``outbox_max_outcomes``); past the bound an outcome is dropped, counted in
+  ``edgepath_outcomes_dropped{reason="outbox_full"}``, logged, and the caller gets
+  :class:`~edgepath.errors.Unavailable` (HTTP 503 / gRPC UNAVAILABLE) so the device may retry;
+* on reconnect the buffered decisions, then the buffered outcomes go through the same claim script
+  (so an outcome also reported to another replica is still counted once); the store leaves degraded
+  mode only once the outbox is empty.
+
+:meth:`ping` is False while degraded: the service reports it on ``/readyz`` and gRPC health
+(see :mod:`edgepath.main`). The model keeps serving: the replica decides with its last model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import logging
+import time
+from typing import Any
+
+from cachetools import TTLCache
+from edgepath.errors import Unavailable
+from edgepath.metrics import Metrics
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger(__name__)
+
+#: Errors that mean "Redis is unreachable right now" (→ degraded mode), as opposed to a bug.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+GROUP = "trainers"
+
+# KEYS: decision, marker, stream; ARGV: marker ttl (ms), outcome JSON
+_CLAIM_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'duplicate' end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 'unknown' end
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+redis.call('XADD', KEYS[3], '*', 'o', ARGV[2])
+return 'new'
+"""
+
+#: Longest XREADGROUP block (ms); the reader connection's timeout is this plus ``socket_timeout_s``.
+MAX_BLOCK_MS = 5000
+
+
+def encode_decision(record: DecisionRecord) -> bytes:
+    return json.dumps(dataclasses.asdict(record), separators=(",", ":")).encode()
+
+
+def decode_decision(raw: bytes) -> DecisionRecord:
+    d = json.loads(raw)
+    d["arms"] = tuple(d["arms"])
+    d["features"] = tuple(d["features"])
+    return DecisionRecord(**d)
+
+
+def encode_outcome(record: OutcomeRecord) -> bytes:
+    return json.dumps(dataclasses.asdict(record), separators=(",", ":")).encode()
+
+
+def decode_outcome(raw: bytes) -> OutcomeRecord:
+    d = json.loads(raw)
+    d["arms"] = tuple(d["arms"])
+    d["features"] = tuple(d["features"])
+    return OutcomeRecord(**d)
+
+
+class RedisStore:
+    """:class:`~edgepath.state.base.StateStore` on Redis, shared by every replica and the trainer.
+
+    Parameters
+    ----------
+    url:
+        ``redis://HOST:PORT/DB`` (also ``rediss://`` and ``unix://``).
+    namespace:
+        Prefix of every key.
+    decision_ttl_s:
+        Decision lifetime, s (markers live twice as long).
+    socket_timeout_s:
+        Command and connect timeout, s; a command slower than this switches to degraded mode.
+    outbox_max_outcomes, outbox_max_decisions:
+        Bounds of the in-memory buffers used while Redis is unreachable.
+    claim_idle_ms:
+        Pending outcomes idle longer than this are reclaimed from other consumers (``XAUTOCLAIM``).
+    metrics:
+        Where drops and the degraded state are counted (optional).
+    reconnect_interval_s:
+        Period of the reconnect probe while degraded, s.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "edgepath",
+        decision_ttl_s: float = 3600.0,
+        socket_timeout_s: float = 1.0,
+        outbox_max_outcomes: int = 10_000,
+        outbox_max_decisions: int = 100_000,
+        claim_idle_ms: int = 30_000,
+        metrics: Metrics | None = None,
+        reconnect_interval_s: float = 0.2,
+    ) -> None:
+        retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+        common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
+        self.url = url
+        self.redis: Redis = Redis.from_url(url, socket_timeout=socket_timeout_s, **common)
+        # Blocking stream reads need a longer read timeout than ordinary commands.
+        self._reader: Redis = Redis.from_url(url, socket_timeout=socket_timeout_s + MAX_BLOCK_MS / 1000, **common)
+        self.namespace = namespace
+        self.decision_ttl_s = decision_ttl_s
+        self.outbox_max_outcomes = outbox_max_outcomes
+        self.outbox_max_decisions = outbox_max_decisions
+        self.claim_idle_ms = claim_idle_ms
+        self.metrics = metrics
+        self.reconnect_interval_s = reconnect_interval_s
+        self.stream = f"{namespace}:outcomes"
+        self._claim = self.redis.register_script(_CLAIM_LUA)
+
+        cache_size = max(1, outbox_max_decisions)
+        self._recent: TTLCache[str, DecisionRecord] = TTLCache(cache_size, decision_ttl_s, timer=time.monotonic)
+        self._claimed_recent: TTLCache[str, bool] = TTLCache(cache_size, decision_ttl_s * 2, timer=time.monotonic)
+        self._unsynced: collections.OrderedDict[str, DecisionRecord] = collections.OrderedDict()
+        self._outbox: collections.deque[OutcomeRecord] = collections.deque()
+        self._outbox_ids: set[str] = set()
+        self._degraded = False
+        self._reconnect_task: asyncio.Task[None] | None = None
+        self.flushed_outcomes = 0
+
+        self._group_ready = False
+        self._inflight: set[str] = set()
+        self._pending_cursor: dict[str, str] = {}
+        self._autoclaim_cursor = "0-0"
+
+    # ----------------------------------------------------------------- keys
+    def decision_key(self, decision_id: str) -> str:
+        return f"{self.namespace}:decision:{decision_id}"
+
+    def marker_key(self, decision_id: str) -> str:
+        return f"{self.namespace}:claimed:{decision_id}"
+
+    # ------------------------------------------------------------ degraded
+    @property
+    def degraded(self) -> bool:
+        """True while Redis is unreachable and the store works from memory."""
+        return self._degraded
+
+    def status(self) -> dict[str, Any]:
+        """Degraded flag and buffer sizes (for readiness bodies and logs)."""
+        return {
+            "degraded": self._degraded,
+            "outbox_outcomes": len(self._outbox),
+            "unsynced_decisions": len(self._unsynced),
+        }
+
+    def _enter_degraded(self, exc: BaseException) -> None:
+        if self._degraded:
+            return
+        self._degraded = True
+        log.warning("state store %s unreachable (%s): degraded mode, deciding with the last model", self.url, exc)
+        if self.metrics is not None:
+            self.metrics.store_degraded.set(1)
+        self._reconnect_task = asyncio.create_task(self._reconnect(), name="redis-reconnect")
+
+    async def _reconnect(self) -> None:
+        while True:
+            # Pacing of a reconnect probe (not a test wait): one PING per interval while Redis is away.
+            await asyncio.sleep(self.reconnect_interval_s)
+            try:
+                await self.redis.ping()
+                await self._flush()
+            except UNREACHABLE:
+                continue
+            except Exception:  # a bug must not leave the replica degraded forever without a trace
+                log.exception("flushing the outbox failed; retrying")
+                continue
+            self._degraded = False
+            if self.metrics is not None:
+                self.metrics.store_degraded.set(0)
+                self.metrics.outbox_outcomes.set(0)
+            log.info(
+                "state store %s reachable again; outbox flushed (%d outcomes so far)", self.url, self.flushed_outcomes
+            )
+            return
+
+    async def _flush(self) -> None:
+        """Write buffered decisions (remaining TTL), then claim buffered outcomes, oldest first."""
+        while self._unsynced:
+            batch = list(self._unsynced.items())[:500]
+            pipe = self.redis.pipeline(transaction=False)
+            now = time.time()
+            for decision_id, record in batch:
+                remaining_ms = int((record.decided_at + self.decision_ttl_s - now) * 1000)
+                if remaining_ms > 0:
+                    pipe.set(self.decision_key(decision_id), encode_decision(record), px=remaining_ms)
+            await pipe.execute()
+            for decision_id, _ in batch:
+                self._unsynced.pop(decision_id, None)
+        while self._outbox:
+            outcome = self._outbox[0]
+            result = await self._claim_in_redis(outcome)
+            self._outbox.popleft()
+            self._outbox_ids.discard(outcome.decision_id)
+            if self.metrics is not None:
+                self.metrics.outbox_outcomes.set(len(self._outbox))
+            if result is ClaimResult.NEW:
+                self.flushed_outcomes += 1
+            elif result is ClaimResult.UNKNOWN:
+                self._drop("flush_unknown_decision", outcome.decision_id)
+            # DUPLICATE: already in the log (reported to another replica, or our timed-out claim ran): fine.
+
+    def _drop(self, reason: str, decision_id: str) -> None:
+        log.warning("outcome of decision_id=%s dropped: %s", decision_id, reason)
+        if self.metrics is not None:
+            self.metrics.outcomes_dropped.labels(reason).inc()
+
+    def _keep_unsynced(self, record: DecisionRecord) -> None:
+        if self.outbox_max_decisions == 0:
+            self._drop("decision_outbox_full", record.decision_id)
+            return
+        while len(self._unsynced) >= self.outbox_max_decisions:
+            old_id, _ = self._unsynced.popitem(last=False)
+            self._drop("decision_outbox_full", old_id)
+        self._unsynced[record.decision_id] = record
+
+    # ----------------------------------------------------------- decisions
+    async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
+        self._recent[record.decision_id] = record
+        if not self._degraded:
+            try:
+                await self.redis.set(
+                    self.decision_key(record.decision_id), encode_decision(record), px=max(1, int(ttl_s * 1000))
+                )
+                return
+            except UNREACHABLE as exc:
+                self._enter_degraded(exc)
+        self._keep_unsynced(record)
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        if not self._degraded:
+            try:
+                raw: Any = await self.redis.get(self.decision_key(decision_id))
+            except UNREACHABLE as exc:
+                self._enter_degraded(exc)
+            else:
+                if raw is not None:
+                    record = decode_decision(raw)
+                    self._recent[decision_id] = record  # joinable here even if Redis goes away next
+                    return record
+        return self._recent.get(decision_id)
+
+    # ------------------------------------------------------------ outcomes
+    async def _claim_in_redis(self, outcome: OutcomeRecord) -> ClaimResult:
+        marker_ttl_ms = int(self.decision_ttl_s * 2000)
+        keys = [self.decision_key(outcome.decision_id), self.marker_key(outcome.decision_id), self.stream]
+        raw = await self._claim(keys=keys, args=[marker_ttl_ms, encode_outcome(outcome)])
+        return ClaimResult(raw.decode() if isinstance(raw, bytes) else raw)
+
+    async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
+        decision_id = outcome.decision_id
+        if not self._degraded:
+            try:
+                result = await self._claim_in_redis(outcome)
+            except UNREACHABLE as exc:
+                self._enter_degraded(exc)
+            else:
+                if result is ClaimResult.NEW:
+                    self._claimed_recent[decision_id] = True
+                return result
+        # Degraded: join locally and buffer until Redis returns.
+        if decision_id in self._outbox_ids or decision_id in self._claimed_recent:
+            return ClaimResult.DUPLICATE
+        if decision_id not in self._recent:
+            return ClaimResult.UNKNOWN
+        if len(self._outbox) >= self.outbox_max_outcomes:
+            self._drop("outbox_full", decision_id)
+            raise Unavailable("state store unreachable and the outcome buffer is full; retry later")
+        self._outbox.append(outcome)
+        self._outbox_ids.add(decision_id)
+        self._claimed_recent[decision_id] = True
+        if self.metrics is not None:
+            self.metrics.outbox_outcomes.set(len(self._outbox))
+        return ClaimResult.NEW
+
+    async def _ensure_group(self) -> None:
+        if self._group_ready:
+            return
+        try:
+            await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    async def _decode_entries(self, entries: list[Any]) -> list[tuple[str, OutcomeRecord]]:
+        out: list[tuple[str, OutcomeRecord]] = []
+        poison: list[str] = []
+        for entry_id_raw, fields in entries:
+            entry_id = entry_id_raw.decode() if isinstance(entry_id_raw, bytes) else str(entry_id_raw)
+            if entry_id in self._inflight or not fields:
+                continue  # already held by this process, or deleted meanwhile
+            try:
+                record = decode_outcome(fields[b"o"])
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("undecodable outcome-log entry %s dropped: %s", entry_id, exc)
+                if self.metrics is not None:
+                    self.metrics.outcomes_dropped.labels("undecodable").inc()
+                poison.append(entry_id)
+                continue
+            self._inflight.add(entry_id)
+            out.append((entry_id, record))
+        if poison:
+            await self.ack_outcomes(poison)
+        return out
+
+    async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
+        """Own pending entries first (after a restart), then reclaimed ones (XAUTOCLAIM), then new ones.
+
+        Raises
+        ------
+        redis.exceptions.ConnectionError, redis.exceptions.TimeoutError
+            When Redis is unreachable (the trainer retries; nothing is acknowledged).
+        """
+        await self._ensure_group()
+        cursor = self._pending_cursor.get(consumer, "0")
+        if cursor != "done":
+            resp: Any = await self._reader.xreadgroup(GROUP, consumer, {self.stream: cursor}, count=count)
+            entries = resp[0][1] if resp else []
+            if entries:
+                last = entries[-1][0]
+                self._pending_cursor[consumer] = last.decode() if isinstance(last, bytes) else str(last)
+                got = await self._decode_entries(entries)
+                if got:
+                    return got
+            else:
+                self._pending_cursor[consumer] = "done"
+        next_id, claimed, *_ = await self.redis.xautoclaim(
+            self.stream,
+            GROUP,
+            consumer,
+            min_idle_time=self.claim_idle_ms,
+            start_id=self._autoclaim_cursor,
+            count=count,
+        )
+        self._autoclaim_cursor = next_id.decode() if isinstance(next_id, bytes) else str(next_id)
+        got = await self._decode_entries(claimed)
+        if got:
+            log.info("reclaimed %d pending outcomes from other consumers", len(got))
+            return got
+        block = min(block_ms, MAX_BLOCK_MS) if block_ms > 0 else None
+        resp = await self._reader.xreadgroup(GROUP, consumer, {self.stream: ">"}, count=count, block=block)  # type: ignore[assignment]
+        return await self._decode_entries(resp[0][1]) if resp else []
+
+    def forget_inflight(self) -> None:
+        """Forget what this process holds unacknowledged: the next reads start from its pending list again."""
+        self._inflight.clear()
+        self._pending_cursor.clear()
+        self._autoclaim_cursor = "0-0"
+
+    def acked(self, entry_ids: list[str]) -> None:
+        """Entries acknowledged elsewhere (the snapshot publication script) are no longer in flight."""
+        self._inflight.difference_update(entry_ids)
+
+    async def ack_outcomes(self, entry_ids: list[str]) -> None:
+        """``XACK`` and ``XDEL`` the entries atomically (MULTI/EXEC)."""
+        if not entry_ids:
+            return
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.xack(self.stream, GROUP, *entry_ids)
+        pipe.xdel(self.stream, *entry_ids)
+        await pipe.execute()
+        self.acked(entry_ids)
+
+    async def pending_count(self) -> int:
+        """Outcomes delivered to some consumer and not yet acknowledged."""
+        await self._ensure_group()
+        info = await self.redis.xpending(self.stream, GROUP)
+        return int(info["pending"])
+
+    async def stream_length(self) -> int:
+        return int(await self.redis.xlen(self.stream))
+
+    # ---------------------------------------------------------------- misc
+    async def ping(self) -> bool:
+        if self._degraded:
+            return False
+        try:
+            return bool(await self.redis.ping())
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return False
+
+    async def close(self) -> None:
+        if self._reconnect_task is not None:
+            self._reconnect_task.cancel()
+            try:
+                await self._reconnect_task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._outbox or self._unsynced:
+            log.warning(
+                "closing with %d buffered outcomes and %d unsynced decisions (lost)",
+                len(self._outbox),
+                len(self._unsynced),
+            )
+        await self.redis.aclose()
+        await self._reader.aclose()

@@ -1,0 +1,159 @@
+"""Trainer role on a shared (Redis) store: one active trainer at a time, chosen by a Redis lock.
+
+Why a lock and not (only) a Deployment of one replica
+-----------------------------------------------------
+A Kubernetes Deployment with ``replicas: 1`` does not guarantee one *running* pod: during a rolling
+update, or while a node is partitioned and its pod is not yet known dead, two trainer pods can run at
+once. Two trainers refitting from the same serving version would fork the model. So the trainer holds
+a Redis lock (redis-py's :class:`redis.asyncio.lock.Lock`: ``SET NX PX`` with a random token, released
+and renewed by token-checking Lua scripts) with expiry ``lock_ttl_s``, renewed every third of it.
+The Helm chart may still run the trainer as a Deployment of one; ``edgepath serve --trainer`` lets
+replicas compete for the same lock instead. Both are safe because the lock is not the only guard: the
+snapshot publication script refuses a version that is not above the stored one (a fencing token),
+so a trainer that lost its lock without noticing (paused process) cannot overwrite a newer model.
+
+Lifecycle
+---------
+Wait for the lock → load the newest published snapshot (continue from it, never from scratch) →
+consume the outcome stream (:class:`~edgepath.training.online.OnlineTrainer` with the atomic
+publish-and-acknowledge publisher) → renew the lock. When Redis is unreachable, renewal is retried
+until the lock would have expired (then the role steps down); a lock lost to another holder steps down
+at once. Stepping down drops the in-memory batch: its outcomes stay pending in the stream and are
+delivered again (the next holder reclaims them with ``XAUTOCLAIM``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+
+from edgepath.state.redis import UNREACHABLE, RedisStore
+from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError
+from edgepath.training.snapshots import SnapshotRejectedError, SnapshotStore
+from redis.exceptions import LockError
+
+log = logging.getLogger(__name__)
+
+
+def consumer_name() -> str:
+    """A consumer name unique to this process (host and pid)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class TrainerRole:
+    """Runs an :class:`OnlineTrainer` while holding the trainer lock.
+
+    Parameters
+    ----------
+    store, snapshots, registry:
+        Shared store, snapshot store and the local registry the trainer refits.
+    batch_size:
+        Outcomes per refit.
+    lock_ttl_s:
+        Lock expiry, s; renewed every ``lock_ttl_s / 3``.
+    """
+
+    def __init__(
+        self,
+        store: RedisStore,
+        snapshots: SnapshotStore,
+        registry: ModelRegistry,
+        batch_size: int = 50,
+        lock_ttl_s: float = 10.0,
+        consumer: str | None = None,
+    ) -> None:
+        self.store = store
+        self.snapshots = snapshots
+        self.registry = registry
+        self.batch_size = batch_size
+        self.lock_ttl_s = lock_ttl_s
+        self.consumer = consumer or consumer_name()
+        self.lock_name = f"{store.namespace}:trainer:lock"
+        self.is_leader = False
+        self.trainer: OnlineTrainer | None = None
+        self.terms = 0
+
+    async def _publish(self, model: object, version: int, entry_ids: list[str]) -> int:
+        try:
+            return await self.snapshots.publish(model, version, entry_ids)  # type: ignore[arg-type]
+        except PublishConflictError:
+            log.warning("model publication conflict; re-synchronising to the stored snapshot")
+            await self._sync_from_snapshot()
+            self.store.forget_inflight()
+            raise
+
+    async def _sync_from_snapshot(self) -> None:
+        try:
+            loaded = await self.snapshots.load()
+        except SnapshotRejectedError:
+            log.error("stored snapshot refused; training on from local model v%d", self.registry.current.version)
+            return
+        if loaded is not None and loaded.version > self.registry.current.version:
+            await self.registry.publish(loaded.model, loaded.version)
+            log.info("trainer continues from published model version %d", loaded.version)
+        elif loaded is None:
+            # Nothing published yet: make sure our first version is above any stored counter.
+            stored = await self.snapshots.latest_version()
+            if stored >= self.registry.current.version:
+                await self.registry.publish(self.registry.current.model, stored)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Compete for the lock and train while holding it, until ``stop`` is set."""
+        renew_every_s = self.lock_ttl_s / 3
+        while not stop.is_set():
+            lock = self.store.redis.lock(self.lock_name, timeout=self.lock_ttl_s, thread_local=False)
+            try:
+                got = await lock.acquire(blocking=True, blocking_timeout=renew_every_s)
+            except UNREACHABLE as exc:
+                log.debug("trainer lock: Redis unreachable (%s)", exc)
+                await _wait(stop, renew_every_s)
+                continue
+            if not got:
+                continue
+            self.terms += 1
+            self.is_leader = True
+            trainer: OnlineTrainer | None = None
+            log.info("trainer lock %s acquired by %s", self.lock_name, self.consumer)
+            try:
+                await self._sync_from_snapshot()
+                self.store.forget_inflight()
+                trainer = OnlineTrainer(
+                    self.store, self.registry, self.batch_size, consumer=self.consumer, publisher=self._publish
+                )
+                self.trainer = trainer
+                trainer.start()
+                renewed_at = time.monotonic()
+                while not stop.is_set():
+                    await _wait(stop, renew_every_s)
+                    if stop.is_set():
+                        break
+                    try:
+                        await lock.reacquire()
+                        renewed_at = time.monotonic()
+                    except UNREACHABLE as exc:
+                        if time.monotonic() - renewed_at > self.lock_ttl_s * 0.8:
+                            log.warning("trainer lock could not be renewed (%s); stepping down", exc)
+                            break
+            except LockError as exc:
+                log.warning("trainer lock lost (%s); stepping down", exc)
+            except UNREACHABLE as exc:
+                log.warning("Redis unreachable while taking the trainer role (%s); retrying", exc)
+            finally:
+                if trainer is not None:
+                    await trainer.stop()
+                self.is_leader = False
+                self.store.forget_inflight()
+                try:
+                    await lock.release()
+                except (LockError, *UNREACHABLE):
+                    pass
+
+
+async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout_s)
+    except TimeoutError:
+        pass

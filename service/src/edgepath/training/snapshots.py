@@ -1,0 +1,278 @@
+"""Signed, versioned model snapshots in Redis, and the replicas' hot-swap follower.
+
+Format
+------
+A snapshot is the :class:`~edgepath.engines.primary_path.PrimaryPathBandit` serialized with
+cloudpickle (contextualbandits policies hold closures plain pickle cannot reach), stored in the hash
+``{ns}:model:snapshot`` with fields ``version``, ``blob``, ``signature``, ``meta`` (JSON:
+``published_at`` Unix s, ``samples_seen``, ``policy``) next to the counter ``{ns}:model:version``.
+
+Signature
+---------
+``HMAC-SHA256(key, b"edgepath-snapshot-v1\\x00" + version + b"\\x00" + meta + b"\\x00" + blob)``
+(RFC 2104 HMAC with SHA-256, FIPS 180-4), hex-encoded. Binding the version and the metadata prevents
+replaying an old blob under a new version number. Replicas verify it with :func:`hmac.compare_digest`
+*before* unpickling: a blob that is unsigned, signed with another key or altered is refused, logged
+and counted in ``edgepath_snapshots_rejected{reason}`` — unpickling runs arbitrary code, so only
+what the trainer (holder of the key) signed is ever loaded.
+
+Publication (exactly once with the outcome log)
+-----------------------------------------------
+One Lua script, atomic in Redis: if the new version is greater than the stored one (a fencing check:
+a trainer that lost its lock cannot overwrite a newer model), set the counter and the hash, ``XACK`` +
+``XDEL`` the outcome-log entries the model was trained on, and ``PUBLISH`` the version on
+``{ns}:model:published``. Otherwise nothing changes and :class:`~edgepath.training.online.PublishConflictError`
+is raised after the trainer re-synchronised to the stored model.
+
+Hot swap
+--------
+:class:`SnapshotFollower` (in every replica) subscribes to the channel and, on a message — or every
+``poll_s`` as a fallback if a message was missed — compares the stored version with the serving one
+and loads a newer snapshot (verify, unpickle in a worker thread, swap the registry reference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+from edgepath.engines.primary_path import PrimaryPathBandit
+from edgepath.metrics import Metrics
+from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
+from edgepath.training.online import ModelRegistry, PublishConflictError
+from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+_DOMAIN = b"edgepath-snapshot-v1"
+#: Used only in the ``dev`` profile when no key is configured (settings refuse this elsewhere).
+DEV_HMAC_KEY = b"edgepath-dev-insecure-hmac-key"
+
+# KEYS: version counter, snapshot hash, outcome stream
+# ARGV: version, blob, signature, meta, channel, group, entry ids...
+_PUBLISH_LUA = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local version = tonumber(ARGV[1])
+if version <= current then return -current end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'version', ARGV[1], 'blob', ARGV[2], 'signature', ARGV[3], 'meta', ARGV[4])
+if #ARGV > 6 then
+  redis.call('XACK', KEYS[3], ARGV[6], unpack(ARGV, 7))
+  redis.call('XDEL', KEYS[3], unpack(ARGV, 7))
+end
+redis.call('PUBLISH', ARGV[5], ARGV[1])
+return version
+"""
+
+
+class SnapshotRejectedError(Exception):
+    """A snapshot was refused before unpickling; ``reason`` is the metric label."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def sign(key: bytes, version: int, meta: bytes, blob: bytes) -> str:
+    """HMAC-SHA256 (RFC 2104) over domain, version, metadata and blob; hex digest."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in (_DOMAIN, str(version).encode(), meta, blob):
+        mac.update(part)
+        mac.update(b"\x00")
+    return mac.hexdigest()
+
+
+def dumps(model: PrimaryPathBandit) -> bytes:
+    """Serialize a bandit (cloudpickle)."""
+    return cloudpickle.dumps(model)
+
+
+def loads_verified(key: bytes, version: int, meta: bytes, blob: bytes, signature: str | bytes | None) -> Any:
+    """Verify the signature, then unpickle.
+
+    Raises
+    ------
+    SnapshotRejectedError
+        ``unsigned`` (no signature) or ``bad_signature`` (does not verify) — nothing was unpickled.
+    """
+    if not signature:
+        raise SnapshotRejectedError("unsigned", f"model snapshot v{version} has no signature")
+    given = signature.decode() if isinstance(signature, bytes) else signature
+    if not hmac.compare_digest(sign(key, version, meta, blob), given):
+        raise SnapshotRejectedError("bad_signature", f"model snapshot v{version}: signature does not verify")
+    return pickle.loads(blob)  # signed by the trainer: verified above
+
+
+@dataclass(frozen=True)
+class LoadedSnapshot:
+    version: int
+    model: PrimaryPathBandit
+    meta: dict[str, Any]
+
+
+class SnapshotStore:
+    """Publishes and loads signed model snapshots in Redis.
+
+    Parameters
+    ----------
+    store:
+        The Redis state store (its client, namespace and outcome stream are used).
+    hmac_key:
+        Signing key (bytes, non-empty).
+    metrics:
+        Where refused snapshots are counted (optional).
+    """
+
+    def __init__(self, store: RedisStore, hmac_key: bytes, metrics: Metrics | None = None) -> None:
+        if not hmac_key:
+            raise ValueError("an HMAC key is required to sign or verify model snapshots")
+        self.store = store
+        self.redis: Redis = store.redis
+        self.key = hmac_key
+        self.metrics = metrics
+        ns = store.namespace
+        self.version_key = f"{ns}:model:version"
+        self.snapshot_key = f"{ns}:model:snapshot"
+        self.channel = f"{ns}:model:published"
+        self._publish = self.redis.register_script(_PUBLISH_LUA)
+
+    async def latest_version(self) -> int:
+        """Stored model version (0 when nothing was published)."""
+        raw = await self.redis.get(self.version_key)
+        return int(raw) if raw is not None else 0
+
+    async def publish(self, model: PrimaryPathBandit, version: int, entry_ids: list[str]) -> int:
+        """Store ``model`` as ``version`` and acknowledge ``entry_ids``, atomically.
+
+        Raises
+        ------
+        PublishConflictError
+            The stored version is already ≥ ``version`` (another trainer published; nothing changed).
+        """
+        blob = await asyncio.to_thread(dumps, model)
+        meta = json.dumps(
+            {"published_at": time.time(), "samples_seen": model.samples_seen, "policy": model.policy_name},
+            separators=(",", ":"),
+        ).encode()
+        signature = sign(self.key, version, meta, blob)
+        args: list[Any] = [version, blob, signature, meta, self.channel, GROUP, *entry_ids]
+        result = int(await self._publish(keys=[self.version_key, self.snapshot_key, self.store.stream], args=args))
+        if result < 0 or result != version:
+            raise PublishConflictError(f"model version {-result} already published; refusing to publish {version}")
+        self.store.acked(entry_ids)
+        return version
+
+    async def load(self) -> LoadedSnapshot | None:
+        """The stored snapshot, verified and unpickled; None when nothing was published.
+
+        Raises
+        ------
+        SnapshotRejectedError
+            Unsigned, badly signed, unreadable or not a bandit (counted and logged here).
+        """
+        fields: dict[bytes, Any] = await self.redis.hgetall(self.snapshot_key)  # type: ignore[assignment]
+        if not fields:
+            return None
+        try:
+            version = int(fields.get(b"version", b"0"))
+            meta = fields.get(b"meta", b"{}")
+            blob = fields.get(b"blob", b"")
+            model = await asyncio.to_thread(loads_verified, self.key, version, meta, blob, fields.get(b"signature"))
+            if not isinstance(model, PrimaryPathBandit):
+                raise SnapshotRejectedError("wrong_type", f"model snapshot v{version} is a {type(model).__name__}")
+            return LoadedSnapshot(version, model, json.loads(meta))
+        except SnapshotRejectedError as exc:
+            self._reject(exc.reason, str(exc))
+            raise
+        except (ValueError, pickle.UnpicklingError, EOFError) as exc:
+            self._reject("unreadable", f"model snapshot unreadable: {exc}")
+            raise SnapshotRejectedError("unreadable", str(exc)) from exc
+
+    def _reject(self, reason: str, message: str) -> None:
+        log.error("refusing model snapshot (%s): %s", reason, message)
+        if self.metrics is not None:
+            self.metrics.snapshots_rejected.labels(reason).inc()
+
+
+class SnapshotFollower:
+    """Keeps a replica's registry on the newest published snapshot (pub/sub + periodic check).
+
+    Parameters
+    ----------
+    snapshots, registry:
+        Where snapshots come from and where they are swapped in.
+    poll_s:
+        Fallback check period, s (a missed pub/sub message costs at most this much delay).
+    """
+
+    def __init__(self, snapshots: SnapshotStore, registry: ModelRegistry, poll_s: float = 1.0) -> None:
+        self.snapshots = snapshots
+        self.registry = registry
+        self.poll_s = poll_s
+        self.swaps = 0
+        self.last_swap_delay_s: float | None = None
+        self._rejected_version = -1
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="snapshot-follower")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def check(self) -> bool:
+        """Load and swap in a newer snapshot if one is published. Returns True when it swapped."""
+        latest = await self.snapshots.latest_version()
+        if latest <= self.registry.current.version or latest == self._rejected_version:
+            return False
+        try:
+            loaded = await self.snapshots.load()
+        except SnapshotRejectedError:
+            self._rejected_version = latest  # refuse once per version; keep serving the current model
+            return False
+        if loaded is None or loaded.version <= self.registry.current.version:
+            return False
+        await self.registry.publish(loaded.model, loaded.version)
+        self.swaps += 1
+        published_at = loaded.meta.get("published_at")
+        if isinstance(published_at, int | float):
+            self.last_swap_delay_s = max(0.0, time.time() - published_at)
+        log.info(
+            "hot-swapped to model version %d (%.3f s after publication)", loaded.version, self.last_swap_delay_s or 0.0
+        )
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with self.snapshots.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(self.snapshots.channel)
+                    await self.check()  # catch up on anything published before (re)subscribing
+                    while True:
+                        await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.poll_s)
+                        await self.check()  # on a message, or after poll_s without one
+            except asyncio.CancelledError:
+                raise
+            except UNREACHABLE as exc:
+                log.debug(
+                    "snapshot follower: Redis unreachable (%s); serving model v%d", exc, self.registry.current.version
+                )
+            except Exception:
+                log.exception("snapshot follower failed; serving model v%d", self.registry.current.version)
+            # Pacing of the resubscribe loop while Redis is away (not a test wait).
+            await asyncio.sleep(self.poll_s)

@@ -1,0 +1,185 @@
+"""One contract, two stores: the same cases run on MemoryStore and on RedisStore (real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, StateStore
+from edgepath.state.memory import MemoryStore
+from edgepath.state.redis import RedisStore
+
+KINDS = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
+
+
+def decision(decision_id: str, device_id: str = "dev-1") -> DecisionRecord:
+    return DecisionRecord(
+        decision_id=decision_id,
+        device_id=device_id,
+        model_version=3,
+        policy="active_explorer",
+        arms=("WIFI", "LTE"),
+        arm_index=1,
+        interface="wwan0",
+        propensity=0.85,
+        features=(0.5, -1.25, 0.0, 3.0),
+        decided_at=time.time(),
+    )
+
+
+def outcome(d: DecisionRecord, throughput_bps: float = 3e7, latency_ms: float | None = 40.0) -> OutcomeRecord:
+    return OutcomeRecord(
+        decision_id=d.decision_id,
+        device_id=d.device_id,
+        model_version=d.model_version,
+        arms=d.arms,
+        arm_index=d.arm_index,
+        propensity=d.propensity,
+        features=d.features,
+        throughput_bps=throughput_bps,
+        latency_ms=latency_ms,
+        loss=None,
+        reward=1,
+        reported_at=time.time(),
+        extra={"rtt_ms": 12.5},
+    )
+
+
+class Harness:
+    """Builds stores of one kind; ``restart`` gives what a restarted trainer process would see."""
+
+    def __init__(self, kind: str, request: pytest.FixtureRequest) -> None:
+        self.kind = kind
+        self.request = request
+        self.stores: list[Any] = []
+
+    def make(self, decision_ttl_s: float = 60.0) -> Any:
+        if self.kind == "memory":
+            store: Any = MemoryStore(max_decisions=1000, decision_ttl_s=decision_ttl_s)
+        else:
+            server = self.request.getfixturevalue("redis_server")
+            namespace = self.request.getfixturevalue("namespace")
+            store = RedisStore(server.url, namespace=namespace, decision_ttl_s=decision_ttl_s)
+        self.stores.append(store)
+        return store
+
+    def restart(self, store: Any) -> Any:
+        if self.kind == "memory":
+            store.requeue_pending()  # the in-process log survives only within the process
+            return store
+        return self.make(store.decision_ttl_s)
+
+    async def close(self) -> None:
+        for store in self.stores:
+            await store.close()
+
+
+@pytest.fixture(params=KINDS)
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    h = Harness(request.param, request)
+    yield h
+    await h.close()
+
+
+async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 5.0) -> Any:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            value = await condition()
+            if value:
+                return value
+            await asyncio.sleep(0.02)
+
+
+async def test_is_a_state_store(harness: Harness) -> None:
+    assert isinstance(harness.make(), StateStore)
+
+
+async def test_decision_round_trip(harness: Harness) -> None:
+    store = harness.make()
+    d = decision("d-1")
+    await store.put_decision(d, 60.0)
+    assert await store.get_decision("d-1") == d
+    assert await store.get_decision("nope") is None
+
+
+async def test_claim_new_then_duplicate_then_unknown(harness: Harness) -> None:
+    store = harness.make()
+    d = decision("d-2")
+    await store.put_decision(d, 60.0)
+    assert await store.claim_outcome(outcome(d)) is ClaimResult.NEW
+    assert await store.claim_outcome(outcome(d, throughput_bps=1.0)) is ClaimResult.DUPLICATE
+    assert await store.claim_outcome(outcome(decision("never-decided"))) is ClaimResult.UNKNOWN
+    got = await store.read_outcomes("c1", 10, 0)
+    assert len(got) == 1
+    assert got[0][1].decision_id == "d-2"
+    assert got[0][1].throughput_bps == 3e7  # the first report counts, not the duplicate
+    assert got[0][1].extra == {"rtt_ms": 12.5}
+    assert got[0][1].features == d.features and got[0][1].arms == d.arms
+
+
+async def test_decision_expires(harness: Harness) -> None:
+    store = harness.make(decision_ttl_s=0.3)
+    d = decision("d-ttl")
+    await store.put_decision(d, 0.3)
+    assert await store.get_decision("d-ttl") == d
+
+    async def gone() -> bool:
+        return await store.get_decision("d-ttl") is None
+
+    await wait_for(gone, timeout_s=5.0)
+    assert await store.claim_outcome(outcome(d)) is ClaimResult.UNKNOWN
+
+
+async def test_read_in_order_then_ack(harness: Harness) -> None:
+    store = harness.make()
+    ds = [decision(f"d-{i}") for i in range(5)]
+    for d in ds:
+        await store.put_decision(d, 60.0)
+        assert await store.claim_outcome(outcome(d)) is ClaimResult.NEW
+    first = await store.read_outcomes("c1", 3, 0)
+    second = await store.read_outcomes("c1", 3, 0)
+    assert [o.decision_id for _, o in first] == ["d-0", "d-1", "d-2"]
+    assert [o.decision_id for _, o in second] == ["d-3", "d-4"]
+    await store.ack_outcomes([i for i, _ in first + second])
+    assert await store.read_outcomes("c1", 10, 0) == []
+    # acknowledged entries are not delivered again, even to a restarted reader
+    again = harness.restart(store)
+    assert await again.read_outcomes("c1", 10, 0) == []
+
+
+async def test_unacknowledged_outcomes_are_delivered_again_after_restart(harness: Harness) -> None:
+    store = harness.make()
+    ds = [decision(f"r-{i}") for i in range(4)]
+    for d in ds:
+        await store.put_decision(d, 60.0)
+        await store.claim_outcome(outcome(d))
+    got = await store.read_outcomes("trainer", 4, 0)
+    await store.ack_outcomes([got[0][0], got[1][0]])  # the trainer used two, then died
+    restarted = harness.restart(store)
+    redelivered = await restarted.read_outcomes("trainer", 10, 0)
+    assert [o.decision_id for _, o in redelivered] == ["r-2", "r-3"]
+
+
+async def test_blocking_read_wakes_on_new_outcome(harness: Harness) -> None:
+    store = harness.make()
+    d = decision("d-block")
+    await store.put_decision(d, 60.0)
+    started = time.monotonic()
+    reader = asyncio.create_task(store.read_outcomes("c1", 10, 3000))
+    await store.claim_outcome(outcome(d))
+    got = await asyncio.wait_for(reader, 5)
+    assert [o.decision_id for _, o in got] == ["d-block"]
+    assert time.monotonic() - started < 2.5  # returned on the arrival, not at the end of the 3 s block
+
+
+async def test_blocking_read_times_out_empty(harness: Harness) -> None:
+    store = harness.make()
+    assert await store.read_outcomes("c1", 10, 100) == []
+
+
+async def test_ping(harness: Harness) -> None:
+    assert await harness.make().ping() is True
