@@ -1,0 +1,85 @@
+"""Security at the edge: authentication, rate limits, bounded learning (see SECURITY.md).
+
+:func:`build_security` turns :class:`~edgepath.settings.Settings` into one
+:class:`EdgeSecurity` bundle that ``main.py`` hands to both transports (who is
+calling, request budget) and to the decision plane (outcome guard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgepath.security.auth import Authenticator, TokenFile
+from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard, QuarantineSet, RedisQuarantine
+from edgepath.security.ratelimit import FallbackRateLimiter, MemoryRateLimiter, RateLimiter, RedisRateLimiter, enforce
+from edgepath.settings import Settings
+from edgepath.types import Principal
+
+__all__ = ["EdgeSecurity", "build_outcome_guard", "build_security"]
+
+
+@dataclass
+class EdgeSecurity:
+    """What the transports and the plane need to enforce the security settings."""
+
+    auth: Authenticator
+    request_limiter: RateLimiter | None
+    guard: OutcomeGuard
+    max_message_bytes: int = 64 * 1024
+
+    async def admit(self, principal: Principal) -> None:
+        """Take one request token for ``principal``; raises ``RateLimited`` when its bucket is empty."""
+        await enforce(self.request_limiter, principal.device_id, "requests")
+
+
+def build_outcome_guard(settings: Settings, redis_client: Any | None = None) -> OutcomeGuard:
+    """The plane's outcome guard; with ``redis_client`` (``redis.asyncio.Redis``) cap and quarantine are shared."""
+    outcome_rate = settings.outcome_cap_per_window / settings.outcome_window_s
+    cap = settings.outcome_cap_per_window
+    quarantine: QuarantineSet
+    outcomes: RateLimiter
+    if redis_client is not None:
+        ns = getattr(settings, "redis_namespace", "edgepath")
+        outcomes = FallbackRateLimiter(
+            RedisRateLimiter(redis_client, outcome_rate, cap, prefix=f"{ns}:rl:out:"),
+            MemoryRateLimiter(outcome_rate, cap),
+        )
+        quarantine = RedisQuarantine(redis_client, f"{ns}:quarantine", settings.quarantined_devices)
+    else:
+        outcomes = MemoryRateLimiter(outcome_rate, cap)
+        quarantine = MemoryQuarantine(settings.quarantined_devices)
+    return OutcomeGuard(settings.plausibility_factor, outcomes, quarantine)
+
+
+def build_security(
+    settings: Settings, redis_client: Any | None = None, guard: OutcomeGuard | None = None
+) -> EdgeSecurity:
+    """Build the bundle (``guard``: the plane's, else a new one); with ``redis_client`` budgets are shared.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``auth_tokens_file`` is set but does not exist.
+    """
+    tokens = None
+    if settings.auth_tokens_file is not None:
+        if not settings.auth_tokens_file.exists():
+            raise FileNotFoundError(
+                f"auth_tokens_file {settings.auth_tokens_file} does not exist (create it with `edgepath tokens add`)"
+            )
+        tokens = TokenFile(settings.auth_tokens_file)
+    auth = Authenticator(
+        tokens=tokens,
+        jwt_key=settings.auth_jwt_key.get_secret_value(),
+        admin_ids=settings.auth_admin_ids,
+        mtls=settings.tls_client_ca_file is not None,
+    )
+    rate, burst = settings.rate_limit_per_s, settings.rate_limit_burst
+    requests: RateLimiter = MemoryRateLimiter(rate, burst)
+    if redis_client is not None:
+        ns = getattr(settings, "redis_namespace", "edgepath")
+        requests = FallbackRateLimiter(RedisRateLimiter(redis_client, rate, burst, prefix=f"{ns}:rl:req:"), requests)
+    return EdgeSecurity(
+        auth, requests, guard or build_outcome_guard(settings, redis_client), settings.max_message_bytes
+    )

@@ -1,0 +1,76 @@
+"""ASGI middleware bounding request bodies (uvicorn has no body-size limit of its own)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+Scope = dict[str, Any]
+
+
+class BodySizeLimit:
+    """Answer 413 to any HTTP request whose body exceeds ``max_bytes``.
+
+    Checks ``Content-Length`` up front and counts streamed (chunked) bytes, so
+    an oversized body is never buffered whole. Install it with
+    ``app.add_middleware`` (inside Starlette's error middleware): a streamed
+    overflow then ends as a 413 (or FastAPI's 400 "error parsing the body"),
+    never a 500.
+    """
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _reject(self, send: Any) -> None:
+        body = json.dumps(
+            {"error": "invalid_input", "field": None, "message": f"request body larger than {self.max_bytes} bytes"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.max_bytes
+                except ValueError:
+                    too_big = True
+                if too_big:
+                    await self._reject(send)
+                    return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise HTTPException(413, f"request body larger than {self.max_bytes} bytes")
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except HTTPException as exc:
+            if started or exc.status_code != 413:
+                raise
+            await self._reject(send)

@@ -1,0 +1,255 @@
+"""Authentication: who is calling, as a :class:`~edgepath.types.Principal`.
+
+Three credentials are accepted (any subset may be configured; see SECURITY.md):
+
+* **Device tokens** (REST ``Authorization: Bearer …``, gRPC ``authorization``
+  metadata). A token is 256 random bits (``secrets.token_urlsafe(32)``) shown
+  once by ``edgepath tokens add DEVICE``; the tokens file keeps only its
+  SHA-256 digest, so a leaked file does not leak usable tokens. A plain hash
+  (no salt, no slow KDF) is enough because the token is high-entropy: there is
+  no dictionary to attack (the reasoning of GitHub's and Django REST
+  framework's hashed API keys).
+* **JWTs** signed with HS256 by a key from settings (``auth_jwt_key``):
+  ``sub`` is the device id, ``exp`` is required, ``admin: true`` marks an
+  admin. Verified with PyJWT (RFC 7519).
+* **mTLS client certificates** (gRPC): the TLS layer verifies the chain
+  against ``tls_client_ca_file``; the identity is the certificate's subject CN
+  (or, without a CN, its first DNS/URI SAN) read from the call's auth context.
+
+When no method is configured (``dev`` profile, loopback only) the caller's
+self-declared ``device_id`` is trusted, as before authentication existed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from edgepath.errors import InvalidInput, Unauthenticated
+from edgepath.types import Principal
+
+TOKEN_PREFIX = "ept_"
+_MAX_CREDENTIAL_LEN = 4096
+_DEVICE_ID_MAX = 128
+
+
+def hash_token(token: str) -> str:
+    """Hex SHA-256 digest of a token (what the tokens file stores)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh device token: ``ept_`` + 256 random bits, URL-safe base64."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class TokenEntry:
+    """One hashed token of the tokens file."""
+
+    sha256: str
+    device_id: str
+    admin: bool = False
+    created_unix: float = 0.0
+
+
+class TokenFile:
+    """The hashed-token file: ``{"version": 1, "tokens": [{"sha256", "device_id", "admin", "created_unix"}]}``.
+
+    Written atomically with mode 0600. Reloaded when its modification time
+    changes, so ``edgepath tokens add`` takes effect without a restart.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._mtime_ns: int | None = None
+        self._by_hash: dict[str, TokenEntry] = {}
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def entries(self) -> list[TokenEntry]:
+        """All entries (reloading the file when it changed); an absent file has none."""
+        self._maybe_reload()
+        return list(self._by_hash.values())
+
+    def lookup(self, token: str) -> TokenEntry | None:
+        """The entry whose digest matches ``token``, or None."""
+        self._maybe_reload()
+        return self._by_hash.get(hash_token(token))
+
+    def _maybe_reload(self) -> None:
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except FileNotFoundError:
+            with self._lock:
+                self._by_hash, self._mtime_ns = {}, None
+            return
+        if mtime == self._mtime_ns:
+            return
+        with self._lock:
+            data = json.loads(self.path.read_text() or "{}")
+            entries = [TokenEntry(**e) for e in data.get("tokens", [])]
+            self._by_hash = {e.sha256: e for e in entries}
+            self._mtime_ns = mtime
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def _write(self, entries: Iterable[TokenEntry]) -> None:
+        payload = {"version": 1, "tokens": [e.__dict__ for e in entries]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tokens-", dir=self.path.parent)
+        try:
+            os.fchmod(fd, stat.S_IRUSR | stat.S_IWUSR)
+            with os.fdopen(fd, "w") as f:
+                json.dump(payload, f, indent=1)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._mtime_ns = None
+
+    def add(self, device_id: str, *, admin: bool = False) -> str:
+        """Create a token for ``device_id``; returns the token (the only time it exists in clear).
+
+        Raises
+        ------
+        InvalidInput
+            ``device_id`` empty or longer than 128 characters.
+        """
+        if not device_id or len(device_id) > _DEVICE_ID_MAX:
+            raise InvalidInput("device id must have 1..128 characters", field="device_id")
+        token = new_token()
+        entries = self.entries()
+        entries.append(TokenEntry(hash_token(token), device_id, admin, time.time()))
+        self._write(entries)
+        return token
+
+    def revoke(self, device_id: str) -> int:
+        """Delete every token of ``device_id``; returns how many were deleted."""
+        entries = self.entries()
+        keep = [e for e in entries if e.device_id != device_id]
+        self._write(keep)
+        return len(entries) - len(keep)
+
+
+def identity_from_auth_context(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
+    """Device identity of a verified gRPC TLS peer: subject CN, else first DNS/URI SAN; None without a certificate.
+
+    ``auth_context`` is ``ServicerContext.auth_context()``: gRPC fills
+    ``x509_common_name`` and ``x509_subject_alternative_name`` only after the
+    TLS layer verified the client chain against the configured CA.
+    """
+    for key in ("x509_common_name", "x509_subject_alternative_name"):
+        values = auth_context.get(key) or ()
+        for value in values:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            if text:
+                return text
+    return None
+
+
+class Authenticator:
+    """Turns credentials into a :class:`Principal`.
+
+    Parameters
+    ----------
+    tokens:
+        Hashed-token file, or None.
+    jwt_key:
+        HS256 key, or empty for no JWTs.
+    admin_ids:
+        Identities treated as admins (in addition to tokens/JWTs flagged admin).
+    mtls:
+        True when gRPC verifies client certificates (their CN is an identity).
+    """
+
+    def __init__(
+        self,
+        tokens: TokenFile | None = None,
+        jwt_key: str = "",
+        admin_ids: Iterable[str] = (),
+        mtls: bool = False,
+    ) -> None:
+        self.tokens = tokens
+        self.jwt_key = jwt_key
+        self.admin_ids = frozenset(admin_ids)
+        self.mtls = mtls
+
+    @property
+    def required(self) -> bool:
+        """True when callers must present credentials (some method is configured)."""
+        return self.tokens is not None or bool(self.jwt_key) or self.mtls
+
+    def principal(self, identity: str, *, admin: bool = False) -> Principal:
+        return Principal(device_id=identity, is_admin=admin or identity in self.admin_ids)
+
+    def from_bearer(self, token: str) -> Principal:
+        """Verify a bearer token (device token or JWT).
+
+        Raises
+        ------
+        Unauthenticated
+            Unknown token, bad signature, expired or malformed JWT.
+        """
+        if not token or len(token) > _MAX_CREDENTIAL_LEN:
+            raise Unauthenticated("malformed bearer token")
+        if self.tokens is not None and token.startswith(TOKEN_PREFIX):
+            entry = self.tokens.lookup(token)
+            if entry is None:
+                raise Unauthenticated("unknown or revoked token")
+            return self.principal(entry.device_id, admin=entry.admin)
+        if self.jwt_key and token.count(".") == 2:
+            try:
+                claims: dict[str, Any] = jwt.decode(
+                    token, self.jwt_key, algorithms=["HS256"], options={"require": ["sub", "exp"]}
+                )
+            except jwt.PyJWTError as exc:
+                raise Unauthenticated(f"invalid JWT: {exc}") from None
+            sub = claims.get("sub")
+            if not isinstance(sub, str) or not sub or len(sub) > _DEVICE_ID_MAX:
+                raise Unauthenticated("JWT sub must be a device id of 1..128 characters")
+            return self.principal(sub, admin=claims.get("admin") is True)
+        raise Unauthenticated("unknown credential")
+
+    def authenticate(self, *, authorization: str | None = None, peer_identity: str | None = None) -> Principal | None:
+        """The caller's principal, or None when authentication is off and no credential was given.
+
+        ``authorization`` is the raw ``Authorization`` header / metadata value
+        (``Bearer <token>``); ``peer_identity`` the verified client-certificate
+        identity. A verified certificate wins over a bearer token.
+
+        Raises
+        ------
+        Unauthenticated
+            Credentials required but missing, or present but invalid.
+        """
+        if peer_identity:
+            return self.principal(peer_identity)
+        if authorization:
+            scheme, _, token = authorization.strip().partition(" ")
+            if scheme.lower() != "bearer":
+                raise Unauthenticated("expected an 'Authorization: Bearer <token>' header")
+            return self.from_bearer(token.strip())
+        if self.required:
+            raise Unauthenticated("credentials required: bearer token or client certificate")
+        return None
+
+
+def issue_jwt(key: str, device_id: str, *, ttl_s: float = 3600.0, admin: bool = False) -> str:
+    """An HS256 JWT for ``device_id`` valid ``ttl_s`` seconds (for operators and tests)."""
+    now = int(time.time())
+    claims: dict[str, Any] = {"sub": device_id, "iat": now, "exp": now + int(ttl_s)}
+    if admin:
+        claims["admin"] = True
+    return jwt.encode(claims, key, algorithm="HS256")

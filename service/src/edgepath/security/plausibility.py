@@ -1,0 +1,194 @@
+"""Bounded learning: what an outcome must pass before the model may learn from it.
+
+A forged or broken outcome poisons the shared model for every device, so the
+decision plane asks :class:`OutcomeGuard` before it queues an outcome:
+
+1. **Quarantine.** Outcomes of a quarantined device are acknowledged
+   (``accepted=False``) but never queued for training; the device is not told
+   why. Admins add and remove devices (REST ``/v1/admin/quarantine``; initial
+   set from the ``quarantined_devices`` setting).
+2. **Plausibility.** The reported throughput may not exceed
+   ``plausibility_factor`` × the capacity the device itself reported in the
+   decision's context. MPTCP may aggregate every offered path, so the capacity
+   is the *sum* over the offered access types of the reported link speed
+   (``link_speed_mbps``, WiFi and Ethernet) or, where none was reported, the
+   technology's peak rate (:data:`ACCESS_PEAK_BPS`). The default factor 1.5
+   leaves room for timing error on short transfers: goodput is below the PHY
+   rate in practice. An implausible outcome is rejected as invalid input
+   naming ``throughput_bps``.
+3. **Per-device cap.** At most ``outcome_cap_per_window`` outcomes per device
+   per ``outcome_window_s`` (a token bucket with that capacity refilling over
+   the window); beyond it the outcome is refused as rate limited, so no single
+   device can dominate a training batch for long.
+
+What remains possible (documented in SECURITY.md): a device may lie *within*
+these bounds (e.g. report low throughput for a good path), up to its cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from edgepath.engines.features import FEATURE_NAMES
+from edgepath.errors import InvalidInput
+from edgepath.security.ratelimit import RateLimiter, enforce
+from edgepath.state.base import DecisionRecord
+from edgepath.types import AccessType, OutcomeReport
+
+#: Peak downlink rate per access technology, bit/s: the capacity assumed when a device reports no link speed.
+ACCESS_PEAK_BPS: dict[AccessType, float] = {
+    AccessType.WIFI: 46e9,  # IEEE 802.11be (Wi-Fi 7) maximum PHY rate ≈ 46 Gbit/s
+    AccessType.LTE: 4e9,  # 3GPP TS 36.306 UE DL category 26 ≈ 3.9 Gbit/s
+    AccessType.NR: 20e9,  # ITU-R M.2410 IMT-2020 peak downlink data rate
+    AccessType.ETHERNET: 400e9,  # IEEE 802.3bs 400GbE
+}
+
+# features.py encodes link speed as (log10(1 + Mbit/s) - 2.0) / 0.5 clipped to [-5, 5]; decode it back.
+_LINK_CENTRE, _LINK_SCALE, _CLIP = 2.0, 0.5, 5.0
+
+
+def _link_speed_mbps(features: Sequence[float], access_type: AccessType) -> float | None:
+    """The link speed the device reported for ``access_type`` (decoded from the decision's features), or None."""
+    name = f"{access_type.value.lower()}.link_speed_mbps"
+    if name not in FEATURE_NAMES:
+        return None
+    k = FEATURE_NAMES.index(name)
+    if k + 1 >= len(features) or features[k + 1] >= 0.5:  # missing indicator
+        return None
+    v = features[k]
+    if v >= _CLIP:  # clipped: the real value is larger than we can decode
+        return None
+    return max(10.0 ** (_LINK_CENTRE + _LINK_SCALE * v) - 1.0, 0.0)
+
+
+def reported_capacity_bps(arms: Iterable[str], features: Sequence[float]) -> float:
+    """Sum over the offered access types of the reported link speed, else the technology's peak rate, bit/s."""
+    total = 0.0
+    for arm in arms:
+        access = AccessType(arm)
+        mbps = _link_speed_mbps(features, access)
+        total += ACCESS_PEAK_BPS[access] if mbps is None else mbps * 1e6
+    return total
+
+
+class QuarantineSet(Protocol):
+    """Devices whose outcomes are not trained on."""
+
+    async def contains(self, device_id: str) -> bool: ...
+    async def add(self, device_id: str) -> None: ...
+    async def remove(self, device_id: str) -> None: ...
+    async def members(self) -> list[str]: ...
+
+
+class MemoryQuarantine:
+    """In-process quarantine set (per replica)."""
+
+    def __init__(self, initial: Iterable[str] = ()) -> None:
+        self._devices = set(initial)
+
+    async def contains(self, device_id: str) -> bool:
+        return device_id in self._devices
+
+    async def add(self, device_id: str) -> None:
+        self._devices.add(device_id)
+
+    async def remove(self, device_id: str) -> None:
+        self._devices.discard(device_id)
+
+    async def members(self) -> list[str]:
+        return sorted(self._devices)
+
+
+class RedisQuarantine:
+    """Quarantine set shared by every replica (a Redis set).
+
+    While Redis fails, answers from the last set it read (and remembers local
+    changes), so an outage neither lifts a quarantine nor becomes a server error.
+    """
+
+    def __init__(self, client: Any, key: str = "edgepath:quarantine", initial: Iterable[str] = ()) -> None:
+        self.client = client
+        self.key = key
+        self._pending = list(initial)
+        self._cache: set[str] = set(self._pending)
+
+    async def _refresh(self) -> set[str]:
+        from redis.exceptions import RedisError
+
+        try:
+            if self._pending:
+                await self.client.sadd(self.key, *self._pending)
+                self._pending = []
+            members = await self.client.smembers(self.key)
+            self._cache = {m.decode() if isinstance(m, bytes) else m for m in members}
+        except (RedisError, OSError, TimeoutError):
+            pass
+        return self._cache
+
+    async def contains(self, device_id: str) -> bool:
+        return device_id in await self._refresh()
+
+    async def add(self, device_id: str) -> None:
+        self._pending.append(device_id)
+        self._cache.add(device_id)
+        await self._refresh()
+
+    async def remove(self, device_id: str) -> None:
+        self._cache.discard(device_id)
+        self._pending = [d for d in self._pending if d != device_id]
+        await self.client.srem(self.key, device_id)
+        await self._refresh()
+
+    async def members(self) -> list[str]:
+        return sorted(await self._refresh())
+
+
+class OutcomeGuard:
+    """Decides whether an outcome may reach the trainer.
+
+    Parameters
+    ----------
+    plausibility_factor:
+        Throughput may reach this × :func:`reported_capacity_bps` (≥ 1).
+    outcome_limiter:
+        Per-device outcome budget (a token bucket), or None for no cap.
+    quarantine:
+        The quarantine set.
+    """
+
+    def __init__(
+        self, plausibility_factor: float, outcome_limiter: RateLimiter | None, quarantine: QuarantineSet
+    ) -> None:
+        if not plausibility_factor >= 1.0:
+            raise ValueError("plausibility_factor must be >= 1")
+        self.plausibility_factor = plausibility_factor
+        self.outcome_limiter = outcome_limiter
+        self.quarantine = quarantine
+
+    def max_throughput_bps(self, decision: DecisionRecord) -> float:
+        """Largest plausible throughput for an outcome of ``decision``, bit/s."""
+        return self.plausibility_factor * reported_capacity_bps(decision.arms, decision.features)
+
+    async def admit(self, decision: DecisionRecord, report: OutcomeReport) -> bool:
+        """True when the outcome may be trained on; False when its device is quarantined.
+
+        Raises
+        ------
+        InvalidInput
+            ``throughput_bps`` above :meth:`max_throughput_bps` (field ``throughput_bps``).
+        RateLimited
+            The device exceeded its outcome cap for the window.
+        """
+        if await self.quarantine.contains(decision.device_id):
+            return False
+        limit = self.max_throughput_bps(decision)
+        if not math.isfinite(report.throughput_bps) or report.throughput_bps > limit:
+            raise InvalidInput(
+                f"implausible: above {self.plausibility_factor:g} x the capacity the device reported "
+                f"({limit:.3g} bit/s)",
+                field="throughput_bps",
+            )
+        await enforce(self.outcome_limiter, decision.device_id, "outcomes")
+        return True
