@@ -31,6 +31,8 @@ from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
+from edgepath.security import EdgeSecurity, build_outcome_guard, build_security
+from edgepath.security.tls import grpc_server_credentials, uvicorn_ssl_options
 from edgepath.settings import Settings
 from edgepath.state.base import StateStore
 from edgepath.state.memory import MemoryStore
@@ -97,6 +99,7 @@ class Service:
     trainer_role: Any = None  # TrainerRole when this replica may train on a Redis store
     grpc_port: int = 0
     http_port: int = 0
+    security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -107,7 +110,8 @@ class Service:
         registry = ModelRegistry(build_model(settings))
         metrics.model_version.set(registry.current.version)
         registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
-        plane = DecisionPlane(registry, store, settings, metrics)
+        guard = build_outcome_guard(settings, getattr(store, "redis", None))  # security: bounded learning
+        plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
         from edgepath.state.redis import RedisStore
 
         if not isinstance(store, RedisStore):
@@ -132,12 +136,21 @@ class Service:
     async def run(self) -> None:
         """Serve gRPC and REST until :meth:`stop` (or a signal); ports 0 pick free ones."""
         s = self.settings
-        grpc_server, health_servicer, self.grpc_port = create_server(self.plane, f"{s.host}:{s.grpc_port}")
+        self.security = build_security(s, getattr(self.store, "redis", None), guard=self.plane.guard)
+        grpc_server, health_servicer, self.grpc_port = create_server(
+            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s)
+        )
         await grpc_server.start()
         await set_serving(health_servicer, True)
 
         config = uvicorn.Config(
-            create_app(self.plane), host=s.host, port=s.http_port, log_level="warning", access_log=False, lifespan="off"
+            create_app(self.plane, self.security),
+            host=s.host,
+            port=s.http_port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            **uvicorn_ssl_options(s),
         )
         http_server = uvicorn.Server(config)
         http_server.install_signal_handlers = lambda: None  # type: ignore[method-assign]

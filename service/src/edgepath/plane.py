@@ -14,8 +14,9 @@ import secrets
 import time
 
 from edgepath.engines.reward import bernoulli_reward
-from edgepath.errors import NotFound, PermissionDenied
+from edgepath.errors import NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
+from edgepath.security.plausibility import OutcomeGuard
 from edgepath.settings import Settings
 from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, StateStore
 from edgepath.training.online import ModelRegistry
@@ -37,11 +38,20 @@ def new_decision_id() -> str:
 class DecisionPlane:
     """Handles ``Recommend`` and ``ReportOutcome`` for every transport."""
 
-    def __init__(self, registry: ModelRegistry, store: StateStore, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        store: StateStore,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        guard: OutcomeGuard | None = None,
+    ) -> None:
         self.registry = registry
         self.store = store
         self.settings = settings
         self.metrics = metrics
+        self.guard = guard  # security: outcome plausibility, per-device cap, quarantine (None = admit all)
 
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
         """Decide the primary path for ``request`` and log the decision.
@@ -113,6 +123,10 @@ class DecisionPlane:
             throughput_threshold_bps=self.settings.reward_throughput_bps,
             latency_threshold_ms=self.settings.reward_latency_ms,
         )
+        # security: bounded learning (raises InvalidInput / RateLimited; False = quarantined, never trained on)
+        if self.guard is not None and not await self.guard.admit(decision, report):
+            self.metrics.outcomes.labels("quarantined").inc()
+            return OutcomeAck(decision_id=report.decision_id, accepted=False, duplicate=False, reward=reward)
         result = await self.store.claim_outcome(
             OutcomeRecord(
                 decision_id=decision.decision_id,
@@ -138,6 +152,33 @@ class DecisionPlane:
             duplicate=result is ClaimResult.DUPLICATE,
             reward=reward,
         )
+
+    # --- security: admin-only quarantine management -------------------------------------------------------------
+    def _require_admin(self, principal: Principal) -> OutcomeGuard:
+        if not principal.is_admin:
+            raise PermissionDenied("admin identity required")
+        if self.guard is None:
+            raise Unavailable("outcome guard not configured")
+        return self.guard
+
+    async def set_quarantine(self, principal: Principal, device_id: str, quarantined: bool) -> list[str]:
+        """Quarantine (or release) ``device_id``'s outcomes; returns the quarantined devices.
+
+        Raises
+        ------
+        PermissionDenied
+            The caller is not an admin.
+        """
+        guard = self._require_admin(principal)
+        if quarantined:
+            await guard.quarantine.add(device_id)
+        else:
+            await guard.quarantine.remove(device_id)
+        return await guard.quarantine.members()
+
+    async def quarantined_devices(self, principal: Principal) -> list[str]:
+        """The quarantined devices (admin only; raises PermissionDenied otherwise)."""
+        return await self._require_admin(principal).quarantine.members()
 
     async def ready(self) -> bool:
         """True when the plane can decide and record (state store reachable)."""

@@ -7,6 +7,7 @@ by extension is not needed: JSON or TOML) > the defaults below.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import tomllib
 from pathlib import Path
@@ -39,6 +40,68 @@ class Settings(BaseSettings):
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
 
+    # --- Security (issue 9): see SECURITY.md and edgepath.security -------------------------------------------
+    auth_tokens_file: Path | None = Field(
+        None, description="JSON file of SHA-256-hashed device tokens (`edgepath tokens add DEVICE` writes it)"
+    )
+    auth_jwt_key: SecretStr = Field(
+        SecretStr(""), description="HS256 key for device JWTs (claims: sub = device_id, exp; admin: bool)"
+    )
+    auth_admin_ids: list[str] = Field(
+        default_factory=list, description="Identities (token device ids, certificate CNs, JWT subs) that are admins"
+    )
+    tls_cert_file: Path | None = Field(None, description="Server certificate (PEM) for gRPC and HTTPS")
+    tls_key_file: Path | None = Field(None, description="Server private key (PEM); must not be readable by others")
+    tls_client_ca_file: Path | None = Field(
+        None, description="CA bundle (PEM) for gRPC client certificates: enables mTLS (CN = device_id)"
+    )
+    rate_limit_per_s: float = Field(20.0, gt=0.0, description="Requests per second per device (token refill rate)")
+    rate_limit_burst: int = Field(40, ge=1, description="Token-bucket capacity per device (requests)")
+    outcome_cap_per_window: int = Field(600, ge=1, description="Outcomes one device may report per window")
+    outcome_window_s: float = Field(3600.0, gt=0.0, description="Window of outcome_cap_per_window, s")
+    plausibility_factor: float = Field(
+        1.5, ge=1.0, description="Outcome throughput may reach this × the capacity the device reported"
+    )
+    quarantined_devices: list[str] = Field(
+        default_factory=list, description="Devices whose outcomes are acknowledged but never trained on"
+    )
+    max_message_bytes: int = Field(
+        64 * 1024, ge=1024, le=16 * 1024 * 1024, description="Largest request body / gRPC message, bytes"
+    )
+
+    @property
+    def auth_enabled(self) -> bool:
+        """True when some authentication method is configured (tokens, JWT key or mTLS)."""
+        return bool(
+            self.auth_tokens_file or self.auth_jwt_key.get_secret_value() or self.tls_client_ca_file is not None
+        )
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when a server certificate and key are configured."""
+        return self.tls_cert_file is not None and self.tls_key_file is not None
+
+    @model_validator(mode="after")
+    def _refuse_insecure(self) -> Settings:
+        """Refuse to serve unauthenticated beyond loopback (any profile), and without auth + TLS in ``prod``."""
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_cert_file and tls_key_file (EDGEPATH_TLS_CERT_FILE/_KEY_FILE) go together")
+        if self.tls_client_ca_file is not None and not self.tls_enabled:
+            raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
+        if not self.auth_enabled and not is_loopback(self.host):
+            raise ValueError(
+                f"refusing to listen on {self.host!r} without authentication: bind 127.0.0.1 (dev) or configure "
+                "auth_tokens_file / auth_jwt_key / tls_client_ca_file (EDGEPATH_AUTH_TOKENS_FILE, "
+                "EDGEPATH_AUTH_JWT_KEY, EDGEPATH_TLS_CLIENT_CA_FILE); see SECURITY.md"
+            )
+        if self.profile == "prod" and not (self.auth_enabled and self.tls_enabled):
+            raise ValueError(
+                "profile prod requires authentication (auth_tokens_file, auth_jwt_key or tls_client_ca_file) "
+                "and TLS (tls_cert_file + tls_key_file); see SECURITY.md"
+            )
+        return self
+    # --- end security -----------------------------------------------------------------------------------------
+
     # Shared state (issue 6): see edgepath.state.redis and edgepath.training.snapshots.
     store_url: str = Field(
         "memory://", description="State store: memory:// (one replica) or redis://HOST:PORT/DB (many replicas)"
@@ -69,6 +132,16 @@ class Settings(BaseSettings):
         if self.profile != "dev" and not self.store_url.startswith("memory") and not self.hmac_key.get_secret_value():
             raise ValueError("hmac_key (EDGEPATH_HMAC_KEY) must be set outside the dev profile with a shared store")
         return self
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1); False for wildcards and other names."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

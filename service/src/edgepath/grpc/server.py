@@ -6,14 +6,19 @@ with the offending field named in the details (``interfaces[0].rsrp_dbm: ...``).
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import ValidationError
 
-from edgepath.errors import EdgePathError, ErrorKind
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited
 from edgepath.grpc import convert
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import field_path
+from edgepath.security import EdgeSecurity
+from edgepath.security.auth import identity_from_auth_context
 from edgepath.types import Principal
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
@@ -37,43 +42,132 @@ def validation_message(exc: ValidationError) -> str:
     return f"{field_path(first['loc'])}: {first['msg']}"
 
 
+async def abort_with(context: grpc.aio.ServicerContext, exc: EdgePathError) -> None:
+    """Abort the call with the kind's status; RESOURCE_EXHAUSTED carries ``retry-after-ms`` trailing metadata."""
+    trailing: tuple[tuple[str, str], ...] = ()
+    if isinstance(exc, RateLimited):
+        trailing = (("retry-after-ms", str(max(1, math.ceil(exc.retry_after_s * 1000)))),)
+    await context.abort(GRPC_STATUS[exc.kind], str(exc), trailing_metadata=trailing)
+
+
+class _CaptureHandlers:
+    """Stands in for a server to capture the method handlers generated ``add_*_to_server`` functions register."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.handlers[service] = handlers
+
+
+def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Same unary-unary handler, but the request bytes are parsed inside the call.
+
+    grpc answers a request its deserializer rejects with INTERNAL; parsing in
+    the handler turns malformed protobuf bytes into INVALID_ARGUMENT instead.
+    """
+    if handler.unary_unary is None or handler.request_deserializer is None:
+        return handler
+    parse, behavior = handler.request_deserializer, handler.unary_unary
+
+    async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            request = parse(raw)
+        except Exception:  # protobuf DecodeError, or anything a corrupt buffer provokes in the parser
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed protobuf message")
+        return await behavior(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(call, response_serializer=handler.response_serializer)
+
+
+def add_servicer(add_to_server: Any, servicer: object, server: grpc.aio.Server) -> None:
+    """Register ``servicer`` like ``add_to_server`` (a generated ``add_*Servicer_to_server``) would, with
+    requests parsed in the handler (see :func:`_parse_in_handler`)."""
+    capture = _CaptureHandlers()
+    add_to_server(servicer, capture)
+    for service, handlers in capture.handlers.items():
+        wrapped = {name: _parse_in_handler(h) for name, h in handlers.items()}
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
+        server.add_registered_method_handlers(service, wrapped)
+
+
 class PathServicer(pb_grpc.PathServiceServicer):
     """Thin adapter: proto → domain → plane → proto."""
 
-    def __init__(self, plane: DecisionPlane) -> None:
+    def __init__(self, plane: DecisionPlane, security: EdgeSecurity | None = None) -> None:
         self.plane = plane
+        self.security = security
+
+    async def principal(self, context: grpc.aio.ServicerContext, declared_device_id: str) -> Principal:
+        """The caller: verified client certificate (mTLS), else ``authorization: Bearer`` metadata, else (auth off)
+        the self-declared device; then one token from its per-device bucket.
+
+        Raises
+        ------
+        Unauthenticated, RateLimited
+        """
+        if self.security is None:
+            return Principal(device_id=declared_device_id)
+        auth = self.security.auth
+        metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
+        peer = identity_from_auth_context(context.auth_context()) if auth.mtls else None
+        principal = auth.authenticate(authorization=metadata.get("authorization"), peer_identity=peer)
+        principal = principal or Principal(device_id=declared_device_id[:128])
+        await self.security.admit(principal)
+        return principal
 
     async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:  # noqa: N802
         try:
+            principal = await self.principal(context, request.device_id)
             req = convert.recommend_request(request)
-            rec = await self.plane.recommend(Principal(device_id=req.device_id), req)
+            rec = await self.plane.recommend(principal, req)
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
         except EdgePathError as exc:
-            await context.abort(GRPC_STATUS[exc.kind], str(exc))
+            await abort_with(context, exc)
         return convert.recommendation_to_proto(rec)
 
     async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:  # noqa: N802
         try:
+            principal = await self.principal(context, request.device_id)
             report = convert.outcome_report(request)
-            ack = await self.plane.report_outcome(Principal(device_id=report.device_id), report)
+            ack = await self.plane.report_outcome(principal, report)
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
         except EdgePathError as exc:
-            await context.abort(GRPC_STATUS[exc.kind], str(exc))
+            await abort_with(context, exc)
         return convert.ack_to_proto(ack)
 
 
-def create_server(plane: DecisionPlane, address: str) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+def create_server(
+    plane: DecisionPlane,
+    address: str,
+    security: EdgeSecurity | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """Build (not start) the gRPC server on ``address`` ("host:port"; port 0 = any free).
+
+    ``security`` enables authentication and rate limits; ``credentials`` (see
+    :func:`edgepath.security.tls.grpc_server_credentials`) serves TLS/mTLS
+    instead of plaintext. Messages are bounded by ``security.max_message_bytes``
+    (64 KiB without security) in both directions.
 
     Returns the server, its health servicer (to flip serving status) and the bound port.
     """
-    server = grpc.aio.server()
-    pb_grpc.add_PathServiceServicer_to_server(PathServicer(plane), server)
+    max_bytes = security.max_message_bytes if security is not None else 64 * 1024
+    server = grpc.aio.server(
+        options=[("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
+    )
+    add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(address)
+    if credentials is not None:
+        port = server.add_secure_port(address, credentials)
+    else:
+        port = server.add_insecure_port(address)
     return server, health_servicer, port
 
 

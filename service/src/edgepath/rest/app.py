@@ -10,15 +10,21 @@ with the status from :data:`HTTP_STATUS`; invalid bodies are 422.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
-from edgepath.errors import EdgePathError, ErrorKind
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated
 from edgepath.plane import DecisionPlane
+from edgepath.security import EdgeSecurity
+from edgepath.security.asgi import BodySizeLimit
 from edgepath.types import OutcomeAck, OutcomeReport, Principal, Recommendation, RecommendRequest
 
 #: The one table from error kinds to HTTP statuses.
@@ -46,8 +52,23 @@ def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
     return out
 
 
-def create_app(plane: DecisionPlane) -> FastAPI:
-    """Build the FastAPI application bound to ``plane``."""
+class QuarantineList(BaseModel):
+    """Devices whose outcomes are acknowledged but not trained on (admin endpoints)."""
+
+    devices: list[str]
+
+
+_bearer = HTTPBearer(auto_error=False, description="Device token (`edgepath tokens add`) or HS256 JWT")
+
+
+def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> FastAPI:
+    """Build the FastAPI application bound to ``plane``.
+
+    With ``security`` every route under ``/v1`` authenticates the bearer token
+    (401 without a valid one when authentication is configured) and takes a
+    token from the caller's per-device bucket (429 with ``Retry-After``).
+    Without it (tests, library use) the self-declared ``device_id`` is trusted.
+    """
     app = FastAPI(
         title="EdgePath",
         version="0.1.0",
@@ -56,10 +77,63 @@ def create_app(plane: DecisionPlane) -> FastAPI:
 
     @app.exception_handler(EdgePathError)
     async def _edgepath_error(_: Request, exc: EdgePathError) -> JSONResponse:
+        headers: dict[str, str] = {}
+        if isinstance(exc, RateLimited):
+            headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))  # RFC 9110 §10.2.3: whole seconds
+        elif isinstance(exc, Unauthenticated):
+            headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse(
             status_code=HTTP_STATUS[exc.kind],
             content={"error": exc.kind.value, "field": exc.field, "message": exc.message},
+            headers=headers,
         )
+
+    # --- security: body size, authentication, per-device rate limit ---------------------------------------------
+    app.add_middleware(BodySizeLimit, max_bytes=security.max_message_bytes if security else 64 * 1024)
+
+    async def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal | None:
+        """The authenticated caller (rate-limited here), or None when authentication is off."""
+        if security is None:
+            return None
+        principal = security.auth.authenticate(authorization=request.headers.get("authorization"))
+        if principal is not None:
+            await security.admit(principal)
+        return principal
+
+    async def device(principal: Principal | None, declared_device_id: str) -> Principal:
+        """Authenticated principal, or (authentication off: dev on loopback) the self-declared device."""
+        if principal is not None:
+            return principal
+        declared = Principal(device_id=declared_device_id)
+        if security is not None:
+            await security.admit(declared)
+        return declared
+
+    def admin(principal: Principal | None) -> Principal:
+        if principal is None:
+            raise Unauthenticated("admin endpoints need credentials")
+        return principal
+
+    @app.get("/v1/admin/quarantine", response_model=QuarantineList, tags=["admin"])
+    async def list_quarantine(principal: Principal | None = Depends(caller)) -> QuarantineList:
+        """Quarantined devices (admin identity required)."""
+        return QuarantineList(devices=await plane.quarantined_devices(admin(principal)))
+
+    @app.put("/v1/admin/quarantine/{device_id}", response_model=QuarantineList, tags=["admin"])
+    async def quarantine(
+        device_id: str = PathParam(min_length=1, max_length=128), principal: Principal | None = Depends(caller)
+    ) -> QuarantineList:
+        """Stop training on ``device_id``'s outcomes (admin identity required)."""
+        return QuarantineList(devices=await plane.set_quarantine(admin(principal), device_id, True))
+
+    @app.delete("/v1/admin/quarantine/{device_id}", response_model=QuarantineList, tags=["admin"])
+    async def release(
+        device_id: str = PathParam(min_length=1, max_length=128), principal: Principal | None = Depends(caller)
+    ) -> QuarantineList:
+        """Train on ``device_id``'s outcomes again (admin identity required)."""
+        return QuarantineList(devices=await plane.set_quarantine(admin(principal), device_id, False))
+
+    # --- end security ---------------------------------------------------------------------------------------------
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -76,14 +150,14 @@ def create_app(plane: DecisionPlane) -> FastAPI:
         )
 
     @app.post("/v1/recommendations", response_model=Recommendation, tags=["decisions"])
-    async def recommend(body: RecommendRequest) -> Recommendation:
+    async def recommend(body: RecommendRequest, principal: Principal | None = Depends(caller)) -> Recommendation:
         """Radio context in, recommendation (primary path, decision record) out."""
-        return await plane.recommend(Principal(device_id=body.device_id), body)
+        return await plane.recommend(await device(principal, body.device_id), body)
 
     @app.post("/v1/outcomes", response_model=OutcomeAck, tags=["decisions"])
-    async def report_outcome(body: OutcomeReport) -> OutcomeAck:
+    async def report_outcome(body: OutcomeReport, principal: Principal | None = Depends(caller)) -> OutcomeAck:
         """Measured outcome of a decision in; acknowledgement out (idempotent)."""
-        return await plane.report_outcome(Principal(device_id=body.device_id), body)
+        return await plane.report_outcome(await device(principal, body.device_id), body)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
