@@ -120,6 +120,15 @@ def test_routes_are_added_before_deleted():
     assert route_ops == ["add", "add", "del", "del"]
 
 
+def test_primary_swaps_metrics_through_a_temporary_metric():
+    applier, backend = make()
+    applier.apply(rec("wwan0"))
+    applier.apply(rec("wlan0"))  # wlan0 wants metric 10, which wwan0 holds: IPv4 would say EEXIST
+    assert {r.dev: r.metric for r in backend.state.default_routes} == {"wlan0": 10, "wwan0": 20}
+    applier.apply(rec("wwan0"))
+    assert {r.dev: r.metric for r in backend.state.default_routes} == {"wwan0": 10, "wlan0": 20}
+
+
 def test_low_scheduler_weight_marks_backup_but_never_the_primary():
     applier, backend = make()
     applier.apply(rec("wlan0", scheduler_weights={"wlan0": 0.05, "wwan0": 0.1}))

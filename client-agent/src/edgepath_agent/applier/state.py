@@ -188,8 +188,9 @@ def simulate(state: NetState, op: str, args: Mapping[str, Any]) -> NetState:
         return replace(state, limits=tuple(sorted({**state.limits_dict, **args["limits"]}.items())))
     if op == "route_add":
         r = args["route"]
-        if any((x.dev, x.gateway, x.metric) == (r.dev, r.gateway, r.metric) for x in state.default_routes):
-            raise SimulationError(f"route {r} exists")
+        if any(x.metric == r.metric for x in state.default_routes):
+            # IPv4 keys routes by (prefix, TOS, metric): the kernel answers EEXIST.
+            raise SimulationError(f"a default route with metric {r.metric} exists")
         return replace(state, default_routes=(*state.default_routes, r))
     if op == "route_delete":
         r = args["route"]
@@ -213,6 +214,37 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self.steps)
+
+
+def _route_key(r: Route) -> tuple[str, str | None, int]:
+    return (r.dev, r.gateway, r.metric)
+
+
+def _plan_routes(plan: Plan, current: tuple[Route, ...], desired: tuple[Route, ...]) -> None:
+    """Route steps: additions first, deletions last, so a default route exists at every step.
+
+    IPv4 keys a route by (prefix, TOS, metric), so a second default route with a
+    metric already in use is refused (EEXIST). A route in the way that is not wanted
+    is first moved to a free temporary metric (added there, then deleted), which
+    lets two interfaces swap metrics.
+    """
+    sim = list(current)
+    want = {_route_key(r) for r in desired}
+    for r in desired:
+        if _route_key(r) in {_route_key(x) for x in sim}:
+            continue
+        blocker = next((x for x in sim if x.metric == r.metric and _route_key(x) not in want), None)
+        if blocker is not None:
+            free = max([x.metric for x in sim] + [x.metric for x in desired]) + 1
+            temp = replace(blocker, metric=free)
+            plan.add("route_add", route=temp)
+            plan.add("route_delete", route=blocker)
+            sim = [temp if x is blocker else x for x in sim]
+        plan.add("route_add", route=r)
+        sim.append(r)
+    for x in sim:
+        if _route_key(x) not in want:
+            plan.add("route_delete", route=x)
 
 
 def _no_backup(e: Endpoint) -> set[str]:
@@ -253,15 +285,7 @@ def diff(current: NetState, desired: NetState) -> Plan:
     want_limits = desired.limits_dict
     if any(cur_limits.get(k) != v for k, v in want_limits.items()):
         plan.add("limits_set", limits=want_limits)
-    key = lambda r: (r.dev, r.gateway, r.metric)  # noqa: E731
-    cur_routes = {key(r): r for r in current.default_routes}
-    want_routes = {key(r): r for r in desired.default_routes}
-    for k, r in want_routes.items():
-        if k not in cur_routes:
-            plan.add("route_add", route=r)
-    for k, r in cur_routes.items():
-        if k not in want_routes:
-            plan.add("route_delete", route=r)
+    _plan_routes(plan, current.default_routes, desired.default_routes)
     cur_sys = current.sysctls_dict
     for k, v in desired.sysctls_dict.items():
         if cur_sys.get(k) != v:

@@ -27,13 +27,16 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
 SERVER_ADDR = "10.1.0.1"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Testbed:
     wlan0_metric, wwan0_metric
         Initial default-route metrics (the lower one carries the initial subflow).
     """
+
+    __test__ = False  # not a pytest test class
 
     run_id: str = field(default_factory=lambda: secrets.token_hex(3))
     wlan0_metric: int = 100
@@ -204,3 +209,46 @@ class Testbed:
 
     def __exit__(self, *exc: object) -> None:
         self.teardown()
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def call_in_netns(netns: str, fn: Callable[..., T], *args: object, **kwargs: object) -> T:
+    """Run ``fn(*args, **kwargs)`` in a fresh thread that has entered network namespace ``netns``.
+
+    Network namespaces are per thread (``setns(2)``), so only that thread moves;
+    sockets it creates stay in ``netns`` for their lifetime (a listening
+    :class:`~edgepath_agent.meter.TransferServer` keeps serving there).
+
+    Raises
+    ------
+    OSError
+        When the namespace can't be entered; any exception of ``fn`` is re-raised.
+    """
+    import ctypes
+    import ctypes.util
+
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            result.append(fn(*args, **kwargs))
+        except BaseException as exc:  # re-raised in the caller
+            error.append(exc)
+
+    thread = threading.Thread(target=target, name=f"netns-{netns}")
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]

@@ -1,0 +1,191 @@
+"""Applier against the real kernel, in throw-away network namespaces (marker ``netns``).
+
+Each test builds the two-namespace testbed (device with wlan0/wwan0, server) and
+checks what the kernel reports through independent commands (``ip mptcp endpoint
+show``, ``ip mptcp limits show``, ``ip route``, ``sysctl``, ``ss``). Skipped (not
+passed) without root/CAP_NET_ADMIN or kernel MPTCP. Namespaces are deleted in the
+fixture's finalizer, also when a test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from edgepath_agent.applier import Applier, ApplierConfig, ApplyError, CommandBackend, Journal
+from edgepath_agent.applier.backend import run_checked
+from edgepath_agent.collector import PathCollector, read_capabilities
+from edgepath_agent.meter import TransferServer, mptcp_socket, transfer
+from edgepath_agent.testbed.netns import Testbed, call_in_netns, netns_supported
+
+pytestmark = pytest.mark.netns
+
+CC = "net.ipv4.tcp_congestion_control"
+
+
+@pytest.fixture
+def testbed() -> Iterator[Testbed]:
+    reason = netns_supported()
+    if reason:
+        pytest.skip(reason)
+    tb = Testbed()
+    try:
+        tb.setup()
+        yield tb
+    finally:
+        tb.teardown()
+    assert tb.device_ns not in [p.name for p in Path("/run/netns").iterdir()]
+
+
+def kernel_view(tb: Testbed) -> dict[str, str]:
+    """What the kernel reports, as text, through commands the applier does not use for reading."""
+    return {
+        "endpoints": tb.dev("ip", "mptcp", "endpoint", "show").stdout,
+        "limits": tb.dev("ip", "mptcp", "limits", "show").stdout,
+        "routes": tb.dev("ip", "route", "show", "table", "all").stdout,
+        "rules": tb.dev("ip", "rule", "show").stdout,
+        "cc": tb.dev("sysctl", "-n", CC).stdout.strip(),
+    }
+
+
+def allowed_cc(tb: Testbed) -> tuple[str, ...]:
+    return tuple(tb.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split())
+
+
+def make_applier(tb: Testbed, journal: Journal, **cfg) -> Applier:
+    config = ApplierConfig(limits={"subflows": 3, "add_addr_accepted": 1}, **cfg)
+    return Applier(CommandBackend(netns=tb.device_ns), journal, config, allowed_cc=allowed_cc(tb))
+
+
+def other_cc(tb: Testbed) -> str:
+    current = tb.dev("sysctl", "-n", CC).stdout.strip()
+    others = [c for c in allowed_cc(tb) if c != current]
+    if not others:
+        pytest.skip(f"tcp_allowed_congestion_control lists only {current}")
+    return others[0]
+
+
+def test_applied_state_is_what_the_kernel_reports(testbed: Testbed, tmp_path: Path):
+    cc = other_cc(testbed)
+    applier = make_applier(testbed, Journal(tmp_path / "j.json"))
+    applier.apply(
+        {
+            "primary_path": {"interface": "wwan0"},
+            "scheduler_weights": {"wlan0": 0.05, "wwan0": 0.95},
+            "congestion_control": cc,
+        }
+    )
+    view = kernel_view(testbed)
+    assert re.search(r"^10\.1\.1\.2 id 1 subflow backup dev wlan0\s*$", view["endpoints"], re.M), view["endpoints"]
+    assert re.search(r"^10\.1\.2\.2 id 2 subflow dev wwan0\s*$", view["endpoints"], re.M), view["endpoints"]
+    assert view["limits"].split() == ["add_addr_accepted", "1", "subflows", "3"]
+    main_defaults = [ln.split() for ln in testbed.dev("ip", "route", "show", "default").stdout.splitlines()]
+    assert main_defaults == [
+        ["default", "via", "10.1.2.1", "dev", "wwan0", "metric", "10"],
+        ["default", "via", "10.1.1.1", "dev", "wlan0", "metric", "20"],
+    ]
+    assert view["cc"] == cc
+    # The per-source tables that carry the other subflows are not the applier's business.
+    assert "default via 10.1.1.1 dev wlan0 table 101" in view["routes"]
+
+
+def test_rollback_restores_exact_state_after_failure_half_way(testbed: Testbed, tmp_path: Path):
+    before = kernel_view(testbed)
+    cc = other_cc(testbed)
+    calls = {"n": 0}
+
+    def failing_runner(argv):
+        mutating = "show" not in argv and "-n" not in argv
+        if mutating:
+            calls["n"] += 1
+            if calls["n"] == 4:  # endpoints changed, limits set, first route added: then a failure
+                raise RuntimeError("injected failure after 3 real commands")
+        return run_checked(argv)
+
+    journal_path = tmp_path / "journal.json"
+    applier = Applier(
+        CommandBackend(netns=testbed.device_ns, runner=failing_runner),
+        Journal(journal_path),
+        ApplierConfig(limits={"subflows": 3, "add_addr_accepted": 1}),
+        allowed_cc=allowed_cc(testbed),
+    )
+    with pytest.raises(ApplyError, match="injected failure"):
+        applier.apply({"primary_path": {"interface": "wwan0"}, "scheduler_weights": {"wlan0": 0.0},
+                       "congestion_control": cc})  # fmt: skip
+    assert kernel_view(testbed) != before  # half-way state really reached the kernel
+    # As `edgepath-agent rollback` would: a new applier reading the journal file.
+    fresh = make_applier(testbed, Journal(journal_path))
+    fresh.rollback()
+    assert kernel_view(testbed) == before
+    assert not journal_path.exists()
+
+
+def test_rollback_after_several_applies_restores_exact_state(testbed: Testbed, tmp_path: Path):
+    before = kernel_view(testbed)
+    applier = make_applier(testbed, Journal(tmp_path / "j.json"))
+    applier.apply({"primary_path": {"interface": "wwan0"}, "congestion_control": other_cc(testbed)})
+    applier.apply({"primary_path": {"interface": "wlan0"}, "scheduler_weights": {"wwan0": 0.01}})
+    assert kernel_view(testbed) != before
+    applier.rollback()
+    assert kernel_view(testbed) == before
+
+
+def _initial_subflow_local_addr(tb: Testbed) -> tuple[str, str]:
+    """(getsockname of a new MPTCP socket, local address of its MP_CAPABLE subflow in ``ss -ti``)."""
+
+    def connect_and_look() -> tuple[str, str]:
+        with mptcp_socket() as s:
+            s.settimeout(5.0)
+            s.connect((tb.server_addr, port))
+            ss = tb.dev("ss", "-tinH", "state", "established", "dport", f"= :{port}").stdout
+            capable = [
+                line_pair[0].split()[2].rsplit(":", 1)[0]
+                for line_pair in zip(ss.splitlines()[::2], ss.splitlines()[1::2], strict=False)
+                if re.search(r"tcp-ulp-mptcp flags:\S*M", line_pair[1])
+            ]
+            return s.getsockname()[0], capable[0] if capable else ""
+
+    return call_in_netns(tb.device_ns, connect_and_look)
+
+
+def test_first_subflow_leaves_on_recommended_interface(testbed: Testbed, tmp_path: Path):
+    global port
+    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
+    port = server.port
+    try:
+        applier = make_applier(testbed, Journal(tmp_path / "j.json"), manage_cc=False)
+        for primary, addr in (("wwan0", "10.1.2.2"), ("wlan0", "10.1.1.2"), ("wwan0", "10.1.2.2")):
+            applier.apply({"primary_path": {"interface": primary}})
+            sockname, ss_local = _initial_subflow_local_addr(testbed)
+            assert (sockname, ss_local) == (addr, addr), primary
+            result = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, port, 64 * 1024)
+            assert result.mptcp and result.local_addr == addr and result.bytes == 64 * 1024
+        applier.rollback()
+    finally:
+        server.close()
+
+
+def test_path_collector_and_kernel_caps_inside_the_namespace(testbed: Testbed):
+    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
+    try:
+
+        def look() -> tuple[dict, object]:
+            with socket.create_connection((testbed.server_addr, server.port), timeout=5.0):
+                readings = PathCollector(
+                    runner=lambda argv: run_checked(["ip", "netns", "exec", testbed.device_ns, *argv])
+                ).collect()
+            return readings, read_capabilities()
+
+        readings, caps = call_in_netns(testbed.device_ns, look)
+        assert "wlan0" in readings and readings["wlan0"]["rtt_ms"] >= 0.0
+        assert caps.mptcp_enabled
+    finally:
+        with contextlib.suppress(Exception):
+            server.close()
+
+
+port = 0
