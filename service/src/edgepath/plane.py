@@ -13,6 +13,8 @@ from __future__ import annotations
 import secrets
 import time
 
+from edgepath import types as ep_types
+from edgepath.engines import congestion, mlpm
 from edgepath.engines.reward import bernoulli_reward
 from edgepath.errors import NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
@@ -33,6 +35,94 @@ from edgepath.types import (
 def new_decision_id() -> str:
     """128 random bits, URL-safe: unguessable, so a decision id cannot be forged."""
     return secrets.token_urlsafe(16)
+
+
+# --- MLPM scheduler weights + congestion-control advice (issue 3) -------------------------------------------------
+def scheduler_advice(request: RecommendRequest, settings: Settings) -> ep_types.SchedulerAdvice:
+    """MLPM weights for every interface of ``request`` (Silva et al. 2020; see :mod:`edgepath.engines.mlpm`).
+
+    Interfaces without a history fall back to their current ``rtt_ms`` (trend 0);
+    with nothing known the weights are uniform and ``reason`` says so.
+    """
+    by_name = {h.interface: h for h in request.subflow_histories}
+    histories = []
+    for iface in request.interfaces:
+        h = by_name.get(iface.name)
+        histories.append(
+            mlpm.SubflowHistory(
+                interface=iface.name,
+                rtt_ms=[mlpm.Sample(s.t_ms / 1000.0, s.rtt_ms) for s in h.rtt_samples] if h else (),
+                throughput_bps=[mlpm.Sample(s.t_ms / 1000.0, s.throughput_bps) for s in h.throughput_samples]
+                if h
+                else (),
+                current_rtt_ms=iface.rtt_ms,
+            )
+        )
+    d = mlpm.decide(
+        histories,
+        priority=mlpm.PROFILE_PRIORITY[request.application_profile],
+        window=settings.mlpm_window,
+        horizon_s=settings.mlpm_horizon_s,
+        gain=settings.mlpm_gain,
+        bias=settings.mlpm_bias,
+    )
+    weights = []
+    for s in d.subflows:
+        r, t = s.rtt_ms, s.throughput_bps
+        weights.append(
+            ep_types.SubflowWeight(
+                interface=s.interface,
+                weight=min(max(s.weight, 0.0), 1.0),
+                score=s.score,
+                rtt_ms=r.current if r else None,
+                rtt_slope_ms_per_s=r.slope_per_s if r else None,
+                rtt_forecast_ms=r.forecast if r else None,
+                rtt_samples=r.samples if r else 0,
+                throughput_bps=t.current if t else None,
+                throughput_slope_bps_per_s=t.slope_per_s if t else None,
+                throughput_forecast_bps=t.forecast if t else None,
+                throughput_samples=t.samples if t else 0,
+            )
+        )
+    return ep_types.SchedulerAdvice(
+        weights=weights,
+        prioritised_subflow=d.prioritised_subflow,
+        priority=d.priority.value,
+        features_used=list(d.features_used),
+        horizon_s=d.horizon_s,
+        bias=d.bias,
+        reason=d.reason,
+    )
+
+
+def congestion_advice(request: RecommendRequest) -> ep_types.CongestionAdvice:
+    """Congestion-control pair for the request's profile and kernel (Łuczak et al. 2023, Table 3)."""
+    k = request.kernel
+    caps = (
+        congestion.KernelCapabilities(
+            available_congestion_controls=tuple(k.available_congestion_controls),
+            allowed_congestion_controls=tuple(k.allowed_congestion_controls),
+            mptcp_schedulers=tuple(k.mptcp_schedulers),
+            path_managers=tuple(k.path_managers),
+        )
+        if k is not None
+        else congestion.KernelCapabilities()
+    )
+    a = congestion.advise(request.application_profile, caps)
+    return ep_types.CongestionAdvice(
+        profile=a.profile,
+        mptcp_level=a.mptcp_level,
+        subflow_level=a.subflow_level,
+        deciding_metric=a.deciding_metric,
+        deciding_value=a.deciding_value,
+        mainline_fallback=a.mainline_fallback,
+        assumed_capabilities=a.assumed_capabilities,
+        explanation=a.explanation,
+        source=a.source,
+    )
+
+
+# --- end issue 3 ----------------------------------------------------------------------------------------------------
 
 
 class DecisionPlane:
@@ -93,6 +183,8 @@ class DecisionPlane:
                 arms=list(choice.arms),
             ),
             decided_at_unix_ms=int(now * 1000),
+            scheduler=scheduler_advice(request, self.settings),  # issue 3
+            congestion=congestion_advice(request),  # issue 3
         )
 
     async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:

@@ -30,7 +30,9 @@ NaN and infinities are rejected everywhere.
 from __future__ import annotations
 
 import enum
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class AccessType(str, enum.Enum):
@@ -69,6 +71,127 @@ class InterfaceContext(BaseModel):
     loss: float | None = Field(None, ge=0.0, le=1.0, description="Path loss, fraction")
 
 
+# --- MLPM scheduler weights + congestion-control advice (issue 3) -----------------------------------------------
+#: Samples per feature a request may carry (the engine uses the last ``mlpm_window`` of them, default 20).
+MAX_HISTORY_SAMPLES = 64
+#: Entries per kernel capability list, and characters per algorithm name.
+MAX_CAPABILITIES = 32
+_ALGO_NAME = r"^[A-Za-z0-9_.\-]{1,32}$"
+#: Timestamps: milliseconds on the device's clock (any origin, e.g. Unix epoch or CLOCK_MONOTONIC).
+TimestampMs = Annotated[float, Field(ge=0.0, le=1e13, description="Sample time, ms on the device clock")]
+
+
+class ApplicationProfile(enum.StrEnum):
+    """What the application needs (selects MLPM's feature weights and the congestion-control metric)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    STREAMING = "STREAMING"
+    BULK = "BULK"
+    LOSS_SENSITIVE = "LOSS_SENSITIVE"
+    INTERACTIVE = "INTERACTIVE"
+
+
+class RttSample(BaseModel):
+    """One RTT measurement of a subflow."""
+
+    model_config = _STRICT
+
+    t_ms: TimestampMs
+    rtt_ms: float = Field(ge=0.0, le=600_000.0, description="RTT, ms")
+
+
+class ThroughputSample(BaseModel):
+    """One throughput measurement of a subflow."""
+
+    model_config = _STRICT
+
+    t_ms: TimestampMs
+    throughput_bps: float = Field(ge=0.0, le=1e12, description="Throughput, bit/s")
+
+
+class SubflowHistory(BaseModel):
+    """Recent RTT and throughput samples of the subflow on one interface (MLPM's time series)."""
+
+    model_config = _STRICT
+
+    interface: str = Field(min_length=1, max_length=MAX_NAME_LEN, description="Names one of `interfaces`")
+    rtt_samples: list[RttSample] = Field(default_factory=list, max_length=MAX_HISTORY_SAMPLES)
+    throughput_samples: list[ThroughputSample] = Field(default_factory=list, max_length=MAX_HISTORY_SAMPLES)
+
+
+AlgorithmName = Annotated[str, Field(pattern=_ALGO_NAME)]
+
+
+class KernelCapabilities(BaseModel):
+    """What the device's kernel offers, as the agent read it from sysctl."""
+
+    model_config = _STRICT
+
+    available_congestion_controls: list[AlgorithmName] = Field(
+        default_factory=list, max_length=MAX_CAPABILITIES, description="net.ipv4.tcp_available_congestion_control"
+    )
+    allowed_congestion_controls: list[AlgorithmName] = Field(
+        default_factory=list, max_length=MAX_CAPABILITIES, description="net.ipv4.tcp_allowed_congestion_control"
+    )
+    mptcp_schedulers: list[AlgorithmName] = Field(
+        default_factory=list, max_length=MAX_CAPABILITIES, description="net.mptcp.available_schedulers"
+    )
+    path_managers: list[AlgorithmName] = Field(
+        default_factory=list, max_length=MAX_CAPABILITIES, description="net.mptcp.available_path_managers"
+    )
+
+
+class SubflowWeight(BaseModel):
+    """MLPM output for one subflow: its weight and the forecasts it was scored on (None = unknown)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interface: str
+    weight: float = Field(ge=0.0, le=1.0, description="Share of traffic; weights of a response sum to 1")
+    score: float = Field(ge=0.0, le=1.0, description="Classifier output σ(w·f + b)")
+    rtt_ms: float | None = None
+    rtt_slope_ms_per_s: float | None = None
+    rtt_forecast_ms: float | None = None
+    rtt_samples: int = 0
+    throughput_bps: float | None = None
+    throughput_slope_bps_per_s: float | None = None
+    throughput_forecast_bps: float | None = None
+    throughput_samples: int = 0
+
+
+class SchedulerAdvice(BaseModel):
+    """MLPM scheduler weights (Silva et al., HPCS 2020)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights: list[SubflowWeight]
+    prioritised_subflow: str = Field(description="Interface whose subflow should carry prioritised packets")
+    priority: str = Field(description="latency, balanced or throughput")
+    features_used: list[str]
+    horizon_s: float
+    bias: float
+    reason: str
+
+
+class CongestionAdvice(BaseModel):
+    """Congestion-control pair from Łuczak et al. 2023, Table 3, filtered by the kernel's capabilities."""
+
+    model_config = ConfigDict(frozen=True)
+
+    profile: ApplicationProfile
+    mptcp_level: str = Field(description="lia, olia, balia, wvegas; empty on the mainline fallback")
+    subflow_level: str = Field(description="reno, cubic, bbr; empty when none is usable (keep the default)")
+    deciding_metric: str
+    deciding_value: float
+    mainline_fallback: bool = Field(description="True when no coupled algorithm is available")
+    assumed_capabilities: bool = Field(description="True when the request reported no capabilities")
+    explanation: str
+    source: str
+
+
+# --- end MLPM + congestion-control advice (issue 3) ---------------------------------------------------------------
+
+
 class RecommendRequest(BaseModel):
     """A device's radio context: what ``Recommend`` decides on."""
 
@@ -76,6 +199,11 @@ class RecommendRequest(BaseModel):
 
     device_id: str = Field(min_length=1, max_length=128)
     interfaces: list[InterfaceContext] = Field(min_length=1, max_length=MAX_INTERFACES)
+    # --- issue 3: MLPM histories, application profile, kernel capabilities ---
+    subflow_histories: list[SubflowHistory] = Field(default_factory=list, max_length=MAX_INTERFACES)
+    application_profile: ApplicationProfile = ApplicationProfile.UNSPECIFIED
+    kernel: KernelCapabilities | None = None
+    # --- end issue 3 ---
 
     @field_validator("interfaces")
     @classmethod
@@ -86,6 +214,20 @@ class RecommendRequest(BaseModel):
                 raise ValueError(f"duplicate interface name {iface.name!r}")
             seen.add(iface.name)
         return interfaces
+
+    # --- issue 3 ---
+    @model_validator(mode="after")
+    def _histories_name_interfaces(self) -> RecommendRequest:
+        names = {iface.name for iface in self.interfaces}
+        seen: set[str] = set()
+        for i, hist in enumerate(self.subflow_histories):
+            if hist.interface not in names:
+                raise ValueError(f"subflow_histories[{i}].interface {hist.interface!r} names no interface")
+            if hist.interface in seen:
+                raise ValueError(f"subflow_histories[{i}]: duplicate history for {hist.interface!r}")
+            seen.add(hist.interface)
+        return self
+    # --- end issue 3 ---
 
 
 class PrimaryPath(BaseModel):
@@ -109,6 +251,10 @@ class Recommendation(BaseModel):
     policy: str
     primary_path: PrimaryPath
     decided_at_unix_ms: int
+    # --- issue 3: present in every response ---
+    scheduler: SchedulerAdvice
+    congestion: CongestionAdvice
+    # --- end issue 3 ---
 
 
 class OutcomeReport(BaseModel):

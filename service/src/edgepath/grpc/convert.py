@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgepath.types import AccessType, OutcomeAck, OutcomeReport, Recommendation, RecommendRequest
+from edgepath.types import (
+    AccessType,
+    ApplicationProfile,
+    CongestionAdvice,
+    OutcomeAck,
+    OutcomeReport,
+    Recommendation,
+    RecommendRequest,
+    SchedulerAdvice,
+)
 from edgepath.wire import edgepath_pb2 as pb
 
 ACCESS_FROM_PROTO: dict[int, AccessType] = {
@@ -48,9 +57,9 @@ def _interface_dict(msg: pb.InterfaceContext) -> dict[str, Any]:
 
 def recommend_request(msg: pb.RecommendRequest) -> RecommendRequest:
     """Validate a ``RecommendRequest``; raises ``pydantic.ValidationError``."""
-    return RecommendRequest.model_validate(
-        {"device_id": msg.device_id, "interfaces": [_interface_dict(i) for i in msg.interfaces]}
-    )
+    d: dict[str, Any] = {"device_id": msg.device_id, "interfaces": [_interface_dict(i) for i in msg.interfaces]}
+    d.update(mlpm_cc_request_fields(msg))  # issue 3
+    return RecommendRequest.model_validate(d)
 
 
 def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
@@ -79,6 +88,8 @@ def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
             arms=[ACCESS_TO_PROTO[a] for a in p.arms],
         ),
         decided_at_unix_ms=rec.decided_at_unix_ms,
+        scheduler=scheduler_to_proto(rec.scheduler),  # issue 3
+        congestion=congestion_to_proto(rec.congestion),  # issue 3
     )
 
 
@@ -86,3 +97,68 @@ def ack_to_proto(ack: OutcomeAck) -> pb.OutcomeAck:
     return pb.OutcomeAck(
         decision_id=ack.decision_id, accepted=ack.accepted, duplicate=ack.duplicate, reward=ack.reward
     )
+
+
+# --- MLPM scheduler weights + congestion-control advice (issue 3) -------------------------------------------------
+PROFILE_FROM_PROTO: dict[int, ApplicationProfile] = {
+    pb.APPLICATION_PROFILE_UNSPECIFIED: ApplicationProfile.UNSPECIFIED,
+    pb.APPLICATION_PROFILE_STREAMING: ApplicationProfile.STREAMING,
+    pb.APPLICATION_PROFILE_BULK: ApplicationProfile.BULK,
+    pb.APPLICATION_PROFILE_LOSS_SENSITIVE: ApplicationProfile.LOSS_SENSITIVE,
+    pb.APPLICATION_PROFILE_INTERACTIVE: ApplicationProfile.INTERACTIVE,
+}
+PROFILE_TO_PROTO: dict[ApplicationProfile, int] = {v: k for k, v in PROFILE_FROM_PROTO.items()}
+
+
+def mlpm_cc_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
+    """Issue-3 fields of a ``RecommendRequest`` as plain values for pydantic validation."""
+    d: dict[str, Any] = {
+        # Unknown enum values stay raw ints so validation names the field.
+        "application_profile": PROFILE_FROM_PROTO.get(msg.application_profile, msg.application_profile),
+        "subflow_histories": [
+            {
+                "interface": h.interface,
+                "rtt_samples": [{"t_ms": s.t_ms, "rtt_ms": s.rtt_ms} for s in h.rtt_samples],
+                "throughput_samples": [
+                    {"t_ms": s.t_ms, "throughput_bps": s.throughput_bps} for s in h.throughput_samples
+                ],
+            }
+            for h in msg.subflow_histories
+        ],
+    }
+    if msg.HasField("kernel"):
+        k = msg.kernel
+        d["kernel"] = {
+            "available_congestion_controls": list(k.available_congestion_controls),
+            "allowed_congestion_controls": list(k.allowed_congestion_controls),
+            "mptcp_schedulers": list(k.mptcp_schedulers),
+            "path_managers": list(k.path_managers),
+        }
+    return d
+
+
+def scheduler_to_proto(s: SchedulerAdvice) -> pb.SchedulerAdvice:
+    """``SchedulerAdvice`` → proto; None forecasts stay unset (proto3 optional)."""
+    weights = []
+    for w in s.weights:
+        fields = w.model_dump(exclude_none=True)
+        weights.append(pb.SubflowWeight(**fields))
+    return pb.SchedulerAdvice(
+        weights=weights,
+        prioritised_subflow=s.prioritised_subflow,
+        priority=s.priority,
+        features_used=list(s.features_used),
+        horizon_s=s.horizon_s,
+        bias=s.bias,
+        reason=s.reason,
+    )
+
+
+def congestion_to_proto(c: CongestionAdvice) -> pb.CongestionAdvice:
+    """``CongestionAdvice`` → proto."""
+    fields = c.model_dump()
+    fields["profile"] = PROFILE_TO_PROTO[c.profile]
+    return pb.CongestionAdvice(**fields)
+
+
+# --- end issue 3 ----------------------------------------------------------------------------------------------------

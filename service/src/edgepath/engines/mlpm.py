@@ -1,0 +1,418 @@
+"""MLPM scheduler weights (pure engine: no I/O, no async, no globals).
+
+Seed paper: F. Silva, M. A. Togou, G.-M. Muntean, "An innovative machine
+learning approach to improve MPTCP performance", HPCS 2020 (MLPM, "Machine
+Learning Performance Monitor"). MLPM keeps a short per-subflow history of each
+feature (the paper uses the last 10–20 samples), takes the feature's trend as
+the least-squares slope over that window (their Eq. 1), and scores every
+subflow with a linear classifier — a weighted sum plus a bias (Eq. 2) passed
+through a sigmoid (Eq. 4, the smooth form of the step in Eq. 3). The subflow
+with the highest score carries the prioritised packets.
+
+What this module computes, per subflow ``i`` and feature ``k`` (RTT, throughput)
+------------------------------------------------------------------------------
+1. Window: the last ``window`` finite samples by timestamp (default 20).
+2. Trend (Eq. 1)::
+
+       S = (n·Σxy − Σx·Σy) / (n·Σx² − (Σx)²)
+
+   with ``x`` the timestamp in seconds and ``y`` the value. The timestamps are
+   shifted by their mean before summing: the slope is invariant under that
+   shift and it avoids the catastrophic cancellation ``n·Σx² − (Σx)²`` suffers
+   with epoch timestamps (~1e12 ms). Units: ms/s for RTT, (bit/s)/s for
+   throughput. With fewer than :data:`MIN_SAMPLES_FOR_TREND` (3) samples, or
+   when all timestamps are equal (denominator 0), the slope is defined as 0.
+3. Forecast: ``value + S × horizon_s`` where ``value`` is the newest sample;
+   RTT forecasts are floored at :data:`RTT_FLOOR_MS`, throughput forecasts at 0.
+4. Normalisation, so that one weight means the same across units and scales.
+   Every feature becomes a *goodness* in [0, 1] (1 = best subflow), relative
+   to the other subflows of the same request:
+
+   * RTT: ``min_rtt / rtt`` where ``min_rtt`` is the smallest RTT (current or
+     forecast) among all subflows (both floored at :data:`RTT_FLOOR_MS`):
+     a subflow with twice the best RTT scores 0.5.
+   * throughput: ``throughput / max_throughput`` with ``max_throughput`` the
+     largest throughput (current or forecast) among all subflows; when every
+     subflow reports 0 they all score 1 (nothing distinguishes them).
+
+   The feature vector is ``f = [rtt_now, rtt_forecast, tput_now, tput_forecast]``.
+5. Classifier (Eq. 2 and Eq. 4): ``score_i = σ(w·f_i + b)``, ``σ(v) = 1/(1+e^(−v))``.
+   ``w = gain × (p_rtt/2, p_rtt/2, p_tput/2, p_tput/2)`` where ``(p_rtt, p_tput)``
+   is the application's priority (:data:`PRIORITY_WEIGHTS`, sums to 1) split
+   equally between the current value and its forecast, and ``gain`` spreads
+   the sigmoid (with features in [0, 1] and ``gain = 1`` every score would lie
+   in [σ(b), σ(1+b)], which makes weights nearly uniform). The default bias
+   ``b = −gain/2`` centres the sigmoid on a subflow that is half as good as the
+   best one. Note Eq. 3 in the paper prints the step reversed (1 for v ≤ 0);
+   we use the sigmoid of Eq. 4, which fires for large ``v``.
+6. Weights: ``weight_i = score_i / Σ_j score_j`` (sum to 1). The prioritised
+   subflow is the argmax of the score (ties: lower current RTT, then name).
+
+A feature is used only when *every* subflow has at least one value for it
+(history sample or, for RTT, the interface's current ``rtt_ms``); otherwise it
+is left out for all (comparing a known RTT with an unknown one is
+meaningless) and its priority share goes to the remaining feature. With no
+usable feature the weights are uniform; the ``reason`` says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from edgepath.types import ApplicationProfile
+
+#: Below this many samples the slope is not estimated (defined as 0).
+MIN_SAMPLES_FOR_TREND = 3
+#: RTT values (and forecasts) are floored here, ms, so that min/rtt is defined.
+RTT_FLOOR_MS = 0.1
+#: Default window (samples) and horizon (s): the paper uses 10–20 samples.
+DEFAULT_WINDOW = 20
+DEFAULT_HORIZON_S = 1.0
+DEFAULT_GAIN = 8.0
+
+
+class Priority(StrEnum):
+    """What the application optimises (selects the classifier weights ``w``)."""
+
+    LATENCY = "latency"
+    BALANCED = "balanced"
+    THROUGHPUT = "throughput"
+
+
+#: (p_rtt, p_throughput) per priority; each row sums to 1.
+PRIORITY_WEIGHTS: dict[Priority, tuple[float, float]] = {
+    Priority.LATENCY: (0.8, 0.2),
+    Priority.BALANCED: (0.5, 0.5),
+    Priority.THROUGHPUT: (0.2, 0.8),
+}
+
+#: Application profile → MLPM priority: interactive and loss-sensitive traffic wants latency,
+#: bulk transfers want throughput, streaming (and unspecified) balances both.
+PROFILE_PRIORITY: dict[ApplicationProfile, Priority] = {
+    ApplicationProfile.UNSPECIFIED: Priority.BALANCED,
+    ApplicationProfile.STREAMING: Priority.BALANCED,
+    ApplicationProfile.BULK: Priority.THROUGHPUT,
+    ApplicationProfile.LOSS_SENSITIVE: Priority.LATENCY,
+    ApplicationProfile.INTERACTIVE: Priority.LATENCY,
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed measurement: ``t_s`` seconds (any origin), ``value`` in the feature's unit."""
+
+    t_s: float
+    value: float
+
+
+@dataclass(frozen=True)
+class SubflowHistory:
+    """What is known about one subflow (one interface).
+
+    Attributes
+    ----------
+    interface:
+        Interface name, e.g. ``wlan0``.
+    rtt_ms:
+        Timed RTT samples, ms (any order; non-finite values are ignored).
+    throughput_bps:
+        Timed throughput samples, bit/s.
+    current_rtt_ms:
+        The interface's current RTT when no RTT history exists (e.g. the
+        ``rtt_ms`` of the radio context), ms.
+    """
+
+    interface: str
+    rtt_ms: Sequence[Sample] = ()
+    throughput_bps: Sequence[Sample] = ()
+    current_rtt_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class FeatureForecast:
+    """Current value, trend and forecast of one feature of one subflow."""
+
+    current: float
+    slope_per_s: float
+    forecast: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class SubflowScore:
+    """Classifier output for one subflow.
+
+    ``rtt_ms`` / ``throughput_bps`` are None when that feature is unknown.
+    """
+
+    interface: str
+    weight: float
+    score: float
+    rtt_ms: FeatureForecast | None
+    throughput_bps: FeatureForecast | None
+
+
+@dataclass(frozen=True)
+class SchedulerWeights:
+    """MLPM decision: weights per subflow (sum 1), the prioritised subflow, and why."""
+
+    subflows: tuple[SubflowScore, ...]
+    prioritised_subflow: str
+    features_used: tuple[str, ...]
+    priority: Priority
+    horizon_s: float
+    bias: float
+    reason: str
+    classifier_weights: tuple[float, ...] = field(default=())
+
+
+def _finite(samples: Sequence[Sample]) -> list[Sample]:
+    return [s for s in samples if math.isfinite(s.t_s) and math.isfinite(s.value)]
+
+
+def window_of(samples: Sequence[Sample], window: int) -> list[Sample]:
+    """The last ``window`` finite samples ordered by timestamp (stable for equal timestamps)."""
+    ordered = sorted(_finite(samples), key=lambda s: s.t_s)
+    return ordered[-window:] if window > 0 else []
+
+
+def slope(t_s: Sequence[float], values: Sequence[float]) -> float:
+    """Least-squares slope of ``values`` over ``t_s`` (MLPM Eq. 1, Silva et al. 2020).
+
+    Parameters
+    ----------
+    t_s:
+        Timestamps, shape (n,), seconds (any origin: the result does not depend on it).
+    values:
+        Feature values, shape (n,).
+
+    Returns
+    -------
+    float
+        ``S = (nΣxy − ΣxΣy) / (nΣx² − (Σx)²)`` in value-units per second; 0.0
+        when ``n < 3`` (:data:`MIN_SAMPLES_FOR_TREND`), when the lengths differ,
+        when any input is non-finite, or when all timestamps are equal.
+    """
+    n = len(t_s)
+    if n < MIN_SAMPLES_FOR_TREND or n != len(values):
+        return 0.0
+    if not all(math.isfinite(x) for x in t_s) or not all(math.isfinite(y) for y in values):
+        return 0.0
+    if max(t_s) == min(t_s):
+        return 0.0  # all timestamps equal: Eq. 1's denominator is 0
+    mean_t = math.fsum(t_s) / n
+    xs = [x - mean_t for x in t_s]  # shift: same slope, no cancellation with epoch timestamps
+    sum_x = math.fsum(xs)
+    sum_y = math.fsum(values)
+    sum_xy = math.fsum(x * y for x, y in zip(xs, values, strict=True))
+    sum_x2 = math.fsum(x * x for x in xs)
+    denominator = n * sum_x2 - sum_x * sum_x
+    if not denominator > 0.0:
+        return 0.0
+    result = (n * sum_xy - sum_x * sum_y) / denominator
+    return result if math.isfinite(result) else 0.0
+
+
+def forecast_feature(samples: Sequence[Sample], window: int, horizon_s: float) -> FeatureForecast | None:
+    """Current value, Eq. 1 slope and linear forecast ``value + slope × horizon_s``; None without samples."""
+    win = window_of(samples, window)
+    if not win:
+        return None
+    current = win[-1].value
+    s = slope([p.t_s for p in win], [p.value for p in win])
+    return FeatureForecast(current=current, slope_per_s=s, forecast=current + s * horizon_s, samples=len(win))
+
+
+def sigmoid(v: float) -> float:
+    """Logistic function (MLPM Eq. 4), overflow-safe."""
+    if v >= 0:
+        return 1.0 / (1.0 + math.exp(-v))
+    e = math.exp(v)
+    return e / (1.0 + e)
+
+
+def classify(features: Sequence[float], weights: Sequence[float], bias: float) -> float:
+    """Linear classifier ``σ(w·f + b)`` (MLPM Eq. 2 weighted sum + bias, Eq. 4 sigmoid).
+
+    Raises
+    ------
+    ValueError
+        When ``features`` and ``weights`` differ in length.
+    """
+    if len(features) != len(weights):
+        raise ValueError(f"{len(features)} features but {len(weights)} weights")
+    return sigmoid(math.fsum(w * f for w, f in zip(weights, features, strict=True)) + bias)
+
+
+def default_bias(gain: float = DEFAULT_GAIN) -> float:
+    """Bias centring the sigmoid on a subflow half as good as the best: ``−gain/2``."""
+    return -gain / 2.0
+
+
+def _uniform(
+    interfaces: Sequence[str], priority: Priority, horizon_s: float, bias: float, reason: str
+) -> SchedulerWeights:
+    k = len(interfaces)
+    subflows = tuple(
+        SubflowScore(interface=name, weight=1.0 / k, score=0.5, rtt_ms=None, throughput_bps=None) for name in interfaces
+    )
+    return SchedulerWeights(
+        subflows=subflows,
+        prioritised_subflow=interfaces[0] if interfaces else "",
+        features_used=(),
+        priority=priority,
+        horizon_s=horizon_s,
+        bias=bias,
+        reason=reason,
+    )
+
+
+def decide(
+    histories: Sequence[SubflowHistory],
+    *,
+    priority: Priority = Priority.BALANCED,
+    window: int = DEFAULT_WINDOW,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    gain: float = DEFAULT_GAIN,
+    bias: float | None = None,
+) -> SchedulerWeights:
+    """Scheduler weights per subflow from their histories (MLPM, Silva et al. 2020, Eq. 1–4).
+
+    Parameters
+    ----------
+    histories:
+        One entry per subflow, shape (k,). Empty → an empty decision (no subflow).
+    priority:
+        Application priority selecting ``w`` (:data:`PRIORITY_WEIGHTS`).
+    window:
+        Samples per feature used by the slope (newest first), ≥ 1.
+    horizon_s:
+        Forecast horizon, s (≥ 0).
+    gain:
+        Scale of ``w`` (see the module docstring), > 0.
+    bias:
+        Classifier bias ``b``; default :func:`default_bias` (``−gain/2``).
+
+    Returns
+    -------
+    SchedulerWeights
+        Weights summing to 1 (empty when ``histories`` is empty), the
+        prioritised subflow, the forecasts, and a human-readable reason.
+
+    Raises
+    ------
+    ValueError
+        When ``window < 1``, ``horizon_s`` is negative or non-finite, or ``gain <= 0``.
+    """
+    if window < 1:
+        raise ValueError("window must be >= 1")
+    if not math.isfinite(horizon_s) or horizon_s < 0:
+        raise ValueError("horizon_s must be finite and >= 0")
+    if not math.isfinite(gain) or gain <= 0:
+        raise ValueError("gain must be finite and > 0")
+    b = default_bias(gain) if bias is None or not math.isfinite(bias) else bias
+    names = [h.interface for h in histories]
+    if not histories:
+        return _uniform([], priority, horizon_s, b, "no subflows")
+
+    rtt: list[FeatureForecast | None] = []
+    tput: list[FeatureForecast | None] = []
+    for h in histories:
+        r = forecast_feature(h.rtt_ms, window, horizon_s)
+        if r is None and h.current_rtt_ms is not None and math.isfinite(h.current_rtt_ms):
+            r = FeatureForecast(current=h.current_rtt_ms, slope_per_s=0.0, forecast=h.current_rtt_ms, samples=0)
+        rtt.append(r)
+        tput.append(forecast_feature(h.throughput_bps, window, horizon_s))
+
+    use_rtt = all(r is not None for r in rtt)
+    use_tput = all(t is not None for t in tput)
+    p_rtt, p_tput = PRIORITY_WEIGHTS[priority]
+    if use_rtt and not use_tput:
+        p_rtt, p_tput = 1.0, 0.0
+    elif use_tput and not use_rtt:
+        p_rtt, p_tput = 0.0, 1.0
+    if not use_rtt and not use_tput:
+        return _uniform(
+            names,
+            priority,
+            horizon_s,
+            b,
+            "uniform: no feature (RTT or throughput) is known for every subflow",
+        )
+
+    features: list[list[float]] = [[] for _ in histories]
+    used: list[str] = []
+    if use_rtt:
+        rtt_known = [r for r in rtt if r is not None]
+        cur = [max(r.current, RTT_FLOOR_MS) for r in rtt_known]
+        fc = [max(r.forecast, RTT_FLOOR_MS) for r in rtt_known]
+        best = min(min(cur), min(fc))
+        for i in range(len(histories)):
+            features[i] += [best / cur[i], best / fc[i]]
+        used += ["rtt_ms", "rtt_forecast_ms"]
+    if use_tput:
+        tput_known = [t for t in tput if t is not None]
+        cur = [max(t.current, 0.0) for t in tput_known]
+        fc = [max(t.forecast, 0.0) for t in tput_known]
+        top = max(max(cur), max(fc))
+        for i in range(len(histories)):
+            features[i] += [cur[i] / top, fc[i] / top] if top > 0 else [1.0, 1.0]
+        used += ["throughput_bps", "throughput_forecast_bps"]
+
+    w: list[float] = []
+    if use_rtt:
+        w += [gain * p_rtt / 2.0] * 2
+    if use_tput:
+        w += [gain * p_tput / 2.0] * 2
+    scores = [classify(f, w, b) for f in features]
+    total = math.fsum(scores)
+    weights = [s / total for s in scores] if total > 0 else [1.0 / len(scores)] * len(scores)
+
+    def tie_key(i: int) -> tuple[float, float, str]:
+        r = rtt[i]
+        return (-scores[i], r.current if r is not None else math.inf, names[i])
+
+    best_i = min(range(len(histories)), key=tie_key)
+    # Clamp forecasts reported to the floors used for scoring.
+    subflows = tuple(
+        SubflowScore(
+            interface=names[i],
+            weight=weights[i],
+            score=scores[i],
+            rtt_ms=_floored(rtt[i], RTT_FLOOR_MS),
+            throughput_bps=_floored(tput[i], 0.0),
+        )
+        for i in range(len(histories))
+    )
+    missing = []
+    if not use_rtt:
+        missing.append("RTT unknown for some subflow: scored on throughput only")
+    if not use_tput:
+        missing.append("throughput unknown for some subflow: scored on RTT only")
+    short = [names[i] for i in range(len(histories)) if _short(rtt[i]) or _short(tput[i])]
+    notes = [f"MLPM {priority.value} priority over {', '.join(used)}", *missing]
+    if short:
+        notes.append(f"fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}")
+    return SchedulerWeights(
+        subflows=subflows,
+        prioritised_subflow=names[best_i],
+        features_used=tuple(used),
+        priority=priority,
+        horizon_s=horizon_s,
+        bias=b,
+        reason="; ".join(notes),
+        classifier_weights=tuple(w),
+    )
+
+
+def _short(f: FeatureForecast | None) -> bool:
+    return f is not None and f.samples < MIN_SAMPLES_FOR_TREND
+
+
+def _floored(f: FeatureForecast | None, floor: float) -> FeatureForecast | None:
+    if f is None or f.forecast >= floor:
+        return f
+    return FeatureForecast(current=f.current, slope_per_s=f.slope_per_s, forecast=floor, samples=f.samples)

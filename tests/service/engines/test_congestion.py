@@ -1,0 +1,99 @@
+"""Congestion-control advice: Table 3 lookups (Łuczak et al. 2023) and the mainline fallback."""
+
+from __future__ import annotations
+
+import pytest
+from edgepath.engines import congestion as cc
+from edgepath.engines.congestion import KernelCapabilities, Profile
+
+OUT_OF_TREE = KernelCapabilities(
+    available_congestion_controls=("reno", "cubic", "bbr", "lia", "olia", "balia", "wvegas"),
+    allowed_congestion_controls=("reno", "cubic", "bbr", "lia", "olia", "balia", "wvegas"),
+)
+
+
+def test_table_has_twelve_pairs_and_spot_values() -> None:
+    t = cc.table()
+    assert len(t) == 12
+    assert t[("balia", "reno")]["throughput_avg_mbps"] == 11.40
+    assert t[("wvegas", "reno")]["protocol_delay_max_ms"] == 816
+    assert t[("lia", "bbr")]["drop_rate_path1_seg_s"] == 0.1
+    assert t[("lia", "bbr")]["drop_rate_mean_seg_s"] == pytest.approx(0.65)
+
+
+@pytest.mark.parametrize(
+    ("profile", "pair", "metric", "value"),
+    [
+        # Highest average throughput: BALIA + Reno, 11.40 Mbit/s (paper §3.1.5).
+        (Profile.BULK, ("balia", "reno"), "throughput_avg_mbps", 11.40),
+        # Lowest drop rate: LIA + BBR (paper §3.1.1): (0.1 + 1.2) / 2.
+        (Profile.LOSS_SENSITIVE, ("lia", "bbr"), "drop_rate_mean_seg_s", 0.65),
+        # Lowest HoL degree 15 ms for BALIA + Reno and BALIA + BBR (§3.1.4); v_av ties at 95; ζ_max 148 < 157.
+        (Profile.STREAMING, ("balia", "reno"), "hol_degree_max_ms", 148),
+        # Protocol delay v_av 95 for three pairs; v_max 231 decides.
+        (Profile.INTERACTIVE, ("balia", "reno"), "protocol_delay_max_ms", 231),
+    ],
+)
+def test_best_pair_per_profile(profile: Profile, pair: tuple[str, str], metric: str, value: float) -> None:
+    a = cc.advise(profile, OUT_OF_TREE)
+    assert (a.mptcp_level, a.subflow_level) == pair
+    assert (a.deciding_metric, a.deciding_value) == (metric, pytest.approx(value))
+    assert not a.mainline_fallback and not a.assumed_capabilities
+    assert metric in a.explanation
+
+
+def test_restricted_kernel_picks_best_available_pair() -> None:
+    caps = KernelCapabilities(available_congestion_controls=("cubic", "olia", "wvegas", "vegas"))
+    a = cc.advise(Profile.BULK, caps)
+    assert (a.mptcp_level, a.subflow_level, a.deciding_value) == ("olia", "cubic", 10.58)
+
+
+def test_allowed_list_intersects_available() -> None:
+    caps = KernelCapabilities(
+        available_congestion_controls=("reno", "cubic", "bbr", "lia", "balia"),
+        allowed_congestion_controls=("cubic", "lia"),
+    )
+    a = cc.advise(Profile.BULK, caps)
+    assert (a.mptcp_level, a.subflow_level) == ("lia", "cubic")
+
+
+def test_mainline_fallback_subflow_level_only() -> None:
+    caps = KernelCapabilities(available_congestion_controls=("reno", "cubic", "bbr"))
+    a = cc.advise(Profile.BULK, caps)
+    assert a.mainline_fallback and a.mptcp_level == ""
+    # Mean over the four MPTCP-level columns: bbr (7.67+11.08+11.23+5.77)/4 = 8.9375 beats cubic 8.825, reno 8.54.
+    assert a.subflow_level == "bbr"
+    assert (a.deciding_metric, a.deciding_value) == ("throughput_avg_mbps", pytest.approx(8.9375))
+    assert "no coupled" in a.explanation
+
+
+def test_no_capabilities_assumes_mainline() -> None:
+    a = cc.advise(Profile.LOSS_SENSITIVE, KernelCapabilities())
+    assert a.mainline_fallback and a.assumed_capabilities
+    assert a.subflow_level in cc.MAINLINE_DEFAULT
+    assert "assuming a mainline kernel" in a.explanation
+
+
+def test_unspecified_profile_is_streaming_and_said() -> None:
+    a = cc.advise(Profile.UNSPECIFIED, OUT_OF_TREE)
+    assert (a.mptcp_level, a.subflow_level) == ("balia", "reno")
+    assert "streaming" in a.explanation
+
+
+@pytest.mark.parametrize(
+    "caps",
+    [
+        KernelCapabilities(available_congestion_controls=("vegas", "westwood")),
+        KernelCapabilities(available_congestion_controls=("cubic",), allowed_congestion_controls=("reno",)),
+    ],
+)
+def test_nothing_usable_keeps_kernel_default(caps: KernelCapabilities) -> None:
+    a = cc.advise(Profile.STREAMING, caps)
+    assert a.mptcp_level == "" and a.subflow_level == ""
+    assert a.mainline_fallback
+    assert "keep the kernel default" in a.explanation
+
+
+def test_coupled_without_subflow_algorithms() -> None:
+    a = cc.advise(Profile.BULK, KernelCapabilities(available_congestion_controls=("balia",)))
+    assert a.subflow_level == "" and not a.mainline_fallback

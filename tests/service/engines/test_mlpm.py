@@ -1,0 +1,157 @@
+"""MLPM engine: Eq. 1 slope, Eq. 2–4 classifier, weights, degenerate histories (Silva et al., HPCS 2020)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from edgepath.engines import mlpm
+from edgepath.engines.mlpm import Priority, Sample, SubflowHistory
+
+
+def samples(ts: list[float], ys: list[float]) -> list[Sample]:
+    return [Sample(t, y) for t, y in zip(ts, ys, strict=True)]
+
+
+def test_slope_hand_computed() -> None:
+    # x = 0..3, y = 1,3,2,5: n=4, Σx=6, Σy=11, Σxy=22, Σx²=14 → (88−66)/(56−36) = 1.1
+    assert mlpm.slope([0, 1, 2, 3], [1, 3, 2, 5]) == pytest.approx(1.1, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_slope_matches_numpy_polyfit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 21))
+    # Epoch-like timestamps (seconds since 1970) with jitter: cancellation-prone for the raw formula.
+    t = 1.7e9 + np.cumsum(rng.uniform(0.2, 2.0, n))
+    y = rng.normal(50.0, 10.0, n) + 3.0 * (t - t[0])
+    expected = np.polyfit(t - t[0], y, 1)[0]
+    assert mlpm.slope(t.tolist(), y.tolist()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_slope_degenerate_inputs_are_zero() -> None:
+    assert mlpm.slope([], []) == 0.0
+    assert mlpm.slope([0, 1], [5, 9]) == 0.0  # fewer than 3 samples
+    assert mlpm.slope([4, 4, 4], [1, 2, 3]) == 0.0  # equal timestamps: denominator 0
+    assert mlpm.slope([0, 1, 2], [1, math.nan, 3]) == 0.0
+    assert mlpm.slope([0, 1, 2], [1, 2]) == 0.0  # length mismatch
+
+
+def test_classifier_hand_computed() -> None:
+    # w·f + b = 2·1 + (−1)·0.5 + 0.5 = 2 → σ(2) = 1/(1+e^−2)
+    assert mlpm.classify([1.0, 0.5], [2.0, -1.0], 0.5) == pytest.approx(1 / (1 + math.exp(-2)), abs=1e-15)
+    assert mlpm.sigmoid(-1000.0) == 0.0
+    assert mlpm.sigmoid(1000.0) == 1.0
+    with pytest.raises(ValueError):
+        mlpm.classify([1.0], [1.0, 2.0], 0.0)
+
+
+def test_decide_hand_computed_rtt_only() -> None:
+    # Only current RTTs (50 ms, 100 ms), latency priority → RTT only: w = [4, 4], b = −4.
+    # a: goodness (1, 1) → σ(4); b: (0.5, 0.5) → σ(0) = 0.5.
+    d = mlpm.decide(
+        [SubflowHistory("a", current_rtt_ms=50.0), SubflowHistory("b", current_rtt_ms=100.0)],
+        priority=Priority.LATENCY,
+    )
+    sa = 1 / (1 + math.exp(-4))
+    assert d.features_used == ("rtt_ms", "rtt_forecast_ms")
+    assert d.classifier_weights == (4.0, 4.0)
+    assert d.subflows[0].score == pytest.approx(sa)
+    assert d.subflows[1].score == pytest.approx(0.5)
+    assert d.subflows[0].weight == pytest.approx(sa / (sa + 0.5))
+    assert d.prioritised_subflow == "a"
+    assert "throughput unknown" in d.reason
+
+
+def test_forecast_prefers_improving_subflow() -> None:
+    # Same current RTT (60 ms); one rising, one falling (the paper's Fig. 3 situation).
+    rising = SubflowHistory("s1", rtt_ms=samples([0, 1, 2, 3, 4], [52, 54, 56, 58, 60]))
+    falling = SubflowHistory("sn", rtt_ms=samples([0, 1, 2, 3, 4], [68, 66, 64, 62, 60]))
+    d = mlpm.decide([rising, falling], priority=Priority.LATENCY, horizon_s=2.0)
+    by = {s.interface: s for s in d.subflows}
+    assert by["s1"].rtt_ms is not None and by["s1"].rtt_ms.forecast == pytest.approx(64.0)
+    assert by["sn"].rtt_ms is not None and by["sn"].rtt_ms.forecast == pytest.approx(56.0)
+    assert d.prioritised_subflow == "sn"
+    assert by["sn"].weight > by["s1"].weight
+    assert sum(s.weight for s in d.subflows) == pytest.approx(1.0)
+
+
+def test_priority_changes_the_pick() -> None:
+    fast_low_rtt = SubflowHistory(
+        "wlan0", rtt_ms=samples([0, 1, 2], [20, 20, 20]), throughput_bps=samples([0, 1, 2], [5e6, 5e6, 5e6])
+    )
+    big_pipe = SubflowHistory(
+        "wwan0", rtt_ms=samples([0, 1, 2], [80, 80, 80]), throughput_bps=samples([0, 1, 2], [50e6, 50e6, 50e6])
+    )
+    assert mlpm.decide([fast_low_rtt, big_pipe], priority=Priority.LATENCY).prioritised_subflow == "wlan0"
+    assert mlpm.decide([fast_low_rtt, big_pipe], priority=Priority.THROUGHPUT).prioritised_subflow == "wwan0"
+
+
+def test_window_uses_latest_samples_in_time_order() -> None:
+    # Out-of-order input; window 3 keeps t = 7, 8, 9 (values 9, 8, 7 → slope −1).
+    hist = SubflowHistory("a", throughput_bps=[Sample(float(t), float(16 - t)) for t in (9, 0, 8, 1, 7, 2)])
+    d = mlpm.decide([hist], window=3)
+    f = d.subflows[0].throughput_bps
+    assert f is not None
+    assert (f.current, f.slope_per_s, f.samples) == (7.0, pytest.approx(-1.0), 3)
+
+
+class TestDegenerate:
+    def test_empty(self) -> None:
+        d = mlpm.decide([])
+        assert d.subflows == () and d.prioritised_subflow == ""
+
+    def test_no_features_uniform_with_reason(self) -> None:
+        d = mlpm.decide([SubflowHistory("a"), SubflowHistory("b"), SubflowHistory("c")])
+        assert [s.weight for s in d.subflows] == pytest.approx([1 / 3] * 3)
+        assert "uniform" in d.reason
+
+    def test_fewer_than_three_samples_trend_zero(self) -> None:
+        d = mlpm.decide([SubflowHistory("a", rtt_ms=samples([0, 1], [10, 30]))])
+        f = d.subflows[0].rtt_ms
+        assert f is not None and f.slope_per_s == 0.0 and f.forecast == 30.0
+        assert "fewer than 3" in d.reason
+        assert d.subflows[0].weight == 1.0
+
+    def test_equal_timestamps(self) -> None:
+        d = mlpm.decide([SubflowHistory("a", rtt_ms=samples([5, 5, 5, 5], [10, 20, 30, 40]))])
+        f = d.subflows[0].rtt_ms
+        assert f is not None and f.slope_per_s == 0.0
+
+    def test_nan_and_inf_samples_ignored(self) -> None:
+        a = SubflowHistory("a", rtt_ms=[Sample(0, math.nan), Sample(math.inf, 5), Sample(1, 10), Sample(2, 10)])
+        b = SubflowHistory("b", rtt_ms=[Sample(0, math.nan)])  # nothing valid → RTT unknown for b
+        d = mlpm.decide([a, b])
+        assert d.features_used == ()
+        assert all(math.isfinite(s.weight) for s in d.subflows)
+
+    def test_zero_values(self) -> None:
+        d = mlpm.decide(
+            [
+                SubflowHistory("a", rtt_ms=samples([0, 1, 2], [0, 0, 0]), throughput_bps=samples([0, 1, 2], [0, 0, 0])),
+                SubflowHistory("b", rtt_ms=samples([0, 1, 2], [0, 0, 0]), throughput_bps=samples([0, 1, 2], [0, 0, 0])),
+            ]
+        )
+        assert [s.weight for s in d.subflows] == pytest.approx([0.5, 0.5])
+
+    def test_forecast_floored(self) -> None:
+        # Steeply falling RTT would forecast below 0: floored at RTT_FLOOR_MS; throughput at 0.
+        d = mlpm.decide(
+            [
+                SubflowHistory(
+                    "a", rtt_ms=samples([0, 1, 2], [30, 15, 1]), throughput_bps=samples([0, 1, 2], [9, 5, 1])
+                ),
+                SubflowHistory("b", current_rtt_ms=10.0, throughput_bps=samples([0, 1, 2], [1, 1, 1])),
+            ],
+            horizon_s=10.0,
+        )
+        a = d.subflows[0]
+        assert a.rtt_ms is not None and a.rtt_ms.forecast == mlpm.RTT_FLOOR_MS
+        assert a.throughput_bps is not None and a.throughput_bps.forecast == 0.0
+        assert sum(s.weight for s in d.subflows) == pytest.approx(1.0)
+
+    @pytest.mark.parametrize("kwargs", [{"window": 0}, {"horizon_s": -1.0}, {"horizon_s": math.nan}, {"gain": 0.0}])
+    def test_bad_parameters_raise(self, kwargs: dict[str, float]) -> None:
+        with pytest.raises(ValueError):
+            mlpm.decide([SubflowHistory("a")], **kwargs)  # type: ignore[arg-type]
