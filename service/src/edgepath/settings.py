@@ -40,6 +40,15 @@ class Settings(BaseSettings):
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
 
+    # --- MLPM scheduler weights (issue 3): see edgepath.engines.mlpm ---
+    mlpm_window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
+    mlpm_horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
+    mlpm_gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
+    mlpm_bias: float | None = Field(
+        None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -mlpm_gain/2)"
+    )
+    # --- end MLPM ---
+
     # --- SSMP server selection (issue 4): edgepath.engines.ssmp ---
     ssmp_mice_threshold_bytes: int = Field(
         1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
