@@ -40,6 +40,17 @@ class Settings(BaseSettings):
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
 
+    # --- SSMP server selection (issue 4): edgepath.engines.ssmp ---
+    ssmp_mice_threshold_bytes: int = Field(
+        1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
+    )
+    ssmp_alpha: float = Field(0.5, ge=0.0, le=1.0, description="EWMA weight of a new server score Q (SSMP Eq. 3)")
+    ssmp_stale_age_s: float = Field(
+        600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
+    )
+    ssmp_max_servers: int = Field(100_000, ge=1, description="In-process store capacity (server scores)")
+    # --- end SSMP ---
+
     # --- MLPM scheduler weights (issue 3): see edgepath.engines.mlpm ---
     mlpm_window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
     mlpm_horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
