@@ -202,65 +202,6 @@ def eval_ssmp(
 # --- end eval ssmp ---
 
 
-# --- eval sub-app: `edgepath eval <name>` (shared by the evaluations; issue 4 created it) ---
-eval_app = typer.Typer(help="Offline evaluations of the decision engines.", no_args_is_help=True)
-app.add_typer(eval_app, name="eval")
-# --- end eval sub-app ---
-
-
-# --- eval ssmp (issue 4) ---
-@eval_app.command("ssmp")
-def eval_ssmp(
-    report: Annotated[Path, typer.Option(help="Write the JSON report here")],
-    plot: Annotated[Path, typer.Option(help="Write the PNG plot here")],
-    paper: Annotated[bool, typer.Option("--paper", help="The paper's Section V scenarios, transfer model")] = False,
-    gophers: Annotated[
-        Optional[Path],
-        typer.Option(help="5Gophers directory (rtt.csv, throughput.csv); default ../shared/data/5gophers if present"),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Random seed")] = 0,
-    alpha: Annotated[Optional[float], typer.Option(help="EWMA α of Eq. 3 for the stable scenarios")] = None,
-    repetitions: Annotated[int, typer.Option(min=1, help="--paper: sequences of 10 downloads per size")] = 100,
-    downloads: Annotated[int, typer.Option(min=2, help="5Gophers: paired downloads per size and carrier pair")] = 300,
-) -> None:
-    """SSMP vs DSS download times (Yang et al., SSMP): --paper scenarios and/or 5Gophers data, with a report and plot.
-
-    Without --paper, 5Gophers mode runs on --gophers DIR (or ../shared/data/5gophers when present).
-    """
-    from edgepath.engines.ssmp import SsmpConfig
-    from edgepath.evaluation import ssmp_eval
-
-    if gophers is None and not paper:
-        gophers = ssmp_eval.default_gophers_dir()
-        if gophers is None:
-            raise typer.BadParameter(
-                "5Gophers data not found at ../shared/data/5gophers; pass --gophers DIR (with rtt.csv and "
-                "throughput.csv of 5Gophers 1.0, CC BY 4.0) or use --paper",
-                param_hint="--gophers",
-            )
-    if gophers is not None and not all((gophers / f).is_file() for f in ("rtt.csv", "throughput.csv")):
-        raise typer.BadParameter(f"{gophers} lacks rtt.csv or throughput.csv", param_hint="--gophers")
-    try:
-        defaults = load_settings()
-        config = SsmpConfig(
-            mice_threshold_bytes=defaults.ssmp_mice_threshold_bytes,
-            alpha=defaults.ssmp_alpha if alpha is None else alpha,
-            stale_age_s=defaults.ssmp_stale_age_s,
-        )
-    except (ValidationError, ValueError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="--alpha") from exc
-    result = ssmp_eval.build_report(
-        paper=paper, gophers_dir=gophers, seed=seed, config=config, repetitions=repetitions, downloads=downloads
-    )
-    ssmp_eval.write_report(result, report)
-    ssmp_eval.plot_report(result, plot)
-    typer.echo(ssmp_eval.format_table(result))
-    typer.echo(f"report: {report}\nplot: {plot}")
-
-
-# --- end eval ssmp ---
-
-
 def main() -> None:
     app()
 

@@ -60,17 +60,6 @@ class Settings(BaseSettings):
     )
     # --- end MLPM ---
 
-    # --- SSMP server selection (issue 4): edgepath.engines.ssmp ---
-    ssmp_mice_threshold_bytes: int = Field(
-        1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
-    )
-    ssmp_alpha: float = Field(0.5, ge=0.0, le=1.0, description="EWMA weight of a new server score Q (SSMP Eq. 3)")
-    ssmp_stale_age_s: float = Field(
-        600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
-    )
-    ssmp_max_servers: int = Field(100_000, ge=1, description="In-process store capacity (server scores)")
-    # --- end SSMP ---
-
     # --- Security (issue 9): see SECURITY.md and edgepath.security -------------------------------------------
     auth_tokens_file: Path | None = Field(
         None, description="JSON file of SHA-256-hashed device tokens (`edgepath tokens add DEVICE` writes it)"
