@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from tqdm import tqdm
@@ -22,7 +22,9 @@ def _root() -> None:
 @app.command()
 def replay(
     wifi: Annotated[Path, typer.Option(help="WiFi tests CSV (mobilebandwidth format)", exists=True, dir_okay=False)],
-    cellular: Annotated[Path, typer.Option(help="Cellular tests CSV (mobilebandwidth format)", exists=True, dir_okay=False)],
+    cellular: Annotated[
+        Path, typer.Option(help="Cellular tests CSV (mobilebandwidth format)", exists=True, dir_okay=False)
+    ],
     service: Annotated[str, typer.Option(help="grpc://HOST:PORT or http://HOST:PORT")],
     report: Annotated[Path, typer.Option(help="Where to write the JSON report")],
     plot: Annotated[Path, typer.Option(help="Where to write the PNG plot")],
@@ -57,6 +59,73 @@ def replay(
         f"EdgePath primary path on {out['rounds']} paired real situations ({wifi.stem} × {cellular.stem}, seed {seed})",
     )
     typer.echo(f"report: {report}\nplot:   {plot}")
+
+
+@app.command()
+def run(
+    config: Annotated[Optional[Path], typer.Option(help="Agent settings file (TOML or JSON)")] = None,
+    service: Annotated[
+        Optional[list[str]], typer.Option(help="Service URL, repeatable, in order of preference (grpc:// first)")
+    ] = None,
+    interface: Annotated[
+        Optional[list[str]], typer.Option(help="Managed interface NAME=ACCESS (WIFI/LTE/NR/ETHERNET), repeatable")
+    ] = None,
+    device_id: Annotated[Optional[str], typer.Option(help="device_id (default: host name)")] = None,
+    interval_s: Annotated[Optional[float], typer.Option(help="Seconds between decisions")] = None,
+    probe: Annotated[Optional[str], typer.Option(help="HOST:PORT of a transfer server for active outcomes")] = None,
+    journal: Annotated[Optional[Path], typer.Option(help="Journal file (prior state + changes)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
+    netns: Annotated[Optional[str], typer.Option(help="Apply inside this network namespace")] = None,
+    cc_profile: Annotated[Optional[str], typer.Option(help="throughput, latency, coupled or default")] = None,
+    steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (default: until SIGTERM)")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level")] = "INFO",
+) -> None:
+    """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore)."""
+    import logging
+
+    from pydantic import ValidationError
+
+    from edgepath_agent.collector import parse_interface_map
+    from edgepath_agent.daemon import load_config, run_daemon
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(
+            config,
+            service=service or None,
+            interfaces=parse_interface_map(interface) if interface else None,
+            device_id=device_id,
+            interval_s=interval_s,
+            probe=probe,
+            journal=journal,
+            backend="dry-run" if dry_run else None,
+            netns=netns,
+            cc_profile=cc_profile,
+        )
+    except (ValidationError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    done = run_daemon(cfg, max_steps=steps)
+    typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")
+
+
+@app.command()
+def rollback(
+    journal: Annotated[Path, typer.Option(help="Journal file written by `run`")] = Path(
+        "/var/lib/edgepath-agent/journal.json"
+    ),
+    netns: Annotated[Optional[str], typer.Option(help="Network namespace the agent worked in")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
+) -> None:
+    """Restore the network state the journal recorded before the agent's first change."""
+    from edgepath_agent.applier import ApplyError
+    from edgepath_agent.daemon import rollback as do_rollback
+
+    try:
+        steps = do_rollback(journal, netns=netns, dry_run=dry_run)
+    except ApplyError as exc:
+        typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"rollback: {steps} step(s)" if steps else "rollback: nothing to restore")
 
 
 def main() -> None:

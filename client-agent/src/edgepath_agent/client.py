@@ -21,7 +21,12 @@ from google.protobuf import json_format
 from edgepath_agent.wire import edgepath_pb2 as pb
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
 
-_ACCESS_TO_PROTO = {"WIFI": "ACCESS_TYPE_WIFI", "LTE": "ACCESS_TYPE_LTE", "NR": "ACCESS_TYPE_NR", "ETHERNET": "ACCESS_TYPE_ETHERNET"}
+_ACCESS_TO_PROTO = {
+    "WIFI": "ACCESS_TYPE_WIFI",
+    "LTE": "ACCESS_TYPE_LTE",
+    "NR": "ACCESS_TYPE_NR",
+    "ETHERNET": "ACCESS_TYPE_ETHERNET",
+}
 _ACCESS_FROM_PROTO = {v: k for k, v in _ACCESS_TO_PROTO.items()}
 
 
@@ -66,7 +71,9 @@ class GrpcServiceClient:
             reply = self._stub.Recommend(msg, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             raise ServiceError(exc.code().name, exc.details() or "") from exc
-        out = json_format.MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        out = json_format.MessageToDict(
+            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
         pp = out["primary_path"]
         pp["access_type"] = _ACCESS_FROM_PROTO.get(pp["access_type"], pp["access_type"])
         pp["arms"] = [_ACCESS_FROM_PROTO.get(a, a) for a in pp.get("arms", [])]
@@ -80,7 +87,9 @@ class GrpcServiceClient:
             reply = self._stub.ReportOutcome(msg, timeout=self.timeout_s)
         except grpc.RpcError as exc:
             raise ServiceError(exc.code().name, exc.details() or "") from exc
-        return json_format.MessageToDict(reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        return json_format.MessageToDict(
+            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
 
     def close(self) -> None:
         self._channel.close()
@@ -140,3 +149,92 @@ def connect(url: str, timeout_s: float = 2.0) -> ServiceClient:
     if parsed.scheme in ("http", "https"):
         return RestServiceClient(url, timeout_s)
     raise ValueError(f"{url!r}: use grpc://HOST:PORT or http://HOST:PORT")
+
+
+#: Failures worth another attempt (the service or the network may come back).
+TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a retry or another transport may fix (not for invalid input)."""
+    if not isinstance(exc, ServiceError):
+        return False
+    if isinstance(exc.code, int):
+        return exc.code >= 500 or exc.code == 429
+    return exc.code in TRANSIENT_GRPC
+
+
+class FailoverClient:
+    """gRPC first, REST fallback, each with retries and exponential backoff (tenacity).
+
+    Each client in ``clients`` (in order) gets ``attempts`` tries with jittered
+    exponential waits from ``backoff_initial_s`` up to ``backoff_max_s``; only
+    transient failures (:func:`is_transient`) move on. Retrying ``report_outcome``
+    is safe: the service counts an outcome once per ``decision_id``.
+
+    Raises
+    ------
+    ServiceError
+        The last transient error when every transport failed, or the first
+        non-transient one (e.g. invalid input) at once.
+    """
+
+    def __init__(
+        self,
+        clients: list[ServiceClient],
+        attempts: int = 3,
+        backoff_initial_s: float = 0.1,
+        backoff_max_s: float = 2.0,
+    ) -> None:
+        if not clients:
+            raise ValueError("FailoverClient needs at least one client")
+        self.clients = clients
+        self.attempts = attempts
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.url = " → ".join(c.url for c in clients)
+        self.last_used: str | None = None
+
+    def _call(self, method: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+        last: ServiceError | None = None
+        for client in self.clients:
+            try:
+                for attempt in Retrying(
+                    stop=stop_after_attempt(self.attempts),
+                    wait=wait_exponential_jitter(initial=self.backoff_initial_s, max=self.backoff_max_s),
+                    retry=retry_if_exception(is_transient),
+                    reraise=True,
+                ):
+                    with attempt:
+                        result: dict[str, Any] = getattr(client, method)(body)
+                        self.last_used = client.url
+                        return result
+            except ServiceError as exc:
+                if not is_transient(exc):
+                    raise
+                last = exc
+        assert last is not None
+        raise last
+
+    def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("recommend", request)
+
+    def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call("report_outcome", outcome)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+def connect_failover(urls: list[str], timeout_s: float = 2.0, attempts: int = 3) -> FailoverClient:
+    """:class:`FailoverClient` over ``urls`` (put ``grpc://`` first, ``http://`` as fallback).
+
+    Raises
+    ------
+    ValueError
+        For a URL :func:`connect` rejects.
+    """
+    return FailoverClient([connect(u, timeout_s) for u in urls], attempts=attempts)

@@ -1,0 +1,352 @@
+"""The agent daemon: collect → decide → apply → measure → report, until SIGTERM.
+
+One :meth:`Agent.step`:
+
+1. **collect** the radio/path context of the managed interfaces (collector/);
+2. **decide**: ask the service (gRPC first, REST fallback, retries with backoff);
+   when it is unreachable the agent *keeps the last applied configuration* and
+   tries again next step;
+3. **apply** the recommendation (applier/: routes for the initial subflow, MPTCP
+   endpoints/limits, congestion control), journalled;
+4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
+   configured, otherwise passively from the primary interface's byte counters
+   (``/sys/class/net/IF/statistics/rx_bytes`` over the step) with RTT/loss from
+   TCP_INFO of live connections;
+5. **report** it; outcomes that can't be delivered are kept (bounded queue) and
+   re-sent later — the service ignores duplicates, so nothing is counted twice.
+
+On SIGTERM/SIGINT the loop ends and, with ``restore_on_exit``, the journal's
+snapshot is restored. Configuration precedence: CLI > file (TOML/JSON) > defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgepath_agent.applier import Applied, Applier, ApplierConfig, ApplyError, CommandBackend, DryRunBackend, Journal
+from edgepath_agent.client import ServiceClient, ServiceError, connect_failover, is_transient
+from edgepath_agent.collector import (
+    Collector,
+    KernelCollector,
+    ModemCollector,
+    PathCollector,
+    StaticCollector,
+    WifiCollector,
+    merge_contexts,
+)
+from edgepath_agent.meter import TransferResult, outcome_from, transfer
+
+log = logging.getLogger(__name__)
+
+
+class AgentConfig(BaseModel):
+    """Agent settings (units in the names). Precedence: CLI > file > these defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    device_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
+    service: list[str] = Field(
+        default_factory=lambda: ["grpc://127.0.0.1:50051", "http://127.0.0.1:8080"],
+        min_length=1,
+        description="Service URLs in order of preference (gRPC first, REST fallback)",
+    )
+    interfaces: dict[str, Literal["WIFI", "LTE", "NR", "ETHERNET"]] = Field(
+        default_factory=lambda: {"wlan0": "WIFI", "wwan0": "LTE"}
+    )
+    interval_s: float = Field(30.0, gt=0)
+    probe: str | None = Field(None, description="HOST:PORT of a transfer server for active measurements")
+    probe_bytes: int = Field(256 * 1024, ge=1)
+    timeout_s: float = Field(2.0, gt=0, description="Per-call deadline, s")
+    attempts: int = Field(3, ge=1, description="Tries per transport")
+    backend: Literal["command", "dry-run"] = "command"
+    netns: str | None = None
+    journal: Path = Path("/var/lib/edgepath-agent/journal.json")
+    restore_on_exit: bool = True
+    cc_profile: Literal["throughput", "latency", "coupled", "default"] = "default"
+    manage_cc: bool = True
+    endpoint_flags: list[Literal["signal", "subflow", "backup", "fullmesh"]] = Field(
+        default_factory=lambda: ["subflow"]
+    )
+    limits_subflows: int = Field(2, ge=0, le=8)
+    limits_add_addr_accepted: int = Field(2, ge=0, le=8)
+    primary_metric: int = Field(10, ge=0)
+    secondary_metric: int = Field(20, ge=0)
+    backup_weight_threshold: float = Field(0.2, ge=0.0, le=1.0)
+    max_pending_outcomes: int = Field(1000, ge=0)
+
+    def applier_config(self) -> ApplierConfig:
+        return ApplierConfig(
+            interfaces=tuple(self.interfaces),
+            endpoint_flags=tuple(self.endpoint_flags),
+            limits={"subflows": self.limits_subflows, "add_addr_accepted": self.limits_add_addr_accepted},
+            primary_metric=self.primary_metric,
+            secondary_metric=self.secondary_metric,
+            backup_weight_threshold=self.backup_weight_threshold,
+            cc_profile=self.cc_profile,
+            manage_cc=self.manage_cc,
+        )
+
+
+def load_config(path: Path | None = None, **cli: Any) -> AgentConfig:
+    """Defaults, overridden by the file at ``path`` (``.toml`` or JSON), overridden by non-``None`` CLI values.
+
+    Raises
+    ------
+    pydantic.ValidationError
+        Naming the offending field.
+    """
+    values: dict[str, Any] = {}
+    if path is not None:
+        text = path.read_text()
+        values.update(tomllib.loads(text) if path.suffix == ".toml" else json.loads(text))
+    values.update({k: v for k, v in cli.items() if v is not None})
+    return AgentConfig.model_validate(values)
+
+
+@dataclass
+class StepResult:
+    """What one step did."""
+
+    request: dict[str, Any]
+    recommendation: dict[str, Any] | None
+    applied: Applied | None
+    measurement: TransferResult | None
+    outcome: dict[str, Any] | None
+    ack: dict[str, Any] | None
+    kept_last: bool
+    error: str | None = None
+
+
+def rx_bytes(ifname: str, sys_class_net: Path = Path("/sys/class/net")) -> int | None:
+    """Received-bytes counter of ``ifname`` (``statistics/rx_bytes``), ``None`` if absent."""
+    try:
+        return int((sys_class_net / ifname / "statistics" / "rx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Agent:
+    """collect → decide → apply → measure → report (see module docstring).
+
+    Parameters
+    ----------
+    config
+        Agent settings.
+    client
+        Service client (usually a :class:`~edgepath_agent.client.FailoverClient`).
+    applier
+        Applier with its backend and journal.
+    collectors
+        Context sources in priority order.
+    measure
+        ``primary interface → TransferResult or None``; defaults to the probe transfer
+        (when ``config.probe``) or the passive counter meter.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        client: ServiceClient,
+        applier: Applier,
+        collectors: Sequence[Collector],
+        measure: Callable[[str], TransferResult | None] | None = None,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.applier = applier
+        self.collectors = list(collectors)
+        self.measure = measure or self._default_measure
+        self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
+        self.last_recommendation: dict[str, Any] | None = None
+        self._passive_mark: tuple[str, int, float] | None = None
+
+    def context(self) -> dict[str, Any]:
+        """The ``RecommendRequest`` for the current readings."""
+        readings = []
+        for c in self.collectors:
+            try:
+                readings.append(c.collect())
+            except Exception as exc:  # a broken source must not stop the agent
+                log.warning("collector %s failed: %s", getattr(c, "name", c), exc)
+        return {"device_id": self.config.device_id, "interfaces": merge_contexts(readings, only=self.config.interfaces)}
+
+    def _default_measure(self, primary: str) -> TransferResult | None:
+        if self.config.probe:
+            host, _, port = self.config.probe.rpartition(":")
+            return transfer(host, int(port), self.config.probe_bytes)
+        # Passive: bytes received on the primary interface since the previous step.
+        now = time.monotonic()
+        count = rx_bytes(primary)
+        mark, self._passive_mark = self._passive_mark, (primary, count or 0, now) if count is not None else None
+        if mark is None or count is None or mark[0] != primary or now <= mark[2]:
+            return None
+        got = max(0, count - mark[1])
+        return TransferResult(got, now - mark[2], 8.0 * got / (now - mark[2]), "", False)
+
+    def step(self, primary: str | None = None) -> StepResult:
+        """One round. ``primary`` forces a fixed policy (no service call, no outcome report)."""
+        request = self.context()
+        self.flush_outcomes()
+        rec: dict[str, Any] | None
+        if primary is not None:
+            rec = {"decision_id": None, "primary_path": {"interface": primary}}
+        else:
+            try:
+                rec = self.client.recommend(request)
+            except ServiceError as exc:
+                if not is_transient(exc):
+                    raise
+                log.warning("service unreachable (%s): keeping the last applied configuration", exc)
+                return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
+        applied = self.applier.apply(rec)
+        self.last_recommendation = rec
+        measured = self.measure(applied.primary)
+        outcome = ack = None
+        if measured is not None and rec.get("decision_id"):
+            outcome = outcome_from(measured, self.config.device_id, str(rec["decision_id"]))
+            ack = self._report(outcome)
+        return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
+
+    def _report(self, outcome: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return self.client.report_outcome(outcome)
+        except ServiceError as exc:
+            if not is_transient(exc):
+                log.error("outcome for %s refused: %s", outcome.get("decision_id"), exc)
+                return None
+            log.warning("outcome for %s queued (%s)", outcome.get("decision_id"), exc)
+            self.pending.append(outcome)
+            return None
+
+    def flush_outcomes(self) -> int:
+        """Re-send queued outcomes; returns how many were delivered."""
+        sent = 0
+        while self.pending:
+            outcome = self.pending[0]
+            try:
+                self.client.report_outcome(outcome)
+            except ServiceError as exc:
+                if is_transient(exc):
+                    break
+                log.error("queued outcome for %s refused: %s", outcome.get("decision_id"), exc)
+            self.pending.popleft()
+            sent += 1
+        return sent
+
+    def run(self, stop: threading.Event, max_steps: int | None = None) -> int:
+        """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done."""
+        steps = 0
+        while not stop.is_set() and (max_steps is None or steps < max_steps):
+            try:
+                result = self.step()
+                if result.applied is not None and not result.kept_last:
+                    log.info(
+                        "decision %s: primary %s cc %s backup %s",
+                        (result.recommendation or {}).get("decision_id"),
+                        result.applied.primary,
+                        result.applied.congestion_control,
+                        ",".join(result.applied.backup) or "-",
+                    )
+            except ApplyError as exc:
+                log.error("apply failed, restoring the previous state: %s", exc)
+                self.applier.rollback()
+            steps += 1
+            stop.wait(self.config.interval_s)
+        return steps
+
+    def close(self, restore: bool | None = None) -> None:
+        """Restore the journalled state (if ``restore``/``restore_on_exit``) and close the client."""
+        try:
+            if self.config.restore_on_exit if restore is None else restore:
+                self.applier.rollback()
+        finally:
+            self.client.close()
+
+
+def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Applier:
+    """Applier with the configured backend and journal."""
+    backend: Any = CommandBackend(netns=config.netns)
+    journal = Journal(config.journal)
+    if config.backend == "dry-run":
+        backend = DryRunBackend.from_backend(backend, config.applier_config().sysctl_keys)
+        backend.netns = config.netns
+        journal = Journal(None)
+    return Applier(backend, journal, config.applier_config(), allowed_cc=allowed_cc)
+
+
+def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ()) -> Agent:
+    """Agent with the real collectors (absent sources report nothing) and a failover client."""
+    kernel = KernelCollector()
+    applier = build_applier(config, kernel.capabilities.allowed_cc)
+    collectors: list[Collector] = [
+        *extra_collectors,
+        WifiCollector(),
+        ModemCollector(),
+        PathCollector(),
+        StaticCollector(config.interfaces),
+        kernel,
+    ]
+    client = connect_failover(config.service, config.timeout_s, config.attempts)
+    return Agent(config, client, applier, collectors)
+
+
+def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
+    """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done."""
+    agent = build_agent(config)
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("signal %s: stopping", signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    try:
+        return agent.run(stop, max_steps)
+    finally:
+        agent.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> int:
+    """Restore the snapshot of the journal at ``journal_path``; returns the number of steps run."""
+    journal = Journal(journal_path)
+    if journal.snapshot is None:
+        return 0
+    keys = tuple(k for k, _ in journal.snapshot.sysctls)
+    backend: Any = CommandBackend(netns=netns)
+    if dry_run:
+        backend = DryRunBackend.from_backend(backend, keys)
+        journal = Journal(None)
+        journal.snapshot = Journal(journal_path).snapshot
+    config = ApplierConfig(manage_cc=bool(keys))
+    return len(Applier(backend, journal, config).rollback())
+
+
+def describe(result: StepResult) -> Mapping[str, Any]:
+    """JSON-friendly summary of a step (for logs and the testbed)."""
+    m = result.measurement
+    return {
+        "decision_id": (result.recommendation or {}).get("decision_id"),
+        "primary": result.applied.primary if result.applied else None,
+        "kept_last": result.kept_last,
+        "throughput_bps": m.throughput_bps if m else None,
+        "completion_s": m.completion_s if m else None,
+        "reward": (result.ack or {}).get("reward"),
+        "error": result.error,
+    }
