@@ -202,6 +202,67 @@ def eval_ssmp(
 # --- end eval ssmp ---
 
 
+# --- eval mlpm (issue 3) ---
+@eval_app.command("mlpm", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def eval_mlpm(
+    ctx: typer.Context,
+    report: Annotated[Path, typer.Option(help="Write the JSON report here")],
+    plot: Annotated[Path, typer.Option(help="Write the PNG plot here")],
+    profile: Annotated[
+        str, typer.Option(help="Application profile: UNSPECIFIED, STREAMING, BULK, LOSS_SENSITIVE, INTERACTIVE")
+    ] = "UNSPECIFIED",
+    window: Annotated[Optional[int], typer.Option(min=1, max=64, help="MLPM window, samples (default 20)")] = None,
+    block_len: Annotated[int, typer.Option(min=1, help="Bootstrap block length, steps")] = 10,
+    bootstrap: Annotated[int, typer.Option(min=100, help="Bootstrap resamples")] = 2000,
+    seed: Annotated[int, typer.Option(help="Random seed of the bootstrap")] = 0,
+) -> None:
+    """MLPM vs LoRTT / round robin / oracle on measured paths (Silva et al., HPCS 2020, Table II).
+
+    Inputs (repeatable): --gophers-driving FILE ... (5Gophers driving-trace-*.csv, simultaneous
+    carriers) and --ucc FILE FILE (two UCC 5G traces paired by seconds since start; not
+    simultaneous). Without inputs: 5Gophers driving traces 1 and 2 and one UCC driving pair
+    from ../shared/data when present.
+    """
+    from edgepath.evaluation import mlpm_eval
+    from edgepath.types import ApplicationProfile
+
+    gophers, ucc = mlpm_eval.parse_input_args(ctx.args)
+    if not gophers and not ucc:
+        gophers, ucc = mlpm_eval.default_inputs()
+        if not gophers and not ucc:
+            raise typer.BadParameter(
+                "no input traces: ../shared/data not found; pass --gophers-driving FILE ... and/or --ucc FILE FILE",
+                param_hint="--gophers-driving/--ucc",
+            )
+    try:
+        app_profile = ApplicationProfile(profile.upper())
+    except ValueError as exc:
+        raise typer.BadParameter(f"unknown profile {profile!r}", param_hint="--profile") from exc
+    try:
+        defaults = load_settings()
+        traces = mlpm_eval.load_traces(gophers, ucc)
+        result = mlpm_eval.build_report(
+            traces,
+            profile=app_profile,
+            window=window or defaults.mlpm_window,
+            horizon_s=defaults.mlpm_horizon_s,
+            gain=defaults.mlpm_gain,
+            bias=defaults.mlpm_bias,
+            block_len=block_len,
+            reps=bootstrap,
+            seed=seed,
+        )
+    except (ValidationError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--gophers-driving/--ucc") from exc
+    mlpm_eval.write_report(result, report)
+    mlpm_eval.plot_report(result, plot)
+    typer.echo(mlpm_eval.format_table(result))
+    typer.echo(f"report: {report}\nplot: {plot}")
+
+
+# --- end eval mlpm ---
+
+
 def main() -> None:
     app()
 
