@@ -1,0 +1,164 @@
+"""Helpers for the security and fuzz tests: real servers, a test PKI, raw gRPC calls.
+
+``running_service`` is the project's fixture helper from ``tests/conftest.py``
+(loaded by path: several ``conftest`` modules share that name).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import ipaddress
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def _root_conftest() -> Any:
+    name = "edgepath_tests_root_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+running_service = _root_conftest().running_service
+
+RECOMMEND = "/edgepath.v1.PathService/Recommend"
+REPORT_OUTCOME = "/edgepath.v1.PathService/ReportOutcome"
+
+
+def context_body(device_id: str, link_speed_mbps: float = 100.0) -> dict[str, Any]:
+    """A valid WiFi + LTE RecommendRequest body."""
+    return {
+        "device_id": device_id,
+        "interfaces": [
+            {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -60.0, "link_speed_mbps": link_speed_mbps},
+            {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -95.0, "rsrq_db": -10.0, "cqi": 9},
+        ],
+    }
+
+
+# --- raw gRPC --------------------------------------------------------------------------------------------------
+def grpc_unary(
+    channel: grpc.Channel, method: str, payload: bytes, metadata: Sequence[tuple[str, str]] = (), timeout: float = 5.0
+) -> tuple[grpc.StatusCode, bytes | None, str, dict[str, str]]:
+    """Call ``method`` with raw request bytes (identity serializers); returns (code, reply bytes, details, trailers)."""
+    call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    try:
+        reply, info = call.with_call(payload, metadata=tuple(metadata), timeout=timeout)
+        return grpc.StatusCode.OK, reply, "", {m.key: m.value for m in info.trailing_metadata() or ()}
+    except grpc.RpcError as exc:
+        trailers = {m.key: m.value for m in exc.trailing_metadata() or ()}  # type: ignore[attr-defined]
+        return exc.code(), None, exc.details() or "", trailers  # type: ignore[attr-defined]
+
+
+# --- test PKI --------------------------------------------------------------------------------------------------
+@dataclass
+class Pki:
+    """Files of a throw-away PKI: a CA, the server's certificate and device certificates."""
+
+    ca_cert: Path
+    server_cert: Path
+    server_key: Path
+    dir: Path
+
+    def client(self, common_name: str, *, ca: str = "ca") -> tuple[Path, Path]:
+        """(cert, key) of a client certificate for ``common_name`` signed by ``ca`` ("ca" or "rogue")."""
+        return self.dir / f"{ca}-{common_name}.crt", self.dir / f"{ca}-{common_name}.key"
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    os.chmod(path, 0o600)
+
+
+def _cert(
+    subject_cn: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name | None,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool = False,
+    san: list[x509.GeneralName] | None = None,
+    client: bool = False,
+) -> x509.Certificate:
+    now = dt.datetime.now(dt.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject_cn)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer or name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    else:
+        usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def make_pki(directory: Path, clients: Sequence[str] = ("dev-a",), rogue_clients: Sequence[str] = ()) -> Pki:
+    """Generate a CA, a server certificate for localhost/127.0.0.1 and client certificates (CN = device id).
+
+    ``rogue_clients`` get certificates from a second, untrusted CA.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    pem = serialization.Encoding.PEM
+    cas: dict[str, tuple[x509.Certificate, ec.EllipticCurvePrivateKey]] = {}
+    for ca_name in ("ca", "rogue"):
+        ca_key = _key()
+        cas[ca_name] = (_cert(f"EdgePath test {ca_name}", ca_key, None, ca_key, ca=True), ca_key)
+    ca_cert, ca_key = cas["ca"]
+    (directory / "ca.crt").write_bytes(ca_cert.public_bytes(pem))
+    server_key = _key()
+    san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    server_cert = _cert("localhost", server_key, ca_cert.subject, ca_key, san=san)
+    (directory / "server.crt").write_bytes(server_cert.public_bytes(pem))
+    _write_key(directory / "server.key", server_key)
+    for ca_name, names in (("ca", clients), ("rogue", rogue_clients)):
+        issuer_cert, issuer_key = cas[ca_name]
+        for cn in names:
+            key = _key()
+            cert = _cert(cn, key, issuer_cert.subject, issuer_key, client=True)
+            (directory / f"{ca_name}-{cn}.crt").write_bytes(cert.public_bytes(pem))
+            _write_key(directory / f"{ca_name}-{cn}.key", key)
+    return Pki(directory / "ca.crt", directory / "server.crt", directory / "server.key", directory)

@@ -1,0 +1,119 @@
+"""Bounded learning: plausibility of outcomes, per-device caps, quarantine; the GCRA token bucket."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+import pytest
+from edge_security_helpers import context_body, running_service
+from edgepath.engines.features import context_features
+from edgepath.errors import InvalidInput, RateLimited
+from edgepath.security.plausibility import (
+    ACCESS_PEAK_BPS,
+    MemoryQuarantine,
+    OutcomeGuard,
+    reported_capacity_bps,
+)
+from edgepath.security.ratelimit import MemoryRateLimiter, gcra_step
+from edgepath.state.base import DecisionRecord
+from edgepath.types import AccessType, InterfaceContext, OutcomeReport
+
+
+def _decision(interfaces: list[InterfaceContext], device_id: str = "dev-a") -> DecisionRecord:
+    arms = tuple(sorted({i.access_type.value for i in interfaces}))
+    return DecisionRecord(
+        decision_id="d1",
+        device_id=device_id,
+        model_version=0,
+        policy="p",
+        arms=arms,
+        arm_index=0,
+        interface=interfaces[0].name,
+        propensity=0.5,
+        features=tuple(float(v) for v in context_features(interfaces)),
+        decided_at=0.0,
+    )
+
+
+def _wifi(mbps: float | None) -> InterfaceContext:
+    return InterfaceContext(name="wlan0", access_type=AccessType.WIFI, wifi_rssi_dbm=-60.0, link_speed_mbps=mbps)
+
+
+def _lte() -> InterfaceContext:
+    return InterfaceContext(name="wwan0", access_type=AccessType.LTE, rsrp_dbm=-90.0)
+
+
+@pytest.mark.parametrize("mbps", [0.0, 6.5, 54.0, 866.7, 2402.0])
+def test_capacity_decodes_the_reported_link_speed(mbps: float) -> None:
+    d = _decision([_wifi(mbps)])
+    assert math.isclose(reported_capacity_bps(d.arms, d.features), mbps * 1e6, rel_tol=1e-9, abs_tol=1.0)
+
+
+def test_capacity_sums_paths_and_uses_peak_rates_when_unreported() -> None:
+    d = _decision([_wifi(100.0), _lte()])
+    assert math.isclose(reported_capacity_bps(d.arms, d.features), 100e6 + ACCESS_PEAK_BPS[AccessType.LTE])
+    d = _decision([_wifi(None)])
+    assert reported_capacity_bps(d.arms, d.features) == ACCESS_PEAK_BPS[AccessType.WIFI]
+
+
+async def test_guard_rejects_throughput_above_factor_times_capacity() -> None:
+    guard = OutcomeGuard(1.5, None, MemoryQuarantine())
+    d = _decision([_wifi(100.0)])
+    ok = OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=149e6)
+    assert await guard.admit(d, ok) is True
+    bad = OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=151e6)
+    with pytest.raises(InvalidInput) as err:
+        await guard.admit(d, bad)
+    assert err.value.field == "throughput_bps"
+
+
+async def test_guard_caps_outcomes_per_device_and_quarantines() -> None:
+    now = [0.0]
+    guard = OutcomeGuard(1.5, MemoryRateLimiter(3 / 3600, 3, clock=lambda: now[0]), MemoryQuarantine(["dev-q"]))
+    report = OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=1e6)
+    d = _decision([_wifi(100.0)])
+    assert [await guard.admit(d, report) for _ in range(3)] == [True] * 3
+    with pytest.raises(RateLimited) as err:
+        await guard.admit(d, report)
+    assert math.isclose(err.value.retry_after_s, 1200.0)  # one outcome every 3600/3 s
+    assert await guard.admit(_decision([_wifi(100.0)], "dev-b"), report) is True  # per device
+    assert await guard.admit(_decision([_wifi(100.0)], "dev-q"), report) is False  # quarantined: not trained
+    await guard.quarantine.remove("dev-q")
+    assert await guard.admit(_decision([_wifi(100.0)], "dev-q"), report) is True
+
+
+def test_gcra_is_a_token_bucket() -> None:
+    # rate 2/s, burst 3: three at once, then one every 0.5 s.
+    tat, t = 0.0, 10.0
+    allowed = []
+    for _ in range(4):
+        tat, retry = gcra_step(tat, t, 0.5, 3)
+        allowed.append(retry == 0.0)
+    assert allowed == [True, True, True, False]
+    assert math.isclose(gcra_step(tat, t, 0.5, 3)[1], 0.5)
+    assert gcra_step(tat, t + 0.5, 0.5, 3)[1] == 0.0
+
+
+async def test_memory_limiter_refills_with_time() -> None:
+    now = [0.0]
+    limiter = MemoryRateLimiter(1.0, 2, clock=lambda: now[0])
+    assert [await limiter.acquire("k") for _ in range(3)][:2] == [0.0, 0.0]
+    assert await limiter.acquire("k") > 0.0
+    now[0] += 1.0
+    assert await limiter.acquire("k") == 0.0
+
+
+def test_implausible_outcome_is_refused_over_rest() -> None:
+    with (
+        running_service(plausibility_factor=1.5) as svc,
+        httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http,
+    ):
+        rec = http.post("/v1/recommendations", json=context_body("dev-a", link_speed_mbps=50.0)).json()
+        # WiFi at 50 Mbit/s + LTE (peak 4 Gbit/s): 1 Tbit/s is implausible.
+        body: dict[str, Any] = {"device_id": "dev-a", "decision_id": rec["decision_id"], "throughput_bps": 1e12}
+        resp = http.post("/v1/outcomes", json=body)
+        assert resp.status_code == 422 and resp.json()["field"] == "throughput_bps"
+        body["throughput_bps"] = 40e6
+        assert http.post("/v1/outcomes", json=body).json()["accepted"] is True
