@@ -46,6 +46,17 @@ def serve(
             help="Train in this process (default: yes with memory://; with redis:// compete for the trainer lock)",
         ),
     ] = None,
+    profile: Annotated[
+        Optional[str], typer.Option(help="dev (default: loopback, auth optional) or prod (auth + TLS required)")
+    ] = None,
+    auth_tokens_file: Annotated[
+        Optional[Path], typer.Option(help="Hashed device tokens (written by `edgepath tokens add`)")
+    ] = None,
+    tls_cert_file: Annotated[Optional[Path], typer.Option(help="Server certificate (PEM), gRPC and HTTPS")] = None,
+    tls_key_file: Annotated[Optional[Path], typer.Option(help="Server private key (PEM)")] = None,
+    tls_client_ca_file: Annotated[
+        Optional[Path], typer.Option(help="CA of device certificates: gRPC requires client certificates (mTLS)")
+    ] = None,
 ) -> None:
     """Run the gRPC and REST servers (in-process state store by default)."""
     from edgepath.main import Service
@@ -62,11 +73,16 @@ def serve(
             log_level=log_level,
             store_url=store,
             trainer=trainer,
+            profile=profile,
+            auth_tokens_file=auth_tokens_file,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
+            tls_client_ca_file=tls_client_ca_file,
         )
         if settings.policy not in POLICIES:
             raise typer.BadParameter(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}")
     except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from exc
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def run() -> None:
@@ -261,6 +277,75 @@ def eval_mlpm(
 
 
 # --- end eval mlpm ---
+
+
+# --- tokens sub-app (issue 9, security): device tokens stored hashed; see SECURITY.md ---
+tokens_app = typer.Typer(help="Device tokens for REST/gRPC bearer authentication.", no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+TokensFileOption = Annotated[
+    Optional[Path], typer.Option("--file", help="Tokens file (default: EDGEPATH_AUTH_TOKENS_FILE)")
+]
+
+
+def _tokens_file(path: Optional[Path]) -> Path:
+    if path is None:
+        env = os.environ.get("EDGEPATH_AUTH_TOKENS_FILE")
+        if not env:
+            raise typer.BadParameter("pass --file or set EDGEPATH_AUTH_TOKENS_FILE", param_hint="--file")
+        path = Path(env)
+    return path
+
+
+@tokens_app.command("add")
+def tokens_add(
+    device_id: Annotated[str, typer.Argument(help="Device id the token authenticates")],
+    file: TokensFileOption = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Token of an admin identity")] = False,
+) -> None:
+    """Create a token for DEVICE_ID and print it once; only its SHA-256 is stored (file mode 0600)."""
+    from edgepath.errors import InvalidInput
+    from edgepath.security.auth import TokenFile
+
+    try:
+        token = TokenFile(_tokens_file(file)).add(device_id, admin=admin)
+    except InvalidInput as exc:
+        raise typer.BadParameter(str(exc), param_hint="DEVICE_ID") from exc
+    typer.echo(token)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(device_id: Annotated[str, typer.Argument()], file: TokensFileOption = None) -> None:
+    """Delete every token of DEVICE_ID."""
+    from edgepath.security.auth import TokenFile
+
+    typer.echo(f"revoked {TokenFile(_tokens_file(file)).revoke(device_id)} token(s) of {device_id}")
+
+
+@tokens_app.command("list")
+def tokens_list(file: TokensFileOption = None) -> None:
+    """Device ids with tokens (hash prefixes only; tokens cannot be recovered)."""
+    from edgepath.security.auth import TokenFile
+
+    for e in TokenFile(_tokens_file(file)).entries():
+        typer.echo(f"{e.device_id}\t{'admin' if e.admin else 'device'}\tsha256:{e.sha256[:12]}…")
+
+
+@tokens_app.command("jwt")
+def tokens_jwt(
+    device_id: Annotated[str, typer.Argument()],
+    ttl_s: Annotated[float, typer.Option(min=1.0, help="Lifetime, s")] = 86400.0,
+    admin: Annotated[bool, typer.Option("--admin")] = False,
+) -> None:
+    """Print an HS256 JWT for DEVICE_ID signed with EDGEPATH_AUTH_JWT_KEY."""
+    from edgepath.security.auth import issue_jwt
+
+    key = os.environ.get("EDGEPATH_AUTH_JWT_KEY", "")
+    if not key:
+        raise typer.BadParameter("set EDGEPATH_AUTH_JWT_KEY")
+    typer.echo(issue_jwt(key, device_id, ttl_s=ttl_s, admin=admin))
+
+
+# --- end tokens sub-app ---
 
 
 def main() -> None:

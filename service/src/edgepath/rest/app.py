@@ -58,6 +58,11 @@ class QuarantineList(BaseModel):
     devices: list[str]
 
 
+_OUTCOME_LINK = {
+    "operationId": "report_outcome",
+    "requestBody": {"device_id": "$request.body#/device_id", "decision_id": "$response.body#/decision_id"},
+    "description": "Report the measured outcome of this decision (same device, its decision_id).",
+}
 _bearer = HTTPBearer(auto_error=False, description="Device token (`edgepath tokens add`) or HS256 JWT")
 
 
@@ -149,12 +154,18 @@ def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> Fa
             },
         )
 
-    @app.post("/v1/recommendations", response_model=Recommendation, tags=["decisions"])
+    @app.post(
+        "/v1/recommendations",
+        response_model=Recommendation,
+        tags=["decisions"],
+        # OpenAPI link decision → outcome (clients and schemathesis's stateful tests follow it).
+        responses={200: {"links": {"ReportOutcome": _OUTCOME_LINK}}},
+    )
     async def recommend(body: RecommendRequest, principal: Principal | None = Depends(caller)) -> Recommendation:
         """Radio context in, recommendation (primary path, decision record) out."""
         return await plane.recommend(await device(principal, body.device_id), body)
 
-    @app.post("/v1/outcomes", response_model=OutcomeAck, tags=["decisions"])
+    @app.post("/v1/outcomes", response_model=OutcomeAck, tags=["decisions"], operation_id="report_outcome")
     async def report_outcome(body: OutcomeReport, principal: Principal | None = Depends(caller)) -> OutcomeAck:
         """Measured outcome of a decision in; acknowledgement out (idempotent)."""
         return await plane.report_outcome(await device(principal, body.device_id), body)
