@@ -164,6 +164,7 @@ def test_coupled_kernel_gets_a_pair_with_deciding_metric(caller: Caller) -> None
     assert cong["deciding_value"] == pytest.approx(11.40)
     assert cong["mainline_fallback"] is False
     assert cong["profile"] == "BULK"
+    assert "advisory" in rec["scheduler"]["reason"]  # only the default MPTCP scheduler
 
 
 def test_mainline_kernel_falls_back_to_subflow_level(caller: Caller) -> None:
