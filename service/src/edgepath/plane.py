@@ -84,6 +84,10 @@ def scheduler_advice(request: RecommendRequest, settings: Settings) -> ep_types.
                 throughput_samples=t.samples if t else 0,
             )
         )
+    reason = d.reason
+    k = request.kernel
+    if k is not None and k.mptcp_schedulers and {x.lower() for x in k.mptcp_schedulers} <= {"default"}:
+        reason += "; advisory: the kernel has only the default MPTCP scheduler (apply low weights as backup)"
     return ep_types.SchedulerAdvice(
         weights=weights,
         prioritised_subflow=d.prioritised_subflow,
@@ -91,7 +95,7 @@ def scheduler_advice(request: RecommendRequest, settings: Settings) -> ep_types.
         features_used=list(d.features_used),
         horizon_s=d.horizon_s,
         bias=d.bias,
-        reason=d.reason,
+        reason=reason,
     )
 
 
