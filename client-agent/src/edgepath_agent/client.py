@@ -203,7 +203,9 @@ class FailoverClient:
             try:
                 for attempt in Retrying(
                     stop=stop_after_attempt(self.attempts),
-                    wait=wait_exponential_jitter(initial=self.backoff_initial_s, max=self.backoff_max_s),
+                    wait=wait_exponential_jitter(
+                        multiplier=self.backoff_initial_s, max=self.backoff_max_s, jitter=self.backoff_initial_s
+                    ),
                     retry=retry_if_exception(is_transient),
                     reraise=True,
                 ):
