@@ -1,3 +1,4 @@
+# ruff: noqa: N803, N806  (X is the design matrix, scikit-learn convention)
 """Primary-path contextual bandit (pure engine: no I/O, no async, no globals).
 
 Seed paper: Alzadjali, Esposito, Deogun, "A Contextual Bi-armed Bandit Approach
@@ -90,9 +91,9 @@ class BanditConfig:
     seed: int = 0
     propensity_floor: float = 0.01
     explore_prob: float = 0.15
-    explore_decay: float = 0.9997
+    explore_decay: float | None = 0.9997
     epsilon: float = 0.2
-    epsilon_decay: float = 0.9999
+    epsilon_decay: float | None = 0.9999
     explore_rounds: int = 500
     ucb_nsamples: int = 10
     ucb_percentile: int = 80
@@ -129,18 +130,23 @@ def _oracle(cfg: BanditConfig) -> SGDClassifier:
     return SGDClassifier(loss="log_loss", alpha=cfg.sgd_alpha, random_state=cfg.seed)
 
 
-def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int) -> Any:
+def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int, base: list[Any] | None = None) -> Any:
+    """Build policy ``name`` over ``k`` arms; ``base`` = pre-fit per-arm oracles (warm start) or None."""
     common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed)
+
+    def oracle() -> Any:
+        return _oracle(cfg) if base is None else base
+
     factories: dict[str, Callable[[], Any]] = {
         "active_explorer": lambda: ActiveExplorer(
-            _oracle(cfg), explore_prob=cfg.explore_prob, decay=cfg.explore_decay, njobs=1, **common
+            oracle(), explore_prob=cfg.explore_prob, decay=cfg.explore_decay, njobs=1, **common
         ),
-        "adaptive_greedy": lambda: AdaptiveGreedy(_oracle(cfg), njobs=1, **common),
+        "adaptive_greedy": lambda: AdaptiveGreedy(oracle(), njobs=1, **common),
         "adaptive_active_greedy": lambda: AdaptiveGreedy(
-            _oracle(cfg), active_choice="weighted", njobs=1, **common
+            oracle(), active_choice="weighted", njobs=1, **common
         ),
         "bootstrapped_ucb": lambda: BootstrappedUCB(
-            _oracle(cfg),
+            oracle(),
             nsamples=cfg.ucb_nsamples,
             percentile=cfg.ucb_percentile,
             njobs_arms=1,
@@ -148,10 +154,10 @@ def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int) -> Any:
             **common,
         ),
         "epsilon_greedy": lambda: EpsilonGreedy(
-            _oracle(cfg), explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **common
+            oracle(), explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **common
         ),
         "explore_first": lambda: ExploreFirst(
-            _oracle(cfg), explore_rounds=cfg.explore_rounds, njobs=1, **common
+            oracle(), explore_rounds=cfg.explore_rounds, njobs=1, **common
         ),
     }
     if name not in factories:
@@ -194,13 +200,60 @@ class PrimaryPathBandit:
     def policy_name(self) -> str:
         return self.config.policy
 
+    def _seed(self, arms: ArmSet) -> int:
+        return 1 + self.config.seed * 1000 + sum((SLOTS.index(a) + 1) * 10**i for i, a in enumerate(arms))
+
     def _policy(self, arms: ArmSet) -> Any:
         policy = self._policies.get(arms)
         if policy is None:
-            seed = 1 + self.config.seed * 1000 + sum((SLOTS.index(a) + 1) * 10**i for i, a in enumerate(arms))
-            policy = _make_policy(self.config.policy, len(arms), self.config, seed)
+            policy = _make_policy(self.config.policy, len(arms), self.config, self._seed(arms))
             self._policies[arms] = policy
         return policy
+
+    @property
+    def arm_sets(self) -> tuple[ArmSet, ...]:
+        """The arm sets that have a policy (fitted or not)."""
+        return tuple(self._policies)
+
+    def warm_start(
+        self, arms: ArmSet, oracles: Sequence[SGDClassifier], X: np.ndarray, a: np.ndarray, r: np.ndarray
+    ) -> None:
+        """Install offline-fitted oracles (one per arm) as the policy of ``arms`` (warm start).
+
+        contextualbandits accepts a list of per-arm classifiers as
+        ``base_algorithm``; the policy keeps those very objects as its oracles
+        and later ``partial_fit`` calls continue from their coefficients. To
+        mark the policy fitted and set its per-arm reward counters (which
+        decide when it trusts an oracle over its Beta prior), the policy is
+        ``partial_fit`` once on the offline rows ``X, a, r``; the oracles'
+        offline coefficients (``coef_``, ``intercept_``, ``t_``) are then
+        restored, so the served oracles are exactly the offline fit.
+
+        Parameters
+        ----------
+        arms:
+            The arm set, e.g. ``(WIFI, LTE)``.
+        oracles:
+            Fitted ``SGDClassifier(loss="log_loss")`` with ``classes_ == [0, 1]``, one per arm, in arm order.
+        X, a, r:
+            Offline rows: features ``(n, N_FEATURES)``, arm indices ``(n,)``, binary rewards ``(n,)``.
+
+        Raises
+        ------
+        ValueError
+            When the number of oracles differs from the number of arms.
+        """
+        if len(oracles) != len(arms) or len(arms) < 2:
+            raise ValueError(f"need one oracle per arm ({len(arms)} arms, {len(oracles)} oracles)")
+        fitted = [(o.coef_.copy(), o.intercept_.copy(), o.t_) for o in oracles]
+        policy = _make_policy(self.config.policy, len(arms), self.config, self._seed(arms), base=list(oracles))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            policy.partial_fit(np.asarray(X, dtype=np.float64), np.asarray(a), np.asarray(r, dtype=np.float64))
+        for algo, oracle, (coef, intercept, t) in zip(policy._oracles.algos, oracles, fitted, strict=True):
+            if algo is oracle:  # plain oracles; bootstrapped policies keep their resampled copies
+                algo.coef_, algo.intercept_, algo.t_ = coef, intercept, t
+        self._policies[tuple(arms)] = policy
 
     def decide(self, interfaces: Sequence[InterfaceContext]) -> ArmChoice:
         """Choose the primary path for one context.
@@ -297,15 +350,17 @@ class PrimaryPathBandit:
         return copy.deepcopy(self)
 
     def carry_exploration_from(self, live: PrimaryPathBandit) -> None:
-        """Adopt the exploration schedule (decayed ε/p, explore counters) of the serving copy.
+        """Adopt the exploration schedule (decayed ε/p, explore counters, RNG) of the serving copy.
 
         Decisions made while a clone was being refitted advanced the live
-        policies' decay and counters; the refitted clone continues from there.
+        policies' decay, counters and random generator; the refitted clone
+        continues from there (reusing the clone's older RNG state would replay
+        the same random draws).
         """
         for arms, policy in self._policies.items():
             old = live._policies.get(arms)
             if old is None:
                 continue
-            for attr in ("explore_prob", "explore_cnt"):
+            for attr in ("explore_prob", "explore_cnt", "random_state"):
                 if hasattr(old, attr):
                     setattr(policy, attr, getattr(old, attr))
