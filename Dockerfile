@@ -1,0 +1,55 @@
+# EdgePath service image: gRPC (50051) + REST (8080) in one process.
+#
+# Build:  docker build -t edgepath:0.1.0 .
+# Run:    docker run --read-only --tmpfs /tmp -p 50051:50051 -p 8080:8080 edgepath:0.1.0
+#
+# The build steps live in docker/build-steps.sh, which CI also runs outside Docker
+# (tests/deploy/test_image.py), so they are proven without a Docker engine.
+# The runtime stage runs as a non-root user and writes nothing outside /tmp
+# (an emptyDir in the Helm chart), so it works with a read-only root filesystem.
+
+FROM python:3.11-slim AS builder
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# contextualbandits ships only a source distribution: C/C++ compiler with OpenMP for its extension.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc g++ libgomp1 \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY requirements.txt ./
+COPY proto/ proto/
+COPY service/ service/
+COPY docker/ docker/
+ENV BUILD_NO_CACHE=1
+RUN docker/build-steps.sh build /opt/edgepath \
+    && docker/build-steps.sh verify /opt/edgepath
+
+FROM python:3.11-slim AS runtime
+LABEL org.opencontainers.image.title="edgepath" \
+      org.opencontainers.image.description="EdgePath: path recommendations for multipath (MPTCP) devices" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# libgomp1: OpenMP runtime of contextualbandits' compiled extension.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libgomp1 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 edgepath \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin edgepath
+COPY --from=builder /opt/edgepath /opt/edgepath
+ENV PATH=/opt/edgepath/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    HOME=/tmp \
+    TMPDIR=/tmp \
+    MPLCONFIGDIR=/tmp/matplotlib \
+    EDGEPATH_HOST=0.0.0.0 \
+    EDGEPATH_GRPC_PORT=50051 \
+    EDGEPATH_HTTP_PORT=8080
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 50051 8080
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["/opt/edgepath/venv/bin/python", "/opt/edgepath/healthcheck.py"]
+ENTRYPOINT ["edgepath"]
+CMD ["serve"]

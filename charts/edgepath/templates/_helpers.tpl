@@ -1,0 +1,154 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "edgepath.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: release-chart unless the release already names the chart. */}}
+{{- define "edgepath.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "edgepath.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Common labels. */}}
+{{- define "edgepath.labels" -}}
+helm.sh/chart: {{ include "edgepath.chart" . }}
+{{ include "edgepath.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: edgepath
+{{- end }}
+
+{{- define "edgepath.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "edgepath.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Selector labels of one component: service | trainer | redis. Call with (list . "service"). */}}
+{{- define "edgepath.componentSelector" -}}
+{{ include "edgepath.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "edgepath.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "edgepath.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "edgepath.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "edgepath.secretName" -}}
+{{- default (printf "%s-secrets" (include "edgepath.fullname" .)) .Values.secrets.existingSecret }}
+{{- end }}
+
+{{- define "edgepath.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "edgepath.fullname" .)) .Values.tls.existingSecret }}
+{{- end }}
+
+{{- define "edgepath.redisName" -}}
+{{- printf "%s-redis" (include "edgepath.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* True (non-empty) when a shared store is configured: the chart's Redis or an existing one. */}}
+{{- define "edgepath.sharedStore" -}}
+{{- if or .Values.redis.enabled .Values.redis.url }}true{{- end }}
+{{- end }}
+
+{{/* EDGEPATH_STORE_URL: the chart's Redis, the existing Redis, or the in-process store. */}}
+{{- define "edgepath.storeUrl" -}}
+{{- if .Values.redis.enabled }}
+{{- printf "redis://%s:%d/%d" (include "edgepath.redisName" .) (int .Values.redis.port) (int .Values.redis.db) }}
+{{- else if .Values.redis.url }}
+{{- .Values.redis.url }}
+{{- else }}
+{{- "memory://" }}
+{{- end }}
+{{- end }}
+
+{{/* "https" or "http" for probes and the test pod. */}}
+{{- define "edgepath.httpScheme" -}}
+{{- if .Values.tls.enabled }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/* Pod-level security context shared by every pod of the chart (non-root, RuntimeDefault seccomp). */}}
+{{- define "edgepath.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ .uid }}
+fsGroup: {{ .uid }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* Container security context: read-only root filesystem, no privilege escalation, no capabilities. */}}
+{{- define "edgepath.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* Refuse value combinations that cannot work, with a clear message. */}}
+{{- define "edgepath.validate" -}}
+{{- if not (include "edgepath.sharedStore" .) }}
+{{- if .Values.trainer.enabled }}
+{{- fail "trainer.enabled needs a shared store: set redis.enabled=true or redis.url (the in-process store trains inside the one replica)" }}
+{{- end }}
+{{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
+{{- fail "more than one replica needs a shared store: set redis.enabled=true or redis.url, or replicaCount=1 and autoscaling.enabled=false" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.redis.enabled .Values.redis.url }}
+{{- fail "set either redis.enabled (the chart's Redis) or redis.url (an existing Redis), not both" }}
+{{- end }}
+{{- if and (eq .Values.settings.profile "prod") (not .Values.tls.enabled) }}
+{{- fail "settings.profile=prod requires tls.enabled=true (the service refuses to start without TLS in prod)" }}
+{{- end }}
+{{- if and .Values.tls.clientAuth (not .Values.tls.enabled) }}
+{{- fail "tls.clientAuth (mTLS) needs tls.enabled=true" }}
+{{- end }}
+{{- end }}
+
+{{/* Environment shared by the service and the trainer: settings from the ConfigMap, secrets from the Secret. */}}
+{{- define "edgepath.env" -}}
+envFrom:
+  - configMapRef:
+      name: {{ include "edgepath.fullname" . }}-settings
+env:
+  - name: EDGEPATH_STORE_URL
+    valueFrom:
+      secretKeyRef:
+        name: {{ include "edgepath.secretName" . }}
+        key: store-url
+  - name: EDGEPATH_HMAC_KEY
+    valueFrom:
+      secretKeyRef:
+        name: {{ include "edgepath.secretName" . }}
+        key: hmac-key
+  - name: EDGEPATH_AUTH_JWT_KEY
+    valueFrom:
+      secretKeyRef:
+        name: {{ include "edgepath.secretName" . }}
+        key: jwt-key
+        optional: true
+{{- end }}

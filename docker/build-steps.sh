@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The EdgePath image's build steps, shared by the Dockerfile and CI.
+#
+#   docker/build-steps.sh build PREFIX    install the service into PREFIX/venv (pins from requirements.txt),
+#                                         generating the protobuf/gRPC code from proto/ first
+#   docker/build-steps.sh verify PREFIX   check the installed tree: CLI runs, generated code imports,
+#                                         the health check script is in place
+#
+# Run from the build context root (the Dockerfile's WORKDIR, or a copy of the repository). The Dockerfile
+# runs `build` in its builder stage and `verify` right after; tests/deploy/test_image.py runs both outside
+# Docker into a temporary PREFIX, so the steps are proven on machines without a Docker engine.
+# Only PREFIX and the context's generated wire/ folders are written. Needs python3.11 (or $PYTHON), pip access
+# to the package index, and a C/C++ compiler (contextualbandits has no wheel) with OpenMP (libgomp).
+set -euo pipefail
+
+usage() { echo "usage: $0 build|verify PREFIX" >&2; exit 2; }
+[ $# -eq 2 ] || usage
+cmd=$1
+prefix=$2
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# The Dockerfile sets BUILD_NO_CACHE=1 (no pip cache in the image layer); CI reuses the machine's pip cache.
+[ "${BUILD_NO_CACHE:-0}" = 1 ] && export PIP_NO_CACHE_DIR=1
+# contextualbandits is built from source (C/Cython, OpenMP) and adds -march=native unless told not to:
+# a portable image must not depend on the build machine's CPU.
+export DONT_SET_MARCH=1
+
+build() {
+  [ -f requirements.txt ] && [ -f proto/generate.py ] && [ -d service ] || {
+    echo "build-steps: run from the build context root (requirements.txt, proto/, service/)" >&2; exit 2; }
+  mkdir -p "$prefix"
+  # 1. Code generation in a throw-away venv (grpcio-tools is a build-time tool only), pinned by requirements.txt.
+  local gen
+  gen=$(mktemp -d)
+  "$PYTHON" -m venv "$gen/venv"
+  "$gen/venv/bin/pip" install -q -c requirements.txt grpcio-tools
+  "$gen/venv/bin/python" proto/generate.py
+  rm -rf "$gen"
+  # 2. Runtime venv: the service package (with its generated wire/ modules) and only its runtime dependencies,
+  #    at the versions pinned in requirements.txt (used as constraints). Bytecode is compiled here, so the
+  #    read-only root filesystem of the container never needs to write .pyc files.
+  "$PYTHON" -m venv "$prefix/venv"
+  "$prefix/venv/bin/pip" install -q -c requirements.txt ./service
+  "$prefix/venv/bin/python" -m compileall -q "$prefix/venv/lib" >/dev/null || true
+  install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
+  echo "build-steps: installed EdgePath into $prefix/venv"
+}
+
+verify() {
+  "$prefix/venv/bin/edgepath" --help >/dev/null
+  "$prefix/venv/bin/edgepath" serve --help >/dev/null
+  "$prefix/venv/bin/python" - <<'PY'
+import edgepath.wire.edgepath_pb2_grpc as g  # generated in the build
+import grpc_health.v1.health_pb2  # health service for probes and HEALTHCHECK
+import contextualbandits.online  # compiled extension (OpenMP: needs libgomp1 at run time)
+assert hasattr(g, "PathServiceStub")
+PY
+  [ -x "$prefix/healthcheck.py" ] || { echo "build-steps: $prefix/healthcheck.py missing" >&2; exit 1; }
+  # Tooling must not leak into the runtime image.
+  if "$prefix/venv/bin/python" -c "import grpc_tools" 2>/dev/null; then
+    echo "build-steps: grpcio-tools is installed in the runtime venv" >&2; exit 1
+  fi
+  echo "build-steps: $prefix verified"
+}
+
+case "$cmd" in
+  build) build ;;
+  verify) verify ;;
+  *) usage ;;
+esac

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Health check of an EdgePath service: Docker ``HEALTHCHECK``, liveness exec probe and ``helm test``.
+
+Default (no arguments): asks the gRPC health service (``grpc.health.v1.Health/Check``)
+of the local process for ``edgepath.v1.PathService`` on ``EDGEPATH_GRPC_PORT``
+(default 50051), over TLS when ``EDGEPATH_TLS_CERT_FILE`` is set.
+
+Options: ``--host`` (default 127.0.0.1), ``--grpc-port``, ``--http-port``,
+``--mode grpc|http|all`` (``http`` = ``GET /healthz``; ``all`` = gRPC health,
+``/healthz`` and ``/readyz``), ``--recommend`` (one ``POST /v1/recommendations``
+with a two-interface context; 200, or 401/403 when authentication is required),
+``--ca-file`` (trust this CA; enables TLS) and ``--server-name`` (name the
+certificate must carry). Exit status 0 = healthy, 1 = unhealthy (reasons on
+stderr). Standard library + grpcio only; every call times out after 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import sys
+import urllib.error
+import urllib.request
+
+SERVICE_NAME = "edgepath.v1.PathService"
+TIMEOUT_S = 3.0
+SAMPLE_CONTEXT = {
+    "device_id": "helm-test",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -95.0, "rsrq_db": -11.0, "sinr_db": 8.0},
+    ],
+}
+
+
+def check_grpc(host: str, port: int, ca_file: str | None, server_name: str | None) -> str | None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    target = f"{host}:{port}"
+    try:
+        if ca_file:
+            with open(ca_file, "rb") as f:
+                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+            channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            channel = grpc.insecure_channel(target)
+        with channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=TIMEOUT_S
+            )
+    except grpc.RpcError as exc:
+        return f"gRPC health check of {target} failed: {exc.code().name} {exc.details()}"
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        return f"gRPC health of {target}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+    return None
+
+
+def _ssl_context(ca_file: str | None, server_name: str | None) -> ssl.SSLContext | None:
+    if not ca_file:
+        return None
+    ctx = ssl.create_default_context(cafile=ca_file)
+    if server_name:  # the certificate names the service, not the address dialled
+        ctx.check_hostname = False
+    return ctx
+
+
+def check_http(base: str, path: str, ctx: ssl.SSLContext | None, body: dict | None = None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=ctx) as reply:
+            return reply.status, reply.read(4096).decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(4096).decode(errors="replace")
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="EdgePath health check")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--grpc-port", type=int, default=int(os.environ.get("EDGEPATH_GRPC_PORT", "50051")))
+    p.add_argument("--http-port", type=int, default=int(os.environ.get("EDGEPATH_HTTP_PORT", "8080")))
+    p.add_argument("--mode", choices=("grpc", "http", "all"), default=os.environ.get("EDGEPATH_HEALTHCHECK", "grpc"))
+    p.add_argument("--recommend", action="store_true")
+    p.add_argument("--ca-file", default=None)
+    p.add_argument("--server-name", default=None)
+    args = p.parse_args(argv)
+    ca_file = args.ca_file
+    if ca_file is None and os.environ.get("EDGEPATH_TLS_CERT_FILE"):
+        ca_file = os.environ["EDGEPATH_TLS_CERT_FILE"]  # self-signed server certificate: trust it directly
+    ctx = _ssl_context(ca_file, args.server_name)
+    base = f"{'https' if ca_file else 'http'}://{args.host}:{args.http_port}"
+
+    problems: list[str] = []
+    if args.mode in ("grpc", "all"):
+        problem = check_grpc(args.host, args.grpc_port, ca_file, args.server_name)
+        if problem:
+            problems.append(problem)
+    if args.mode in ("http", "all"):
+        for path in ("/healthz", "/readyz") if args.mode == "all" else ("/healthz",):
+            status, text = check_http(base, path, ctx)
+            if status != 200:
+                problems.append(f"GET {path}: {status} {text[:200]}")
+    if args.recommend:
+        status, text = check_http(base, "/v1/recommendations", ctx, SAMPLE_CONTEXT)
+        if status == 200:
+            if "decision_id" not in json.loads(text):
+                problems.append(f"POST /v1/recommendations: no decision_id in {text[:200]}")
+        elif status not in (401, 403):
+            problems.append(f"POST /v1/recommendations: {status} {text[:200]}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

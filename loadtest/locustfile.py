@@ -1,0 +1,221 @@
+"""Locust users of EdgePath: REST (:class:`RestDevice`) and gRPC (:class:`GrpcDevice`).
+
+Each user is a stream of simulated devices: it sends a real two-interface
+context (paired mobilebandwidth tests, see :mod:`workload`), and for 90 % of
+the decisions reports the chosen arm's measured bandwidth as the outcome (one
+outcome per decision, 10 % lost). A user switches to a new ``device_id`` every
+:data:`DECISIONS_PER_DEVICE` decisions and paces itself at
+``--device-decisions-per-s`` (default 4), under the service's per-device rate
+limit, like a fleet of devices rather than one hammering client.
+
+gRPC follows locust's documented pattern for gRPC (examples/grpc in the locust
+repository): gevent-patched grpcio (``grpc.experimental.gevent.init_gevent``)
+and a client interceptor that fires ``events.request`` for every call.
+
+Run: ``loadtest/run.sh`` (headless, CSV + HTML into out/loadtest), or
+``locust -f loadtest/locustfile.py --host http://127.0.0.1:8080 --grpc-target 127.0.0.1:50051``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+from locust import FastHttpUser, User, constant_throughput, events, task
+from locust.exception import LocustError
+
+grpc_gevent.init_gevent()  # grpcio cooperates with gevent (locust's gRPC pattern)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from edgepath_agent.wire import edgepath_pb2 as pb  # noqa: E402
+from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc  # noqa: E402
+from workload import Device, outcome_body, outcome_proto, recommend_body, recommend_proto, situations  # noqa: E402
+
+DECISIONS_PER_DEVICE = 100
+_user_ids = itertools.count()
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser: Any) -> None:
+    parser.add_argument(
+        "--grpc-target",
+        default=os.environ.get("EDGEPATH_GRPC_TARGET", "127.0.0.1:50051"),
+        help="host:port of the EdgePath gRPC server (GrpcDevice users)",
+    )
+    parser.add_argument(
+        "--device-decisions-per-s", type=float, default=4.0, help="Decisions per second of each simulated device"
+    )
+    parser.add_argument(
+        "--edgepath-token",
+        default=os.environ.get("EDGEPATH_TOKEN", ""),
+        help="Bearer token sent by every device (when the service requires authentication)",
+    )
+    parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
+
+
+@events.init.add_listener
+def _load_data(environment: Any, **_kwargs: Any) -> None:
+    """Pair the situations once, before users spawn (it takes a moment)."""
+    opts = _options_of(environment)
+    situations(opts.situations if opts else 2000)
+
+
+def _options_of(environment: Any) -> Any:
+    return environment.parsed_options
+
+
+class _DeviceStream:
+    """Mixin: the current simulated device of a user, renewed every DECISIONS_PER_DEVICE decisions."""
+
+    def _init_devices(self, environment: Any, transport: str) -> None:
+        opts = _options_of(environment)
+        self._uid = next(_user_ids)
+        self._transport = transport
+        self._rng = random.Random(1000 + self._uid)
+        self._pool = situations(opts.situations if opts else 2000)
+        self._decisions = 0
+        self._generation = 0
+        self._device = self._new_device()
+
+    def _new_device(self) -> Device:
+        self._generation += 1
+        device_id = f"loadtest-{self._transport}-{os.getpid()}-{self._uid}-{self._generation}"
+        return Device(device_id, random.Random(self._rng.random()), self._pool)
+
+    def _current_device(self) -> Device:
+        if self._decisions and self._decisions % DECISIONS_PER_DEVICE == 0:
+            self._device = self._new_device()
+        self._decisions += 1
+        return self._device
+
+
+def _pace(user: Any) -> float:
+    opts = _options_of(user.environment)
+    rate = opts.device_decisions_per_s if opts else 4.0
+    return constant_throughput(rate)(user)
+
+
+class RestDevice(_DeviceStream, FastHttpUser):
+    """A device speaking REST: ``POST /v1/recommendations`` then ``POST /v1/outcomes``."""
+
+    weight = 1
+    wait_time = _pace
+
+    def on_start(self) -> None:
+        self._init_devices(self.environment, "rest")
+        token = _options_of(self.environment).edgepath_token if _options_of(self.environment) else ""
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @task
+    def decide_and_report(self) -> None:
+        device = self._current_device()
+        situation = device.next_situation()
+        with self.client.post(
+            "/v1/recommendations",
+            json=recommend_body(situation, device.device_id),
+            headers=self._headers,
+            name="REST Recommend",
+            catch_response=True,
+        ) as resp:
+            if resp.status_code != 200:
+                resp.failure(f"{resp.status_code}: {(resp.text or '')[:200]}")
+                return
+            rec = resp.json()
+            if not rec.get("decision_id"):
+                resp.failure("no decision_id")
+                return
+        if not device.reports_outcome():
+            return
+        with self.client.post(
+            "/v1/outcomes",
+            json=outcome_body(situation, device.device_id, rec),
+            headers=self._headers,
+            name="REST ReportOutcome",
+            catch_response=True,
+        ) as resp:
+            if resp.status_code != 200:
+                resp.failure(f"{resp.status_code}: {(resp.text or '')[:200]}")
+
+
+class LocustInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Reports every unary gRPC call to locust (``events.request``), as in locust's gRPC example."""
+
+    def __init__(self, environment: Any) -> None:
+        self.env = environment
+
+    def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        start = time.perf_counter()
+        exception: Exception | None = None
+        length = 0
+        response = continuation(client_call_details, request)
+        try:
+            length = response.result().ByteSize()
+        except grpc.RpcError as exc:
+            exception = exc
+        self.env.events.request.fire(
+            request_type="grpc",
+            name="gRPC " + client_call_details.method.rsplit("/", 1)[-1],
+            response_time=(time.perf_counter() - start) * 1000,
+            response_length=length,
+            response=response,
+            context=None,
+            exception=exception,
+        )
+        return response
+
+
+class GrpcUser(User):
+    """Abstract locust user with a gRPC stub (``stub_class``) on ``--grpc-target``."""
+
+    abstract = True
+    stub_class: Any = None
+
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        if self.stub_class is None:
+            raise LocustError("You must specify the stub_class.")
+        opts = _options_of(environment)
+        target = opts.grpc_target if opts else "127.0.0.1:50051"
+        self._channel = grpc.intercept_channel(grpc.insecure_channel(target), LocustInterceptor(environment))
+        self.stub = self.stub_class(self._channel)
+        token = opts.edgepath_token if opts else ""
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
+
+    def on_stop(self) -> None:
+        self._channel.close()
+
+
+class GrpcDevice(_DeviceStream, GrpcUser):
+    """A device speaking gRPC: ``PathService/Recommend`` then ``PathService/ReportOutcome``."""
+
+    weight = 1
+    wait_time = _pace
+    stub_class = pb_grpc.PathServiceStub
+
+    def on_start(self) -> None:
+        self._init_devices(self.environment, "grpc")
+
+    @task
+    def decide_and_report(self) -> None:
+        device = self._current_device()
+        situation = device.next_situation()
+        try:
+            reply = self.stub.Recommend(
+                recommend_proto(pb, situation, device.device_id), timeout=5.0, metadata=self.metadata
+            )
+        except grpc.RpcError:
+            return  # already reported as a failure by the interceptor
+        if device.reports_outcome():
+            try:
+                self.stub.ReportOutcome(
+                    outcome_proto(pb, situation, device.device_id, reply), timeout=5.0, metadata=self.metadata
+                )
+            except grpc.RpcError:
+                pass

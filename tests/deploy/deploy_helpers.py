@@ -1,0 +1,98 @@
+"""Helpers of the deployment tests (paths, value sets, rendered-object queries)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "edgepath"
+CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+#: Kubernetes version the chart is rendered and validated for (within Chart.yaml's kubeVersion).
+KUBE_VERSION = "1.34.0"
+VALUE_SETS = ["defaults", *[p.name for p in CI_VALUES]]
+VENV_BIN = Path(sys.executable).parent
+
+
+def values_args(value_set: str) -> list[str]:
+    return [] if value_set == "defaults" else ["-f", str(CHART / "ci" / value_set)]
+
+
+class RenderError(Exception):
+    """``helm template`` refused the values (message = helm's stderr)."""
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[str, Any]:
+    found = [o for o in by_kind(objects, kind) if o["metadata"]["name"].endswith(name_suffix)]
+    assert len(found) == 1, f"expected one {kind} *{name_suffix}, found {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(kind/name, pod spec) of every workload and bare pod."""
+    out = []
+    for o in objects:
+        if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+            out.append((f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"]))
+        elif o["kind"] == "Pod":
+            out.append((f"Pod/{o['metadata']['name']}", o["spec"]))
+    return out
+
+
+@contextlib.contextmanager
+def served(tmp_path: Path, *extra_args: str, env: dict[str, str] | None = None) -> Iterator[dict[str, int]]:
+    """Run ``edgepath serve`` as a child process on free loopback ports; yield its ready-file contents.
+
+    Waits (bounded, 120 s) for the ready file the CLI writes once both servers listen; stops the
+    child by its pid (SIGTERM, then SIGKILL after 30 s).
+    """
+    ready = tmp_path / "ready.json"
+    log = tmp_path / "service.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                str(VENV_BIN / "edgepath"),
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--grpc-port",
+                "0",
+                "--http-port",
+                "0",
+                "--ready-file",
+                str(ready),
+                *extra_args,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise RuntimeError(f"edgepath serve exited {proc.returncode}: {log.read_text()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("edgepath serve not ready within 120 s")
+            time.sleep(0.05)
+        yield json.loads(ready.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -1,0 +1,321 @@
+"""The Helm chart: lint, render, offline schema validation, and checks of the rendered objects.
+
+Rendered objects are compared with the code they deploy: ports and setting names
+with :class:`edgepath.settings.Settings`, probe paths with the FastAPI routes, the
+gRPC probe's service name with the gRPC server's, and probes are exercised against
+a real service on loopback.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import kubernetes_validate
+import pytest
+import yaml
+from deploy_helpers import (
+    CHART,
+    KUBE_VERSION,
+    VALUE_SETS,
+    RenderError,
+    by_kind,
+    one,
+    pod_specs,
+    served,
+    values_args,
+)
+from edgepath.grpc.server import SERVICE_NAME
+from edgepath.settings import Settings
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+# Building helm on first use takes minutes: allow it within the first test's timeout.
+pytestmark = pytest.mark.timeout(1800)
+
+#: Kinds from CRDs (no schema in kubernetes-validate): checked structurally below instead.
+CRD_KINDS = {"ServiceMonitor"}
+
+
+def _settings_env_names() -> set[str]:
+    return {f"EDGEPATH_{name.upper()}" for name in Settings.model_fields}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_helm_lint_strict(helm_bin: str, value_set: str) -> None:
+    proc = subprocess.run(
+        [helm_bin, "lint", "--strict", str(CHART), *values_args(value_set)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_rendered_manifests_validate_against_kubernetes_schemas(render: Any, value_set: str) -> None:
+    objects = render(value_set)
+    assert {"Deployment", "Service", "ConfigMap"} <= {o["kind"] for o in objects}
+    for obj in objects:
+        if obj["kind"] in CRD_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} ({value_set}): {exc.message} at {list(exc.path)}")
+
+
+def test_service_monitor_scrapes_the_metrics_endpoint(render: Any) -> None:
+    objects = render("monitoring-networkpolicy-values.yaml")
+    sm = one(objects, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
+    svc = one(objects, "Service", "ep-edgepath")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["spec"]["selector"].items()
+    assert not by_kind(render("defaults"), "ServiceMonitor"), "ServiceMonitor must be optional (off by default)"
+
+
+def test_default_ports_match_the_service_settings(render: Any) -> None:
+    objects = render("defaults")
+    deploy = one(objects, "Deployment", "ep-edgepath")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {
+        "grpc": Settings.model_fields["grpc_port"].default,
+        "http": Settings.model_fields["http_port"].default,
+    }
+    config = one(objects, "ConfigMap")["data"]
+    assert int(config["EDGEPATH_GRPC_PORT"]) == ports["grpc"] and int(config["EDGEPATH_HTTP_PORT"]) == ports["http"]
+    svc = one(objects, "Service", "ep-edgepath")
+    assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == {"grpc": "grpc", "http": "http"}
+
+
+def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
+    objects = render("external-redis-values.yaml")
+    deploy = one(objects, "Deployment", "ep-edgepath")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    config = one(objects, "ConfigMap")["data"]
+    assert ports == {"grpc": int(config["EDGEPATH_GRPC_PORT"]), "http": int(config["EDGEPATH_HTTP_PORT"])}
+    assert ports == {"grpc": 50052, "http": 8443}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_edgepath_variable_is_a_real_setting(render: Any, value_set: str) -> None:
+    """A misspelt EDGEPATH_* variable would be silently ignored by pydantic-settings: catch it here."""
+    known = _settings_env_names()
+    objects = render(value_set)
+    names = set(one(objects, "ConfigMap")["data"])
+    for _, spec in pod_specs(objects):
+        for c in spec["containers"]:
+            names |= {e["name"] for e in c.get("env", []) if e["name"].startswith("EDGEPATH_")}
+    unknown = sorted(n for n in names if n not in known)
+    assert not unknown, f"not settings of edgepath.settings.Settings: {unknown}"
+
+
+def _probes(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    deploy = one(objects, "Deployment", "ep-edgepath")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    return {k: c[k] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
+
+
+def _rest_paths() -> set[str]:
+    from edgepath.main import Service
+    from edgepath.rest.app import create_app
+
+    app = create_app(Service.build(Settings()).plane)
+    return {getattr(r, "path", "") for r in app.routes}
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_probes_target_real_endpoints(render: Any, value_set: str) -> None:
+    probes = _probes(render(value_set))
+    paths = _rest_paths()
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert probes["startupProbe"]["httpGet"]["path"] == "/healthz"
+    for probe in probes.values():
+        if "httpGet" in probe:
+            assert probe["httpGet"]["path"] in paths
+            assert probe["httpGet"]["port"] == "http"
+    live = probes["livenessProbe"]
+    if "grpc" in live:
+        assert live["grpc"]["service"] == SERVICE_NAME
+    else:  # TLS: the image's health check asks the same health service over TLS (or /healthz with mTLS)
+        cmd = live["exec"]["command"]
+        assert cmd[:2] == ["/opt/edgepath/venv/bin/python", "/opt/edgepath/healthcheck.py"]
+        assert any(a.startswith("--mode=") for a in cmd)
+
+
+def test_probes_answer_on_a_real_service(render: Any, tmp_path: Path) -> None:
+    """The rendered probes, pointed at a real ``edgepath serve`` on loopback, succeed."""
+    probes = _probes(render("single-replica-dev-values.yaml"))
+    assert {"httpGet", "grpc"} <= {kind for probe in probes.values() for kind in probe}
+    with served(tmp_path) as ports:
+        for probe in probes.values():
+            if "httpGet" in probe:
+                r = httpx.get(f"http://127.0.0.1:{ports['http_port']}{probe['httpGet']['path']}", timeout=5)
+                assert r.status_code == 200, (probe, r.text)
+            if "grpc" in probe:
+                with grpc.insecure_channel(f"127.0.0.1:{ports['grpc_port']}") as channel:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service=probe["grpc"]["service"]), timeout=5
+                    )
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+_SECRET_NAME = re.compile(r"KEY|TOKEN|PASSWORD|SECRET|STORE_URL", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_no_secret_in_a_configmap(render: Any, value_set: str) -> None:
+    objects = render(value_set)
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    if value_set != "defaults":
+        values.update(yaml.safe_load((CHART / "ci" / value_set).read_text()))
+    secret_values = [v for k, v in values.get("secrets", {}).items() if k in ("hmacKey", "jwtKey") and v]
+    for cm in by_kind(objects, "ConfigMap"):
+        for key, value in cm["data"].items():
+            if key.endswith("_FILE"):  # a path to a file mounted from a Secret, not the secret itself
+                assert value.startswith("/etc/edgepath/"), (key, value)
+                continue
+            assert not _SECRET_NAME.search(key), f"{key} looks secret but is in ConfigMap {cm['metadata']['name']}"
+            for secret in secret_values:
+                assert secret not in value
+    for secret in by_kind(objects, "Secret"):
+        assert "stringData" not in secret
+
+
+def test_secret_holds_generated_keys_and_the_store_url(render: Any) -> None:
+    secret = one(render("defaults"), "Secret", "-secrets")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert len(data["hmac-key"]) >= 32 and len(data["jwt-key"]) >= 32
+    assert data["store-url"] == "redis://ep-edgepath-redis:6379/0"
+    deploy = one(render("defaults"), "Deployment", "ep-edgepath")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e}
+    assert refs["EDGEPATH_HMAC_KEY"] == "hmac-key" and refs["EDGEPATH_STORE_URL"] == "store-url"
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_security_context_is_hardened(render: Any, value_set: str) -> None:
+    for name, spec in pod_specs(render(value_set)):
+        psc = spec["securityContext"]
+        assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0, name
+        assert psc["seccompProfile"]["type"] == "RuntimeDefault", name
+        assert spec.get("automountServiceAccountToken") is False, name
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"], name
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{name}: writable /tmp emptyDir missing"
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_redis_statefulset_switches_off_for_an_existing_redis(render: Any) -> None:
+    default = render("defaults")
+    assert one(default, "StatefulSet", "-redis")["spec"]["replicas"] == 1
+    external = render("external-redis-values.yaml")
+    assert not by_kind(external, "StatefulSet")
+    assert not [o for o in external if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-secrets")], (
+        "secrets.existingSecret given: the chart must not create its own"
+    )
+    deploy = one(external, "Deployment", "ep-edgepath")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+    assert refs["EDGEPATH_STORE_URL"] == "edgepath-credentials"
+
+
+def test_trainer_deployment_runs_edgepath_train(render: Any) -> None:
+    objects = render("defaults")
+    trainer = one(objects, "Deployment", "-trainer")
+    assert trainer["spec"]["replicas"] == 1 and trainer["spec"]["strategy"]["type"] == "Recreate"
+    (c,) = trainer["spec"]["template"]["spec"]["containers"]
+    assert c["args"] == ["train"]
+    deploy = one(objects, "Deployment", "ep-edgepath")
+    (svc_c,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert {"name": "EDGEPATH_TRAINER", "value": "false"} in svc_c["env"], "deciders must not refit beside the trainer"
+    assert not by_kind(render("single-replica-dev-values.yaml"), "StatefulSet")
+    assert [d["metadata"]["name"] for d in by_kind(render("single-replica-dev-values.yaml"), "Deployment")] == [
+        "ep-edgepath"
+    ]
+
+
+def test_hpa_and_pdb(render: Any) -> None:
+    objects = render("defaults")
+    hpa = one(objects, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "ep-edgepath"
+    assert "replicas" not in one(objects, "Deployment", "ep-edgepath")["spec"], "the HPA owns the replica count"
+    assert one(objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+    assert not by_kind(render("single-replica-dev-values.yaml"), "PodDisruptionBudget"), "no PDB for one replica"
+
+
+def test_network_policies_limit_redis_to_the_release(render: Any) -> None:
+    objects = render("monitoring-networkpolicy-values.yaml")
+    redis_np = one(objects, "NetworkPolicy", "-redis")
+    peers = redis_np["spec"]["ingress"][0]["from"]
+    assert {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in peers} == {"service", "trainer"}
+    assert not by_kind(render("defaults"), "NetworkPolicy"), "NetworkPolicy must be optional (off by default)"
+
+
+def test_helm_test_hook_calls_the_service(render: Any) -> None:
+    pod = one(render("defaults"), "Pod", "-test")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    cmd = pod["spec"]["containers"][0]["command"]
+    assert "--host=ep-edgepath" in cmd and "--recommend" in cmd and "--mode=all" in cmd
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "redis.enabled=false"], "shared store"),
+        (["--set", "redis.url=redis://elsewhere:6379/0"], "not both"),
+        (["--set", "tls.enabled=false"], "requires tls.enabled"),
+        (["--set", "settings.grpcPortt=1"], "grpcPortt"),
+        (["--set", "settings.grpcPort=70000"], "grpcPort"),
+        (["--set", "redis.url=http://x"], "url"),
+    ],
+)
+def test_invalid_values_are_refused_with_a_reason(render: Any, args: list[str], message: str) -> None:
+    with pytest.raises(RenderError, match=message):
+        render("defaults", *args)
+
+
+def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if isinstance(tree, dict) and tree:
+        return [leaf for k, v in tree.items() for leaf in _leaves(v, (*prefix, k))]
+    return [prefix]
+
+
+def test_schema_describes_every_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = []
+    for path in _leaves(values):
+        node = schema
+        for key in path:
+            props = node.get("properties", {})
+            if key in props:
+                node = props[key]
+            elif isinstance(node.get("additionalProperties"), dict) or node.get("type") == "object":
+                node = None
+                break
+            else:
+                node = None
+                missing.append(".".join(path))
+                break
+        if node is not None and not node.get("description"):
+            missing.append(".".join(path) + " (no description)")
+    assert not missing, f"values without a described schema entry: {missing}"
+    for key, node in schema["properties"].items():
+        assert node.get("description"), key
