@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,7 +31,7 @@ def replay(
     plot: Annotated[Path, typer.Option(help="Where to write the PNG plot")],
     rounds: Annotated[int, typer.Option(min=1, help="Paired situations to replay")] = 2000,
     seed: Annotated[int, typer.Option(help="Seed of the pairing")] = 7,
-    device_id: Annotated[str, typer.Option(help="device_id sent with every request")] = "replay-device",
+    device_prefix: Annotated[str, typer.Option(help="Prefix of the per-user device ids sent")] = "replay",
     cellular_access_type: Annotated[str, typer.Option(help="LTE or NR")] = "LTE",
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
 ) -> None:
@@ -42,9 +43,15 @@ def replay(
     situations = rp.pair_situations(
         rp.load_tests(wifi), rp.load_tests(cellular), rounds, seed, cellular_access_type.upper()
     )
-    bar = tqdm(total=len(situations), desc=f"replay via {service}", unit="round", disable=not progress)
+    bar = tqdm(
+        total=len(situations),
+        desc=f"replay via {service}",
+        unit="round",
+        disable=not progress,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,  # a few lines, not thousands, in CI logs
+    )
     try:
-        result = rp.run_replay(client, situations, device_id=device_id, on_round=lambda _: bar.update())
+        result = rp.run_replay(client, situations, device_prefix=device_prefix, on_round=lambda _: bar.update())
     except ServiceError as exc:
         typer.echo(f"service refused a call: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -111,6 +111,7 @@ class Situation:
 
     wifi_row: int
     cellular_row: int
+    user: str
     city: str
     same_isp: bool
     interfaces: tuple[dict[str, Any], ...]
@@ -162,6 +163,7 @@ def pair_situations(
                 Situation(
                     wifi_row=int(w),
                     cellular_row=c,
+                    user=str(wrow.get("user_uid", "") or f"row{int(w)}"),
                     city=str(city),
                     same_isp=same_isp,
                     interfaces=(wifi_interface(wrow), cellular_interface(crow, access_type=cellular_access_type)),
@@ -188,10 +190,15 @@ class ReplayResult:
 def run_replay(
     client: ServiceClient,
     situations: Iterable[Situation],
-    device_id: str = "replay-device",
+    device_prefix: str = "replay",
     on_round: Callable[[int], None] | None = None,
 ) -> ReplayResult:
     """Send each situation's context to the service and report the chosen arm's real bandwidth.
+
+    Each situation is sent as the device that measured it: ``device_id`` is
+    ``<device_prefix>-<first 16 hex digits of the WiFi test's user_uid>``, so the
+    service sees many devices (as in the data) rather than one device asking
+    hundreds of times a second.
 
     Raises
     ------
@@ -200,6 +207,7 @@ def run_replay(
     """
     result = ReplayResult()
     for i, s in enumerate(situations):
+        device_id = f"{device_prefix}-{s.user[:16]}"
         rec = client.recommend({"device_id": device_id, "interfaces": list(s.interfaces)})
         primary = rec["primary_path"]
         is_wifi = primary["access_type"] == "WIFI"
