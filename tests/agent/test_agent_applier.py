@@ -140,13 +140,23 @@ def test_low_scheduler_weight_marks_backup_but_never_the_primary():
 
 
 def test_scheduler_weight_shapes():
+    mlpm = {"scheduler": {"weights": [{"interface": "wlan0", "weight": 0.7, "score": 0.9}], "priority": "throughput"}}
+    assert scheduler_weights(mlpm) == {"wlan0": 0.7}
     assert scheduler_weights({"scheduler_weights": [{"interface": "wlan0", "weight": 0.7}]}) == {"wlan0": 0.7}
-    assert scheduler_weights({"subflow_weights": {"wwan0": 0.3}}) == {"wwan0": 0.3}
+    assert scheduler_weights({"scheduler_weights": {"wwan0": 0.3}}) == {"wwan0": 0.3}
     assert scheduler_weights({}) == {}
+
+
+def test_congestion_advice_mptcp_level_first_then_subflow_level():
+    applier, backend = make()
+    advice = {"congestion": {"mptcp_level": "olia", "subflow_level": "bbr", "profile": "BULK"}}
+    assert applier.apply(rec("wlan0", **advice)).congestion_control == "bbr"  # olia not allowed here
+    assert backend.state.sysctls_dict[CC_SYSCTL] == "bbr"
 
 
 def test_choose_cc_checks_allowed_list_and_falls_back_by_profile():
     assert choose_cc("bbr", "default", ["reno", "bbr"]) == "bbr"
+    assert choose_cc(["olia", "reno"], "default", ["reno", "bbr"]) == "reno"
     assert choose_cc("olia", "coupled", ["reno", "cubic"]) == "cubic"  # coupled CCs absent upstream
     assert choose_cc("cubic", "throughput", ["reno", "bbr"]) == "bbr"
     assert choose_cc(None, "default", []) is None

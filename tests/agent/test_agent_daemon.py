@@ -161,3 +161,23 @@ def test_run_stops_cleanly_on_sigterm(tmp_path: Path, service):
             proc.kill()
     assert proc.returncode == 0
     assert "stopped after" in out
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_context_carries_kernel_caps_profile_and_histories_over_both_transports(service, transfer_server, scheme):
+    from edgepath_agent.collector import KernelCollector
+
+    url = service.grpc_url if scheme == "grpc" else service.http_url
+    agent, _backend = make_agent([url], measure=lambda _p: transfer("127.0.0.1", transfer_server.port, 32 * 1024))
+    agent.config.application_profile = "BULK"
+    agent.collectors.append(KernelCollector())
+    agent.step()
+    agent.step()
+    request = agent.context()
+    if Path("/proc/sys/net/mptcp").is_dir():
+        assert request["kernel"]["allowed_congestion_controls"]
+    samples = [s for h in request["subflow_histories"] for s in h["throughput_samples"]]
+    assert len(samples) == 2 and all(s["throughput_bps"] > 0 for s in samples)  # one per step, on its primary
+    rec = agent.client.recommend(request)  # the service accepts the full request on this transport
+    assert {w["interface"] for w in rec["scheduler"]["weights"]} == {"wlan0", "wwan0"}
+    assert rec["congestion"]["profile"] in ("BULK", "APPLICATION_PROFILE_BULK")

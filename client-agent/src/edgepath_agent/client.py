@@ -67,6 +67,12 @@ class GrpcServiceClient:
             device_id=request["device_id"],
             interfaces=[_interface_to_proto(i) for i in request["interfaces"]],
         )
+        # Optional blocks (MLPM histories, kernel capabilities, application profile, SSMP content): same JSON shape.
+        extra = {k: v for k, v in request.items() if k not in ("device_id", "interfaces") and v is not None}
+        if "application_profile" in extra:
+            extra["application_profile"] = f"APPLICATION_PROFILE_{extra['application_profile']}"
+        if extra:
+            json_format.ParseDict(extra, msg)
         try:
             reply = self._stub.Recommend(msg, timeout=self.timeout_s)
         except grpc.RpcError as exc:

@@ -86,6 +86,10 @@ class AgentConfig(BaseModel):
     secondary_metric: int = Field(20, ge=0)
     backup_weight_threshold: float = Field(0.2, ge=0.0, le=1.0)
     max_pending_outcomes: int = Field(1000, ge=0)
+    application_profile: Literal["UNSPECIFIED", "STREAMING", "BULK", "LOSS_SENSITIVE", "INTERACTIVE"] = Field(
+        "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
+    )
+    history_samples: int = Field(20, ge=0, le=64, description="Measured samples per interface sent for MLPM")
 
     def applier_config(self) -> ApplierConfig:
         return ApplierConfig(
@@ -172,16 +176,57 @@ class Agent:
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
         self.last_recommendation: dict[str, Any] | None = None
         self._passive_mark: tuple[str, int, float] | None = None
+        n = max(1, config.history_samples)
+        self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
+            name: (deque(maxlen=n), deque(maxlen=n)) for name in config.interfaces
+        }
 
     def context(self) -> dict[str, Any]:
-        """The ``RecommendRequest`` for the current readings."""
+        """The ``RecommendRequest`` for the current readings.
+
+        Besides the interfaces' radio/path context it carries the kernel's
+        capabilities (read by a :class:`KernelCollector`, if one is configured), the
+        application profile, and each interface's recent measured RTT/throughput
+        samples (``subflow_histories``, MLPM's time series) from this agent's meter.
+        """
         readings = []
+        kernel = None
         for c in self.collectors:
             try:
                 readings.append(c.collect())
             except Exception as exc:  # a broken source must not stop the agent
                 log.warning("collector %s failed: %s", getattr(c, "name", c), exc)
-        return {"device_id": self.config.device_id, "interfaces": merge_contexts(readings, only=self.config.interfaces)}
+            if isinstance(c, KernelCollector):
+                kernel = c.capabilities
+        interfaces = merge_contexts(readings, only=self.config.interfaces)
+        request: dict[str, Any] = {"device_id": self.config.device_id, "interfaces": interfaces}
+        if self.config.application_profile != "UNSPECIFIED":
+            request["application_profile"] = self.config.application_profile
+        if kernel is not None and kernel.mptcp:
+            request["kernel"] = {
+                "available_congestion_controls": list(kernel.available_cc),
+                "allowed_congestion_controls": list(kernel.allowed_cc),
+                "mptcp_schedulers": list(kernel.schedulers),
+                "path_managers": kernel.mptcp.get("available_path_managers", "").split(),
+            }
+        present = {i["name"] for i in interfaces}
+        histories = [
+            {"interface": name, "rtt_samples": list(rtt), "throughput_samples": list(thr)}
+            for name, (rtt, thr) in self.history.items()
+            if name in present and (rtt or thr) and self.config.history_samples > 0
+        ]
+        if histories:
+            request["subflow_histories"] = histories
+        return request
+
+    def _remember(self, primary: str, measured: TransferResult) -> None:
+        if primary not in self.history or measured.bytes == 0:
+            return
+        t_ms = time.time() * 1000.0
+        rtt, thr = self.history[primary]
+        thr.append({"t_ms": t_ms, "throughput_bps": measured.throughput_bps})
+        if measured.rtt_ms is not None:
+            rtt.append({"t_ms": t_ms, "rtt_ms": measured.rtt_ms})
 
     def _default_measure(self, primary: str) -> TransferResult | None:
         if self.config.probe:
@@ -214,6 +259,8 @@ class Agent:
         applied = self.applier.apply(rec)
         self.last_recommendation = rec
         measured = self.measure(applied.primary)
+        if measured is not None:
+            self._remember(applied.primary, measured)
         outcome = ack = None
         if measured is not None and rec.get("decision_id"):
             outcome = outcome_from(measured, self.config.device_id, str(rec["decision_id"]))

@@ -54,11 +54,11 @@ class ApplyError(RuntimeError):
     """A recommendation could not be applied (the state may be partly changed: roll back)."""
 
 
-def choose_cc(recommended: str | None, profile: str, allowed: Sequence[str]) -> str | None:
+def choose_cc(recommended: str | Sequence[str] | None, profile: str, allowed: Sequence[str]) -> str | None:
     """Congestion control to set, or ``None`` to leave it.
 
-    The recommended algorithm if ``allowed`` lists it, else the first allowed one of
-    ``CC_PROFILES[profile]``.
+    The first recommended algorithm that ``allowed`` lists, else the first allowed
+    one of ``CC_PROFILES[profile]``.
 
     Raises
     ------
@@ -67,10 +67,9 @@ def choose_cc(recommended: str | None, profile: str, allowed: Sequence[str]) -> 
     """
     if profile not in CC_PROFILES:
         raise ValueError(f"unknown congestion-control profile {profile!r}; choose one of {', '.join(CC_PROFILES)}")
-    if recommended and recommended in allowed:
-        return recommended
-    for cc in CC_PROFILES[profile]:
-        if cc in allowed:
+    wanted = [recommended] if isinstance(recommended, str) else list(recommended or [])
+    for cc in [*wanted, *CC_PROFILES[profile]]:
+        if cc and cc in allowed:
             return cc
     return None
 
@@ -78,32 +77,40 @@ def choose_cc(recommended: str | None, profile: str, allowed: Sequence[str]) -> 
 def scheduler_weights(recommendation: Mapping[str, Any]) -> dict[str, float]:
     """``{interface: weight}`` from a recommendation, ``{}`` when it carries none.
 
-    Accepts a mapping ``{"wlan0": 0.8, ...}`` or a list of ``{"interface", "weight"}``
-    under ``scheduler_weights`` / ``subflow_weights``.
+    Reads the service's MLPM advice (``scheduler.weights``: a list of
+    ``{"interface", "weight", ...}``); also accepts ``scheduler_weights`` as such a
+    list or as a mapping ``{"wlan0": 0.8, ...}``.
     """
     raw: Any = None
-    for key in ("scheduler_weights", "subflow_weights", "weights"):
-        if recommendation.get(key):
-            raw = recommendation[key]
-            break
-    if isinstance(raw, Mapping):
-        raw = raw.get("weights", raw) if "weights" in raw and not isinstance(raw.get("weights"), (int, float)) else raw
+    scheduler = recommendation.get("scheduler")
+    if isinstance(scheduler, Mapping):
+        raw = scheduler.get("weights")
+    if not raw:
+        raw = recommendation.get("scheduler_weights")
     if isinstance(raw, Mapping):
         return {str(k): float(v) for k, v in raw.items() if isinstance(v, (int, float))}
     out: dict[str, float] = {}
     for item in raw or []:
-        name = item.get("interface") or item.get("name")
+        name = item.get("interface")
         if name is not None and item.get("weight") is not None:
             out[str(name)] = float(item["weight"])
     return out
 
 
-def recommended_cc(recommendation: Mapping[str, Any]) -> str | None:
-    """The congestion-control algorithm a recommendation advises, if any."""
-    cc = recommendation.get("congestion_control")
-    if isinstance(cc, Mapping):
-        cc = cc.get("algorithm") or cc.get("name")
-    return str(cc) if cc else None
+def recommended_cc(recommendation: Mapping[str, Any]) -> list[str]:
+    """Congestion-control algorithms a recommendation advises, in order of preference.
+
+    From the service's advice (``congestion``): the MPTCP-level coupled algorithm
+    (only out-of-tree kernels have one), then the subflow-level one; a plain
+    ``congestion_control`` string is accepted too.
+    """
+    advice = recommendation.get("congestion")
+    out: list[str] = []
+    if isinstance(advice, Mapping):
+        out += [str(advice[k]) for k in ("mptcp_level", "subflow_level") if advice.get(k)]
+    if recommendation.get("congestion_control"):
+        out.append(str(recommendation["congestion_control"]))
+    return out
 
 
 @dataclass

@@ -170,7 +170,10 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
             probe=f"{SERVER_ADDR}:{TRANSFER_PORT}",
             probe_bytes=p.size_bytes,
             journal=work / "journal.json",
-            cc_profile="throughput",
+            # Isolate the primary path: the three policies differ only in the initial subflow's interface
+            # (no backup flags from MLPM weights, the namespace's default congestion control for all).
+            backup_weight_threshold=0.0,
+            manage_cc=False,
             timeout_s=5.0,
         )
         from edgepath_agent.collector import read_capabilities
@@ -296,7 +299,9 @@ def build_report(p: ScenarioParams, rows: list[dict[str, Any]], agent: Agent, du
             "service comes from the same real tests (trace source). The service's reward threshold is its default "
             f"25 Mbit/s scaled the same way ({SERVICE_REWARD_THROUGHPUT_BPS * p.scale / 1e6:.2f} Mbit/s). "
             "Three transfers per step (one per policy, random order) under the same shaping; the policies share the "
-            "paths but never run at the same time."
+            "paths but never run at the same time. The policies differ only in the primary path (initial subflow): "
+            "both addresses are 'subflow' endpoints for all, no backup flags, the namespace's default congestion "
+            "control for all."
         ),
         "pairing": PAIRING_TEXT,
         "rates_mbit": {
