@@ -57,6 +57,9 @@ def serve(
     tls_client_ca_file: Annotated[
         Optional[Path], typer.Option(help="CA of device certificates: gRPC requires client certificates (mTLS)")
     ] = None,
+    model: Annotated[
+        Optional[Path], typer.Option(help="Start from this offline-trained artefact (e.g. models/primary-path-v1)")
+    ] = None,
 ) -> None:
     """Run the gRPC and REST servers (in-process state store by default)."""
     from edgepath.main import Service
@@ -78,9 +81,18 @@ def serve(
             tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file,
             tls_client_ca_file=tls_client_ca_file,
+            model_path=model,
         )
         if settings.policy not in POLICIES:
             raise typer.BadParameter(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}")
+        if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving
+            from edgepath.main import build_model
+            from edgepath.training.artefact import ArtefactError
+
+            try:
+                build_model(settings)
+            except ArtefactError as exc:
+                raise typer.BadParameter(str(exc), param_hint="--model") from exc
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from exc
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -163,6 +175,221 @@ def train(
 eval_app = typer.Typer(help="Offline evaluations of the decision engines.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
 # --- end eval sub-app ---
+
+
+# --- primary path warm start and evaluation (issue 8) ---
+_DATA = Path("service/data/mobilebandwidth")
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter("comma-separated integers, e.g. 7,8,9", param_hint="--seeds") from exc
+    if not seeds:
+        raise typer.BadParameter("at least one seed", param_hint="--seeds")
+    return seeds
+
+
+def _sha256_file(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@app.command("train-offline")
+def train_offline_cmd(
+    wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV (mobilebandwidth format)")] = (
+        _DATA / "wifi4.csv"
+    ),
+    cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV (mobilebandwidth format)")] = (
+        _DATA / "4G.csv"
+    ),
+    out: Annotated[Path, typer.Option(help="Artefact directory to write")] = Path("models/primary-path-v1"),
+    decision_log: Annotated[
+        Optional[Path],
+        typer.Option(exists=True, dir_okay=False, help="JSON-lines decision log (IPS-weighted rows)"),
+    ] = None,
+    policy: Annotated[str, typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = "active_explorer",
+    test_fraction: Annotated[float, typer.Option(min=0.0, max=0.9, help="Users held out for scoring")] = 0.25,
+    seed: Annotated[int, typer.Option(help="Seed of the training pairing and the oracles")] = 0,
+    eval_seeds: Annotated[str, typer.Option(help="Pairing seeds of the held-out scores")] = "7,8,9",
+    epochs: Annotated[int, typer.Option(min=1, help="SGD passes over the training rows")] = 20,
+    reward_threshold_mbps: Annotated[float, typer.Option(min=0.0, help="Reward 1 at/above this throughput")] = 25.0,
+    explore_prob: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Initial exploration of the warm policy")
+    ] = 0.05,
+    ablation: Annotated[bool, typer.Option("--ablation/--no-ablation", help="Score feature-group ablations")] = True,
+    sign: Annotated[bool, typer.Option(help="Also write model.hmac with EDGEPATH_HMAC_KEY (must be set)")] = False,
+) -> None:
+    """Train the primary-path policy offline (paired situations + IPS-weighted log) and write a versioned artefact.
+
+    Users are split by SHA-256 of user_uid; the model is trained on the training users only and scored
+    on the held-out users (their paired situations under each --eval-seeds pairing). Writes model.pkl,
+    card.json, card.md and SHA256SUMS to --out.
+    """
+    import datetime
+    import shlex
+    import sys
+
+    from edgepath.datasets.mobilebandwidth import pair_situations
+    from edgepath.engines.features import FEATURE_GROUPS, FEATURE_NAMES
+    from edgepath.evaluation.primary import PAIRING_TEXT, load_split, offline_scores
+    from edgepath.evaluation.primary import ablation as run_ablation
+    from edgepath.training.artefact import save_artefact
+    from edgepath.training.card import render_markdown
+    from edgepath.training.offline import (
+        ARMS,
+        DecisionLogError,
+        OfflineConfig,
+        config_dict,
+        read_decision_log,
+        select_alpha,
+        train_offline,
+    )
+
+    if policy not in POLICIES:
+        raise typer.BadParameter(
+            f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}", param_hint="--policy"
+        )
+    seeds = _seeds(eval_seeds)
+    key = os.environ.get("EDGEPATH_HMAC_KEY", "").encode()
+    if sign and not key:
+        raise typer.BadParameter("--sign needs EDGEPATH_HMAC_KEY", param_hint="--sign")
+    try:
+        logged = read_decision_log(decision_log) if decision_log else []
+    except DecisionLogError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--decision-log") from exc
+    cfg = OfflineConfig(
+        policy=policy, reward_threshold_mbps=reward_threshold_mbps, epochs=epochs, seed=seed, explore_prob=explore_prob
+    )
+    try:
+        split = load_split(wifi, cellular, wifi, cellular, test_fraction=test_fraction)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--wifi/--cellular") from exc
+    alpha, alpha_scores = select_alpha(split.train_wifi, split.train_cellular, cfg)
+    cfg = OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha})
+    typer.echo(f"sgd_alpha {alpha} (validation log-loss on training users: {alpha_scores})")
+    train = pair_situations(split.train_wifi, split.train_cellular, seed)
+    typer.echo(f"training on {len(train)} paired situations of the training users (+{len(logged)} logged decisions)")
+    model = train_offline(train, logged, cfg)
+    scores = offline_scores(model, split, seeds)
+    rows = run_ablation(split, seeds, cfg) if ablation else []
+    command = "edgepath train-offline " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [])
+    card = {
+        "name": out.name,
+        "format": "edgepath.primary-path/1",
+        "trained_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "command": command.strip(),
+        "data": {
+            "source": "Mobile Access Bandwidth in Practice (Li et al., ACM SIGCOMM 2022), public data release; "
+            "crowd-sourced Android bandwidth tests, China 2021",
+            "licence": "Apache-2.0 (service/data/mobilebandwidth/LICENSE.txt, ATTRIBUTION.md)",
+            "files": {str(wifi): _sha256_file(wifi), str(cellular): _sha256_file(cellular)},
+            "pairing": PAIRING_TEXT,
+        },
+        "split": split.describe(),
+        "arms": [a.value for a in ARMS],
+        "features": list(FEATURE_NAMES),
+        "feature_groups": {g: [FEATURE_NAMES[i] for i in ix] for g, ix in FEATURE_GROUPS.items()},
+        "hyper_parameters": {**config_dict(cfg), "sgd_learning_rate": "optimal (scikit-learn default)"},
+        "model_selection": {
+            "sgd_alpha": "lowest mean validation log-loss of the arms' reward oracles; validation = 25% of the "
+            "training users (split salt 'validation'), never the test users",
+            "validation_log_loss": alpha_scores,
+        },
+        "training": {
+            "situations": model.n_situations,
+            "logged_decisions": model.n_logged,
+            "reward_rate_per_arm": dict(zip([a.value for a in ARMS], model.positives, strict=True)),
+        },
+        "scores": {"seeds": seeds, "offline": scores},
+        "ablation": rows,
+        "notes": [
+            "Situations are paired from two real single-arm tests of the same city, not simultaneous measurements.",
+            "Offline scores are static (greedy oracles / better-arm classifier); `edgepath eval primary` measures "
+            "the warm-started bandit while it keeps learning online, next to cold start, VW and the baselines.",
+            "Integrity only: SHA256SUMS detects corruption, not forgery; sign with --sign (HMAC) for authenticity.",
+        ],
+    }
+    save_artefact(out, model.bandit, model.classifier, card, render_markdown(card), hmac_key=key if sign else None)
+    for name, sc in scores.items():
+        typer.echo(
+            f"{name:24s} {sc['pct_of_oracle']:5.1f}% of oracle, {sc['gain_vs_wifi_first_pct']:+5.1f}% vs wifi_first"
+        )
+    typer.echo(f"artefact: {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1024:.0f} KiB)")
+
+
+@eval_app.command("primary")
+def eval_primary(
+    train_wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV of the training side")],
+    train_cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV of the training side")],
+    test_wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV of the test side")],
+    test_cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV of the test side")],
+    report: Annotated[Path, typer.Option(help="Write the JSON report here")],
+    plot: Annotated[Path, typer.Option(help="Write the PNG plot here")],
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds (pairing, order, policies)")] = "7,8,9",
+    policy: Annotated[str, typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = "active_explorer",
+    test_fraction: Annotated[float, typer.Option(min=0.01, max=0.9, help="Held-out users when files coincide")] = 0.25,
+    batch_size: Annotated[int, typer.Option(min=1, help="Rewarded decisions per online refit")] = 50,
+    vw: Annotated[bool, typer.Option("--vw/--no-vw", help="Include Vowpal Wabbit squarecb")] = True,
+    reward_threshold_mbps: Annotated[
+        float, typer.Option(min=0.0, help="Bernoulli reward threshold of the bandits (service default 25)")
+    ] = 25.0,
+) -> None:
+    """Primary path on unseen users: cold vs warm start vs offline classifier vs baselines vs VW (mean ± 95% CI).
+
+    When the training and test files are the same, users are split by SHA-256 of user_uid (--test-fraction);
+    otherwise test measurements of training users are dropped. Writes --report (JSON) and --plot (PNG).
+    """
+    import shlex
+    import sys
+
+    from edgepath.evaluation.primary import PAIRING_TEXT, evaluate, load_split
+    from edgepath.evaluation.primary import plot as draw
+    from edgepath.training.offline import OfflineConfig, config_dict, select_alpha
+
+    if policy not in POLICIES:
+        raise typer.BadParameter(
+            f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}", param_hint="--policy"
+        )
+    seed_list = _seeds(seeds)
+    try:
+        split = load_split(train_wifi, train_cellular, test_wifi, test_cellular, test_fraction=test_fraction)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    cfg = OfflineConfig(policy=policy, reward_threshold_mbps=reward_threshold_mbps)
+    alpha, alpha_scores = select_alpha(split.train_wifi, split.train_cellular, cfg)
+    cfg = OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha})
+    typer.echo(f"warm-start sgd_alpha {alpha} (validation log-loss on training users: {alpha_scores})")
+    result, traces = evaluate(split, seed_list, cfg, batch_size=batch_size, include_vw=vw, progress=typer.echo)
+    out = {
+        "benchmark": "primary-path: cold vs warm start on unseen users",
+        "command": "edgepath " + shlex.join(sys.argv[1:]),
+        "seeds": seed_list,
+        "pairing": PAIRING_TEXT,
+        "split": split.describe(),
+        "metric": "mean downlink throughput (Mbit/s) of the chosen path; ± = 95% Student-t half-width over seeds",
+        "reward": f"Bernoulli: throughput >= {cfg.reward_threshold_mbps} Mbit/s (service default)",
+        "batch_size": batch_size,
+        "offline_config": config_dict(cfg),
+        **result,
+    }
+    report.parent.mkdir(parents=True, exist_ok=True)
+    report.write_text(json.dumps(out, indent=2) + "\n")
+    draw(out, traces, plot)
+    typer.echo(f"{'policy':26s} {'Mbit/s':>16s} {'% of oracle':>16s} {'vs wifi_first':>14s}")
+    for name, p in sorted(out["policies"].items(), key=lambda kv: kv[1]["pct_of_oracle"]):
+        ci = p["mean_throughput_mbps_ci95"]
+        pci = p["pct_of_oracle_ci95"]
+        typer.echo(
+            f"{name:26s} {p['mean_throughput_mbps']:8.1f} ± {ci or 0:5.1f} {p['pct_of_oracle']:8.1f} ± {pci or 0:5.1f}"
+            f" {p['gain_vs_wifi_first_pct']:+13.1f}%"
+        )
+    typer.echo(f"report: {report}\nplot: {plot}")
+
+
+# --- end primary path warm start and evaluation ---
 
 
 # --- eval ssmp (issue 4) ---

@@ -42,6 +42,31 @@ log = logging.getLogger("edgepath")
 
 
 def build_model(settings: Settings) -> PrimaryPathBandit:
+    """A cold bandit, or the warm-started one of ``settings.model_path`` (verified before unpickling).
+
+    Raises
+    ------
+    edgepath.training.artefact.ArtefactError
+        When the artefact is missing, corrupted, wrongly signed or of another feature layout.
+    """
+    if settings.model_path is not None:  # warm start (issue 8)
+        import dataclasses
+        from pathlib import Path
+
+        from edgepath.training.artefact import HMAC_FILE, ArtefactError, load_artefact
+
+        key = settings.hmac_key.get_secret_value().encode()
+        directory = Path(settings.model_path)
+        directory = directory.parent if directory.is_file() else directory
+        signed = (directory / HMAC_FILE).is_file()
+        if settings.profile == "prod" and not (key and signed):
+            raise ArtefactError("profile prod loads only HMAC-signed model artefacts (set EDGEPATH_HMAC_KEY)")
+        bandit = load_artefact(directory, key if (key and signed) else None).bandit
+        if bandit.policy_name != settings.policy:
+            log.warning("model %s was trained for policy %s; serving it as such", directory, bandit.policy_name)
+        bandit.config = dataclasses.replace(bandit.config, propensity_floor=settings.propensity_floor)
+        log.info("warm start from %s (policy %s)", settings.model_path, bandit.policy_name)
+        return bandit
     return PrimaryPathBandit(
         BanditConfig(policy=settings.policy, seed=settings.seed, propensity_floor=settings.propensity_floor)
     )

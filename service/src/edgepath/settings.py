@@ -146,6 +146,12 @@ class Settings(BaseSettings):
     trainer_lock_ttl_s: float = Field(10.0, gt=0.0, description="Expiry of the trainer's Redis lock, s")
     snapshot_poll_s: float = Field(1.0, gt=0.0, description="Fallback model-version check period, s")
 
+    # --- warm start (issue 8): see edgepath.training.artefact ---
+    model_path: Path | None = Field(
+        None, description="Offline-trained primary-path artefact (models/primary-path-v1) to start from"
+    )
+    # --- end warm start ---
+
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
         """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile."""

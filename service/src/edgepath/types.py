@@ -69,6 +69,20 @@ class InterfaceContext(BaseModel):
     cell_rssi_dbm: float | None = Field(None, ge=-140.0, le=0.0, description="Cellular RSSI, dBm")
     rtt_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Path RTT, ms")
     loss: float | None = Field(None, ge=0.0, le=1.0, description="Path loss, fraction")
+    # --- warm-start features (issue 8): statistics of per-test reading series, capabilities ---
+    wifi_rssi_spread_db: float | None = Field(
+        None, ge=0.0, le=100.0, description="Std. deviation of the WiFi RSSI readings of the last test, dB"
+    )
+    max_link_speed_mbps: float | None = Field(
+        None, ge=0.0, le=100_000.0, description="Maximum link speed the device supports (WiFi Rx), Mbit/s"
+    )
+    rsrp_spread_db: float | None = Field(
+        None, ge=0.0, le=100.0, description="Std. deviation of the RSRP readings of the last test, dB"
+    )
+    channel_bandwidth_mhz: float | None = Field(
+        None, ge=0.0, le=400.0, description="Cellular channel bandwidth, MHz (LTE ≤ 20, NR FR2 ≤ 400)"
+    )
+    # --- end warm-start features ---
 
 
 # --- MLPM scheduler weights + congestion-control advice (issue 3) -----------------------------------------------

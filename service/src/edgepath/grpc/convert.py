@@ -40,6 +40,11 @@ _OPTIONAL_INTERFACE_FIELDS = (
     "cell_rssi_dbm",
     "rtt_ms",
     "loss",
+    # warm-start features (issue 8)
+    "wifi_rssi_spread_db",
+    "max_link_speed_mbps",
+    "rsrp_spread_db",
+    "channel_bandwidth_mhz",
 )
 
 

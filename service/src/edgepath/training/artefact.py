@@ -1,0 +1,170 @@
+"""Versioned model artefacts on disk, with an integrity check before anything is unpickled.
+
+Layout of an artefact directory (e.g. ``models/primary-path-v1/``)::
+
+    model.pkl     cloudpickle of {"format", "feature_names", "bandit", "classifier"} (the policies
+                  hold bound methods plain pickle cannot write; plain pickle reads it)
+    card.json     model card, machine-readable (data, licence, split, features, scores, command)
+    card.md       the same card for people
+    SHA256SUMS    ``sha256sum`` format: "<hex>  model.pkl" and "<hex>  card.json"
+    model.hmac    optional: hex HMAC-SHA256 of model.pkl under a shared key
+
+Integrity rule: :func:`load_artefact` hashes ``model.pkl`` and ``card.json``,
+compares with ``SHA256SUMS`` (and, when a key is given, checks ``model.hmac``
+with :func:`hmac.compare_digest`) and only then unpickles. A checksum detects
+corruption (truncated copy, bit rot, a hand edit); it does not authenticate:
+whoever can write the directory can rewrite the sums. Authenticity needs the
+HMAC key (``EDGEPATH_MODEL_HMAC_KEY`` / ``--model-hmac-key``).
+
+Check it by hand with ``cd models/primary-path-v1 && sha256sum -c SHA256SUMS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from edgepath.engines.features import FEATURE_NAMES
+from edgepath.engines.primary_path import PrimaryPathBandit
+
+FORMAT = "edgepath.primary-path/1"
+MODEL_FILE = "model.pkl"
+CARD_JSON = "card.json"
+CARD_MD = "card.md"
+SUMS_FILE = "SHA256SUMS"
+HMAC_FILE = "model.hmac"
+
+
+class ArtefactError(ValueError):
+    """The artefact is missing, corrupted, unsigned when a signature is required, or incompatible."""
+
+
+@dataclass(frozen=True)
+class Artefact:
+    """A verified, loaded artefact: the warm-started bandit, the better-arm classifier and the card."""
+
+    path: Path
+    bandit: PrimaryPathBandit
+    classifier: Any
+    card: dict[str, Any]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _hmac(data: bytes, key: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def save_artefact(
+    directory: Path | str,
+    bandit: PrimaryPathBandit,
+    classifier: Any,
+    card: dict[str, Any],
+    card_markdown: str,
+    hmac_key: bytes | None = None,
+) -> Path:
+    """Write an artefact directory (created if needed); returns its path.
+
+    The pickle holds the feature layout it was trained with, so a later change
+    of :data:`~edgepath.engines.features.FEATURE_NAMES` is refused at load time.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "feature_names": list(FEATURE_NAMES), "bandit": bandit, "classifier": classifier}
+    (directory / MODEL_FILE).write_bytes(cloudpickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+    (directory / CARD_JSON).write_text(json.dumps(card, indent=2, sort_keys=False) + "\n")
+    (directory / CARD_MD).write_text(card_markdown)
+    sums = "".join(f"{_sha256(directory / name)}  {name}\n" for name in (MODEL_FILE, CARD_JSON))
+    (directory / SUMS_FILE).write_text(sums)
+    if hmac_key:
+        (directory / HMAC_FILE).write_text(_hmac((directory / MODEL_FILE).read_bytes(), hmac_key) + "\n")
+    return directory
+
+
+def _resolve(path: Path | str) -> Path:
+    path = Path(path)
+    return path.parent if path.name == MODEL_FILE else path
+
+
+def verify_artefact(path: Path | str, hmac_key: bytes | None = None) -> Path:
+    """Check ``SHA256SUMS`` (and the HMAC when ``hmac_key`` is given) without unpickling.
+
+    Raises
+    ------
+    ArtefactError
+        Naming the file that is missing or does not match.
+    """
+    directory = _resolve(path)
+    if not directory.is_dir():
+        raise ArtefactError(f"model artefact {directory} is not a directory")
+    sums_path = directory / SUMS_FILE
+    if not sums_path.is_file():
+        raise ArtefactError(f"model artefact {directory}: {SUMS_FILE} is missing; refusing to load an unchecked model")
+    expected: dict[str, str] = {}
+    for line in sums_path.read_text().splitlines():
+        parts = line.strip().split()
+        if len(parts) == 2:
+            expected[parts[1].lstrip("*")] = parts[0].lower()
+    for name in (MODEL_FILE, CARD_JSON):
+        file = directory / name
+        if name not in expected:
+            raise ArtefactError(f"model artefact {directory}: {SUMS_FILE} has no checksum for {name}")
+        if not file.is_file():
+            raise ArtefactError(f"model artefact {directory}: {name} is missing")
+        actual = _sha256(file)
+        if not hmac.compare_digest(actual, expected[name]):
+            raise ArtefactError(
+                f"model artefact {directory}: {name} is corrupted (SHA-256 {actual[:12]}…, "
+                f"{SUMS_FILE} says {expected[name][:12]}…); refusing to load it"
+            )
+    if hmac_key:
+        sig_path = directory / HMAC_FILE
+        if not sig_path.is_file():
+            raise ArtefactError(f"model artefact {directory} is not signed ({HMAC_FILE} missing) but a key is set")
+        want = _hmac((directory / MODEL_FILE).read_bytes(), hmac_key)
+        if not hmac.compare_digest(sig_path.read_text().strip(), want):
+            raise ArtefactError(f"model artefact {directory}: HMAC signature does not match; refusing to load it")
+    return directory
+
+
+def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
+    """Verify, then load an artefact written by :func:`save_artefact`.
+
+    Parameters
+    ----------
+    path:
+        The artefact directory or its ``model.pkl``.
+    hmac_key:
+        When given, the artefact must carry a matching ``model.hmac``.
+
+    Raises
+    ------
+    ArtefactError
+        Missing or corrupted files (checked *before* unpickling), a wrong
+        signature, or a model trained with another feature layout.
+    """
+    directory = verify_artefact(path, hmac_key)
+    try:
+        card = json.loads((directory / CARD_JSON).read_text())
+        payload = pickle.loads((directory / MODEL_FILE).read_bytes())
+    except Exception as exc:  # a checksummed file that still fails to load: incompatible libraries
+        raise ArtefactError(f"model artefact {directory} could not be loaded: {exc}") from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ArtefactError(f"model artefact {directory}: unknown format (want {FORMAT})")
+    if list(payload.get("feature_names", [])) != list(FEATURE_NAMES):
+        raise ArtefactError(
+            f"model artefact {directory} was trained on another feature layout "
+            f"({len(payload.get('feature_names', []))} features, this build has {len(FEATURE_NAMES)}); retrain it"
+        )
+    bandit = payload["bandit"]
+    if not isinstance(bandit, PrimaryPathBandit):
+        raise ArtefactError(f"model artefact {directory}: payload holds no PrimaryPathBandit")
+    return Artefact(path=directory, bandit=bandit, classifier=payload.get("classifier"), card=card)

@@ -1,0 +1,91 @@
+"""Model card of a primary-path artefact: JSON (machine-readable) and Markdown (for people)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _pm(value: float | None, ci: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f}{unit} ± {ci:.1f}" if ci is not None else f"{value:.1f}{unit}"
+
+
+def render_markdown(card: dict[str, Any]) -> str:
+    """The card as Markdown: data and licence, split, features, hyper-parameters, scores, ablation, command."""
+    lines = [
+        f"# Model card: {card['name']}",
+        "",
+        f"Primary-path policy of EdgePath, trained offline on {card['trained_at']} and shipped for warm start "
+        "(`edgepath serve --model models/primary-path-v1`); online `partial_fit` continues from it at the edge.",
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        card["command"],
+        "```",
+        "",
+        "Deterministic: the same command on the same data writes the same scores. Integrity: `SHA256SUMS` "
+        "(checked before unpickling; `sha256sum -c SHA256SUMS`).",
+        "",
+        "## Data and licence",
+        "",
+    ]
+    data = card["data"]
+    lines += [
+        f"- {data['source']}",
+        f"- Licence: {data['licence']}; files: "
+        + ", ".join(f"`{f}` (sha256 {h[:12]}…)" for f, h in data["files"].items()),
+        f"- Pairing: {data['pairing']}",
+        f"- Training situations: {card['training']['situations']} (pairing seed {card['hyper_parameters']['seed']}); "
+        f"logged decisions (IPS-weighted): {card['training']['logged_decisions']}",
+        "",
+        "## Split",
+        "",
+        f"- {card['split']['method']}",
+        f"- Train: {card['split']['train']['wifi_tests']} WiFi + {card['split']['train']['cellular_tests']} 4G tests, "
+        f"{card['split']['train']['users']} users; test: {card['split']['test']['wifi_tests']} WiFi + "
+        f"{card['split']['test']['cellular_tests']} 4G tests, {card['split']['test']['users']} users; "
+        f"users in both: {card['split']['shared_users']}",
+        "",
+        "## Model",
+        "",
+        f"- Policy: contextualbandits `{card['hyper_parameters']['policy']}` over arms {card['arms']}, one "
+        "`SGDClassifier(loss='log_loss')` oracle per arm, reward = 1[throughput ≥ "
+        f"{card['hyper_parameters']['reward_threshold_mbps']} Mbit/s] (the service's Bernoulli reward).",
+        "- Oracles: full-information rows of both arms (weight 1) + IPS-weighted decision-log rows "
+        "(weight 1/propensity, capped); then handed to the policy (`PrimaryPathBandit.warm_start`).",
+        "- Also shipped: a cost-sensitive better-arm classifier (`offline_classifier`, static).",
+        f"- Features: {len(card['features'])} columns of `edgepath.engines.features.context_features` "
+        f"(groups: {', '.join(card['feature_groups'])}).",
+        "- Hyper-parameters: " + ", ".join(f"{k}={v}" for k, v in card["hyper_parameters"].items()),
+        "",
+        "## Offline scores on unseen users (static, no online learning)",
+        "",
+        f"Mean over pairing seeds {card['scores']['seeds']} of the test users' paired situations; ± is the 95% "
+        "Student-t half-width over seeds.",
+        "",
+        "| model | % of oracle throughput | gain over WiFi-first |",
+        "|---|---|---|",
+    ]
+    for name, sc in card["scores"]["offline"].items():
+        lines.append(
+            f"| {name} | {_pm(sc['pct_of_oracle'], sc['pct_of_oracle_ci95'], '%')} | "
+            f"{_pm(sc['gain_vs_wifi_first_pct'], sc['gain_vs_wifi_first_pct_ci95'], '%')} |"
+        )
+    lines += [
+        "",
+        "## Feature ablation (offline score of the greedy oracles when a group is removed)",
+        "",
+        "| variant | oracles greedy, % of oracle | Δ vs all | better-arm classifier, % of oracle |",
+        "|---|---|---|---|",
+    ]
+    base = card["ablation"][0]["offline_oracles_greedy"]["pct_of_oracle"]
+    for row in card["ablation"]:
+        g, c = row["offline_oracles_greedy"], row["offline_classifier"]
+        lines.append(
+            f"| {row['variant']} | {_pm(g['pct_of_oracle'], g['pct_of_oracle_ci95'], '%')} | "
+            f"{g['pct_of_oracle'] - base:+.1f} | {_pm(c['pct_of_oracle'], c['pct_of_oracle_ci95'], '%')} |"
+        )
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in card.get("notes", [])] + [""]
+    return "\n".join(lines)

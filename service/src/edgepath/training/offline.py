@@ -1,0 +1,314 @@
+# ruff: noqa: N803, N806  (X is the design matrix, scikit-learn convention)
+"""Offline training of the primary-path policy (warm start), from real measurements.
+
+Two sources of rewarded decisions feed the same per-arm oracles
+(``SGDClassifier(loss="log_loss")``, the oracle of the online bandit, Alzadjali
+et al.), one oracle per arm of the arm set (WIFI, LTE):
+
+* **Full information** — paired situations (see
+  :mod:`edgepath.datasets.mobilebandwidth`) know both arms' outcomes, so every
+  situation gives each arm's oracle a labelled row: the Bernoulli reward the
+  service would have computed (``throughput ≥ reward_threshold``; the data has
+  no latency, so the latency condition is moot), weight 1.
+* **Inverse-propensity weighted** — the service's own decision log knows only
+  the chosen arm's reward and the propensity it was chosen with. The chosen
+  arm's oracle gets the row with weight ``1/propensity`` (capped at
+  ``max_ips_weight``): importance weighting makes the arm's training
+  distribution of contexts that of all decisions, not of those the logging
+  policy happened to route to that arm (Horvitz & Thompson 1952; for
+  bandit logs, Strehl et al., "Learning from Logged Implicit Exploration
+  Data", NeurIPS 2010, eq. 1). Unchosen arms get nothing from that row.
+
+Each oracle is trained by ``epochs`` passes of ``partial_fit`` (``classes=[0,
+1]``, rows permuted by a seeded generator) with ``sample_weight``, then handed
+to the contextualbandits policy with :meth:`PrimaryPathBandit.warm_start`,
+after which online ``partial_fit`` continues from it.
+
+Besides the bandit, a **better-arm classifier** is trained on the paired
+situations (full information only): logistic regression (same SGD oracle) of
+``1[LTE throughput > WiFi throughput]``, cost-sensitive with weight
+``|T_LTE − T_WiFi| / mean|T_LTE − T_WiFi|`` so that mistakes cost what they cost
+in throughput (Elkan, "The Foundations of Cost-Sensitive Learning", IJCAI 2001).
+It is the static "offline classifier" of the evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from edgepath.datasets.mobilebandwidth import Situation
+from edgepath.engines.features import N_FEATURES, context_features, feature_mask
+from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
+from edgepath.types import AccessType
+from sklearn.linear_model import SGDClassifier
+
+ARMS: tuple[AccessType, AccessType] = (AccessType.WIFI, AccessType.LTE)
+"""The arm set the mobilebandwidth data covers (WiFi 4 × 4G)."""
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    """Hyper-parameters of offline training (recorded in the model card).
+
+    ``explore_prob`` replaces the bandit's initial exploration probability:
+    a warm-started policy needs less exploration than a cold one (0.15).
+    ``drop_groups`` zeroes feature groups (ablation only).
+    """
+
+    policy: str = "active_explorer"
+    reward_threshold_mbps: float = 25.0
+    sgd_alpha: float = 1e-2
+    epochs: int = 20
+    seed: int = 0
+    explore_prob: float = 0.05
+    max_ips_weight: float = 100.0
+    drop_groups: tuple[str, ...] = field(default_factory=tuple)
+
+    def bandit_config(self) -> BanditConfig:
+        return BanditConfig(
+            policy=self.policy, seed=self.seed, explore_prob=self.explore_prob, sgd_alpha=self.sgd_alpha
+        )
+
+
+class DecisionLogError(ValueError):
+    """A decision-log line is malformed (the message names the line and field)."""
+
+
+def read_decision_log(path: Path | str) -> list[TrainingSample]:
+    """Read a JSON-lines decision log: one rewarded decision a line.
+
+    Each line is an object with ``features`` (list of ``N_FEATURES`` floats,
+    the layout of :data:`~edgepath.engines.features.FEATURE_NAMES`), ``arms``
+    (access-type names in policy order), ``arm_index``, ``reward`` (0/1) and
+    ``propensity`` (in (0, 1]) — the fields of
+    :class:`~edgepath.state.base.OutcomeRecord`; other keys are ignored.
+
+    Raises
+    ------
+    DecisionLogError
+        Naming the line number and the field at fault.
+    """
+    out = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            features = [float(v) for v in obj["features"]]
+            arms = tuple(AccessType(a) for a in obj["arms"])
+            arm_index, reward, propensity = int(obj["arm_index"]), int(obj["reward"]), float(obj["propensity"])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise DecisionLogError(f"decision log line {lineno}: {exc!r}") from exc
+        if len(features) != N_FEATURES or not all(math.isfinite(v) for v in features):
+            raise DecisionLogError(f"decision log line {lineno}: features must be {N_FEATURES} finite numbers")
+        if not 0 <= arm_index < len(arms):
+            raise DecisionLogError(f"decision log line {lineno}: arm_index {arm_index} out of range")
+        if reward not in (0, 1):
+            raise DecisionLogError(f"decision log line {lineno}: reward must be 0 or 1")
+        if not 0.0 < propensity <= 1.0:
+            raise DecisionLogError(f"decision log line {lineno}: propensity must be in (0, 1]")
+        out.append(TrainingSample(features, arms, arm_index, reward, propensity))
+    return out
+
+
+def ips_weights(propensities: Sequence[float] | np.ndarray, max_weight: float = 100.0) -> np.ndarray:
+    """Inverse-propensity weights ``min(1/p, max_weight)``; shape ``(n,)``.
+
+    Raises
+    ------
+    ValueError
+        When a propensity is outside (0, 1].
+    """
+    p = np.asarray(propensities, dtype=np.float64)
+    if np.any(~(p > 0.0)) or np.any(p > 1.0):
+        raise ValueError("propensities must be in (0, 1]")
+    return np.minimum(1.0 / p, max_weight)
+
+
+@dataclass
+class ArmRows:
+    """Training rows of one arm's oracle: features ``(n, F)``, labels ``(n,)``, weights ``(n,)``."""
+
+    X: list[np.ndarray] = field(default_factory=list)
+    y: list[float] = field(default_factory=list)
+    w: list[float] = field(default_factory=list)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        X = np.vstack(self.X) if self.X else np.zeros((0, N_FEATURES))
+        return X, np.asarray(self.y, dtype=np.float64), np.asarray(self.w, dtype=np.float64)
+
+
+def situation_matrix(situations: Sequence[Situation]) -> tuple[np.ndarray, np.ndarray]:
+    """Features ``(n, N_FEATURES)`` and throughputs ``(n, 2)`` in Mbit/s, columns in :data:`ARMS` order."""
+    X = np.vstack([context_features(s.interfaces) for s in situations]) if situations else np.zeros((0, N_FEATURES))
+    T = np.asarray([[s.wifi.throughput_mbps, s.cellular.throughput_mbps] for s in situations], dtype=np.float64)
+    return X, T.reshape(-1, 2)
+
+
+def arm_rows(
+    X: np.ndarray, T: np.ndarray, logged: Sequence[TrainingSample], cfg: OfflineConfig
+) -> tuple[list[ArmRows], int]:
+    """Per-arm training rows from full-information situations and IPS-weighted logged decisions.
+
+    Returns the rows of each arm of :data:`ARMS` and the number of logged
+    decisions used (those whose arm set is :data:`ARMS`).
+    """
+    rows = [ArmRows() for _ in ARMS]
+    for k in range(len(ARMS)):
+        for x, t in zip(X, T[:, k], strict=True):
+            rows[k].X.append(x)
+            rows[k].y.append(1.0 if t >= cfg.reward_threshold_mbps else 0.0)
+            rows[k].w.append(1.0)
+    used = [s for s in logged if tuple(s.arms) == ARMS]
+    if used:
+        weights = ips_weights([s.propensity for s in used], cfg.max_ips_weight)
+        for s, w in zip(used, weights, strict=True):
+            rows[s.arm_index].X.append(np.asarray(s.features, dtype=np.float64))
+            rows[s.arm_index].y.append(float(s.reward))
+            rows[s.arm_index].w.append(float(w))
+    return rows, len(used)
+
+
+def _mask(X: np.ndarray, cfg: OfflineConfig) -> np.ndarray:
+    if not cfg.drop_groups:
+        return X
+    return X * feature_mask(cfg.drop_groups)  # dropped columns become the constant 0
+
+
+def fit_oracle(X: np.ndarray, y: np.ndarray, w: np.ndarray, cfg: OfflineConfig, seed: int) -> SGDClassifier:
+    """``epochs`` seeded passes of ``partial_fit`` with ``sample_weight``; works with one class present."""
+    clf = SGDClassifier(loss="log_loss", alpha=cfg.sgd_alpha, random_state=seed)
+    rng = np.random.default_rng(seed)
+    X = _mask(X, cfg)
+    if X.shape[0] == 0:  # no data for this arm: a neutral oracle (P = 1/2 everywhere)
+        clf.partial_fit(np.zeros((2, N_FEATURES)), np.array([0.0, 1.0]), classes=[0, 1])
+        return clf
+    for _ in range(cfg.epochs):
+        order = rng.permutation(X.shape[0])
+        clf.partial_fit(X[order], y[order], classes=[0, 1], sample_weight=w[order])
+    return clf
+
+
+def fit_better_arm_classifier(X: np.ndarray, T: np.ndarray, cfg: OfflineConfig) -> SGDClassifier:
+    """Cost-sensitive logistic classifier of ``1[LTE faster]`` (see module docstring)."""
+    gap = np.abs(T[:, 1] - T[:, 0])
+    w = gap / gap.mean() if gap.size and gap.mean() > 0 else np.ones_like(gap)
+    y = (T[:, 1] > T[:, 0]).astype(np.float64)
+    return fit_oracle(X, y, w, cfg, seed=cfg.seed + 7)
+
+
+class BetterArmPolicy:
+    """Static policy from the better-arm classifier: index into :data:`ARMS` per row (no exploration)."""
+
+    def __init__(self, classifier: SGDClassifier, drop_groups: tuple[str, ...] = ()) -> None:
+        self.classifier = classifier
+        self.drop_groups = drop_groups
+
+    def choose(self, X: np.ndarray) -> np.ndarray:
+        X = X * feature_mask(self.drop_groups) if self.drop_groups else X
+        return (self.classifier.decision_function(X) > 0).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """Result of :func:`train_offline`."""
+
+    bandit: PrimaryPathBandit
+    classifier: SGDClassifier
+    config: OfflineConfig
+    n_situations: int
+    n_logged: int
+    positives: tuple[float, ...]
+
+    def greedy_arms(self, X: np.ndarray) -> np.ndarray:
+        """Arm index per row by the offline oracles alone (argmax of P(reward=1)), no exploration."""
+        Xm = _mask(X, self.config)
+        policy = self.bandit._policies[ARMS]
+        return np.argmax(_oracle_scores(policy, Xm), axis=1)
+
+
+def _oracle_scores(policy: Any, X: np.ndarray) -> np.ndarray:
+    return np.column_stack([algo.decision_function(X) for algo in policy._oracles.algos])
+
+
+def train_offline(
+    situations: Sequence[Situation], logged: Sequence[TrainingSample] = (), cfg: OfflineConfig | None = None
+) -> OfflineModel:
+    """Train the warm-start bandit and the better-arm classifier.
+
+    Parameters
+    ----------
+    situations:
+        Paired training situations (full information); may be empty when ``logged`` is not.
+    logged:
+        Rewarded decisions of the service's log (IPS-weighted).
+
+    Raises
+    ------
+    ValueError
+        When there is nothing to train on.
+    """
+    cfg = cfg or OfflineConfig()
+    X, T = situation_matrix(situations)
+    rows, n_logged = arm_rows(X, T, logged, cfg)
+    if X.shape[0] == 0 and n_logged == 0:
+        raise ValueError("no training data: no paired situation and no WIFI/LTE decision in the log")
+    oracles = []
+    all_X, all_a, all_r = [], [], []
+    for k, arm_r in enumerate(rows):
+        Xk, yk, wk = arm_r.arrays()
+        oracles.append(fit_oracle(Xk, yk, wk, cfg, seed=cfg.seed * 100 + k + 1))
+        all_X.append(_mask(Xk, cfg))
+        all_a.append(np.full(len(yk), k))
+        all_r.append(yk)
+    bandit = PrimaryPathBandit(cfg.bandit_config())
+    bandit.warm_start(ARMS, oracles, np.vstack(all_X), np.concatenate(all_a), np.concatenate(all_r))
+    classifier = fit_better_arm_classifier(X, T, cfg)  # neutral when there are no paired situations
+    positives = tuple(float(r.arrays()[1].mean()) if r.y else 0.0 for r in rows)
+    return OfflineModel(bandit, classifier, cfg, X.shape[0], n_logged, positives)
+
+
+def config_dict(cfg: OfflineConfig) -> dict[str, Any]:
+    d = asdict(cfg)
+    d["drop_groups"] = list(cfg.drop_groups)
+    return d
+
+
+ALPHA_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1)
+
+
+def select_alpha(
+    wifi: Sequence[Any], cellular: Sequence[Any], cfg: OfflineConfig, grid: Sequence[float] = ALPHA_GRID
+) -> tuple[float, dict[str, float]]:
+    """L2 strength of the oracles by validation log-loss on the *training* users only.
+
+    The training side's users are split again (:func:`split_by_user`, salt ``"validation"``, 25%);
+    each ``alpha`` of ``grid`` is trained on the rest and scored by the mean log-loss of the two
+    arms' reward oracles on the validation users' situations (pairing seeds 1, 2, 3). Returns the
+    best alpha and the score of each.
+    """
+    from edgepath.datasets.mobilebandwidth import pair_situations, split_by_user
+    from sklearn.metrics import log_loss
+
+    fit_w, val_w = split_by_user(wifi, 0.25, "validation")
+    fit_c, val_c = split_by_user(cellular, 0.25, "validation")
+    train = pair_situations(fit_w, fit_c, cfg.seed)
+    vals = [situation_matrix(pair_situations(val_w, val_c, seed)) for seed in (1, 2, 3)]
+    scores: dict[str, float] = {}
+    for alpha in grid:
+        model = train_offline(train, (), OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha}))
+        algos = model.bandit._policies[ARMS]._oracles.algos
+        losses = []
+        for X, T in vals:
+            for k, algo in enumerate(algos):
+                y = (T[:, k] >= cfg.reward_threshold_mbps).astype(int)
+                losses.append(log_loss(y, algo.predict_proba(_mask(X, cfg))[:, 1], labels=[0, 1]))
+        scores[repr(alpha)] = float(np.mean(losses))
+    best = min(grid, key=lambda a: scores[repr(a)])
+    return best, scores
