@@ -1,0 +1,51 @@
+"""`edgepath eval primary` end to end on a slice of the real data (small, so it stays quick)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgepath.cli import app
+
+DATA = Path(__file__).resolve().parents[3] / "service" / "data" / "mobilebandwidth"
+
+
+def _head(src: Path, dst: Path, rows: int) -> Path:
+    with src.open() as fh:
+        dst.write_text("".join(line for _, line in zip(range(rows + 1), fh, strict=False)))
+    return dst
+
+
+@pytest.mark.slow
+def test_eval_primary_writes_report_and_plot(tmp_path: Path) -> None:
+    wifi = _head(DATA / "wifi4.csv", tmp_path / "wifi.csv", 900)
+    cell = _head(DATA / "4G.csv", tmp_path / "4g.csv", 1500)
+    report, plot = tmp_path / "r.json", tmp_path / "p.png"
+    args = ["eval", "primary", "--train-wifi", str(wifi), "--train-cellular", str(cell), "--test-wifi", str(wifi),
+            "--test-cellular", str(cell), "--seeds", "1,2", "--test-fraction", "0.3",
+            "--report", str(report), "--plot", str(plot)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(report.read_text())
+    policies = out["policies"]
+    for part in ("cold", "warm", "wifi_first", "oracle", "vw"):
+        assert any(part in name for name in policies), part
+    assert policies["oracle"]["pct_of_oracle"] == pytest.approx(100.0)
+    for name, p in policies.items():
+        assert 0.0 < p["mean_throughput_mbps"] <= policies["oracle"]["mean_throughput_mbps"] + 1e-9, name
+        assert p["mean_throughput_mbps_ci95"] is not None and len(p["per_seed_mean_throughput_mbps"]) == 2
+    assert out["split"]["shared_users"] == 0
+    assert "same user_city_id" in out["pairing"]
+    assert plot.stat().st_size > 10_000
+
+
+def test_eval_primary_rejects_bad_seeds(tmp_path: Path) -> None:
+    wifi = _head(DATA / "wifi4.csv", tmp_path / "wifi.csv", 5)
+    args = ["eval", "primary", "--train-wifi", str(wifi), "--train-cellular", str(wifi), "--test-wifi", str(wifi),
+            "--test-cellular", str(wifi), "--seeds", "a,b", "--report", str(tmp_path / "r.json"),
+            "--plot", str(tmp_path / "p.png")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0 and "--seeds" in result.output
