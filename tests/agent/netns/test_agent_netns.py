@@ -46,7 +46,9 @@ def kernel_view(tb: Testbed) -> dict[str, str]:
     return {
         "endpoints": tb.dev("ip", "mptcp", "endpoint", "show").stdout,
         "limits": tb.dev("ip", "mptcp", "limits", "show").stdout,
-        "routes": tb.dev("ip", "route", "show", "table", "all").stdout,
+        "routes": tb.dev(
+            "ip", "-4", "route", "show", "table", "all"
+        ).stdout,  # IPv6 link-local routes come and go (DAD)
         "rules": tb.dev("ip", "rule", "show").stdout,
         "cc": tb.dev("sysctl", "-n", CC).stdout.strip(),
     }
@@ -189,3 +191,23 @@ def test_path_collector_and_kernel_caps_inside_the_namespace(testbed: Testbed):
 
 
 port = 0
+
+
+def test_rollback_command_restores_from_the_journal_file(testbed: Testbed, tmp_path: Path):
+    import subprocess
+    import sys
+
+    before = kernel_view(testbed)
+    journal_path = tmp_path / "journal.json"
+    applier = make_applier(testbed, Journal(journal_path))
+    applier.apply({"primary_path": {"interface": "wwan0"}, "congestion_control": other_cc(testbed)})
+    assert kernel_view(testbed) != before
+    # The agent "crashed" here: the journal file is all that is left.
+    argv = [sys.executable, "-m", "edgepath_agent.cli", "rollback", "--journal", str(journal_path),
+            "--netns", testbed.device_ns]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "rollback:" in proc.stdout
+    assert kernel_view(testbed) == before
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert "nothing to restore" in again.stdout
