@@ -10,11 +10,14 @@ trainer.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 
+import numpy as np
+
 from edgepath import types as ep_types
-from edgepath.engines import congestion, mlpm
+from edgepath.engines import congestion, mlpm, ssmp
 from edgepath.engines.reward import bernoulli_reward
 from edgepath.errors import NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
@@ -129,6 +132,53 @@ def congestion_advice(request: RecommendRequest) -> ep_types.CongestionAdvice:
 # --- end issue 3 ----------------------------------------------------------------------------------------------------
 
 
+# --- SSMP CDN server selection (issue 4) ----------------------------------------------------------------------------
+def ssmp_selector(settings: Settings) -> ssmp.SsmpSelector:
+    """The SSMP engine configured from settings (seeded RNG for its random picks)."""
+    config = ssmp.SsmpConfig(
+        mice_threshold_bytes=settings.ssmp_mice_threshold_bytes,
+        alpha=settings.ssmp_alpha,
+        stale_age_s=settings.ssmp_stale_age_s,
+    )
+    return ssmp.SsmpSelector(config, np.random.default_rng(settings.seed))
+
+
+async def select_server(
+    selector: ssmp.SsmpSelector, store: StateStore, content: ep_types.ContentRequest, now_s: float
+) -> ep_types.ServerSelection:
+    """SSMP choice for ``content``, reading the candidates' stored scores (Q, last update)."""
+    keys = list(dict.fromkeys(c.address for c in content.candidates))
+    stored = await store.get_server_scores(keys)
+    states = {k: ssmp.ServerState(s.q_bps, s.updated_at) for k, s in stored.items()}
+    default_index = next(
+        (i for i, c in enumerate(content.candidates) if c.dns_interface == content.default_interface), 0
+    )
+    sel = selector.decide(content.expected_size_bytes, content.candidates, states, now_s, default_index)
+    return ep_types.ServerSelection(
+        address=sel.address,
+        candidate_index=sel.candidate_index,
+        flow_class=sel.flow_class.value,
+        score=None if math.isnan(sel.score) else sel.score,
+        score_name=sel.score_name,
+        initial_subflow_interface=sel.initial_subflow_interface,
+        rule=sel.rule.value,
+        stale_servers=list(sel.stale_servers),
+    )
+
+
+async def record_server_transfer(
+    selector: ssmp.SsmpSelector, store: StateStore, transfer: ep_types.ServerTransfer, now_s: float
+) -> None:
+    """Fold a completed transfer into the server's stored score (Q_new, then EWMA Eq. 3)."""
+    q_new = ssmp.transfer_q_new_bps(transfer.size_bytes, transfer.duration_ms, transfer.paths)
+    prev = (await store.get_server_scores([transfer.address])).get(transfer.address)
+    state = selector.update(q_new, ssmp.ServerState(prev.q_bps, prev.updated_at) if prev else None, now_s)
+    await store.update_server_score(transfer.address, state.q_bps, state.updated_at)
+
+
+# --- end issue 4 ----------------------------------------------------------------------------------------------------
+
+
 class DecisionPlane:
     """Handles ``Recommend`` and ``ReportOutcome`` for every transport."""
 
@@ -146,6 +196,7 @@ class DecisionPlane:
         self.settings = settings
         self.metrics = metrics
         self.guard = guard  # security: outcome plausibility, per-device cap, quarantine (None = admit all)
+        self.ssmp = ssmp_selector(settings)  # issue 4
 
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
         """Decide the primary path for ``request`` and log the decision.
@@ -175,6 +226,8 @@ class DecisionPlane:
         )
         await self.store.put_decision(record, self.settings.decision_ttl_s)
         self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
+        # issue 4: SSMP server selection when the device names a content request
+        selection = await select_server(self.ssmp, self.store, request.content, now) if request.content else None
         self.metrics.decision_seconds.observe(time.perf_counter() - start)
         return Recommendation(
             decision_id=record.decision_id,
@@ -189,6 +242,7 @@ class DecisionPlane:
             decided_at_unix_ms=int(now * 1000),
             scheduler=scheduler_advice(request, self.settings),  # issue 3
             congestion=congestion_advice(request),  # issue 3
+            server_selection=selection,  # issue 4
         )
 
     async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:
@@ -242,6 +296,8 @@ class DecisionPlane:
         self.metrics.outcomes.labels(result.value).inc()
         if result is ClaimResult.UNKNOWN:
             raise NotFound("unknown or expired decision", field="decision_id")
+        if result is ClaimResult.NEW and report.server_transfer is not None:  # issue 4: once per outcome
+            await record_server_transfer(self.ssmp, self.store, report.server_transfer, time.time())
         return OutcomeAck(
             decision_id=report.decision_id,
             accepted=result is ClaimResult.NEW,

@@ -206,6 +206,86 @@ class CongestionAdvice(BaseModel):
 # --- end MLPM + congestion-control advice (issue 3) ---------------------------------------------------------------
 
 
+# --- SSMP CDN server selection (issue 4): see edgepath.engines.ssmp --------------------------------------------
+#: Candidate servers (DNS answers) per content request, and RTT samples per path.
+MAX_CANDIDATES = 16
+MAX_RTT_SAMPLES = 64
+#: Largest content size accepted, bytes (1 PB).
+MAX_CONTENT_BYTES = 10**15
+
+RttSampleMs = Annotated[float, Field(gt=0.0, le=600_000.0, description="RTT sample, ms (> 0)")]
+
+
+class ServerPath(BaseModel):
+    """One path (subflow) from the device to a candidate server, as the device measured it."""
+
+    model_config = _STRICT
+
+    interface: str = Field(min_length=1, max_length=MAX_NAME_LEN, description="Names one of `interfaces`")
+    rtt_ms_samples: list[RttSampleMs] = Field(
+        default_factory=list, max_length=MAX_RTT_SAMPLES, description="Recent RTTs to the server, ms; mean = path RTT"
+    )
+    loss: float | None = Field(None, ge=0.0, le=1.0, description="Loss rate p on this path, fraction; None = unknown")
+    bandwidth_bps: float | None = Field(
+        None, ge=0.0, le=1e12, description="Achievable bandwidth B from past transfers, bit/s; None = unknown"
+    )
+
+
+class CandidateServer(BaseModel):
+    """One DNS answer: a candidate CDN server and the device's paths to it."""
+
+    model_config = _STRICT
+
+    address: str = Field(min_length=1, max_length=255, description="Server address (IP or host name)")
+    dns_interface: str = Field(min_length=1, max_length=MAX_NAME_LEN, description="Interface whose DNS answered")
+    paths: list[ServerPath] = Field(min_length=1, max_length=MAX_INTERFACES)
+
+
+class ContentRequest(BaseModel):
+    """What the device is about to download and from which candidate servers (SSMP input)."""
+
+    model_config = _STRICT
+
+    expected_size_bytes: int = Field(ge=0, le=MAX_CONTENT_BYTES, description="Expected content size, bytes")
+    candidates: list[CandidateServer] = Field(min_length=1, max_length=MAX_CANDIDATES)
+    default_interface: str | None = Field(
+        None, min_length=1, max_length=MAX_NAME_LEN, description="Default DNS interface (DSS answer); None = first"
+    )
+
+
+class ServerSelection(BaseModel):
+    """SSMP's choice among the candidate servers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    address: str
+    candidate_index: int = Field(ge=0, description="Index of the chosen answer in `content.candidates`")
+    flow_class: str = Field(description="MICE or ELEPHANT")
+    score: float | None = Field(description="Mean RTT, ms (mice) or Q, bit/s (elephant); None when no score decided")
+    score_name: str = Field(description="mean_rtt_ms, q_bps or empty")
+    initial_subflow_interface: str = Field(description="Interface for the initial subflow (smallest RTT)")
+    rule: str = Field(description="Rule that decided, e.g. mice_mean_rtt, elephant_q, elephant_dss_unmeasured")
+    stale_servers: list[str] = Field(description="Candidates not measured for longer than the stale age: probe them")
+
+
+class ServerTransfer(BaseModel):
+    """Measurement of a completed transfer from one server (updates its SSMP score).
+
+    ``paths`` carry per-subflow RTT, loss and bandwidth measured during the transfer; with all three on
+    every path the new score is Eq. 2, otherwise the transfer's goodput ``8·size_bytes/duration``.
+    """
+
+    model_config = _STRICT
+
+    address: str = Field(min_length=1, max_length=255)
+    size_bytes: int = Field(ge=0, le=MAX_CONTENT_BYTES, description="Bytes transferred")
+    duration_ms: float = Field(gt=0.0, le=1e9, description="Transfer duration, ms")
+    paths: list[ServerPath] = Field(default_factory=list, max_length=MAX_INTERFACES)
+
+
+# --- end SSMP (issue 4) -----------------------------------------------------------------------------------------
+
+
 class RecommendRequest(BaseModel):
     """A device's radio context: what ``Recommend`` decides on."""
 
@@ -218,6 +298,9 @@ class RecommendRequest(BaseModel):
     application_profile: ApplicationProfile = ApplicationProfile.UNSPECIFIED
     kernel: KernelCapabilities | None = None
     # --- end issue 3 ---
+    # --- issue 4: SSMP content request (optional) ---
+    content: ContentRequest | None = None
+    # --- end issue 4 ---
 
     @field_validator("interfaces")
     @classmethod
@@ -242,6 +325,27 @@ class RecommendRequest(BaseModel):
             seen.add(hist.interface)
         return self
     # --- end issue 3 ---
+
+    # --- issue 4 ---
+    @model_validator(mode="after")
+    def _content_names_interfaces(self) -> RecommendRequest:
+        if self.content is None:
+            return self
+        names = {iface.name for iface in self.interfaces}
+        for i, cand in enumerate(self.content.candidates):
+            if cand.dns_interface not in names:
+                raise ValueError(f"content.candidates[{i}].dns_interface {cand.dns_interface!r} names no interface")
+            for j, path in enumerate(cand.paths):
+                if path.interface not in names:
+                    raise ValueError(
+                        f"content.candidates[{i}].paths[{j}].interface {path.interface!r} names no interface"
+                    )
+        default = self.content.default_interface
+        if default is not None and default not in {c.dns_interface for c in self.content.candidates}:
+            raise ValueError(f"content.default_interface {default!r} answered no candidate")
+        return self
+
+    # --- end issue 4 ---
 
 
 class PrimaryPath(BaseModel):
@@ -269,6 +373,9 @@ class Recommendation(BaseModel):
     scheduler: SchedulerAdvice
     congestion: CongestionAdvice
     # --- end issue 3 ---
+    # --- issue 4: present when the request carried a content request ---
+    server_selection: ServerSelection | None = None
+    # --- end issue 4 ---
 
 
 class OutcomeReport(BaseModel):
@@ -281,6 +388,9 @@ class OutcomeReport(BaseModel):
     throughput_bps: float = Field(ge=0.0, le=1e12, description="Measured throughput, bit/s")
     latency_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Measured latency, ms")
     loss: float | None = Field(None, ge=0.0, le=1.0, description="Measured loss, fraction")
+    # --- issue 4: SSMP measurement of the completed transfer (optional) ---
+    server_transfer: ServerTransfer | None = None
+    # --- end issue 4 ---
 
 
 class OutcomeAck(BaseModel):

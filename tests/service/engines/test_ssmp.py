@@ -28,6 +28,7 @@ from edgepath.engines.ssmp import (
     path_rtt_ms,
     server_q_bps,
     smooth_q,
+    transfer_q_new_bps,
 )
 
 MBPS = 1e6
@@ -284,3 +285,14 @@ def test_decide_rejects_bad_calls() -> None:
         selector().decide(10, paper_elephant_servers(), {}, NOW, default_index=3)
     with pytest.raises(ValueError):
         SsmpConfig(alpha=1.5)
+
+
+def test_transfer_q_new_eq2_when_paths_measured_else_goodput() -> None:
+    paths = [PathMeasurement("wlan0", (10.0,), 0.0, 80 * MBPS), PathMeasurement("wwan0", (20.0,), 0.0, 30 * MBPS)]
+    assert transfer_q_new_bps(10**6, 1000.0, paths) == pytest.approx(95 * MBPS)
+    # 1 MB in 0.5 s = 16 Mbit/s goodput when a path lacks B, or when no path is reported.
+    partial = [PathMeasurement("wlan0", (10.0,), 0.0, None)]
+    assert transfer_q_new_bps(1_000_000, 500.0, partial) == pytest.approx(16 * MBPS)
+    assert transfer_q_new_bps(1_000_000, 500.0, []) == pytest.approx(16 * MBPS)
+    with pytest.raises(ValueError):
+        transfer_q_new_bps(10, 0.0, [])

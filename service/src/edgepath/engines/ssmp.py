@@ -299,6 +299,39 @@ def candidate_q_new_bps(candidate: CandidateLike, mss_bytes: int = MSS_BYTES) ->
     return server_q_bps(rtts, losses, bandwidths, mss_bytes)
 
 
+def transfer_q_new_bps(
+    size_bytes: int, duration_ms: float, paths: Sequence[PathLike], mss_bytes: int = MSS_BYTES
+) -> float:
+    """``Q_new`` of a completed transfer, bit/s: Eq. 2 on the subflows it measured, else its goodput.
+
+    With an RTT, p and B measured on every path the score is Eq. 2, as at decision time;
+    without them it is the transfer's goodput ``8 · size_bytes / duration`` — the aggregate
+    rate the server actually delivered, the quantity Q estimates (§IV-B-1 updates Q "whenever
+    the transmission is completed").
+
+    Raises
+    ------
+    ValueError
+        ``duration_ms <= 0`` or ``size_bytes < 0``.
+    """
+    if not duration_ms > 0.0 or size_bytes < 0:
+        raise ValueError("duration_ms must be > 0 and size_bytes >= 0")
+    rtts: list[float] = []
+    losses: list[float] = []
+    bandwidths: list[float] = []
+    for path in paths:
+        rtt = path_rtt_ms(path)
+        if rtt is None or path.loss is None or path.bandwidth_bps is None:
+            break
+        rtts.append(rtt)
+        losses.append(path.loss)
+        bandwidths.append(path.bandwidth_bps)
+    else:
+        if rtts:
+            return server_q_bps(rtts, losses, bandwidths, mss_bytes)
+    return 8.0 * size_bytes / (duration_ms / 1000.0)
+
+
 def initial_subflow_interface(candidate: CandidateLike) -> str:
     """Interface of the candidate's path with the smallest RTT (§IV-B-2); its DNS interface when none is known."""
     best: tuple[float, str] | None = None

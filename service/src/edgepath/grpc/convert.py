@@ -18,6 +18,7 @@ from edgepath.types import (
     Recommendation,
     RecommendRequest,
     SchedulerAdvice,
+    ServerSelection,
 )
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -64,6 +65,7 @@ def recommend_request(msg: pb.RecommendRequest) -> RecommendRequest:
     """Validate a ``RecommendRequest``; raises ``pydantic.ValidationError``."""
     d: dict[str, Any] = {"device_id": msg.device_id, "interfaces": [_interface_dict(i) for i in msg.interfaces]}
     d.update(mlpm_cc_request_fields(msg))  # issue 3
+    d.update(ssmp_request_fields(msg))  # issue 4
     return RecommendRequest.model_validate(d)
 
 
@@ -77,6 +79,8 @@ def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
     for name in ("latency_ms", "loss"):
         if msg.HasField(name):
             d[name] = getattr(msg, name)
+    if msg.HasField("server_transfer"):  # issue 4
+        d["server_transfer"] = server_transfer_dict(msg.server_transfer)
     return OutcomeReport.model_validate(d)
 
 
@@ -95,6 +99,7 @@ def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
         decided_at_unix_ms=rec.decided_at_unix_ms,
         scheduler=scheduler_to_proto(rec.scheduler),  # issue 3
         congestion=congestion_to_proto(rec.congestion),  # issue 3
+        server_selection=server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
     )
 
 
@@ -167,3 +172,53 @@ def congestion_to_proto(c: CongestionAdvice) -> pb.CongestionAdvice:
 
 
 # --- end issue 3 ----------------------------------------------------------------------------------------------------
+
+
+# --- SSMP CDN server selection (issue 4) ----------------------------------------------------------------------------
+def _server_path_dict(p: pb.ServerPath) -> dict[str, Any]:
+    d: dict[str, Any] = {"interface": p.interface, "rtt_ms_samples": list(p.rtt_ms_samples)}
+    for name in ("loss", "bandwidth_bps"):
+        if p.HasField(name):
+            d[name] = getattr(p, name)
+    return d
+
+
+def ssmp_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
+    """Issue-4 ``content`` of a ``RecommendRequest`` as plain values (absent when the message has none)."""
+    if not msg.HasField("content"):
+        return {}
+    c = msg.content
+    content: dict[str, Any] = {
+        "expected_size_bytes": c.expected_size_bytes,
+        "candidates": [
+            {
+                "address": s.address,
+                "dns_interface": s.dns_interface,
+                "paths": [_server_path_dict(p) for p in s.paths],
+            }
+            for s in c.candidates
+        ],
+    }
+    if c.HasField("default_interface"):
+        content["default_interface"] = c.default_interface
+    return {"content": content}
+
+
+def server_transfer_dict(t: pb.ServerTransfer) -> dict[str, Any]:
+    """``ServerTransfer`` → plain values for :class:`~edgepath.types.ServerTransfer`."""
+    return {
+        "address": t.address,
+        "size_bytes": t.size_bytes,
+        "duration_ms": t.duration_ms,
+        "paths": [_server_path_dict(p) for p in t.paths],
+    }
+
+
+def server_selection_to_proto(s: ServerSelection | None) -> pb.ServerSelection | None:
+    """``ServerSelection`` → proto (None stays None); a None score stays unset."""
+    if s is None:
+        return None
+    return pb.ServerSelection(**s.model_dump(exclude_none=True))
+
+
+# --- end issue 4 ----------------------------------------------------------------------------------------------------

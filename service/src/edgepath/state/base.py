@@ -19,6 +19,7 @@ Records
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -70,6 +71,22 @@ class ClaimResult(enum.Enum):
     UNKNOWN = "unknown"
 
 
+# --- SSMP per-server state (issue 4) ---
+@dataclass(frozen=True)
+class ServerScore:
+    """SSMP state of one CDN server: its smoothed score and when it was last updated.
+
+    ``q_bps`` is Q of Yang et al., SSMP, Eq. 2 smoothed by Eq. 3 (bit/s); ``updated_at``
+    is Unix seconds. The plane computes both; stores only keep them.
+    """
+
+    q_bps: float
+    updated_at: float
+
+
+# --- end SSMP ---
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """Async state store used by the plane (decisions, outcomes) and the trainer."""
@@ -96,6 +113,26 @@ class StateStore(Protocol):
 
     async def ack_outcomes(self, entry_ids: list[str]) -> None:
         """Acknowledge outcomes the model has used."""
+
+    # --- SSMP per-server state (issue 4) ---
+    async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
+        """The stored :class:`ServerScore` of each of ``keys`` that has one.
+
+        ``keys`` are server keys (the plane uses the server address), at most a few dozen per
+        call (the candidates of one request). Keys without a score are simply absent from the
+        result; never raises for unknown keys.
+        """
+
+    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
+        """Store ``ServerScore(q_bps, updated_at)`` under ``key``, replacing any previous value.
+
+        Last writer wins: the plane reads, smooths (Eq. 3) and writes, so two concurrent
+        outcomes for one server may lose one smoothing step (harmless for an EWMA). A store
+        may evict scores not updated for a long time (bounded memory, or a TTL no shorter
+        than ``ssmp_stale_age_s``): an evicted server just reads as never measured.
+        """
+
+    # --- end SSMP ---
 
     async def ping(self) -> bool:
         """True when the store is reachable."""

@@ -5,7 +5,8 @@ oldest are evicted first when full). The outcome log is a list with a
 delivery cursor: entries are delivered once to the reader and stay
 *pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
 would do) delivers unacknowledged ones again. Everything is lost when the
-process exits: use the Redis store when that matters.
+process exits: use the Redis store when that matters. SSMP server scores live in a
+``cachetools.LRUCache`` bounded by ``max_servers``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 
-from cachetools import TTLCache
-
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord
+from cachetools import LRUCache, TTLCache
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore
 
 
 class MemoryStore:
     """:class:`~edgepath.state.base.StateStore` in process memory (single event loop)."""
 
-    def __init__(self, max_decisions: int = 1_000_000, decision_ttl_s: float = 3600.0) -> None:
+    def __init__(
+        self, max_decisions: int = 1_000_000, decision_ttl_s: float = 3600.0, max_servers: int = 100_000
+    ) -> None:
         self._decisions: TTLCache[str, DecisionRecord] = TTLCache(
             maxsize=max_decisions, ttl=decision_ttl_s, timer=time.monotonic
         )
@@ -34,6 +37,8 @@ class MemoryStore:
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
         self._arrived = asyncio.Event()
+        # SSMP server scores (issue 4): least recently used evicted beyond max_servers.
+        self._server_scores: LRUCache[str, ServerScore] = LRUCache(maxsize=max_servers)
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
@@ -77,6 +82,15 @@ class MemoryStore:
         self._undelivered = pending + self._undelivered
         self._pending.clear()
         return len(pending)
+
+    # --- SSMP per-server state (issue 4) ---
+    async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
+        return {k: s for k in keys if (s := self._server_scores.get(k)) is not None}
+
+    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
+        self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at)
+
+    # --- end SSMP ---
 
     async def ping(self) -> bool:
         return True

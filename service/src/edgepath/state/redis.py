@@ -57,7 +57,7 @@ from typing import Any
 from cachetools import TTLCache
 from edgepath.errors import Unavailable
 from edgepath.metrics import Metrics
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore  # ServerScore: issue 4
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -423,6 +423,42 @@ class RedisStore:
         return int(await self.redis.xlen(self.stream))
 
     # ---------------------------------------------------------------- misc
+    # --- SSMP per-server state (issue 4; semantics in StateStore) ---
+    #: Scores not updated for this long expire (well above any sensible ssmp_stale_age_s), s.
+    SERVER_SCORE_TTL_S = 7 * 24 * 3600
+
+    def server_score_key(self, key: str) -> str:
+        return f"{self.namespace}:ssmp:{key}"
+
+    async def get_server_scores(self, keys: Any) -> dict[str, ServerScore]:
+        """Scores by key (MGET of JSON ``[q_bps, updated_at]``); while degraded, none (servers read as unmeasured)."""
+        keys = list(keys)
+        if self._degraded or not keys:
+            return {}
+        try:
+            raws: list[Any] = await self.redis.mget([self.server_score_key(k) for k in keys])
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return {}
+        out: dict[str, ServerScore] = {}
+        for key, raw in zip(keys, raws, strict=True):
+            if raw is not None:
+                q_bps, updated_at = json.loads(raw)
+                out[key] = ServerScore(q_bps=float(q_bps), updated_at=float(updated_at))
+        return out
+
+    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
+        """SET with a TTL (last writer wins); dropped while degraded (one lost EWMA step)."""
+        if self._degraded:
+            return
+        try:
+            value = json.dumps([q_bps, updated_at])
+            await self.redis.set(self.server_score_key(key), value, ex=self.SERVER_SCORE_TTL_S)
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+
+    # --- end SSMP ---
+
     async def ping(self) -> bool:
         if self._degraded:
             return False
