@@ -375,7 +375,7 @@ def run_paper_sequence(
 
     Returns DSS times, SSMP times (s) and SSMP's chosen servers.
     """
-    selector = SsmpSelector(replace(config, alpha=alpha), rng)
+    selector = SsmpSelector(replace(config, alpha=alpha), np.random.default_rng(rng.integers(2**32)))
     now = 0.0
     device = _Device.warm(baseline, now, config.mss_bytes)
     truth = {s.address: s for s in current}
@@ -441,7 +441,7 @@ def evaluate_paper(
         if paper_note:
             block["paper_note"] = paper_note
         for j, size in enumerate(sizes):
-            rng = np.random.default_rng([seed, j, int(alpha * 10)])
+            rng = np.random.default_rng([seed, j])  # same DSS draws for every α (common random numbers)
             dss: list[float] = []
             ssmp: list[float] = []
             chosen: list[str] = []
