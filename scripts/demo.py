@@ -12,6 +12,7 @@ Steps:
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -26,12 +27,16 @@ DATA = ROOT / "service" / "data" / "mobilebandwidth"
 OUT = ROOT / "out" / "demo"
 ROUNDS = int(os.environ.get("EDGEPATH_DEMO_ROUNDS", "5000"))
 SEED = int(os.environ.get("EDGEPATH_DEMO_SEED", "7"))
+# Warm start (issue 8): serve from the shipped offline-trained model; `--model PATH`, or `--model none` (cold start).
+MODEL = ROOT / "models" / "primary-path-v1"
 
 
-def start_service(ready: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def start_service(ready: Path, log_path: Path, model: Path | None = None) -> subprocess.Popen[bytes]:
     ready.unlink(missing_ok=True)
     cmd = [str(BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
            "--ready-file", str(ready)]
+    if model is not None:
+        cmd += ["--model", str(model)]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.Popen(cmd, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -49,7 +54,10 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     ready, log_path = OUT / "service.ready.json", OUT / "service.log"
     report, plot = OUT / "replay.json", OUT / "replay.png"
-    proc = start_service(ready, log_path)
+    parser = argparse.ArgumentParser(description="EdgePath demo")
+    parser.add_argument("--model", default=str(MODEL), help="model artefact to start from, or 'none' (cold start)")
+    model = None if parser.parse_args().model == "none" else Path(parser.parse_args().model)
+    proc = start_service(ready, log_path, model)
     try:
         ports = json.loads(ready.read_text())
         url = f"grpc://127.0.0.1:{ports['grpc_port']}"
@@ -79,6 +87,10 @@ def main() -> int:
     print(f"policy 95% CI: [{ci['ci95_low']:.2f}, {ci['ci95_high']:.2f}] Mbit/s; mean reward {r['mean_reward']:.3f}; "
           f"model refits: {r['final_model_version'] - 1}")
     print("Situations are paired from two single-arm measurements (same city/ISP), not simultaneous: see 'pairing'.")
+    if model is not None:
+        shown = model.relative_to(ROOT) if model.is_relative_to(ROOT) else model
+        print(f"Started from {shown} (trained on 75% of these users, so this replay includes seen users); "
+              "unseen-user scores: its card.md and `edgepath eval primary`.")
     print(f"report: {report.relative_to(ROOT)}\nplot:   {plot.relative_to(ROOT)}")
     return 0
 

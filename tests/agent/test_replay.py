@@ -50,7 +50,17 @@ def test_real_rows_become_valid_contexts(wifi: pd.DataFrame, cellular: pd.DataFr
         ifaces = [rp.wifi_interface(wifi.loc[i]), rp.cellular_interface(cellular.loc[i])]
         RecommendRequest.model_validate({"device_id": "d", "interfaces": ifaces})  # raises if out of range
     first = rp.cellular_interface(cellular.loc[0])
-    assert first == {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -84.0, "rsrq_db": -6.0, "sinr_db": 1.0, "cell_rssi_dbm": -83.0}
+    assert first == {
+        "name": "wwan0",
+        "access_type": "LTE",
+        "rsrp_dbm": -84.0,
+        "rsrq_db": -6.0,
+        "sinr_db": 1.0,
+        "cell_rssi_dbm": -83.0,
+        # warm-start fields (issue 8): RSRP series -84;-84, EARFCN 1650 (band 3), bandwidth 2147483647 = missing
+        "rsrp_spread_db": 0.0,
+        "frequency_mhz": 1850.0,
+    }
 
 
 def test_pairs_share_the_city_and_the_isp_when_possible(wifi: pd.DataFrame, cellular: pd.DataFrame) -> None:

@@ -11,10 +11,13 @@ Row → :class:`~edgepath.types.InterfaceContext`
 A cell holding ``a;b;c`` is the series of readings of one test. Each series is
 summarised by its **median** (the context value) and, for the signal series,
 its **spread** (population standard deviation, same unit). ``2147483647``
-(Android's ``CellInfo.UNAVAILABLE``), empty cells and text such as
-``Added in API level 30`` are *missing*; a series with no valid reading is
-missing. A value outside the range :class:`~edgepath.types.InterfaceContext`
-accepts is dropped (missing) rather than clipped.
+(Android's ``CellInfo.UNAVAILABLE``), empty cells, text such as
+``Added in API level 30`` and readings outside the range
+:class:`~edgepath.types.InterfaceContext` accepts for the field are dropped; a
+series with no valid reading is missing. A derived value (carrier frequency,
+channel bandwidth) outside its range is dropped (missing) rather than clipped.
+The agent's replay (``edgepath_agent.replay``, shipped separately) repeats this
+mapping; ``tests/agent/test_replay_parity.py`` checks both on the same real rows.
 
 =============================  ==========================  ===========================================
 context field                  WiFi column (wifi4.csv)     cellular column (4G.csv)
@@ -112,8 +115,8 @@ def earfcn_to_downlink_mhz(earfcn: float | None) -> float | None:
     return None
 
 
-def parse_series(cell: object) -> list[float]:
-    """The valid readings of one CSV cell (``'a;b;c'``): sentinels, blanks and text dropped."""
+def parse_series(cell: object, lo: float = -math.inf, hi: float = math.inf) -> list[float]:
+    """Valid readings of one CSV cell (``'a;b;c'``): sentinels, blanks, text and readings outside [lo, hi] dropped."""
     if cell is None:
         return []
     out: list[float] = []
@@ -125,22 +128,32 @@ def parse_series(cell: object) -> list[float]:
             v = float(part)
         except ValueError:
             continue
-        if not math.isfinite(v) or v == UNAVAILABLE:
+        if not math.isfinite(v) or v == UNAVAILABLE or not lo <= v <= hi:
             continue
         out.append(v)
     return out
 
 
-def series_median(cell: object) -> float | None:
+def series_median(cell: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
     """Median of the valid readings, or None when there is none."""
-    values = parse_series(cell)
+    values = parse_series(cell, lo, hi)
     return float(statistics.median(values)) if values else None
 
 
-def series_spread(cell: object) -> float | None:
+def series_spread(cell: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
     """Population standard deviation of the valid readings (0 for one reading), or None."""
-    values = parse_series(cell)
+    values = parse_series(cell, lo, hi)
     return float(statistics.pstdev(values)) if values else None
+
+
+def bounds(field_name: str) -> tuple[float, float]:
+    """The inclusive range :class:`InterfaceContext` accepts for ``field_name`` (±inf when unbounded)."""
+    lo, hi = -math.inf, math.inf
+    info = InterfaceContext.model_fields.get(field_name)
+    for meta in info.metadata if info is not None else ():
+        lo = float(getattr(meta, "ge", lo))
+        hi = float(getattr(meta, "le", hi))
+    return lo, hi
 
 
 def _valid_interface(fields: dict[str, Any]) -> InterfaceContext:
@@ -166,17 +179,19 @@ def _only_known(fields: dict[str, Any]) -> dict[str, Any]:
 
 def wifi_interface(row: Mapping[str, Any], name: str = WIFI_INTERFACE) -> InterfaceContext:
     """Context of the WiFi interface from one wifi4/5/6.csv row (see module table)."""
-    freq = series_median(row.get("wifi_frequency"))
+    rssi = bounds("wifi_rssi_dbm")
     return _valid_interface(
         _only_known(
             {
                 "name": name,
                 "access_type": AccessType.WIFI,
-                "wifi_rssi_dbm": series_median(row.get("wifi_rssi")),
-                "wifi_rssi_spread_db": series_spread(row.get("wifi_rssi")),
-                "link_speed_mbps": series_median(row.get("wifi_linkSpeed")),
-                "max_link_speed_mbps": series_median(row.get("wifi_maxSupportedRxLinkSpeedMbps")),
-                "frequency_mhz": freq if freq and freq > 0 else None,
+                "wifi_rssi_dbm": series_median(row.get("wifi_rssi"), *rssi),
+                "wifi_rssi_spread_db": series_spread(row.get("wifi_rssi"), *rssi),
+                "link_speed_mbps": series_median(row.get("wifi_linkSpeed"), *bounds("link_speed_mbps")),
+                "max_link_speed_mbps": series_median(
+                    row.get("wifi_maxSupportedRxLinkSpeedMbps"), *bounds("max_link_speed_mbps")
+                ),
+                "frequency_mhz": series_median(row.get("wifi_frequency"), *bounds("frequency_mhz")),
             }
         )
     )
@@ -190,11 +205,11 @@ def cellular_interface(row: Mapping[str, Any], name: str = CELLULAR_INTERFACE) -
             {
                 "name": name,
                 "access_type": AccessType.LTE,
-                "rsrp_dbm": series_median(row.get("cell_rsrp")),
-                "rsrp_spread_db": series_spread(row.get("cell_rsrp")),
-                "rsrq_db": series_median(row.get("cell_rsrq")),
-                "sinr_db": series_median(row.get("cell_rssnr")),
-                "cell_rssi_dbm": series_median(row.get("cell_rssi")),
+                "rsrp_dbm": series_median(row.get("cell_rsrp"), *bounds("rsrp_dbm")),
+                "rsrp_spread_db": series_spread(row.get("cell_rsrp"), *bounds("rsrp_dbm")),
+                "rsrq_db": series_median(row.get("cell_rsrq"), *bounds("rsrq_db")),
+                "sinr_db": series_median(row.get("cell_rssnr"), *bounds("sinr_db")),
+                "cell_rssi_dbm": series_median(row.get("cell_rssi"), *bounds("cell_rssi_dbm")),
                 "frequency_mhz": earfcn_to_downlink_mhz(series_median(row.get("cell_earfcn"))),
                 "channel_bandwidth_mhz": None if not bandwidth_khz else bandwidth_khz / 1000.0,
             }
