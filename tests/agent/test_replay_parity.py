@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from edgepath.datasets import mobilebandwidth as service_loader
 from edgepath.engines.features import context_features
 from edgepath.types import InterfaceContext

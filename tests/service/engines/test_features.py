@@ -32,7 +32,7 @@ DATA = Path(__file__).resolve().parents[3] / "service" / "data" / "mobilebandwid
 
 def _rows(name: str, n: int) -> list[dict[str, str]]:
     with (DATA / name).open(newline="") as fh:
-        return [row for _, row in zip(range(n), csv.DictReader(fh))]
+        return [row for _, row in zip(range(n), csv.DictReader(fh), strict=False)]
 
 
 def col(name: str) -> int:

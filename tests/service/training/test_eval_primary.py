@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from edgepath.cli import app
+from typer.testing import CliRunner
 
 DATA = Path(__file__).resolve().parents[3] / "service" / "data" / "mobilebandwidth"
 

@@ -97,10 +97,10 @@ def test_decision_log_is_read_and_bad_lines_are_named(tmp_path: Path) -> None:
     [sample] = read_decision_log(path)
     assert sample.arms == (AccessType.WIFI, AccessType.LTE) and sample.propensity == 0.2
     path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "propensity": 0}) + "\n")
-    with pytest.raises(DecisionLogError, match="line 2: propensity"):
+    with pytest.raises(DecisionLogError, match=r"line 2: propensity"):
         read_decision_log(path)
     path.write_text(json.dumps({**good, "features": [0.0]}) + "\n")
-    with pytest.raises(DecisionLogError, match="line 1: features"):
+    with pytest.raises(DecisionLogError, match=r"line 1: features"):
         read_decision_log(path)
 
 
@@ -161,7 +161,7 @@ def test_corrupted_model_is_refused_before_unpickling(trained, tmp_path: Path) -
     blob = bytearray((d / "model.pkl").read_bytes())
     blob[len(blob) // 2] ^= 0xFF
     (d / "model.pkl").write_bytes(bytes(blob))
-    with pytest.raises(ArtefactError, match="model.pkl is corrupted"):
+    with pytest.raises(ArtefactError, match=r"model\.pkl is corrupted"):
         load_artefact(d)
 
 
@@ -182,7 +182,7 @@ def test_a_replaced_pickle_never_runs(trained, tmp_path: Path) -> None:
 def test_missing_checksums_and_missing_files_are_refused(trained, tmp_path: Path) -> None:
     d = _save(trained, tmp_path / "m")
     (d / "card.json").write_text("{}")
-    with pytest.raises(ArtefactError, match="card.json is corrupted"):
+    with pytest.raises(ArtefactError, match=r"card\.json is corrupted"):
         verify_artefact(d)
     (d / "SHA256SUMS").unlink()
     with pytest.raises(ArtefactError, match="SHA256SUMS is missing"):

@@ -1,4 +1,4 @@
-# ruff: noqa: N803, N806  (X is the design matrix, scikit-learn convention)
+# ruff: noqa: N803  (X, T: design matrix and outcome matrix, scikit-learn convention)
 """Primary-path contextual bandit (pure engine: no I/O, no async, no globals).
 
 Seed paper: Alzadjali, Esposito, Deogun, "A Contextual Bi-armed Bandit Approach

@@ -1,4 +1,4 @@
-# ruff: noqa: N803, N806  (X is the design matrix, scikit-learn convention)
+# ruff: noqa: N803  (X, T: design matrix and outcome matrix, scikit-learn convention)
 """Primary-path evaluation on paired real situations: cold vs warm start vs baselines vs Vowpal Wabbit.
 
 Protocol (``edgepath eval primary``)
@@ -151,7 +151,8 @@ def run_bandit(bandit: PrimaryPathBandit, stream: Sequence[Situation], threshold
         arm = ARMS.index(choice.access_type)
         chosen[i] = arm
         reward = int(s.throughput_mbps(choice.access_type) >= threshold_mbps)
-        buffer.append(TrainingSample(choice.features, choice.arms, choice.arm_index, reward, choice.propensity))
+        sample = TrainingSample(choice.features.tolist(), choice.arms, choice.arm_index, reward, choice.propensity)
+        buffer.append(sample)
         if len(buffer) >= batch_size:
             bandit.update(buffer)
             buffer = []

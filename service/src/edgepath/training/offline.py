@@ -1,4 +1,4 @@
-# ruff: noqa: N803, N806  (X is the design matrix, scikit-learn convention)
+# ruff: noqa: N803  (X, T: design matrix and outcome matrix, scikit-learn convention)
 """Offline training of the primary-path policy (warm start), from real measurements.
 
 Two sources of rewarded decisions feed the same per-arm oracles
