@@ -7,90 +7,11 @@ The server runs without persistence (``--save '' --appendonly no``) unless a tes
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-
-REDIS_SERVER = shutil.which("redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], Any], timeout_s: float, interval_s: float = 0.02, what: str = "") -> Any:
-    """Poll ``condition`` until it returns a truthy value; raise ``TimeoutError`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s} s waiting for {what or condition}")
-        time.sleep(interval_s)
-
-
-class RedisServer:
-    """A ``redis-server`` child process on ``127.0.0.1:port``."""
-
-    def __init__(self, directory: Path, appendonly: bool = False) -> None:
-        self.directory = directory
-        self.appendonly = appendonly
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def _ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def start(self) -> RedisServer:
-        assert REDIS_SERVER is not None
-        args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
-        args += ["--save", "", "--appendonly", "yes" if self.appendonly else "no", "--protected-mode", "no"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until(lambda: self._ping() or self.proc.poll() is not None, 10, what="redis-server to answer PING")
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {self.proc.returncode} (port {self.port} taken?)")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGCONT)  # in case a test left it stopped
-            os.kill(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP: connections stay open but nothing answers (like a hung or partitioned server)."""
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGCONT)
+from redis_helpers import REDIS_SERVER, RedisServer
 
 
 @pytest.fixture(scope="session")

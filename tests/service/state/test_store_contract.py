@@ -8,45 +8,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, StateStore
+from edgepath.state.base import ClaimResult, StateStore
 from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
+from redis_helpers import decision, outcome
 
 KINDS = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
-
-
-def decision(decision_id: str, device_id: str = "dev-1") -> DecisionRecord:
-    return DecisionRecord(
-        decision_id=decision_id,
-        device_id=device_id,
-        model_version=3,
-        policy="active_explorer",
-        arms=("WIFI", "LTE"),
-        arm_index=1,
-        interface="wwan0",
-        propensity=0.85,
-        features=(0.5, -1.25, 0.0, 3.0),
-        decided_at=time.time(),
-    )
-
-
-def outcome(d: DecisionRecord, throughput_bps: float = 3e7, latency_ms: float | None = 40.0) -> OutcomeRecord:
-    return OutcomeRecord(
-        decision_id=d.decision_id,
-        device_id=d.device_id,
-        model_version=d.model_version,
-        arms=d.arms,
-        arm_index=d.arm_index,
-        propensity=d.propensity,
-        features=d.features,
-        throughput_bps=throughput_bps,
-        latency_ms=latency_ms,
-        loss=None,
-        reward=1,
-        reported_at=time.time(),
-        extra={"rtt_ms": 12.5},
-    )
 
 
 class Harness:

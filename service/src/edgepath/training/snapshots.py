@@ -192,8 +192,8 @@ class SnapshotStore:
         except SnapshotRejectedError as exc:
             self._reject(exc.reason, str(exc))
             raise
-        except (ValueError, pickle.UnpicklingError, EOFError) as exc:
-            self._reject("unreadable", f"model snapshot unreadable: {exc}")
+        except Exception as exc:  # signed but not loadable here (e.g. incompatible library versions)
+            self._reject("unreadable", f"model snapshot unreadable: {exc!r}")
             raise SnapshotRejectedError("unreadable", str(exc)) from exc
 
     def _reject(self, reason: str, message: str) -> None:
@@ -221,19 +221,26 @@ class SnapshotFollower:
         self.last_swap_delay_s: float | None = None
         self._rejected_version = -1
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="snapshot-follower")
 
     async def stop(self) -> None:
-        if self._task is not None:
+        # redis-py's PubSub.get_message can swallow a cancellation, so the loop also watches a flag.
+        if self._task is None:
+            return
+        self._stopping.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout=5.0)
+        except TimeoutError:
             self._task.cancel()
             try:
                 await self._task
             except asyncio.CancelledError:
                 pass
-            self._task = None
+        self._task = None
 
     async def check(self) -> bool:
         """Load and swap in a newer snapshot if one is published. Returns True when it swapped."""
@@ -258,14 +265,18 @@ class SnapshotFollower:
         return True
 
     async def _run(self) -> None:
-        while True:
+        wake_s = min(self.poll_s, 0.5)  # how often the loop looks at the stop flag
+        while not self._stopping.is_set():
             try:
                 async with self.snapshots.redis.pubsub() as pubsub:
                     await pubsub.subscribe(self.snapshots.channel)
                     await self.check()  # catch up on anything published before (re)subscribing
-                    while True:
-                        await pubsub.get_message(ignore_subscribe_messages=True, timeout=self.poll_s)
-                        await self.check()  # on a message, or after poll_s without one
+                    checked = time.monotonic()
+                    while not self._stopping.is_set():
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wake_s)
+                        if message is not None or time.monotonic() - checked >= self.poll_s:
+                            await self.check()  # on a notification, or every poll_s without one
+                            checked = time.monotonic()
             except asyncio.CancelledError:
                 raise
             except UNREACHABLE as exc:
@@ -275,4 +286,7 @@ class SnapshotFollower:
             except Exception:
                 log.exception("snapshot follower failed; serving model v%d", self.registry.current.version)
             # Pacing of the resubscribe loop while Redis is away (not a test wait).
-            await asyncio.sleep(self.poll_s)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self.poll_s)
+            except TimeoutError:
+                pass
