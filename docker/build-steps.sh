@@ -30,19 +30,25 @@ build() {
   [ -f requirements.txt ] && [ -f proto/generate.py ] && [ -d service ] || {
     echo "build-steps: run from the build context root (requirements.txt, proto/, service/)" >&2; exit 2; }
   mkdir -p "$prefix"
+  # requirements.txt pins everything (service, agent, tests, tools); used as pip constraints so that only the
+  # service's own dependencies are installed, at those versions. Constraints cannot carry extras: strip them.
+  local constraints
+  constraints=$(mktemp)
+  sed -E 's/\[[^]]*\]//' requirements.txt > "$constraints"
   # 1. Code generation in a throw-away venv (grpcio-tools is a build-time tool only), pinned by requirements.txt.
   local gen
   gen=$(mktemp -d)
   "$PYTHON" -m venv "$gen/venv"
-  "$gen/venv/bin/pip" install -q -c requirements.txt grpcio-tools
+  "$gen/venv/bin/pip" install -q -c "$constraints" grpcio-tools
   "$gen/venv/bin/python" proto/generate.py
   rm -rf "$gen"
   # 2. Runtime venv: the service package (with its generated wire/ modules) and only its runtime dependencies,
-  #    at the versions pinned in requirements.txt (used as constraints). Bytecode is compiled here, so the
+  #    at the versions pinned in requirements.txt. Bytecode is compiled here, so the
   #    read-only root filesystem of the container never needs to write .pyc files.
   "$PYTHON" -m venv "$prefix/venv"
-  "$prefix/venv/bin/pip" install -q -c requirements.txt ./service
+  "$prefix/venv/bin/pip" install -q -c "$constraints" ./service
   "$prefix/venv/bin/python" -m compileall -q "$prefix/venv/lib" >/dev/null || true
+  rm -f "$constraints"
   install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
   echo "build-steps: installed EdgePath into $prefix/venv"
 }
@@ -55,6 +61,10 @@ import edgepath.wire.edgepath_pb2_grpc as g  # generated in the build
 import grpc_health.v1.health_pb2  # health service for probes and HEALTHCHECK
 import contextualbandits.online  # compiled extension (OpenMP: needs libgomp1 at run time)
 assert hasattr(g, "PathServiceStub")
+# Every module of the package imports: a runtime dependency missing from service/pyproject.toml fails the build.
+import importlib, pkgutil, edgepath
+for mod in pkgutil.walk_packages(edgepath.__path__, "edgepath."):
+    importlib.import_module(mod.name)
 PY
   [ -x "$prefix/healthcheck.py" ] || { echo "build-steps: $prefix/healthcheck.py missing" >&2; exit 1; }
   # Tooling must not leak into the runtime image.

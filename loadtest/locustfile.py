@@ -19,6 +19,7 @@ Run: ``loadtest/run.sh`` (headless, CSV + HTML into out/loadtest), or
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import sys
@@ -58,6 +59,21 @@ def _options(parser: Any) -> None:
         help="Bearer token sent by every device (when the service requires authentication)",
     )
     parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
+    parser.add_argument(
+        "--final-stats-file",
+        default="",
+        help="Write the final per-request counts here as JSON (locust's CSV holds the last periodic snapshot)",
+    )
+
+
+@events.quitting.add_listener
+def _write_final_stats(environment: Any, **_kwargs: Any) -> None:
+    opts = _options_of(environment)
+    if not opts or not opts.final_stats_file:
+        return
+    entries = [*environment.stats.entries.values(), environment.stats.total]
+    final = {e.name: {"method": e.method, "requests": e.num_requests, "failures": e.num_failures} for e in entries}
+    Path(opts.final_stats_file).write_text(json.dumps(final, indent=2) + "\n")
 
 
 @events.init.add_listener

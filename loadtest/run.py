@@ -8,7 +8,7 @@ Usage::
     loadtest/run.py --http http://127.0.0.1:8080 --grpc 127.0.0.1:50051   # an already running service
 
 Writes ``OUT/edgepath_stats.csv``, ``_stats_history.csv``, ``_failures.csv``,
-``_exceptions.csv`` and ``OUT/report.html``; prints locust's summary. Exit
+``_exceptions.csv``, ``OUT/report.html`` and the final counts ``OUT/edgepath_final.json``; prints locust's summary. Exit
 status is locust's (1 when any request failed). A service started here binds
 127.0.0.1 only and is stopped (by its pid) when the run ends.
 """
@@ -126,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             str(args.out / "edgepath"),
             "--html",
             str(args.out / "report.html"),
+            "--final-stats-file",
+            str(args.out / "edgepath_final.json"),
             "--only-summary",
             "--loglevel",
             "WARNING",

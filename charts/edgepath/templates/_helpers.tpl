@@ -152,3 +152,40 @@ env:
         key: jwt-key
         optional: true
 {{- end }}
+
+{{/* Read-only mounts of the TLS files and the token file (service and trainer see the same settings). */}}
+{{- define "edgepath.secretMounts" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/edgepath/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.secrets.tokensJson }}
+- name: auth
+  mountPath: /etc/edgepath/auth
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "edgepath.secretVolumes" -}}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "edgepath.tlsSecretName" . }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.secrets.tokensJson }}
+- name: auth
+  secret:
+    secretName: {{ include "edgepath.secretName" . }}
+    defaultMode: 0440
+    items:
+      - key: tokens.json
+        path: tokens.json
+{{- end }}
+{{- end }}
+
+{{/* Name the server certificate carries, checked by the TLS health checks (default: the Service name). */}}
+{{- define "edgepath.tlsServerName" -}}
+{{- default (include "edgepath.fullname" .) .Values.tls.serverName }}
+{{- end }}

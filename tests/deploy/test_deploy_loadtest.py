@@ -1,0 +1,90 @@
+"""Load tests and benchmark: the locust users against a real service, and the bench's report.
+
+Both run real servers on loopback for a few seconds; they check that the tools
+work and what they report, never how fast anything is (speed is measured by
+``loadtest/bench``, not asserted).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deploy_helpers import ROOT
+
+sys.path.insert(0, str(ROOT / "loadtest"))
+import workload
+
+REQUIRED_BENCH_KEYS = {"service_rps", "echo_rps", "ratio", "p50_ms", "p99_ms", "p99_ms_while_training"}
+
+
+def test_workload_uses_real_contexts_and_the_chosen_arms_bandwidth() -> None:
+    pool = workload.situations(50)
+    s = pool[0]
+    body = workload.recommend_body(s, "dev-1")
+    assert [i["access_type"] for i in body["interfaces"]] == ["WIFI", "LTE"]
+    wifi = workload.outcome_body(s, "dev-1", {"decision_id": "d", "primary_path": {"access_type": "WIFI"}})
+    lte = workload.outcome_body(s, "dev-1", {"decision_id": "d", "primary_path": {"access_type": "LTE"}})
+    assert wifi["throughput_bps"] == pytest.approx(s.wifi_mbps * 1e6)
+    assert lte["throughput_bps"] == pytest.approx(s.cellular_mbps * 1e6)
+    assert len({(p.wifi_row, p.cellular_row) for p in pool}) > 40, "situations should vary"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_locust_users_run_headless_against_a_real_service_without_failures(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "loadtest" / "run.py"), "--users", "6", "--duration", "8s", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    final = json.loads((out / "edgepath_final.json").read_text())
+    for name in ("REST Recommend", "REST ReportOutcome", "gRPC Recommend", "gRPC ReportOutcome"):
+        assert final[name]["requests"] > 0, name
+        assert final[name]["failures"] == 0, name
+    assert final["Aggregated"]["failures"] == 0
+    decisions = final["REST Recommend"]["requests"] + final["gRPC Recommend"]["requests"]
+    outcomes = final["REST ReportOutcome"]["requests"] + final["gRPC ReportOutcome"]["requests"]
+    assert outcomes <= decisions, "at most one outcome per decision"
+    with open(out / "edgepath_stats.csv") as f:
+        assert {"Type", "Name", "Request Count", "Failure Count"} <= set(next(csv.reader(f)))
+    assert (out / "report.html").stat().st_size > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
+    report = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "loadtest" / "bench"),
+            "--report",
+            str(report),
+            "--duration-s",
+            "0.5",
+            "--concurrency",
+            "4",
+            "--situations",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(report.read_text())
+    for transport in ("grpc", "rest"):
+        assert REQUIRED_BENCH_KEYS <= set(data[transport]), transport
+        assert data[transport]["service_rps"] > 0 and data[transport]["echo_rps"] > 0
+        assert data[transport]["ratio"] == pytest.approx(data[transport]["service_rps"] / data[transport]["echo_rps"])
+        assert data[transport]["errors"] == 0
