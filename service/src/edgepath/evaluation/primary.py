@@ -319,8 +319,8 @@ def plot(report: dict[str, Any], traces: dict[str, np.ndarray], path: Path) -> N
     ax1.set_xlabel("mean throughput, % of oracle (mean ± 95% CI over seeds)")
     ax1.set_xlim(min(pct) - 10, 101)
     ax1.set_title(f"Primary path on unseen users ({len(report['seeds'])} seeds)")
-    for y, v in enumerate(pct):
-        ax1.text(v + 0.5, y, f"{v:.1f}%", va="center", fontsize=8)
+    for y, (v, e) in enumerate(zip(pct, err, strict=True)):
+        ax1.text(v + e + 0.4, y + 0.3, f"{v:.1f}%", va="center", fontsize=8)
     for name in names:
         got = traces[name]
         running = np.cumsum(got) / np.arange(1, len(got) + 1)
