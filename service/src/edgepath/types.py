@@ -22,9 +22,18 @@ cell_rssi_dbm        [-140, 0]       Android CellSignalStrengthLte#getRssi -113.
 rtt_ms / latency_ms  [0, 600000]     ten minutes: anything longer is a broken clock
 loss                 [0, 1]          fraction
 throughput_bps       [0, 1e12]       one terabit/s
+max_link_speed_mbps  [0, 100000]     as link_speed_mbps (the device's maximum)
+wifi_rssi_spread_db  [0, 100]        std. deviation of dBm readings: > 100 dB is not a radio
+rsrp_spread_db       [0, 100]        idem for RSRP
+channel_bandwidth_mhz [0, 400]       3GPP TS 38.101-2: NR FR2 carriers up to 400 MHz (LTE ≤ 20)
 ===================  ==============  ======================================================
 
-NaN and infinities are rejected everywhere.
+NaN and infinities are rejected everywhere. Identifiers (issue 9): ``device_id`` has no
+whitespace or control characters (log/header injection), ``decision_id`` only the
+``secrets.token_urlsafe`` alphabet, interface names follow the kernel's ``dev_valid_name``
+(no ``/``, no whitespace); lengths are bounded (``MAX_NAME_LEN``, 128 for ids) and so are
+lists (``MAX_INTERFACES``, ``MAX_HISTORY_SAMPLES``, ``MAX_CANDIDATES``) and whole messages
+(``max_message_bytes`` setting, both transports).
 """
 
 from __future__ import annotations
@@ -50,6 +59,11 @@ _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 MAX_INTERFACES = 16
 MAX_NAME_LEN = 64
+# Security (issue 9): identifiers carry no whitespace or control characters (no log/header injection);
+# interface names follow the kernel's dev_valid_name() (no '/', no whitespace). Rust-regex syntax (pydantic-core).
+DEVICE_ID_PATTERN = r"^[^\s\x00-\x1f\x7f]+$"
+DECISION_ID_PATTERN = r"^[A-Za-z0-9_-]+$"  # secrets.token_urlsafe alphabet
+IFNAME_PATTERN = r"^[^/\s\x00-\x1f\x7f]+$"
 
 
 class InterfaceContext(BaseModel):
@@ -57,7 +71,9 @@ class InterfaceContext(BaseModel):
 
     model_config = _STRICT
 
-    name: str = Field(min_length=1, max_length=MAX_NAME_LEN, description="Kernel interface name, e.g. wlan0")
+    name: str = Field(
+        min_length=1, max_length=MAX_NAME_LEN, pattern=IFNAME_PATTERN, description="Kernel interface name, e.g. wlan0"
+    )
     access_type: AccessType
     wifi_rssi_dbm: float | None = Field(None, ge=-127.0, le=0.0, description="WiFi RSSI, dBm")
     link_speed_mbps: float | None = Field(None, ge=0.0, le=100_000.0, description="Link speed, Mbit/s")
@@ -291,7 +307,7 @@ class RecommendRequest(BaseModel):
 
     model_config = _STRICT
 
-    device_id: str = Field(min_length=1, max_length=128)
+    device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="No whitespace")
     interfaces: list[InterfaceContext] = Field(min_length=1, max_length=MAX_INTERFACES)
     # --- issue 3: MLPM histories, application profile, kernel capabilities ---
     subflow_histories: list[SubflowHistory] = Field(default_factory=list, max_length=MAX_INTERFACES)
@@ -383,8 +399,8 @@ class OutcomeReport(BaseModel):
 
     model_config = _STRICT
 
-    device_id: str = Field(min_length=1, max_length=128)
-    decision_id: str = Field(min_length=1, max_length=128)
+    device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="No whitespace")
+    decision_id: str = Field(min_length=1, max_length=128, pattern=DECISION_ID_PATTERN, description="From Recommend")
     throughput_bps: float = Field(ge=0.0, le=1e12, description="Measured throughput, bit/s")
     latency_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Measured latency, ms")
     loss: float | None = Field(None, ge=0.0, le=1.0, description="Measured loss, fraction")
