@@ -33,8 +33,18 @@ MODEL = ROOT / "models" / "primary-path-v1"
 
 def start_service(ready: Path, log_path: Path, model: Path | None = None) -> subprocess.Popen[bytes]:
     ready.unlink(missing_ok=True)
-    cmd = [str(BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
-           "--ready-file", str(ready)]
+    cmd = [
+        str(BIN / "edgepath"),
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--ready-file",
+        str(ready),
+    ]
     if model is not None:
         cmd += ["--model", str(model)]
     print("$", " ".join(cmd[1:]), flush=True)
@@ -62,9 +72,24 @@ def main() -> int:
         ports = json.loads(ready.read_text())
         url = f"grpc://127.0.0.1:{ports['grpc_port']}"
         print(f"service up: gRPC {url}, REST http://127.0.0.1:{ports['http_port']} (docs at /docs)", flush=True)
-        cmd = [str(BIN / "edgepath-agent"), "replay", "--wifi", str(DATA / "wifi4.csv"),
-               "--cellular", str(DATA / "4G.csv"), "--service", url, "--rounds", str(ROUNDS),
-               "--seed", str(SEED), "--report", str(report), "--plot", str(plot)]
+        cmd = [
+            str(BIN / "edgepath-agent"),
+            "replay",
+            "--wifi",
+            str(DATA / "wifi4.csv"),
+            "--cellular",
+            str(DATA / "4G.csv"),
+            "--service",
+            url,
+            "--rounds",
+            str(ROUNDS),
+            "--seed",
+            str(SEED),
+            "--report",
+            str(report),
+            "--plot",
+            str(plot),
+        ]
         print("$", " ".join(c.replace(str(ROOT) + "/", "") for c in cmd[1:]), flush=True)
         subprocess.run(cmd, check=True)
     finally:
@@ -84,13 +109,17 @@ def main() -> int:
         label = f"{name} ({r['policy']})" if name == "policy" else name
         print(f"{label:<28}{v:>12.2f}{100 * (v / means['wifi_first'] - 1):>14.1f}%{100 * v / oracle:>12.1f}%")
     ci = r["policy_throughput_ci95_mbps"]
-    print(f"policy 95% CI: [{ci['ci95_low']:.2f}, {ci['ci95_high']:.2f}] Mbit/s; mean reward {r['mean_reward']:.3f}; "
-          f"model refits: {r['final_model_version'] - 1}")
+    print(
+        f"policy 95% CI: [{ci['ci95_low']:.2f}, {ci['ci95_high']:.2f}] Mbit/s; mean reward {r['mean_reward']:.3f}; "
+        f"model refits: {r['final_model_version'] - 1}"
+    )
     print("Situations are paired from two single-arm measurements (same city/ISP), not simultaneous: see 'pairing'.")
     if model is not None:
         shown = model.relative_to(ROOT) if model.is_relative_to(ROOT) else model
-        print(f"Started from {shown} (trained on 75% of these users, so this replay includes seen users); "
-              "unseen-user scores: its card.md and `edgepath eval primary`.")
+        print(
+            f"Started from {shown} (trained on 75% of these users, so this replay includes seen users); "
+            "unseen-user scores: its card.md and `edgepath eval primary`."
+        )
     print(f"report: {report.relative_to(ROOT)}\nplot:   {plot.relative_to(ROOT)}")
     return 0
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
 from edgepath.main import Service
 from edgepath.settings import Settings
 from edgepath_agent.client import ServiceClient, connect

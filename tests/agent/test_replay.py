@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from edgepath_agent import replay as rp
 from edgepath_agent.client import connect
 
@@ -69,7 +68,9 @@ def test_pairs_share_the_city_and_the_isp_when_possible(wifi: pd.DataFrame, cell
     for s in situations:
         w, c = wifi.loc[s.wifi_row], cellular.loc[s.cellular_row]
         assert w["user_city_id"] == c["user_city_id"] == s.city
-        same_isp_available = ((cellular["user_city_id"] == s.city) & (cellular["user_isp_id"] == w["user_isp_id"])).any()
+        same_isp_available = (
+            (cellular["user_city_id"] == s.city) & (cellular["user_isp_id"] == w["user_isp_id"])
+        ).any()
         assert s.same_isp == bool(same_isp_available and w["user_isp_id"])
         if s.same_isp:
             assert w["user_isp_id"] == c["user_isp_id"]
@@ -85,7 +86,9 @@ def test_pairing_is_reproducible_by_seed(wifi: pd.DataFrame, cellular: pd.DataFr
 
 
 def test_more_rounds_than_wifi_tests_starts_a_new_pass() -> None:
-    wifi = pd.DataFrame({"user_city_id": ["x", "x", "y"], "user_isp_id": ["a", "b", "a"], "bandwidth_Mbps": [10.0, 20.0, 30.0]})
+    wifi = pd.DataFrame(
+        {"user_city_id": ["x", "x", "y"], "user_isp_id": ["a", "b", "a"], "bandwidth_Mbps": [10.0, 20.0, 30.0]}
+    )
     cell = pd.DataFrame({"user_city_id": ["x"], "user_isp_id": ["a"], "bandwidth_Mbps": [5.0]})
     situations = rp.pair_situations(wifi, cell, rounds=5, seed=1)
     assert [s.wifi_row for s in situations[:2]] and all(s.city == "x" for s in situations)

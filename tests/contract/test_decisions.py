@@ -8,16 +8,22 @@ from typing import Any
 
 import httpx
 import pytest
-
 from edgepath_agent.client import RestServiceClient, ServiceClient, ServiceError
 
 CONTEXT: dict[str, Any] = {
     "device_id": "phone-1",
     "interfaces": [
-        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0, "frequency_mhz": 5180.0},
+        {
+            "name": "wlan0",
+            "access_type": "WIFI",
+            "wifi_rssi_dbm": -61.0,
+            "link_speed_mbps": 144.0,
+            "frequency_mhz": 5180.0,
+        },
         {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9},
     ],
 }
+
 
 def _has_non_finite(body: Any) -> bool:
     if isinstance(body, dict):

@@ -43,7 +43,10 @@ def test_serve_runs_both_servers_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
         assert "/v1/recommendations" in httpx.get(f"{base}/openapi.json").json()["paths"]
         rec = httpx.post(
             f"{base}/v1/recommendations",
-            json={"device_id": "d", "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}]},
+            json={
+                "device_id": "d",
+                "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}],
+            },
         ).json()
         assert rec["policy"] == "epsilon_greedy"  # the environment variable reached the settings
     finally:

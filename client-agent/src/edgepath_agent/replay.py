@@ -85,7 +85,9 @@ def series_median(cell: Any, lo: float = -math.inf, hi: float = math.inf) -> flo
     return float(statistics.median(values)) if values else None
 
 
-def _interface(row: pd.Series, name: str, access_type: str, columns: Sequence[tuple[str, str, float, float]]) -> dict[str, Any]:
+def _interface(
+    row: pd.Series, name: str, access_type: str, columns: Sequence[tuple[str, str, float, float]]
+) -> dict[str, Any]:
     iface: dict[str, Any] = {"name": name, "access_type": access_type}
     for column, key, lo, hi in columns:
         if column in row.index:
@@ -111,10 +113,22 @@ def cellular_interface(row: pd.Series, name: str = "wwan0", access_type: str = "
 # real rows. Spread = population standard deviation of the in-range readings of the test.
 # 3GPP TS 36.101 Table 5.7.3-1 (E-UTRA downlink): (F_DL_low MHz, N_offs_DL, last N_DL); F = F_low + 0.1 (N - N_offs).
 _EUTRA_DL: tuple[tuple[float, int, int], ...] = (
-    (2110.0, 0, 599), (1930.0, 600, 1199), (1805.0, 1200, 1949), (2110.0, 1950, 2399), (869.0, 2400, 2649),
-    (2620.0, 2750, 3449), (925.0, 3450, 3799), (729.0, 5010, 5179), (734.0, 5730, 5849), (791.0, 6150, 6449),
-    (758.0, 9210, 9659), (2010.0, 36200, 36349), (2570.0, 37750, 38249), (1880.0, 38250, 38649),
-    (2300.0, 38650, 39649), (2496.0, 39650, 41589),
+    (2110.0, 0, 599),
+    (1930.0, 600, 1199),
+    (1805.0, 1200, 1949),
+    (2110.0, 1950, 2399),
+    (869.0, 2400, 2649),
+    (2620.0, 2750, 3449),
+    (925.0, 3450, 3799),
+    (729.0, 5010, 5179),
+    (734.0, 5730, 5849),
+    (791.0, 6150, 6449),
+    (758.0, 9210, 9659),
+    (2010.0, 36200, 36349),
+    (2570.0, 37750, 38249),
+    (1880.0, 38250, 38649),
+    (2300.0, 38650, 39649),
+    (2496.0, 39650, 41589),
 )
 
 

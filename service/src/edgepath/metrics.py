@@ -26,9 +26,7 @@ class Metrics:
         reg = registry or CollectorRegistry()
         return cls(
             registry=reg,
-            decisions=Counter(
-                "edgepath_decisions", "Primary-path decisions", ["policy", "access_type"], registry=reg
-            ),
+            decisions=Counter("edgepath_decisions", "Primary-path decisions", ["policy", "access_type"], registry=reg),
             outcomes=Counter("edgepath_outcomes", "Outcome reports by result", ["result"], registry=reg),
             decision_seconds=Histogram(
                 "edgepath_decision_seconds",

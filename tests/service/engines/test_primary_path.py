@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from edgepath.engines.features import N_FEATURES, context_features
 from edgepath.engines.primary_path import POLICIES, BanditConfig, PrimaryPathBandit, TrainingSample, arm_set
 from edgepath.types import AccessType, InterfaceContext

@@ -142,9 +142,7 @@ def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int, base: list[Any
             oracle(), explore_prob=cfg.explore_prob, decay=cfg.explore_decay, njobs=1, **common
         ),
         "adaptive_greedy": lambda: AdaptiveGreedy(oracle(), njobs=1, **common),
-        "adaptive_active_greedy": lambda: AdaptiveGreedy(
-            oracle(), active_choice="weighted", njobs=1, **common
-        ),
+        "adaptive_active_greedy": lambda: AdaptiveGreedy(oracle(), active_choice="weighted", njobs=1, **common),
         "bootstrapped_ucb": lambda: BootstrappedUCB(
             oracle(),
             nsamples=cfg.ucb_nsamples,
@@ -156,9 +154,7 @@ def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int, base: list[Any
         "epsilon_greedy": lambda: EpsilonGreedy(
             oracle(), explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **common
         ),
-        "explore_first": lambda: ExploreFirst(
-            oracle(), explore_rounds=cfg.explore_rounds, njobs=1, **common
-        ),
+        "explore_first": lambda: ExploreFirst(oracle(), explore_rounds=cfg.explore_rounds, njobs=1, **common),
     }
     if name not in factories:
         raise ValueError(f"unknown policy {name!r}; choose one of {sorted(factories)}")

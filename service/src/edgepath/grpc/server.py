@@ -119,7 +119,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         await self.security.admit(principal)
         return principal
 
-    async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:  # noqa: N802
+    async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:
         try:
             principal = await self.principal(context, request.device_id)
             req = convert.recommend_request(request)
@@ -130,7 +130,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
             await abort_with(context, exc)
         return convert.recommendation_to_proto(rec)
 
-    async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:  # noqa: N802
+    async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:
         try:
             principal = await self.principal(context, request.device_id)
             report = convert.outcome_report(request)
