@@ -1,0 +1,236 @@
+"""Agent-side hardening: what a recommendation may make this device do, and how the agent talks to the service.
+
+The service is trusted to advise, not to command: a compromised or buggy
+service (or a forged reply) must not make the agent touch interfaces,
+addresses or kernel settings it does not own, nor run anything but the fixed
+argv the applier builds. Everything here is pure and raises
+:class:`UnsafeDecision` (a ``ValueError``) with the reason.
+
+* :func:`validate_interface_name` — Linux ``dev_valid_name()`` rules
+  (``net/core/dev.c``: 1..15 bytes, not ``.``/``..``, no ``/``, ``:`` or
+  whitespace), and no leading ``-`` (never looks like an option to ``ip``).
+* :func:`check_own_interface` / :func:`check_own_address` — the name or address
+  must be one of this device's own (as the collectors read them).
+* :data:`SYSCTL_ALLOWLIST` and :func:`check_sysctl` — only these keys, with
+  values from the kernel's own list (``net.ipv4.tcp_allowed_congestion_control``)
+  and of the kernel's shape (``TCP_CA_NAME_MAX`` = 16).
+* :func:`check_argv` — a command is a list of plain strings starting with
+  ``ip`` or ``sysctl``; never a shell string.
+* :func:`safe_decision` — the typed, validated subset of a recommendation the
+  applier may act on.
+* :func:`check_key_file` and :class:`ClientCredentials` — TLS to the service
+  with certificate verification; a private key readable by group or others is
+  refused (as OpenSSH does for identity files).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import stat
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+IFNAMSIZ = 16  # include/uapi/linux/if.h, including the terminating NUL
+TCP_CA_NAME_MAX = 16  # include/net/tcp.h
+
+#: Kernel settings the agent may change, and the shape of their values.
+SYSCTL_ALLOWLIST: dict[str, re.Pattern[str]] = {
+    "net.ipv4.tcp_congestion_control": re.compile(rf"^[a-z0-9_]{{1,{TCP_CA_NAME_MAX - 1}}}$"),
+    "net.mptcp.scheduler": re.compile(r"^[a-z0-9_]{1,15}$"),
+}
+#: Programs the applier may run (argv[0]); ``ip netns exec NAME`` wraps these only.
+ALLOWED_PROGRAMS = frozenset({"ip", "sysctl"})
+
+
+class UnsafeDecision(ValueError):
+    """A recommendation (or command) the agent refuses to apply."""
+
+
+def validate_interface_name(name: object) -> str:
+    """``name`` if it is a valid Linux interface name, else raise :class:`UnsafeDecision`."""
+    if not isinstance(name, str):
+        raise UnsafeDecision(f"interface name must be a string, got {type(name).__name__}")
+    raw = name.encode("utf-8", "surrogatepass")
+    if not 1 <= len(raw) < IFNAMSIZ:
+        raise UnsafeDecision(f"interface name {name!r} must have 1..{IFNAMSIZ - 1} bytes")
+    if name in (".", "..") or name.startswith("-"):
+        raise UnsafeDecision(f"interface name {name!r} is not allowed")
+    if any(c in "/:" or c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise UnsafeDecision(f"interface name {name!r} contains '/', ':', whitespace or control characters")
+    return name
+
+
+def check_own_interface(name: object, own_interfaces: Iterable[str]) -> str:
+    """``name`` if it is a valid name of one of this device's interfaces."""
+    valid = validate_interface_name(name)
+    if valid not in set(own_interfaces):
+        raise UnsafeDecision(f"interface {valid!r} is not one of this device's interfaces")
+    return valid
+
+
+def check_own_address(address: object, own_addresses: Mapping[str, Sequence[str]], interface: str | None = None) -> str:
+    """``address`` (normalised) if it is an address this device has (on ``interface``, when given)."""
+    if not isinstance(address, str):
+        raise UnsafeDecision("address must be a string")
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise UnsafeDecision(f"{address!r} is not an IP address") from None
+    owned = {
+        ipaddress.ip_address(a.split("/")[0])
+        for name, addrs in own_addresses.items()
+        if interface is None or name == interface
+        for a in addrs
+    }
+    if ip not in owned:
+        where = f" on {interface}" if interface else ""
+        raise UnsafeDecision(f"{address} is not an address of this device{where}")
+    return str(ip)
+
+
+def check_sysctl(key: object, value: object, allowed_values: Iterable[str] | None = None) -> tuple[str, str]:
+    """(key, value) if ``key`` is allowlisted, ``value`` has its shape and (when given) is kernel-allowed."""
+    if not isinstance(key, str) or key not in SYSCTL_ALLOWLIST:
+        raise UnsafeDecision(f"sysctl {key!r} is not in the agent's allowlist")
+    if not isinstance(value, str) or not SYSCTL_ALLOWLIST[key].fullmatch(value):
+        raise UnsafeDecision(f"value {value!r} is not a valid {key}")
+    if allowed_values is not None and value not in set(allowed_values):
+        raise UnsafeDecision(f"{key}={value} is not allowed by this kernel")
+    return key, value
+
+
+def check_argv(argv: object) -> list[str]:
+    """``argv`` if it is a list of NUL-free strings for an allowed program; never a shell string."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)) or not argv:
+        raise UnsafeDecision("a command must be a non-empty argv list, never a string")
+    if not all(isinstance(a, str) and "\x00" not in a for a in argv):
+        raise UnsafeDecision("argv elements must be strings without NUL")
+    args = list(argv)
+    program = args[0]
+    if args[:3] == ["ip", "netns", "exec"] and len(args) > 4:
+        program = args[4]
+    if program not in ALLOWED_PROGRAMS:
+        raise UnsafeDecision(f"program {program!r} is not one the applier runs")
+    return args
+
+
+@dataclass(frozen=True)
+class SafeDecision:
+    """The part of a recommendation the applier may act on, validated against this device."""
+
+    primary: str
+    weights: dict[str, float] = field(default_factory=dict)
+    congestion_control: str | None = None
+
+
+def safe_decision(
+    recommendation: Mapping[str, Any],
+    own_interfaces: Iterable[str],
+    allowed_cc: Iterable[str] | None = None,
+) -> SafeDecision:
+    """Validate a recommendation (REST JSON shape) against this device; raises :class:`UnsafeDecision`.
+
+    Reads ``primary_path.interface``, ``scheduler.subflows[].{interface, weight}``
+    and ``congestion.{mptcp_level, subflow_level}`` / ``congestion_control``;
+    ignores everything else. Interfaces must be the device's own, weights finite
+    in [0, 1], the congestion control one the kernel allows.
+    """
+    own = set(own_interfaces)
+    primary_path = recommendation.get("primary_path")
+    if not isinstance(primary_path, Mapping):
+        raise UnsafeDecision("recommendation has no primary_path")
+    primary = check_own_interface(primary_path.get("interface"), own)
+    weights: dict[str, float] = {}
+    scheduler = recommendation.get("scheduler")
+    if isinstance(scheduler, Mapping):
+        for sub in scheduler.get("subflows") or []:
+            name = check_own_interface(sub.get("interface"), own)
+            w = sub.get("weight")
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or not 0 <= w <= 1:
+                raise UnsafeDecision(f"weight of {name} must be a number in [0, 1], got {w!r}")
+            weights[name] = float(w)
+    cc = None
+    advice = recommendation.get("congestion")
+    candidates: list[object] = []
+    if isinstance(advice, Mapping):
+        candidates += [advice.get(k) for k in ("mptcp_level", "subflow_level") if advice.get(k)]
+    if recommendation.get("congestion_control"):
+        candidates.append(recommendation["congestion_control"])
+    allowed = None if allowed_cc is None else list(allowed_cc)
+    for candidate in candidates:
+        try:
+            cc = check_sysctl("net.ipv4.tcp_congestion_control", candidate, allowed)[1]
+            break
+        except UnsafeDecision:
+            continue
+    return SafeDecision(primary, weights, cc)
+
+
+def check_key_file(path: Path | str) -> Path:
+    """``path`` if it is a regular file readable by its owner only; else raise :class:`PermissionError`."""
+    p = Path(path)
+    st = p.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise PermissionError(f"{p}: private key must be a regular file")
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionError(
+            f"{p}: private key is accessible by group/others (mode {st.st_mode & 0o777:o}); chmod 600"
+        )
+    return p
+
+
+@dataclass(frozen=True)
+class ClientCredentials:
+    """How the agent proves who it is and checks who the service is.
+
+    Parameters
+    ----------
+    ca_file:
+        CA bundle that signed the service's certificate (verification is always on with TLS).
+    cert_file, key_file:
+        Device certificate and key for mTLS (gRPC); the key must be mode 0600.
+    token:
+        Bearer token (``edgepath tokens add``) or JWT for REST (and gRPC metadata).
+    """
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        if self.key_file is not None:
+            check_key_file(self.key_file)
+
+    def grpc_channel_credentials(self) -> Any:
+        """``grpc.ssl_channel_credentials`` (server verified against ``ca_file``, or the system roots)."""
+        import grpc
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_file.read_bytes() if self.ca_file else None,
+            private_key=check_key_file(self.key_file).read_bytes() if self.key_file else None,
+            certificate_chain=self.cert_file.read_bytes() if self.cert_file else None,
+        )
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+    def httpx_options(self) -> dict[str, Any]:
+        """``httpx.Client`` keyword arguments: verification against ``ca_file``, client cert, bearer header."""
+        import ssl
+
+        options: dict[str, Any] = {}
+        if self.ca_file is not None or self.cert_file is not None:
+            context = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+            if self.cert_file is not None and self.key_file is not None:
+                context.load_cert_chain(str(self.cert_file), str(check_key_file(self.key_file)))
+            options["verify"] = context
+        if self.token:
+            options["headers"] = {"Authorization": f"Bearer {self.token}"}
+        return options
