@@ -18,6 +18,7 @@ import grpc
 import httpx
 from google.protobuf import json_format
 
+from edgepath_agent.safety import ClientCredentials
 from edgepath_agent.wire import edgepath_pb2 as pb
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
 
@@ -56,10 +57,18 @@ class ServiceClient(Protocol):
 class GrpcServiceClient:
     """gRPC client; ``timeout_s`` is the per-call deadline."""
 
-    def __init__(self, target: str, timeout_s: float = 2.0) -> None:
-        self.url = f"grpc://{target}"
+    def __init__(
+        self, target: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None, tls: bool = False
+    ) -> None:
+        self.url = f"{'grpcs' if tls else 'grpc'}://{target}"
         self.timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(target)
+        # security: TLS with verification (grpcs://), client certificate / bearer token from ``credentials``
+        creds = credentials or ClientCredentials()
+        self._metadata = creds.metadata()
+        if tls:
+            self._channel = grpc.secure_channel(target, creds.grpc_channel_credentials())
+        else:
+            self._channel = grpc.insecure_channel(target)
         self._stub = pb_grpc.PathServiceStub(self._channel)
 
     def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,7 +83,7 @@ class GrpcServiceClient:
         if extra:
             json_format.ParseDict(extra, msg)
         try:
-            reply = self._stub.Recommend(msg, timeout=self.timeout_s)
+            reply = self._stub.Recommend(msg, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise ServiceError(exc.code().name, exc.details() or "") from exc
         out = json_format.MessageToDict(
@@ -90,7 +99,7 @@ class GrpcServiceClient:
     def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
         msg = pb.OutcomeRequest(**{k: v for k, v in outcome.items() if v is not None})
         try:
-            reply = self._stub.ReportOutcome(msg, timeout=self.timeout_s)
+            reply = self._stub.ReportOutcome(msg, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise ServiceError(exc.code().name, exc.details() or "") from exc
         return json_format.MessageToDict(
@@ -104,9 +113,11 @@ class GrpcServiceClient:
 class RestServiceClient:
     """REST client over httpx; ``timeout_s`` is the per-request timeout."""
 
-    def __init__(self, base_url: str, timeout_s: float = 2.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> None:
         self.url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, timeout=timeout_s)
+        # security: https:// verifies the server (CA from ``credentials`` or the system roots); bearer token header
+        options = (credentials or ClientCredentials()).httpx_options()
+        self._http = httpx.Client(base_url=self.url, timeout=timeout_s, **options)
 
     def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         try:
@@ -139,22 +150,28 @@ def _interface_to_proto(iface: Mapping[str, Any]) -> pb.InterfaceContext:
     return pb.InterfaceContext(**fields)
 
 
-def connect(url: str, timeout_s: float = 2.0) -> ServiceClient:
-    """Client for ``grpc://HOST:PORT`` or ``http://HOST:PORT``.
+def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> ServiceClient:
+    """Client for ``grpc://HOST:PORT``, ``grpcs://HOST:PORT`` (TLS), ``http://`` or ``https://HOST:PORT``.
+
+    ``credentials`` (:class:`~edgepath_agent.safety.ClientCredentials`) carries the CA that
+    verifies the service, the device certificate/key (mTLS) and a bearer token.
 
     Raises
     ------
     ValueError
         For any other scheme or a URL without a port.
+    PermissionError
+        The private key file is readable by group/others.
     """
     parsed = urlparse(url)
-    if parsed.scheme == "grpc":
+    if parsed.scheme in ("grpc", "grpcs"):
         if not parsed.port:
             raise ValueError(f"{url!r}: grpc URL needs a port, e.g. grpc://127.0.0.1:50051")
-        return GrpcServiceClient(f"{parsed.hostname}:{parsed.port}", timeout_s)
+        target = f"{parsed.hostname}:{parsed.port}"
+        return GrpcServiceClient(target, timeout_s, credentials, tls=parsed.scheme == "grpcs")
     if parsed.scheme in ("http", "https"):
-        return RestServiceClient(url, timeout_s)
-    raise ValueError(f"{url!r}: use grpc://HOST:PORT or http://HOST:PORT")
+        return RestServiceClient(url, timeout_s, credentials)
+    raise ValueError(f"{url!r}: use grpc://, grpcs://, http:// or https://HOST:PORT")
 
 
 #: Failures worth another attempt (the service or the network may come back).
@@ -237,7 +254,9 @@ class FailoverClient:
             client.close()
 
 
-def connect_failover(urls: list[str], timeout_s: float = 2.0, attempts: int = 3) -> FailoverClient:
+def connect_failover(
+    urls: list[str], timeout_s: float = 2.0, attempts: int = 3, credentials: ClientCredentials | None = None
+) -> FailoverClient:
     """:class:`FailoverClient` over ``urls`` (put ``grpc://`` first, ``http://`` as fallback).
 
     Raises
@@ -245,4 +264,4 @@ def connect_failover(urls: list[str], timeout_s: float = 2.0, attempts: int = 3)
     ValueError
         For a URL :func:`connect` rejects.
     """
-    return FailoverClient([connect(u, timeout_s) for u in urls], attempts=attempts)
+    return FailoverClient([connect(u, timeout_s, credentials) for u in urls], attempts=attempts)
