@@ -161,6 +161,13 @@ class Service:
     async def run(self) -> None:
         """Serve gRPC and REST until :meth:`stop` (or a signal); ports 0 pick free ones."""
         s = self.settings
+        if self.follower is not None:  # a (re)started replica serves the published model from its first decision
+            try:
+                await asyncio.wait_for(self.follower.check(), timeout=10.0)
+            except Exception as exc:  # Redis down at start: serve the initial model, the follower catches up
+                log.warning(
+                    "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
+                )
         self.security = build_security(s, getattr(self.store, "redis", None), guard=self.plane.guard)
         grpc_server, health_servicer, self.grpc_port = create_server(
             self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s)
