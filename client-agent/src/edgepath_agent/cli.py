@@ -83,6 +83,7 @@ def run(
     journal: Annotated[Optional[Path], typer.Option(help="Journal file (prior state + changes)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
     netns: Annotated[Optional[str], typer.Option(help="Apply inside this network namespace")] = None,
+    backend: Annotated[Optional[str], typer.Option(help="command (ip/sysctl, default) or netlink (pyroute2)")] = None,
     cc_profile: Annotated[Optional[str], typer.Option(help="throughput, latency, coupled or default")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (default: until SIGTERM)")] = None,
     log_level: Annotated[str, typer.Option(help="Log level")] = "INFO",
@@ -105,7 +106,7 @@ def run(
             interval_s=interval_s,
             probe=probe,
             journal=journal,
-            backend="dry-run" if dry_run else None,
+            backend="dry-run" if dry_run else backend,
             netns=netns,
             cc_profile=cc_profile,
         )

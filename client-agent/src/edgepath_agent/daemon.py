@@ -71,7 +71,9 @@ class AgentConfig(BaseModel):
     probe_bytes: int = Field(256 * 1024, ge=1)
     timeout_s: float = Field(2.0, gt=0, description="Per-call deadline, s")
     attempts: int = Field(3, ge=1, description="Tries per transport")
-    backend: Literal["command", "dry-run"] = "command"
+    backend: Literal["command", "netlink", "dry-run"] = Field(
+        "command", description="ip/sysctl commands, netlink (pyroute2), or a dry run that prints the commands"
+    )
     netns: str | None = None
     journal: Path = Path("/var/lib/edgepath-agent/journal.json")
     restore_on_exit: bool = True
@@ -327,6 +329,10 @@ def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Applie
     """Applier with the configured backend and journal."""
     backend: Any = CommandBackend(netns=config.netns)
     journal = Journal(config.journal)
+    if config.backend == "netlink":
+        from edgepath_agent.applier.netlink import NetlinkBackend
+
+        backend = NetlinkBackend(netns=config.netns)
     if config.backend == "dry-run":
         backend = DryRunBackend.from_backend(backend, config.applier_config().sysctl_keys)
         backend.netns = config.netns

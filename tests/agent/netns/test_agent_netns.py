@@ -58,9 +58,22 @@ def allowed_cc(tb: Testbed) -> tuple[str, ...]:
     return tuple(tb.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split())
 
 
-def make_applier(tb: Testbed, journal: Journal, **cfg) -> Applier:
+BACKENDS = ["command", "netlink"]
+
+
+def make_backend(kind: str, tb: Testbed, runner=run_checked):
+    if kind == "netlink":
+        from edgepath_agent.applier.netlink import NetlinkBackend, available
+
+        if not available():
+            pytest.skip("pyroute2 is not installed (netlink backend)")
+        return NetlinkBackend(netns=tb.device_ns, runner=runner)
+    return CommandBackend(netns=tb.device_ns, runner=runner)
+
+
+def make_applier(tb: Testbed, journal: Journal, backend: str = "command", **cfg) -> Applier:
     config = ApplierConfig(limits={"subflows": 3, "add_addr_accepted": 1}, **cfg)
-    return Applier(CommandBackend(netns=tb.device_ns), journal, config, allowed_cc=allowed_cc(tb))
+    return Applier(make_backend(backend, tb), journal, config, allowed_cc=allowed_cc(tb))
 
 
 def other_cc(tb: Testbed) -> str:
@@ -71,9 +84,10 @@ def other_cc(tb: Testbed) -> str:
     return others[0]
 
 
-def test_applied_state_is_what_the_kernel_reports(testbed: Testbed, tmp_path: Path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_applied_state_is_what_the_kernel_reports(testbed: Testbed, tmp_path: Path, backend: str):
     cc = other_cc(testbed)
-    applier = make_applier(testbed, Journal(tmp_path / "j.json"))
+    applier = make_applier(testbed, Journal(tmp_path / "j.json"), backend)
     applier.apply(
         {
             "primary_path": {"interface": "wwan0"},
@@ -95,22 +109,42 @@ def test_applied_state_is_what_the_kernel_reports(testbed: Testbed, tmp_path: Pa
     assert "default via 10.1.1.1 dev wlan0 table 101" in view["routes"]
 
 
-def test_rollback_restores_exact_state_after_failure_half_way(testbed: Testbed, tmp_path: Path):
+class FailAfter:
+    """Wraps a real backend; its ``n``-th operation raises (the earlier ones really ran)."""
+
+    name = "fail-after"
+
+    def __init__(self, inner, n: int) -> None:
+        self.inner, self.n, self.calls = inner, n, 0
+
+    def read_state(self, keys):
+        return self.inner.read_state(keys)
+
+    def read_addresses(self):
+        return self.inner.read_addresses()
+
+    @property
+    def ops(self):
+        def wrap(fn):
+            def call(**args):
+                self.calls += 1
+                if self.calls == self.n:
+                    raise RuntimeError(f"injected failure after {self.n - 1} real operations")
+                return fn(**args)
+
+            return call
+
+        return {op: wrap(fn) for op, fn in self.inner.ops.items()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rollback_restores_exact_state_after_failure_half_way(testbed: Testbed, tmp_path: Path, backend: str):
     before = kernel_view(testbed)
     cc = other_cc(testbed)
-    calls = {"n": 0}
-
-    def failing_runner(argv):
-        mutating = "show" not in argv and "-n" not in argv
-        if mutating:
-            calls["n"] += 1
-            if calls["n"] == 4:  # endpoints changed, limits set, first route added: then a failure
-                raise RuntimeError("injected failure after 3 real commands")
-        return run_checked(argv)
-
     journal_path = tmp_path / "journal.json"
+    # Endpoint flag changed, limits set, first route added: then the 4th operation fails.
     applier = Applier(
-        CommandBackend(netns=testbed.device_ns, runner=failing_runner),
+        FailAfter(make_backend(backend, testbed), 4),
         Journal(journal_path),
         ApplierConfig(limits={"subflows": 3, "add_addr_accepted": 1}),
         allowed_cc=allowed_cc(testbed),
@@ -126,9 +160,10 @@ def test_rollback_restores_exact_state_after_failure_half_way(testbed: Testbed, 
     assert not journal_path.exists()
 
 
-def test_rollback_after_several_applies_restores_exact_state(testbed: Testbed, tmp_path: Path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rollback_after_several_applies_restores_exact_state(testbed: Testbed, tmp_path: Path, backend: str):
     before = kernel_view(testbed)
-    applier = make_applier(testbed, Journal(tmp_path / "j.json"))
+    applier = make_applier(testbed, Journal(tmp_path / "j.json"), backend)
     applier.apply({"primary_path": {"interface": "wwan0"}, "congestion_control": other_cc(testbed)})
     applier.apply({"primary_path": {"interface": "wlan0"}, "scheduler_weights": {"wwan0": 0.01}})
     assert kernel_view(testbed) != before
@@ -154,12 +189,13 @@ def _initial_subflow_local_addr(tb: Testbed) -> tuple[str, str]:
     return call_in_netns(tb.device_ns, connect_and_look)
 
 
-def test_first_subflow_leaves_on_recommended_interface(testbed: Testbed, tmp_path: Path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_first_subflow_leaves_on_recommended_interface(testbed: Testbed, tmp_path: Path, backend: str):
     global port
     server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
     port = server.port
     try:
-        applier = make_applier(testbed, Journal(tmp_path / "j.json"), manage_cc=False)
+        applier = make_applier(testbed, Journal(tmp_path / "j.json"), backend, manage_cc=False)
         for primary, addr in (("wwan0", "10.1.2.2"), ("wlan0", "10.1.1.2"), ("wwan0", "10.1.2.2")):
             applier.apply({"primary_path": {"interface": primary}})
             sockname, ss_local = _initial_subflow_local_addr(testbed)

@@ -23,8 +23,8 @@ plus ``read_state(sysctl_keys)`` and ``read_addresses()``.
   with :func:`~edgepath_agent.applier.state.simulate` (so plans, journal and
   rollback are exercised without privileges).
 
-A netlink backend (pyroute2 ``MPTCP``) can be added under the same table; it is not
-shipped because pyroute2 0.9.7 mistypes the MPTCP ``if_idx`` attribute.
+:class:`~edgepath_agent.applier.netlink.NetlinkBackend` (pyroute2; optional) offers the
+same table over rtnetlink and the ``mptcp_pm`` generic-netlink family.
 """
 
 from __future__ import annotations
