@@ -1,0 +1,134 @@
+"""The real service on a Redis store reports the degraded state and keeps deciding while Redis is down.
+
+REST ``/readyz`` → 503 ``{"degraded": true}``; gRPC health ``edgepath.v1.PathService`` → NOT_SERVING
+while ``""`` stays SERVING; recommendations (gRPC and REST) keep coming with the last model; an outcome
+reported meanwhile is buffered and reaches the outcome stream once Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from edgepath.main import Service
+from edgepath.settings import Settings
+from edgepath.wire import edgepath_pb2 as pb
+from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from redis_helpers import REDIS_SERVER, RedisServer
+
+pytestmark = pytest.mark.redis
+
+CONTEXT: dict[str, Any] = {
+    "device_id": "phone-1",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9},
+    ],
+}
+
+
+async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 15.0) -> Any:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            value = await condition()
+            if value:
+                return value
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
+    server = RedisServer(tmp_path, appendonly=True).start()
+    settings = Settings(
+        host="127.0.0.1",
+        grpc_port=0,
+        http_port=0,
+        store_url=server.url,
+        hmac_key="k" * 32,
+        redis_socket_timeout_s=0.5,
+    )
+    svc = Service.build(settings)
+    task = asyncio.create_task(svc.run())
+    await asyncio.wait_for(svc.wait_started(), 30)
+    try:
+        yield svc, server
+    finally:
+        svc.stop()
+        await asyncio.wait_for(task, 30)
+        server.stop()
+
+
+async def test_degraded_state_is_reported_and_decisions_go_on(service: tuple[Service, RedisServer]) -> None:
+    svc, server = service
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{svc.grpc_port}")
+    health = health_pb2_grpc.HealthStub(channel)
+    paths = pb_grpc.PathServiceStub(channel)
+    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0)
+
+    async def status(name: str) -> int:
+        return (await health.Check(health_pb2.HealthCheckRequest(service=name))).status
+
+    try:
+        assert (await http.get("/readyz")).json() == {"ready": True, "degraded": False, "model_version": 1}
+        assert await status("edgepath.v1.PathService") == health_pb2.HealthCheckResponse.SERVING
+        before = (await http.post("/v1/recommendations", json=CONTEXT)).json()
+
+        server.stop()
+
+        async def degraded() -> bool:
+            resp = await http.get("/readyz")
+            return resp.status_code == 503 and resp.json()["degraded"] is True
+
+        await wait_for(degraded)
+
+        async def not_serving() -> bool:
+            return await status("edgepath.v1.PathService") == health_pb2.HealthCheckResponse.NOT_SERVING
+
+        await wait_for(not_serving)
+        assert await status("") == health_pb2.HealthCheckResponse.SERVING  # alive: do not restart it
+        assert svc.metrics.store_degraded._value.get() == 1
+
+        rec = await paths.Recommend(
+            pb.RecommendRequest(
+                device_id="phone-1",
+                interfaces=[
+                    pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI, wifi_rssi_dbm=-61.0),
+                    pb.InterfaceContext(name="wwan0", access_type=pb.ACCESS_TYPE_LTE, rsrp_dbm=-97.0),
+                ],
+            ),
+            timeout=5,
+        )
+        assert rec.decision_id and rec.model_version == 1
+        during = (await http.post("/v1/recommendations", json=CONTEXT)).json()
+        for d in (before, during):  # one decided before the outage (cached here), one during it
+            ack = await http.post(
+                "/v1/outcomes",
+                json={"device_id": "phone-1", "decision_id": d["decision_id"], "throughput_bps": 4e7},
+            )
+            assert ack.status_code == 200 and ack.json()["accepted"], ack.text
+
+        server.start()
+        await wait_for(lambda: _ready(http))
+        await wait_for(lambda: _serving(health))
+        got = await svc.store.read_outcomes("test", 10, 0)  # type: ignore[attr-defined]
+        assert sorted(o.decision_id for _, o in got) == sorted([before["decision_id"], during["decision_id"]])
+    finally:
+        await http.aclose()
+        await channel.close()
+
+
+async def _ready(http: httpx.AsyncClient) -> bool:
+    return (await http.get("/readyz")).status_code == 200
+
+
+async def _serving(health: Any) -> bool:
+    resp = await health.Check(health_pb2.HealthCheckRequest(service="edgepath.v1.PathService"))
+    return resp.status == health_pb2.HealthCheckResponse.SERVING
