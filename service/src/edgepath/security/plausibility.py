@@ -28,11 +28,12 @@ these bounds (e.g. report low throughput for a good path), up to its cap.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from edgepath.engines.features import FEATURE_NAMES
-from edgepath.errors import InvalidInput
+from edgepath.errors import InvalidInput, Unavailable
 from edgepath.security.ratelimit import RateLimiter, enforce
 from edgepath.state.base import DecisionRecord
 from edgepath.types import AccessType, OutcomeReport
@@ -104,27 +105,45 @@ class MemoryQuarantine:
 class RedisQuarantine:
     """Quarantine set shared by every replica (a Redis set).
 
-    While Redis fails, answers from the last set it read (and remembers local
-    changes), so an outage neither lifts a quarantine nor becomes a server error.
+    Reads the set at most every ``refresh_s`` seconds (an admin's change on one
+    replica reaches the others within that). While Redis fails, answers from the
+    last set it read (and remembers local changes) and retries after
+    ``retry_after_failure_s``, so an outage neither lifts a quarantine nor
+    becomes a server error or a per-request timeout.
     """
 
-    def __init__(self, client: Any, key: str = "edgepath:quarantine", initial: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        client: Any,
+        key: str = "edgepath:quarantine",
+        initial: Iterable[str] = (),
+        *,
+        refresh_s: float = 1.0,
+        retry_after_failure_s: float = 5.0,
+    ) -> None:
         self.client = client
         self.key = key
+        self.refresh_s = refresh_s
+        self.retry_after_failure_s = retry_after_failure_s
         self._pending = list(initial)
         self._cache: set[str] = set(self._pending)
+        self._next_read = 0.0
 
-    async def _refresh(self) -> set[str]:
+    async def _refresh(self, force: bool = False) -> set[str]:
         from redis.exceptions import RedisError
 
+        now = time.monotonic()
+        if not force and now < self._next_read:
+            return self._cache
         try:
             if self._pending:
                 await self.client.sadd(self.key, *self._pending)
                 self._pending = []
             members = await self.client.smembers(self.key)
             self._cache = {m.decode() if isinstance(m, bytes) else m for m in members}
+            self._next_read = now + self.refresh_s
         except (RedisError, OSError, TimeoutError):
-            pass
+            self._next_read = now + self.retry_after_failure_s
         return self._cache
 
     async def contains(self, device_id: str) -> bool:
@@ -133,16 +152,21 @@ class RedisQuarantine:
     async def add(self, device_id: str) -> None:
         self._pending.append(device_id)
         self._cache.add(device_id)
-        await self._refresh()
+        await self._refresh(force=True)
 
     async def remove(self, device_id: str) -> None:
         self._cache.discard(device_id)
         self._pending = [d for d in self._pending if d != device_id]
-        await self.client.srem(self.key, device_id)
-        await self._refresh()
+        from redis.exceptions import RedisError
+
+        try:
+            await self.client.srem(self.key, device_id)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise Unavailable("quarantine store (Redis) unreachable: release not shared; retry") from exc
+        await self._refresh(force=True)
 
     async def members(self) -> list[str]:
-        return sorted(await self._refresh())
+        return sorted(await self._refresh(force=True))
 
 
 class OutcomeGuard:

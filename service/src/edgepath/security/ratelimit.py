@@ -133,20 +133,37 @@ class FallbackRateLimiter:
     """A shared (Redis) limiter that falls back to an in-process one while the shared store fails.
 
     Keeps limits in force (per replica) in the Redis store's degraded mode
-    instead of turning a Redis outage into server errors.
+    instead of turning a Redis outage into server errors. After a failure the
+    shared limiter is skipped for ``retry_shared_after_s`` so that requests do
+    not each wait for a Redis timeout.
     """
 
-    def __init__(self, primary: RateLimiter, fallback: RateLimiter) -> None:
+    def __init__(
+        self,
+        primary: RateLimiter,
+        fallback: RateLimiter,
+        *,
+        retry_shared_after_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.primary = primary
         self.fallback = fallback
+        self.retry_shared_after_s = retry_shared_after_s
+        self.clock = clock
+        self._failed_at: float | None = None
 
     async def acquire(self, key: str) -> float:
         from redis.exceptions import RedisError
 
-        try:
-            return await self.primary.acquire(key)
-        except (RedisError, OSError, TimeoutError):
+        if self._failed_at is not None and self.clock() - self._failed_at < self.retry_shared_after_s:
             return await self.fallback.acquire(key)
+        try:
+            retry = await self.primary.acquire(key)
+        except (RedisError, OSError, TimeoutError):
+            self._failed_at = self.clock()
+            return await self.fallback.acquire(key)
+        self._failed_at = None
+        return retry
 
 
 async def enforce(limiter: RateLimiter | None, key: str, what: str = "requests") -> None:

@@ -1,0 +1,96 @@
+"""Shared limits in a real redis-server: per-device budgets and quarantine hold across replicas.
+
+Uses the state tests' ``RedisServer`` helper (a real ``redis-server`` on a free
+loopback port, stopped by pid); skipped when the binary is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from edge_security_helpers import context_body, running_service
+from edgepath.security.plausibility import RedisQuarantine
+from edgepath.security.ratelimit import FallbackRateLimiter, MemoryRateLimiter, RedisRateLimiter
+from redis.asyncio import Redis
+
+pytestmark = pytest.mark.redis
+
+
+def _redis_helpers() -> Any:
+    name = "redis_helpers"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "service" / "state" / "redis_helpers.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    helpers = _redis_helpers()
+    if helpers.REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
+    server = helpers.RedisServer(tmp_path_factory.mktemp("redis-sec")).start()
+    yield server.url
+    server.stop()
+
+
+async def test_budget_is_shared_by_every_replica(redis_url: str) -> None:
+    clients = [Redis.from_url(redis_url), Redis.from_url(redis_url)]  # two replicas, one Redis
+    try:
+        limiters = [RedisRateLimiter(c, rate_per_s=0.01, burst=3, prefix="t1:") for c in clients]
+        results = [await limiters[i % 2].acquire("dev-a") for i in range(5)]
+        assert results[:3] == [0.0, 0.0, 0.0]
+        assert all(r > 0 for r in results[3:])
+        assert results[3] <= 100.0 + 1e-6  # one token every 100 s
+        assert await limiters[1].acquire("dev-b") == 0.0  # per device
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+async def test_quarantine_is_shared_and_survives_an_outage(redis_url: str) -> None:
+    a, b = Redis.from_url(redis_url), Redis.from_url(redis_url)
+    try:
+        qa = RedisQuarantine(a, "t2:q", initial=["dev-x"], refresh_s=0.0)
+        qb = RedisQuarantine(b, "t2:q", refresh_s=0.0)
+        assert await qa.contains("dev-x")
+        await qa.add("dev-y")
+        assert await qb.members() == ["dev-x", "dev-y"]
+        await qb.remove("dev-x")
+        assert not await qa.contains("dev-x")
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_fallback_limiter_when_redis_is_unreachable() -> None:
+    dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, socket_timeout=0.2)
+    try:
+        limiter = FallbackRateLimiter(RedisRateLimiter(dead, 0.01, 2), MemoryRateLimiter(0.01, 2))
+        results = [await limiter.acquire("dev-a") for _ in range(3)]
+        assert results[:2] == [0.0, 0.0] and results[2] > 0  # limits still apply, in process
+        quarantine = RedisQuarantine(dead, "q", initial=["dev-q"])
+        assert await quarantine.contains("dev-q")  # the known set, not an error
+    finally:
+        await dead.aclose()
+
+
+def test_two_service_replicas_share_a_devices_budget(redis_url: str) -> None:
+    settings: dict[str, Any] = {"store_url": redis_url, "rate_limit_per_s": 0.01, "rate_limit_burst": 4}
+    settings["redis_namespace"] = "t4"
+    with running_service(**settings) as one, running_service(**settings) as two:
+        statuses = []
+        for i in range(6):
+            svc = (one, two)[i % 2]
+            with httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http:
+                statuses.append(http.post("/v1/recommendations", json=context_body("dev-shared")).status_code)
+        assert statuses == [200, 200, 200, 200, 429, 429]
