@@ -156,17 +156,19 @@ class Testbed:
             sh(["ip", "-n", ns, "mptcp", "limits", "set", "subflows", "2", "add_addr_accepted", "2"])
             sh(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.mptcp.enabled=1"])
 
-    def shape(self, name: str, rate_mbit: float, burst_bytes: int | None = None, latency_ms: float = 50.0) -> None:
+    def shape(self, name: str, rate_mbit: float, burst_bytes: int | None = None, latency_ms: float = 50.0) -> float:
         """Shape path ``name`` to ``rate_mbit`` Mbit/s in both directions with ``tbf``.
 
         ``burst`` defaults to max(16 KB, rate·10 ms) (it must cover one timer tick of
-        tokens); ``latency`` bounds the tbf queue.
+        tokens); ``latency`` bounds the tbf queue. Returns the time an empty bucket takes
+        to refill, s (burst / rate).
         """
         rate_bps = rate_mbit * 1e6
         burst = burst_bytes or max(16 * 1024, int(rate_bps / 8 * 0.01))
         spec = ["root", "tbf", "rate", f"{int(rate_bps)}bit", "burst", str(burst), "latency", f"{latency_ms}ms"]
         sh(["tc", "-n", self.device_ns, "qdisc", "replace", "dev", name, *spec])
         sh(["tc", "-n", self.server_ns, "qdisc", "replace", "dev", f"s-{name}", *spec])
+        return burst * 8 / rate_bps
 
     def set_loss(self, name: str, probability: float) -> None:
         """Drop packets of ``name`` at random with ``probability`` both ways (iptables ``statistic``).

@@ -198,8 +198,9 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
         rows = []
         for k, s in enumerate(situations):
             w_rate, c_rate = rate_mbit(s.wifi_mbps, p), rate_mbit(s.cellular_mbps, p)
-            tb.shape("wlan0", w_rate)
-            tb.shape("wwan0", c_rate)
+            # Each transfer starts with full token buckets: wait the refill time after each one, so that
+            # the order of the three policies within a step does not favour the first.
+            settle_s = max(tb.shape("wlan0", w_rate), tb.shape("wwan0", c_rate)) + 0.02
             trace.set({i["name"]: {f: v for f, v in i.items() if f != "name"} for i in s.interfaces})
             row: dict[str, Any] = {"step": k, "wifi_rate_mbit": w_rate, "lte_rate_mbit": c_rate}
             for pol in rng.permutation(POLICIES):
@@ -211,6 +212,7 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
                     agent.applier.rollback()
                     raise
                 m = r.measurement
+                time.sleep(settle_s)
                 row[str(pol)] = {
                     "primary": r.applied.primary if r.applied else None,
                     "local_addr": m.local_addr if m else None,
@@ -283,6 +285,14 @@ def build_report(p: ScenarioParams, rows: list[dict[str, Any]], agent: Agent, du
     agree = np.array([x["primary"] == b for x, b in zip(learned, best_arm, strict=True)], dtype=float)
     half = len(rows) // 2
     rewards = [x["reward"] for x in learned if x["reward"] is not None]
+    wifi_faster = np.array([r["wifi_rate_mbit"] > r["lte_rate_mbit"] for r in rows])
+    w_minus_l = thr["wifi_first"] - thr["lte_first"]
+    primary_effect = {
+        # Does the primary path matter here? wifi_first − lte_first, split by which path was shaped faster.
+        "wifi_first_minus_lte_first_mbps_when_wifi_faster": mean_ci(w_minus_l[wifi_faster]),
+        "wifi_first_minus_lte_first_mbps_when_lte_faster": mean_ci(w_minus_l[~wifi_faster]),
+        "faster_path_primary_wins_share": float(np.mean((w_minus_l > 0) == wifi_faster)) if rows else None,
+    }
     uname = platform.uname()
     return {
         "scenario": "learned primary path vs wifi_first vs lte_first, real IPPROTO_MPTCP transfers, network namespaces",
@@ -315,6 +325,7 @@ def build_report(p: ScenarioParams, rows: list[dict[str, Any]], agent: Agent, du
             "completion_s": mean_ci(np.minimum(ct["wifi_first"], ct["lte_first"])),
         },
         "paired_differences": diffs,
+        "primary_path_effect": primary_effect,
         "learned": {
             "bandit_policy": learned[-1]["bandit_policy"] if learned else None,
             "mean_reward": float(np.mean(rewards)) if rewards else None,
@@ -325,6 +336,7 @@ def build_report(p: ScenarioParams, rows: list[dict[str, Any]], agent: Agent, du
             "service_unreachable_steps": sum(bool(x["kept_last"]) for x in learned),
             "transport": getattr(agent.client, "last_used", None),
         },
+        "per_step": rows,
     }
 
 
