@@ -202,3 +202,18 @@ def test_tokens_file_stores_only_hashes(tokens: dict[str, Any]) -> None:
     for name in ("dev-a", "dev-b", "admin"):
         assert tokens[name] not in text
     assert Path(tokens["path"]).stat().st_mode & 0o077 == 0
+
+
+def test_malformed_tokens_file_keeps_the_last_good_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    f = TokenFile(path)
+    token = f.add("dev-a")
+    assert f.lookup(token) is not None
+    path.write_text("{not json")
+    assert f.lookup(token) is not None  # last good entries, no exception
+    fresh = TokenFile(path)
+    assert fresh.lookup(token) is None  # nothing good ever read: every token refused
+    with pytest.raises(ValueError):
+        fresh.check()
+    path.write_text('{"tokens": {}}')
+    assert TokenFile(path).check() == 0

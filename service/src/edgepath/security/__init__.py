@@ -61,6 +61,8 @@ def build_security(
     ------
     FileNotFoundError
         ``auth_tokens_file`` is set but does not exist.
+    ValueError
+        ``auth_tokens_file`` is not a tokens file.
     """
     tokens = None
     if settings.auth_tokens_file is not None:
@@ -69,6 +71,7 @@ def build_security(
                 f"auth_tokens_file {settings.auth_tokens_file} does not exist (create it with `edgepath tokens add`)"
             )
         tokens = TokenFile(settings.auth_tokens_file)
+        tokens.check()  # a malformed file stops the start with its reason
     auth = Authenticator(
         tokens=tokens,
         jwt_key=settings.auth_jwt_key.get_secret_value(),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import stat
@@ -39,6 +40,8 @@ import jwt
 
 from edgepath.errors import InvalidInput, Unauthenticated
 from edgepath.types import Principal
+
+log = logging.getLogger("edgepath.security")
 
 TOKEN_PREFIX = "ept_"
 _MAX_CREDENTIAL_LEN = 4096
@@ -63,6 +66,23 @@ class TokenEntry:
     device_id: str
     admin: bool = False
     created_unix: float = 0.0
+
+
+def parse_tokens(text: str) -> list[TokenEntry]:
+    """Entries of a tokens file; raises ``ValueError`` when it is not the documented format."""
+    data = json.loads(text or "{}")
+    if isinstance(data, dict) and data.get("tokens") == {}:  # an empty mapping is an empty file too
+        data["tokens"] = []
+    if not isinstance(data, dict) or not isinstance(data.get("tokens", []), list):
+        raise ValueError('expected {"version": 1, "tokens": [{"sha256", "device_id", "admin", "created_unix"}]}')
+    entries = []
+    for e in data.get("tokens", []):
+        if not isinstance(e, dict) or not isinstance(e.get("sha256"), str) or not isinstance(e.get("device_id"), str):
+            raise ValueError("each token needs string sha256 and device_id")
+        entries.append(
+            TokenEntry(e["sha256"], e["device_id"], bool(e.get("admin", False)), float(e.get("created_unix", 0.0)))
+        )
+    return entries
 
 
 class TokenFile:
@@ -99,10 +119,18 @@ class TokenFile:
         if mtime == self._mtime_ns:
             return
         with self._lock:
-            data = json.loads(self.path.read_text() or "{}")
-            entries = [TokenEntry(**e) for e in data.get("tokens", [])]
+            try:
+                entries = parse_tokens(self.path.read_text())
+            except (OSError, ValueError, TypeError) as exc:
+                # Keep the last good entries (none at first: every token is refused); never a server error.
+                log.error("tokens file %s unreadable, keeping %d known tokens: %s", self.path, len(self._by_hash), exc)
+                entries = list(self._by_hash.values())
             self._by_hash = {e.sha256: e for e in entries}
             self._mtime_ns = mtime
+
+    def check(self) -> int:
+        """Parse the file now; returns the number of tokens. Raises ``ValueError`` when it is malformed."""
+        return len(parse_tokens(self.path.read_text()))
 
     # -- writing ---------------------------------------------------------------------------------------------
     def _write(self, entries: Iterable[TokenEntry]) -> None:
