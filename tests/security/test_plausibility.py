@@ -117,3 +117,16 @@ def test_implausible_outcome_is_refused_over_rest() -> None:
         assert resp.status_code == 422 and resp.json()["field"] == "throughput_bps"
         body["throughput_bps"] = 40e6
         assert http.post("/v1/outcomes", json=body).json()["accepted"] is True
+
+
+async def test_guard_bounds_the_rate_an_ssmp_transfer_implies() -> None:
+    guard = OutcomeGuard(1.5, None, MemoryQuarantine())
+    d = _decision([_wifi(100.0)])
+    ok = {"address": "192.0.2.1", "size_bytes": 10_000_000, "duration_ms": 1000.0}  # 80 Mbit/s
+    report = OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=8e7, server_transfer=ok)
+    assert await guard.admit(d, report) is True
+    fast = {**ok, "duration_ms": 10.0}  # 8 Gbit/s over a 100 Mbit/s link
+    report = OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=8e7, server_transfer=fast)
+    with pytest.raises(InvalidInput) as err:
+        await guard.admit(d, report)
+    assert err.value.field == "server_transfer.duration_ms"

@@ -15,7 +15,8 @@ decision plane asks :class:`OutcomeGuard` before it queues an outcome:
    technology's peak rate (:data:`ACCESS_PEAK_BPS`). The default factor 1.5
    leaves room for timing error on short transfers: goodput is below the PHY
    rate in practice. An implausible outcome is rejected as invalid input
-   naming ``throughput_bps``.
+   naming ``throughput_bps``; the same bound applies to the rate an SSMP
+   ``server_transfer`` implies (``size_bytes`` × 8 / duration).
 3. **Per-device cap.** At most ``outcome_cap_per_window`` outcomes per device
    per ``outcome_window_s`` (a token bucket with that capacity refilling over
    the window); beyond it the outcome is refused as rate limited, so no single
@@ -214,5 +215,13 @@ class OutcomeGuard:
                 f"({limit:.3g} bit/s)",
                 field="throughput_bps",
             )
+        transfer = getattr(report, "server_transfer", None)  # SSMP (issue 4): the transfer's implied rate too
+        if transfer is not None and transfer.duration_ms > 0:
+            implied_bps = transfer.size_bytes * 8.0 / (transfer.duration_ms / 1000.0)
+            if implied_bps > limit:
+                raise InvalidInput(
+                    f"implausible: size_bytes/duration_ms implies {implied_bps:.3g} bit/s, above {limit:.3g} bit/s",
+                    field="server_transfer.duration_ms",
+                )
         await enforce(self.outcome_limiter, decision.device_id, "outcomes")
         return True
