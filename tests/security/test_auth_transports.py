@@ -217,3 +217,19 @@ def test_malformed_tokens_file_keeps_the_last_good_tokens(tmp_path: Path) -> Non
         fresh.check()
     path.write_text('{"tokens": {}}')
     assert TokenFile(path).check() == 0
+
+
+def test_authentication_off_ignores_credentials_and_on_requires_them(tmp_path: Path) -> None:
+    from edgepath.errors import Unauthenticated
+    from edgepath.security.auth import Authenticator
+
+    assert Authenticator().authenticate(authorization="Bearer whatever") is None  # dev: self-declared device
+    on = Authenticator(tokens=TokenFile(tmp_path / "t.json"))
+    token = on.tokens.add("dev-a", admin=True)  # type: ignore[union-attr]
+    principal = on.authenticate(authorization=f"Bearer {token}")
+    assert principal is not None and principal.device_id == "dev-a" and principal.is_admin
+    for bad in (None, "Basic dXNlcjpwYXNz", "Bearer ", f"Bearer {token}x"):
+        with pytest.raises(Unauthenticated):
+            on.authenticate(authorization=bad)
+    mtls = Authenticator(mtls=True, admin_ids=["ops"])
+    assert mtls.authenticate(peer_identity="ops") == mtls.principal("ops", admin=True)
