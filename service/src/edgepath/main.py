@@ -99,6 +99,16 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
 
 
+def shared_redis(store: StateStore) -> Any:
+    """The Redis client other components share with a Redis store (None for the in-process store).
+
+    It fails fast while the store is degraded, so per-request helpers (rate limits, quarantine) do
+    not each wait for a socket timeout on a hung Redis.
+    """
+    fail_fast = getattr(store, "fail_fast_client", None)
+    return fail_fast() if fail_fast is not None else getattr(store, "redis", None)
+
+
 def hmac_key_bytes(settings: Settings) -> bytes:
     """The snapshot signing key; the insecure dev key only in the ``dev`` profile (settings refuse it elsewhere)."""
     from edgepath.training.snapshots import DEV_HMAC_KEY
@@ -135,7 +145,7 @@ class Service:
         registry = ModelRegistry(build_model(settings))
         metrics.model_version.set(registry.current.version)
         registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
-        guard = build_outcome_guard(settings, getattr(store, "redis", None))  # security: bounded learning
+        guard = build_outcome_guard(settings, shared_redis(store))  # security: bounded learning
         plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
         from edgepath.state.redis import RedisStore
 
@@ -168,7 +178,7 @@ class Service:
                 log.warning(
                     "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
                 )
-        self.security = build_security(s, getattr(self.store, "redis", None), guard=self.plane.guard)
+        self.security = build_security(s, shared_redis(self.store), guard=self.plane.guard)
         grpc_server, health_servicer, self.grpc_port = create_server(
             self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s)
         )

@@ -66,7 +66,11 @@ async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
         server.stop()
 
 
-async def test_degraded_state_is_reported_and_decisions_go_on(service: tuple[Service, RedisServer]) -> None:
+@pytest.mark.parametrize("outage", ["stopped", "hung"])
+async def test_degraded_state_is_reported_and_decisions_go_on(
+    service: tuple[Service, RedisServer], outage: str
+) -> None:
+    """``stopped``: connections refused; ``hung`` (SIGSTOP): every command would wait for the timeout."""
     svc, server = service
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{svc.grpc_port}")
     health = health_pb2_grpc.HealthStub(channel)
@@ -81,7 +85,7 @@ async def test_degraded_state_is_reported_and_decisions_go_on(service: tuple[Ser
         assert await status("edgepath.v1.PathService") == health_pb2.HealthCheckResponse.SERVING
         before = (await http.post("/v1/recommendations", json=CONTEXT)).json()
 
-        server.stop()
+        server.stop() if outage == "stopped" else server.pause()
 
         async def degraded() -> bool:
             resp = await http.get("/readyz")
@@ -115,7 +119,7 @@ async def test_degraded_state_is_reported_and_decisions_go_on(service: tuple[Ser
             )
             assert ack.status_code == 200 and ack.json()["accepted"], ack.text
 
-        server.start()
+        server.start() if outage == "stopped" else server.resume()
         await wait_for(lambda: _ready(http))
         await wait_for(lambda: _serving(health))
         got = await svc.store.read_outcomes("test", 10, 0)  # type: ignore[attr-defined]

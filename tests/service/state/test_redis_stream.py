@@ -18,6 +18,8 @@ from edgepath.errors import Unavailable
 from edgepath.metrics import Metrics
 from edgepath.state.base import ClaimResult
 from edgepath.state.redis import RedisStore
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis_helpers import REDIS_SERVER, RedisServer, decision, outcome
 
 pytestmark = pytest.mark.redis
@@ -183,3 +185,30 @@ async def test_outcome_reported_to_two_replicas_during_outage_counts_once(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_fail_fast_client_follows_degraded_mode(own_server: RedisServer, namespace: str) -> None:
+    """Other components' Redis calls (rate limits, quarantine) do not wait on a hung server while degraded."""
+    store = RedisStore(own_server.url, namespace=namespace, socket_timeout_s=0.3)
+    shared = store.fail_fast_client()
+    script = shared.register_script("return redis.call('INCR', KEYS[1])")
+    try:
+        assert await script(keys=[f"{namespace}:n"]) == 1
+        assert await shared.sadd(f"{namespace}:set", "a") == 1
+        own_server.pause()
+        with pytest.raises(RedisTimeoutError):  # the first call finds out, and tells the store
+            await shared.smembers(f"{namespace}:set")
+        assert store.degraded
+        for call in (lambda: script(keys=[f"{namespace}:n"]), lambda: shared.smembers(f"{namespace}:set")):
+            with pytest.raises(RedisConnectionError, match="degraded mode"):  # raised here: no socket touched
+                await call()
+        own_server.resume()
+
+        async def recovered() -> bool:
+            return not store.degraded
+
+        await wait_for(recovered)
+        assert await script(keys=[f"{namespace}:n"]) == 2
+    finally:
+        own_server.resume()
+        await store.close()

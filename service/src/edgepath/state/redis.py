@@ -49,9 +49,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import inspect
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cachetools import TTLCache
@@ -468,6 +470,15 @@ class RedisStore:
             self._enter_degraded(exc)
             return False
 
+    def fail_fast_client(self) -> FailFastRedis:
+        """This store's Redis client for other components (shared rate limits, quarantine, ...).
+
+        While the store is degraded its commands fail at once with ``redis.exceptions.ConnectionError``
+        instead of each waiting ``socket_timeout_s`` on a hung server; a command that finds Redis
+        unreachable switches the store to degraded mode too.
+        """
+        return FailFastRedis(self)
+
     async def close(self) -> None:
         if self._reconnect_task is not None:
             self._reconnect_task.cancel()
@@ -483,3 +494,51 @@ class RedisStore:
             )
         await self.redis.aclose()
         await self._reader.aclose()
+
+
+class FailFastRedis:
+    """A view of :attr:`RedisStore.redis` that honours the store's degraded mode (see ``fail_fast_client``)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._client = store.redis
+
+    async def _guard(self, pending: Awaitable[Any]) -> Any:
+        try:
+            return await pending
+        except UNREACHABLE as exc:
+            self._store._enter_degraded(exc)
+            raise
+
+    @staticmethod
+    async def _unreachable() -> Any:
+        raise RedisConnectionError("state store unreachable (degraded mode)")
+
+    def _wrap(self, result: Any) -> Any:
+        if not inspect.isawaitable(result):
+            return result
+        if self._store.degraded:
+            if inspect.iscoroutine(result):
+                result.close()
+            return self._unreachable()
+        return self._guard(result)
+
+    def register_script(self, script: str | bytes) -> Callable[..., Awaitable[Any]]:
+        real = self._client.register_script(script)
+
+        def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+            if self._store.degraded:
+                return self._unreachable()
+            return self._wrap(real(keys=keys, args=args, client=client))
+
+        return call
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._wrap(attr(*args, **kwargs))
+
+        return call
