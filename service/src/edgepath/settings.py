@@ -86,7 +86,10 @@ class Settings(BaseSettings):
         default_factory=list, description="Devices whose outcomes are acknowledged but never trained on"
     )
     max_message_bytes: int = Field(
-        64 * 1024, ge=1024, le=16 * 1024 * 1024, description="Largest request body / gRPC message, bytes"
+        1024 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Largest request body / gRPC message, bytes (the largest valid JSON request is ~0.5 MB)",
     )
 
     @property
@@ -120,6 +123,7 @@ class Settings(BaseSettings):
                 "and TLS (tls_cert_file + tls_key_file); see SECURITY.md"
             )
         return self
+
     # --- end security -----------------------------------------------------------------------------------------
 
     # Shared state (issue 6): see edgepath.state.redis and edgepath.training.snapshots.

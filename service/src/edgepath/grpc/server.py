@@ -17,7 +17,7 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited
 from edgepath.grpc import convert
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import field_path
-from edgepath.security import EdgeSecurity
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
 from edgepath.types import Principal
 from edgepath.wire import edgepath_pb2 as pb
@@ -153,11 +153,11 @@ def create_server(
     ``security`` enables authentication and rate limits; ``credentials`` (see
     :func:`edgepath.security.tls.grpc_server_credentials`) serves TLS/mTLS
     instead of plaintext. Messages are bounded by ``security.max_message_bytes``
-    (64 KiB without security) in both directions.
+    (``DEFAULT_MAX_MESSAGE_BYTES`` without security) in both directions.
 
     Returns the server, its health servicer (to flip serving status) and the bound port.
     """
-    max_bytes = security.max_message_bytes if security is not None else 64 * 1024
+    max_bytes = security.max_message_bytes if security is not None else DEFAULT_MAX_MESSAGE_BYTES
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
     )

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated
 from edgepath.plane import DecisionPlane
-from edgepath.security import EdgeSecurity
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.types import OutcomeAck, OutcomeReport, Principal, Recommendation, RecommendRequest
 
@@ -94,7 +94,7 @@ def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> Fa
         )
 
     # --- security: body size, authentication, per-device rate limit ---------------------------------------------
-    app.add_middleware(BodySizeLimit, max_bytes=security.max_message_bytes if security else 64 * 1024)
+    app.add_middleware(BodySizeLimit, max_bytes=security.max_message_bytes if security else DEFAULT_MAX_MESSAGE_BYTES)
 
     async def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal | None:
         """The authenticated caller (rate-limited here), or None when authentication is off."""
