@@ -16,7 +16,10 @@ from edgepath.security.ratelimit import FallbackRateLimiter, MemoryRateLimiter, 
 from edgepath.settings import Settings
 from edgepath.types import Principal
 
-__all__ = ["EdgeSecurity", "build_outcome_guard", "build_security"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "EdgeSecurity", "build_outcome_guard", "build_security"]
+
+#: Bound of a request body / gRPC message without settings (the largest valid JSON request is ~0.5 MB).
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -26,7 +29,7 @@ class EdgeSecurity:
     auth: Authenticator
     request_limiter: RateLimiter | None
     guard: OutcomeGuard
-    max_message_bytes: int = 64 * 1024
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     async def admit(self, principal: Principal) -> None:
         """Take one request token for ``principal``; raises ``RateLimited`` when its bucket is empty."""
