@@ -254,6 +254,8 @@ class SnapshotFollower:
             return False
         if loaded is None or loaded.version <= self.registry.current.version:
             return False
+        # Keep this replica's exploration schedule (decayed ε/p, counters): the trainer's copy decides nothing.
+        loaded.model.carry_exploration_from(self.registry.current.model)
         await self.registry.publish(loaded.model, loaded.version)
         self.swaps += 1
         published_at = loaded.meta.get("published_at")
