@@ -191,6 +191,25 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def _invocation(ctx: typer.Context, name: str) -> str:
+    """The current command with every option spelled out (defaults included), for reports and model cards."""
+    import shlex
+
+    parts = ["edgepath", *name.split()]
+    for param in ctx.command.params:
+        if getattr(param, "param_type_name", "") != "option":
+            continue
+        value = ctx.params.get(param.name or "")
+        if param.is_flag and param.secondary_opts:
+            parts.append(param.opts[0] if value else param.secondary_opts[0])
+        elif param.is_flag:
+            if value:
+                parts.append(param.opts[0])
+        elif value is not None:
+            parts += [param.opts[0], shlex.quote(str(value))]
+    return " ".join(parts)
+
+
 def _sha256_file(path: Path) -> str:
     import hashlib
 
@@ -199,6 +218,7 @@ def _sha256_file(path: Path) -> str:
 
 @app.command("train-offline")
 def train_offline_cmd(
+    ctx: typer.Context,
     wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV (mobilebandwidth format)")] = (
         _DATA / "wifi4.csv"
     ),
@@ -229,8 +249,6 @@ def train_offline_cmd(
     card.json, card.md and SHA256SUMS to --out.
     """
     import datetime
-    import shlex
-    import sys
 
     from edgepath.datasets.mobilebandwidth import pair_situations
     from edgepath.engines.features import FEATURE_GROUPS, FEATURE_NAMES
@@ -275,12 +293,12 @@ def train_offline_cmd(
     model = train_offline(train, logged, cfg)
     scores = offline_scores(model, split, seeds)
     rows = run_ablation(split, seeds, cfg) if ablation else []
-    command = "edgepath train-offline " + shlex.join(sys.argv[2:] if len(sys.argv) > 2 else [])
+    command = _invocation(ctx, "train-offline")
     card = {
         "name": out.name,
         "format": "edgepath.primary-path/1",
         "trained_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        "command": command.strip(),
+        "command": command,
         "data": {
             "source": "Mobile Access Bandwidth in Practice (Li et al., ACM SIGCOMM 2022), public data release; "
             "crowd-sourced Android bandwidth tests, China 2021",
@@ -328,6 +346,7 @@ def train_offline_cmd(
 
 @eval_app.command("primary")
 def eval_primary(
+    ctx: typer.Context,
     train_wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV of the training side")],
     train_cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV of the training side")],
     test_wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV of the test side")],
@@ -348,8 +367,6 @@ def eval_primary(
     When the training and test files are the same, users are split by SHA-256 of user_uid (--test-fraction);
     otherwise test measurements of training users are dropped. Writes --report (JSON) and --plot (PNG).
     """
-    import shlex
-    import sys
 
     from edgepath.evaluation.primary import PAIRING_TEXT, evaluate, load_split
     from edgepath.evaluation.primary import plot as draw
@@ -371,7 +388,7 @@ def eval_primary(
     result, traces = evaluate(split, seed_list, cfg, batch_size=batch_size, include_vw=vw, progress=typer.echo)
     out = {
         "benchmark": "primary-path: cold vs warm start on unseen users",
-        "command": "edgepath " + shlex.join(sys.argv[1:]),
+        "command": _invocation(ctx, "eval primary"),
         "seeds": seed_list,
         "pairing": PAIRING_TEXT,
         "split": split.describe(),

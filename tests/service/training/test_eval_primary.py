@@ -48,3 +48,34 @@ def test_eval_primary_rejects_bad_seeds(tmp_path: Path) -> None:
             "--plot", str(tmp_path / "p.png")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0 and "--seeds" in result.output
+
+
+def test_train_offline_cli_with_a_decision_log_writes_a_loadable_artefact(tmp_path: Path) -> None:
+    from edgepath.engines.features import N_FEATURES
+    from edgepath.training.artefact import load_artefact
+
+    wifi = _head(DATA / "wifi4.csv", tmp_path / "wifi.csv", 800)
+    cell = _head(DATA / "4G.csv", tmp_path / "4g.csv", 1200)
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(
+        json.dumps({"features": [0.0] * N_FEATURES, "arms": ["WIFI", "LTE"], "arm_index": i % 2,
+                    "reward": int(i % 3 == 0), "propensity": 0.5}) + "\n"
+        for i in range(40)
+    ))
+    out = tmp_path / "model"
+    args = ["train-offline", "--wifi", str(wifi), "--cellular", str(cell), "--decision-log", str(log),
+            "--out", str(out), "--eval-seeds", "1,2", "--epochs", "3", "--no-ablation"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    card = json.loads((out / "card.json").read_text())
+    assert card["training"]["logged_decisions"] == 40
+    assert card["split"]["shared_users"] == 0
+    assert "--decision-log" in card["command"]
+    assert set(card["scores"]["offline"]) == {"offline_oracles_greedy", "offline_classifier"}
+    assert (out / "card.md").read_text().startswith("# Model card: model")
+    assert load_artefact(out).bandit.policy_name == "active_explorer"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"features": [1.0]}\n')
+    result = CliRunner().invoke(app, [*args[:5], "--decision-log", str(bad), "--out", str(tmp_path / "x")])
+    assert result.exit_code != 0 and "line 1" in result.output

@@ -80,7 +80,9 @@ def render_markdown(card: dict[str, Any]) -> str:
         "| variant | oracles greedy, % of oracle | Δ vs all | better-arm classifier, % of oracle |",
         "|---|---|---|---|",
     ]
-    base = card["ablation"][0]["offline_oracles_greedy"]["pct_of_oracle"]
+    if not card["ablation"]:
+        lines.append("| (not run: --no-ablation) | — | — | — |")
+    base = card["ablation"][0]["offline_oracles_greedy"]["pct_of_oracle"] if card["ablation"] else 0.0
     for row in card["ablation"]:
         g, c = row["offline_oracles_greedy"], row["offline_classifier"]
         lines.append(
