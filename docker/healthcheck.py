@@ -9,9 +9,10 @@ Options: ``--host`` (default 127.0.0.1), ``--grpc-port``, ``--http-port``,
 ``--mode grpc|http|all`` (``http`` = ``GET /healthz``; ``all`` = gRPC health,
 ``/healthz`` and ``/readyz``), ``--recommend`` (one ``POST /v1/recommendations``
 with a two-interface context; 200, or 401/403 when authentication is required),
-``--ca-file`` (trust this CA; enables TLS) and ``--server-name`` (name the
-certificate must carry). Exit status 0 = healthy, 1 = unhealthy (reasons on
-stderr). Standard library + grpcio only; every call times out after 3 s.
+``--ca-file`` (trust this CA, or the system's roots when the file is absent;
+enables TLS) and ``--server-name`` (name the certificate must carry). Exit status
+0 = healthy, 1 = unhealthy (reasons on stderr). Standard library + grpcio only;
+every call times out after 3 s.
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ def check_grpc(host: str, port: int, ca_file: str | None, server_name: str | Non
     target = f"{host}:{port}"
     try:
         if ca_file:
-            with open(ca_file, "rb") as f:
-                creds = grpc.ssl_channel_credentials(root_certificates=f.read())
+            roots = None  # the system's trusted roots when the secret carries no ca.crt
+            if os.path.exists(ca_file):
+                with open(ca_file, "rb") as f:
+                    roots = f.read()
+            creds = grpc.ssl_channel_credentials(root_certificates=roots)
             options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
             channel = grpc.secure_channel(target, creds, options=options)
         else:
@@ -62,7 +66,7 @@ def check_grpc(host: str, port: int, ca_file: str | None, server_name: str | Non
 def _ssl_context(ca_file: str | None, server_name: str | None) -> ssl.SSLContext | None:
     if not ca_file:
         return None
-    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx = ssl.create_default_context(cafile=ca_file if os.path.exists(ca_file) else None)
     if server_name:  # the certificate names the service, not the address dialled
         ctx.check_hostname = False
     return ctx

@@ -269,6 +269,13 @@ def test_network_policies_limit_redis_to_the_release(render: Any) -> None:
     redis_np = one(objects, "NetworkPolicy", "-redis")
     peers = redis_np["spec"]["ingress"][0]["from"]
     assert {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in peers} == {"service", "trainer"}
+    service_np = one(objects, "NetworkPolicy", "ep-edgepath")
+    clients = service_np["spec"]["ingress"][0]["from"]
+    assert {"namespaceSelector": {"matchLabels": {"edgepath.io/devices": "true"}}} in clients
+    test_pod = one(objects, "Pod", "-test")["metadata"]["labels"]
+    assert any("podSelector" in p and p["podSelector"]["matchLabels"].items() <= test_pod.items() for p in clients), (
+        "the helm test pod must still reach the service"
+    )
     assert not by_kind(render("defaults"), "NetworkPolicy"), "NetworkPolicy must be optional (off by default)"
 
 
