@@ -81,3 +81,12 @@ def test_cli_tokens_add_prints_once_and_stores_hash(tmp_path: Path) -> None:
     assert token not in path.read_text()
     entry = TokenFile(path).lookup(token)
     assert entry is not None and entry.device_id == "dev-cli"
+
+
+def test_cli_refuses_missing_or_malformed_security_files(tmp_path: Path) -> None:
+    proc = _serve("--auth-tokens-file", str(tmp_path / "absent.json"))
+    assert proc.returncode == 2 and "is not a readable file" in " ".join(proc.stderr.split())
+    bad = tmp_path / "tokens.json"
+    bad.write_text('{"tokens": "nope"}')
+    proc = _serve("--auth-tokens-file", str(bad))
+    assert proc.returncode == 2 and "auth_tokens_file" in " ".join(proc.stderr.split())

@@ -89,3 +89,18 @@ def build_security(
     return EdgeSecurity(
         auth, requests, guard or build_outcome_guard(settings, redis_client), settings.max_message_bytes
     )
+
+
+def startup_problems(settings: Settings) -> list[str]:
+    """What would stop the security setup from starting (missing files, a malformed tokens file, a bad key mode)."""
+    problems = []
+    for name in ("auth_tokens_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        path = getattr(settings, name)
+        if path is not None and not path.is_file():
+            problems.append(f"{name} {path} is not a readable file")
+    if settings.auth_tokens_file is not None and settings.auth_tokens_file.is_file():
+        try:
+            TokenFile(settings.auth_tokens_file).check()
+        except ValueError as exc:
+            problems.append(f"auth_tokens_file {settings.auth_tokens_file}: {exc}")
+    return problems
