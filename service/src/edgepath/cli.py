@@ -95,6 +95,10 @@ def serve(
                 raise typer.BadParameter(str(exc), param_hint="--model") from exc
     except ValidationError as exc:
         raise typer.BadParameter("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from exc
+    from edgepath.security import startup_problems  # security: missing/malformed key, cert or tokens files
+
+    if problems := startup_problems(settings):
+        raise typer.BadParameter("; ".join(problems))
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def run() -> None:
