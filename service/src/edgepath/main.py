@@ -220,7 +220,11 @@ class Service:
                 pass
         log.info(
             "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s)",
-            s.host, self.grpc_port, s.host, self.http_port, s.policy,
+            s.host,
+            self.grpc_port,
+            s.host,
+            self.http_port,
+            s.policy,
         )
         self._started.set()
         try:

@@ -142,7 +142,7 @@ class Settings(BaseSettings):
         10_000, ge=0, description="Outcomes buffered in memory while Redis is unreachable (more are dropped)"
     )
     outbox_max_decisions: int = Field(
-        100_000, ge=0, description="Decisions kept in memory while Redis is unreachable (for joins and flush)"
+        20_000, ge=0, description="Recent decisions each replica keeps in memory (joins and flush while Redis is away)"
     )
     outcome_claim_idle_ms: int = Field(
         30_000, ge=1, description="Pending outcomes idle this long are reclaimed from dead consumers (XAUTOCLAIM)"

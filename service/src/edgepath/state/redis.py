@@ -140,7 +140,7 @@ class RedisStore:
         decision_ttl_s: float = 3600.0,
         socket_timeout_s: float = 1.0,
         outbox_max_outcomes: int = 10_000,
-        outbox_max_decisions: int = 100_000,
+        outbox_max_decisions: int = 20_000,
         claim_idle_ms: int = 30_000,
         metrics: Metrics | None = None,
         reconnect_interval_s: float = 0.2,
