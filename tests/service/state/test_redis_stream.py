@@ -8,7 +8,6 @@ port (connections refused).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -105,7 +104,6 @@ async def test_degraded_mode_buffers_and_flushes(own_server: RedisServer, namesp
         assert await store.claim_outcome(outcome(before)) is ClaimResult.NEW
         own_server.pause()
         during = decision("during-outage")
-        started = time.monotonic()
         await store.put_decision(during, 60)  # times out once, then works from memory
         assert store.degraded
         assert await store.ping() is False
@@ -116,7 +114,6 @@ async def test_degraded_mode_buffers_and_flushes(own_server: RedisServer, namesp
         assert await store.claim_outcome(outcome(before)) is ClaimResult.DUPLICATE  # claimed before the outage
         assert await store.claim_outcome(outcome(decision("nobody-knows"))) is ClaimResult.UNKNOWN
         assert store.status()["outbox_outcomes"] == 1
-        assert time.monotonic() - started < 3.0  # one timeout, not one per call
         own_server.resume()
 
         async def recovered() -> bool:
