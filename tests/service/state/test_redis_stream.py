@@ -209,3 +209,19 @@ async def test_fail_fast_client_follows_degraded_mode(own_server: RedisServer, n
     finally:
         own_server.resume()
         await store.close()
+
+
+async def test_idle_empty_consumers_are_pruned(stores: Callable[..., RedisStore]) -> None:
+    store = stores(claim_idle_ms=50)
+    d = decision("prune")
+    await store.put_decision(d, 60)
+    await store.claim_outcome(outcome(d))
+    assert await store.read_outcomes("old-trainer", 10, 0)  # holds one pending entry
+    assert await store.read_outcomes("empty-trainer", 10, 0) == []  # registered, holds nothing
+
+    async def pruned() -> bool:
+        return await store.prune_consumers(keep="me") == 1
+
+    await wait_for(pruned)  # once idle > 50 ms: only the consumer with nothing pending goes
+    names = {c["name"] for c in await store.redis.xinfo_consumers(store.stream, "trainers")}
+    assert names == {b"old-trainer"}

@@ -415,6 +415,21 @@ class RedisStore:
         await pipe.execute()
         self.acked(entry_ids)
 
+    async def prune_consumers(self, keep: str) -> int:
+        """Delete consumers (other than ``keep``) with nothing pending, idle longer than ``claim_idle_ms``.
+
+        Dead trainers leave their names in the group; their pending entries are reclaimed first
+        (``XAUTOCLAIM``), after which this removes the empty names. Returns how many were deleted.
+        """
+        await self._ensure_group()
+        deleted = 0
+        for info in await self.redis.xinfo_consumers(self.stream, GROUP):
+            name = info["name"].decode() if isinstance(info["name"], bytes) else str(info["name"])
+            if name != keep and int(info["pending"]) == 0 and int(info["idle"]) > self.claim_idle_ms:
+                await self.redis.xgroup_delconsumer(self.stream, GROUP, name)
+                deleted += 1
+        return deleted
+
     async def pending_count(self) -> int:
         """Outcomes delivered to some consumer and not yet acknowledged."""
         await self._ensure_group()

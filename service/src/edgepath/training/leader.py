@@ -120,6 +120,7 @@ class TrainerRole:
             try:
                 await self._sync_from_snapshot()
                 self.store.forget_inflight()
+                await self.store.prune_consumers(keep=self.consumer)
                 trainer = OnlineTrainer(
                     self.store, self.registry, self.batch_size, consumer=self.consumer, publisher=self._publish
                 )
