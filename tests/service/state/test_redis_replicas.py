@@ -11,8 +11,10 @@ Three phases, 200 outcomes in all (4 refits of 50):
    ``duplicate``) and the model counts every outcome exactly once;
 3. redis-server is stopped while decisions and outcomes keep arriving, then restarted on the same
    port with its append-only file: decisions keep flowing, ``/readyz`` reports the degraded state,
-   and the buffered outcomes reach the model after Redis returns. (A *hung* Redis — SIGSTOP, every
-   command waits for the socket timeout — is covered at store level in ``test_redis_stream.py``.)
+   and the buffered outcomes reach the model after Redis returns (the outage lasts until the trainer
+   has stepped down for want of lock renewals; it takes the lock again and trains on them). A *hung*
+   Redis (SIGSTOP: every command waits for the socket timeout) is covered in ``test_redis_stream.py``
+   and ``test_degraded_service.py``.
 
 Measured figures (counts, versions, hot-swap delay) are printed (run with ``-s``).
 """
@@ -301,6 +303,9 @@ def test_two_replicas_one_trainer_nothing_lost(cluster: Cluster) -> None:
                 resp = client.http.get(f"{replica.url}/readyz")
                 if resp.status_code == 503 and resp.json()["degraded"]:
                     degraded_seen.add(replica.name)
+        # Keep Redis away until the trainer has noticed too (its lock renewal failed for 0.8 × TTL and it
+        # stepped down): a few seconds, ended by an observable event; it must re-take the lock afterwards.
+        wait_until(lambda: "stepping down" in trainer.log.read_text(), 20, what="the trainer to step down")
         paused_for_s = time.monotonic() - paused_at
     finally:
         cluster.redis.start()  # same port, same append-only file
