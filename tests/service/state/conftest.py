@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from redis_helpers import REDIS_SERVER, RedisServer
+
+from state.redis_helpers import REDIS_SERVER, RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ from edgepath.settings import Settings
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from redis_helpers import REDIS_SERVER, RedisServer
+
+from state.redis_helpers import REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.redis
 

@@ -37,7 +37,8 @@ import httpx
 import pytest
 from edgepath.training.snapshots import loads_verified
 from redis import Redis
-from redis_helpers import REDIS_SERVER, RedisServer, wait_until
+
+from state.redis_helpers import REDIS_SERVER, RedisServer, wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -19,7 +19,8 @@ from edgepath.state.base import ClaimResult
 from edgepath.state.redis import RedisStore
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis_helpers import REDIS_SERVER, RedisServer, decision, outcome
+
+from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome
 
 pytestmark = pytest.mark.redis
 

@@ -16,7 +16,8 @@ from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
 from edgepath.training.snapshots import DEV_HMAC_KEY
 from pydantic import ValidationError
-from redis_helpers import RedisServer
+
+from state.redis_helpers import RedisServer
 
 CONTEXT = {
     "device_id": "phone-1",

@@ -18,7 +18,8 @@ from edgepath.training.leader import TrainerRole
 from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError, to_sample
 from edgepath.training.snapshots import SnapshotFollower, SnapshotRejectedError, SnapshotStore, dumps, sign
 from edgepath.types import AccessType
-from redis_helpers import RedisServer, decision, outcome
+
+from state.redis_helpers import RedisServer, decision, outcome
 
 pytestmark = pytest.mark.redis
 KEY = b"test-key-0123456789"

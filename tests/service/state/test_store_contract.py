@@ -11,7 +11,8 @@ import pytest
 from edgepath.state.base import ClaimResult, StateStore
 from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
-from redis_helpers import decision, outcome
+
+from state.redis_helpers import decision, outcome
 
 KINDS = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
 
