@@ -58,6 +58,12 @@ def _options(parser: Any) -> None:
         default=os.environ.get("EDGEPATH_TOKEN", ""),
         help="Bearer token sent by every device (when the service requires authentication)",
     )
+    parser.add_argument(
+        "--device-id",
+        default=os.environ.get("EDGEPATH_DEVICE_ID", ""),
+        help="Use this device_id for every request (the identity --edgepath-token authenticates); default: "
+        "a fleet of generated ids (needs a service without authentication, e.g. on loopback)",
+    )
     parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
     parser.add_argument(
         "--final-stats-file",
@@ -102,7 +108,9 @@ class _DeviceStream:
 
     def _new_device(self) -> Device:
         self._generation += 1
-        device_id = f"loadtest-{self._transport}-{os.getpid()}-{self._uid}-{self._generation}"
+        opts = _options_of(self.environment)  # type: ignore[attr-defined]
+        fixed = opts.device_id if opts else ""
+        device_id = fixed or f"loadtest-{self._transport}-{os.getpid()}-{self._uid}-{self._generation}"
         return Device(device_id, random.Random(self._rng.random()), self._pool)
 
     def _current_device(self) -> Device:

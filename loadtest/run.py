@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--http", help="Base URL of a running service's REST server")
     p.add_argument("--grpc", help="host:port of a running service's gRPC server")
     p.add_argument("--token", default=os.environ.get("EDGEPATH_TOKEN", ""), help="Bearer token of the devices")
+    p.add_argument("--device-id", default="", help="The device the token authenticates (all users use it)")
     p.add_argument("--user-class", action="append", default=[], help="Only these users (RestDevice, GrpcDevice)")
     args = p.parse_args(argv)
     if bool(args.http) != bool(args.grpc):
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             "WARNING",
             *args.user_class,
         ]
-        env = {**os.environ, "EDGEPATH_TOKEN": args.token}
+        env = {**os.environ, "EDGEPATH_TOKEN": args.token, "EDGEPATH_DEVICE_ID": args.device_id}
         try:
             rc = subprocess.call(cmd, env=env, cwd=ROOT)
         finally:

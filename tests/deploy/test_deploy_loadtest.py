@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deploy_helpers import ROOT
+from deploy_helpers import ROOT, VENV_BIN, served
 
 sys.path.insert(0, str(ROOT / "loadtest"))
 import workload
@@ -88,3 +88,45 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         assert data[transport]["service_rps"] > 0 and data[transport]["echo_rps"] > 0
         assert data[transport]["ratio"] == pytest.approx(data[transport]["service_rps"] / data[transport]["echo_rps"])
         assert data[transport]["errors"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_locust_users_authenticate_with_a_device_token(tmp_path: Path) -> None:
+    """Against a service that requires tokens: both users send the bearer token and pass."""
+    tokens = tmp_path / "tokens.json"
+    added = subprocess.run(
+        [str(VENV_BIN / "edgepath"), "tokens", "add", "phone-7", "--file", str(tokens)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    token = added.stdout.strip().splitlines()[-1]
+    out = tmp_path / "report"
+    with served(tmp_path, env={"EDGEPATH_AUTH_TOKENS_FILE": str(tokens)}) as ports:
+        base = [
+            sys.executable,
+            str(ROOT / "loadtest" / "run.py"),
+            "--http",
+            f"http://127.0.0.1:{ports['http_port']}",
+            "--grpc",
+            f"127.0.0.1:{ports['grpc_port']}",
+            "--users",
+            "2",
+            "--duration",
+            "6s",
+            "--device-decisions-per-s",
+            "2",
+            "--out",
+            str(out),
+        ]
+        refused = subprocess.run([*base, "--device-id", "phone-7"], capture_output=True, text=True, timeout=200)
+        assert refused.returncode == 1, "without the token every call must fail"
+        proc = subprocess.run(
+            [*base, "--device-id", "phone-7", "--token", token], capture_output=True, text=True, timeout=200
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    final = json.loads((out / "edgepath_final.json").read_text())
+    assert final["Aggregated"]["requests"] > 0 and final["Aggregated"]["failures"] == 0
+    assert final["REST Recommend"]["requests"] > 0 and final["gRPC Recommend"]["requests"] > 0
