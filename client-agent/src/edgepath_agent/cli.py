@@ -86,6 +86,19 @@ def run(
     backend: Annotated[Optional[str], typer.Option(help="command (ip/sysctl, default) or netlink (pyroute2)")] = None,
     cc_profile: Annotated[Optional[str], typer.Option(help="throughput, latency, coupled or default")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (default: until SIGTERM)")] = None,
+    ca_file: Annotated[
+        Optional[Path], typer.Option(help="CA bundle that signed the service's certificate (grpcs:// / https://)")
+    ] = None,
+    cert_file: Annotated[Optional[Path], typer.Option(help="Device certificate for mTLS (with --key-file)")] = None,
+    key_file: Annotated[
+        Optional[Path], typer.Option(help="Device private key for mTLS; refused if readable by group/others")
+    ] = None,
+    token: Annotated[
+        Optional[str], typer.Option(help="Bearer token for the service (visible in ps: prefer --token-file)")
+    ] = None,
+    token_file: Annotated[
+        Optional[Path], typer.Option(help="File holding the bearer token; refused if readable by group/others")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Log level")] = "INFO",
 ) -> None:
     """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore)."""
@@ -109,8 +122,14 @@ def run(
             backend="dry-run" if dry_run else backend,
             netns=netns,
             cc_profile=cc_profile,
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            token=token,
+            token_file=token_file,
         )
-    except (ValidationError, ValueError) as exc:
+        cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
+    except (ValidationError, ValueError, PermissionError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     done = run_daemon(cfg, max_steps=steps)
     typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")

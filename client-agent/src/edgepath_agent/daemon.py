@@ -36,7 +36,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgepath_agent.applier import Applied, Applier, ApplierConfig, ApplyError, CommandBackend, DryRunBackend, Journal
+from edgepath_agent.applier import (
+    Applied,
+    Applier,
+    ApplierConfig,
+    ApplyError,
+    CommandBackend,
+    DryRunBackend,
+    Journal,
+    RejectedRecommendation,
+)
 from edgepath_agent.client import ServiceClient, ServiceError, connect_failover, is_transient
 from edgepath_agent.collector import (
     Collector,
@@ -48,6 +57,7 @@ from edgepath_agent.collector import (
     merge_contexts,
 )
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
+from edgepath_agent.safety import ClientCredentials, check_key_file
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +102,37 @@ class AgentConfig(BaseModel):
         "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
     )
     history_samples: int = Field(20, ge=0, le=64, description="Measured samples per interface sent for MLPM")
+    ca_file: Path | None = Field(None, description="CA bundle that signed the service's certificate (TLS verification)")
+    cert_file: Path | None = Field(None, description="Device certificate for mTLS (with key_file)")
+    key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
+    token: str | None = Field(None, min_length=1, description="Bearer token for the service (prefer token_file)")
+    token_file: Path | None = Field(None, description="File holding the bearer token; must not be readable by others")
+
+    def credentials(self) -> ClientCredentials | None:
+        """TLS/token settings for the service client, ``None`` when none are configured.
+
+        Raises
+        ------
+        ValueError
+            When a file is missing, ``cert_file``/``key_file`` come alone, or both
+            ``token`` and ``token_file`` are set.
+        PermissionError
+            When ``key_file`` or ``token_file`` is readable by group/others.
+        """
+        if not any((self.ca_file, self.cert_file, self.key_file, self.token, self.token_file)):
+            return None
+        for name in ("ca_file", "cert_file", "key_file", "token_file"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: {path} is not a readable file")
+        if self.token and self.token_file:
+            raise ValueError("give token or token_file, not both")
+        token = self.token
+        if self.token_file is not None:
+            token = check_key_file(self.token_file).read_text().strip()
+            if not token:
+                raise ValueError(f"token_file: {self.token_file} is empty")
+        return ClientCredentials(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token)
 
     def applier_config(self) -> ApplierConfig:
         return ApplierConfig(
@@ -258,7 +299,11 @@ class Agent:
                     raise
                 log.warning("service unreachable (%s): keeping the last applied configuration", exc)
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
-        applied = self.applier.apply(rec)
+        try:
+            applied = self.applier.apply(rec)
+        except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
+            log.error("keeping the last applied configuration: %s", exc)
+            return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
         measured = self.measure(applied.primary)
         if measured is not None:
@@ -352,7 +397,7 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
         StaticCollector(config.interfaces),
         kernel,
     ]
-    client = connect_failover(config.service, config.timeout_s, config.attempts)
+    client = connect_failover(config.service, config.timeout_s, config.attempts, credentials=config.credentials())
     return Agent(config, client, applier, collectors)
 
 

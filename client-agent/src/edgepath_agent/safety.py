@@ -120,54 +120,99 @@ def check_argv(argv: object) -> list[str]:
 
 @dataclass(frozen=True)
 class SafeDecision:
-    """The part of a recommendation the applier may act on, validated against this device."""
+    """The part of a recommendation the applier may act on, validated against this device.
+
+    ``address`` is the primary path's source address when the recommendation names one
+    (one of the device's own on ``primary``); ``None`` otherwise.
+    """
 
     primary: str
     weights: dict[str, float] = field(default_factory=dict)
     congestion_control: str | None = None
+    address: str | None = None
+
+
+def _weight_items(recommendation: Mapping[str, Any]) -> list[object]:
+    """The ``{interface, weight}`` items of every weight shape a recommendation may carry (unvalidated)."""
+    items: list[object] = []
+    scheduler = recommendation.get("scheduler")
+    if isinstance(scheduler, Mapping):
+        for key in ("weights", "subflows"):  # service's SchedulerAdvice.weights; older ``subflows``
+            raw = scheduler.get(key) or []
+            if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
+                raise UnsafeDecision(f"scheduler.{key} must be a list")
+            items += list(raw)
+    flat = recommendation.get("scheduler_weights")
+    if isinstance(flat, Mapping):
+        items += [{"interface": k, "weight": v} for k, v in flat.items()]
+    elif isinstance(flat, Sequence) and not isinstance(flat, (str, bytes)):
+        items += list(flat)
+    elif flat is not None:
+        raise UnsafeDecision("scheduler_weights must be a list or a mapping")
+    return items
 
 
 def safe_decision(
     recommendation: Mapping[str, Any],
     own_interfaces: Iterable[str],
     allowed_cc: Iterable[str] | None = None,
+    own_addresses: Mapping[str, Sequence[str]] | None = None,
 ) -> SafeDecision:
     """Validate a recommendation (REST JSON shape) against this device; raises :class:`UnsafeDecision`.
 
-    Reads ``primary_path.interface``, ``scheduler.subflows[].{interface, weight}``
+    Reads ``primary_path.{interface, address}``, the scheduler weights
+    (``scheduler.weights[]`` / ``scheduler.subflows[]`` of ``{interface, weight}``,
+    or ``scheduler_weights`` as such a list or a mapping), ``sysctls`` (a mapping),
     and ``congestion.{mptcp_level, subflow_level}`` / ``congestion_control``;
-    ignores everything else. Interfaces must be the device's own, weights finite
-    in [0, 1], the congestion control one the kernel allows.
+    ignores everything else. Interfaces must be the device's own, an address one
+    of ``own_addresses`` on the primary interface, weights finite in [0, 1],
+    sysctl keys allowlisted (:data:`SYSCTL_ALLOWLIST`), congestion-control names
+    of the kernel's shape. A well-formed congestion control the kernel does not
+    allow (``allowed_cc``) is skipped for the next advice, not refused (the
+    applier then falls back by profile).
     """
+    if not isinstance(recommendation, Mapping):
+        raise UnsafeDecision("recommendation must be a mapping")
     own = set(own_interfaces)
     primary_path = recommendation.get("primary_path")
     if not isinstance(primary_path, Mapping):
         raise UnsafeDecision("recommendation has no primary_path")
     primary = check_own_interface(primary_path.get("interface"), own)
+    address = None
+    if primary_path.get("address") is not None:
+        address = check_own_address(primary_path.get("address"), own_addresses or {}, interface=primary)
     weights: dict[str, float] = {}
-    scheduler = recommendation.get("scheduler")
-    if isinstance(scheduler, Mapping):
-        for sub in scheduler.get("subflows") or []:
-            name = check_own_interface(sub.get("interface"), own)
-            w = sub.get("weight")
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or not 0 <= w <= 1:
-                raise UnsafeDecision(f"weight of {name} must be a number in [0, 1], got {w!r}")
-            weights[name] = float(w)
-    cc = None
-    advice = recommendation.get("congestion")
+    for sub in _weight_items(recommendation):
+        if not isinstance(sub, Mapping):
+            raise UnsafeDecision("a scheduler weight must be an {interface, weight} object")
+        name = check_own_interface(sub.get("interface"), own)
+        if sub.get("address") is not None:
+            check_own_address(sub.get("address"), own_addresses or {}, interface=name)
+        w = sub.get("weight")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or not 0 <= w <= 1:
+            raise UnsafeDecision(f"weight of {name} must be a number in [0, 1], got {w!r}")
+        weights[name] = float(w)
     candidates: list[object] = []
+    sysctls = recommendation.get("sysctls")
+    if sysctls is not None:
+        if not isinstance(sysctls, Mapping):
+            raise UnsafeDecision("sysctls must be a mapping")
+        for key, value in sysctls.items():
+            check_sysctl(key, value)  # allowlist and shape; only the congestion control is acted on
+            if key == "net.ipv4.tcp_congestion_control":
+                candidates.append(value)
+    advice = recommendation.get("congestion")
     if isinstance(advice, Mapping):
         candidates += [advice.get(k) for k in ("mptcp_level", "subflow_level") if advice.get(k)]
     if recommendation.get("congestion_control"):
         candidates.append(recommendation["congestion_control"])
-    allowed = None if allowed_cc is None else list(allowed_cc)
+    allowed = None if allowed_cc is None else set(allowed_cc)
+    cc = None
     for candidate in candidates:
-        try:
-            cc = check_sysctl("net.ipv4.tcp_congestion_control", candidate, allowed)[1]
-            break
-        except UnsafeDecision:
-            continue
-    return SafeDecision(primary, weights, cc)
+        value = check_sysctl("net.ipv4.tcp_congestion_control", candidate)[1]  # malformed: refuse
+        if cc is None and (allowed is None or value in allowed):
+            cc = value
+    return SafeDecision(primary, weights, cc, address)
 
 
 def check_key_file(path: Path | str) -> Path:

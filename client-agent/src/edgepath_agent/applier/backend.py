@@ -18,7 +18,9 @@ op                      arguments
 plus ``read_state(sysctl_keys)`` and ``read_addresses()``.
 
 * :class:`CommandBackend` runs ``ip``/``sysctl`` (iproute2), optionally inside a
-  network namespace; it is the primary backend.
+  network namespace; it is the primary backend. Every argv passes
+  :func:`edgepath_agent.safety.check_argv` right before it is executed (a list for
+  ``ip``/``sysctl`` only; never a shell string).
 * :class:`DryRunBackend` prints the argv it would run and tracks the resulting state
   with :func:`~edgepath_agent.applier.state.simulate` (so plans, journal and
   rollback are exercised without privileges).
@@ -35,6 +37,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, TextIO
 
+from edgepath_agent import safety
 from edgepath_agent.applier import commands
 from edgepath_agent.applier.state import (
     NetState,
@@ -101,7 +104,14 @@ class CommandBackend:
         self.executed: list[list[str]] = []
 
     def _exec(self, argv: list[str]) -> str:
-        full = commands.in_netns(argv, self.netns)
+        """Run ``argv`` (in ``netns``) through the runner.
+
+        Raises
+        ------
+        edgepath_agent.safety.UnsafeDecision
+            When ``argv`` is not a list for ``ip``/``sysctl`` (nothing is run).
+        """
+        full = safety.check_argv(commands.in_netns(argv, self.netns) if isinstance(argv, list) else argv)
         log.debug("run %s", " ".join(full))
         return self._run(full)
 
@@ -170,7 +180,7 @@ class DryRunBackend:
     def ops(self) -> dict[str, Callable[..., None]]:
         def make(op: str) -> Callable[..., None]:
             def call(**args: Any) -> None:
-                argv = commands.in_netns(commands.argv_for(op, args), self.netns)
+                argv = safety.check_argv(commands.in_netns(commands.argv_for(op, args), self.netns))
                 if self.fail_on is not None and self.fail_on(op, args):
                     raise BackendError(argv, 2, "injected failure (dry run)")
                 self.state = simulate(self.state, op, args)

@@ -19,6 +19,14 @@ What it sets (DESIGN.md "Device side"; issue 5):
   namespace cannot select what the host has not allowed); the recommended one if
   allowed, else the first allowed of the profile's fallback list.
 
+**Only typed, validated fields are applied.** Before anything is read into a plan,
+:func:`edgepath_agent.safety.safe_decision` checks the recommendation against this
+device (interfaces and addresses its own, sysctls allowlisted, congestion-control
+names well formed); the resulting plan is checked again (endpoint addresses on
+their interface, sysctl keys/values allowlisted). A refused recommendation raises
+:class:`RejectedRecommendation` before any change: the journal is not begun and
+the configuration stays as it is.
+
 Every operation goes through the backend's ops table and into the :class:`Journal`;
 :meth:`Applier.rollback` restores the journal's snapshot exactly (endpoint ids,
 flags, limits, routes, sysctls).
@@ -31,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from edgepath_agent import safety
 from edgepath_agent.applier import commands
 from edgepath_agent.applier.backend import Backend
 from edgepath_agent.applier.journal import Journal
@@ -52,6 +61,10 @@ CC_PROFILES: dict[str, tuple[str, ...]] = {
 
 class ApplyError(RuntimeError):
     """A recommendation could not be applied (the state may be partly changed: roll back)."""
+
+
+class RejectedRecommendation(ApplyError):
+    """A recommendation refused by the safety checks; nothing was changed (keep the current configuration)."""
 
 
 def choose_cc(recommended: str | Sequence[str] | None, profile: str, allowed: Sequence[str]) -> str | None:
@@ -234,31 +247,72 @@ class Applier:
     def read_state(self) -> NetState:
         return self.backend.read_state(self.config.sysctl_keys)
 
+    @staticmethod
+    def own_interfaces(state: NetState, addresses: Mapping[str, Sequence[str]]) -> set[str]:
+        """This device's interfaces as the backend sees them (with an address, a default route or an endpoint)."""
+        return set(addresses) | {r.dev for r in state.default_routes} | {e.dev for e in state.endpoints if e.dev}
+
     def apply(self, recommendation: Mapping[str, Any]) -> Applied:
         """Make the kernel state match ``recommendation`` (idempotent: no-op when it already does).
 
+        Only the fields :func:`edgepath_agent.safety.safe_decision` validates are used.
+
         Raises
         ------
+        RejectedRecommendation
+            When the safety checks refuse the recommendation (logged; nothing changed).
         ApplyError
             When the recommendation can't be applied or a command fails (the journal
             keeps the snapshot: call :meth:`rollback`).
         """
-        primary = str(recommendation["primary_path"]["interface"])
-        weights = scheduler_weights(recommendation)
+        current = self.read_state()
+        addresses = self.backend.read_addresses()
+        decision_id = recommendation.get("decision_id") if isinstance(recommendation, Mapping) else None
+        try:
+            decision = safety.safe_decision(
+                recommendation, self.own_interfaces(current, addresses), self.allowed_cc, own_addresses=addresses
+            )
+        except safety.UnsafeDecision as exc:
+            log.error("refused decision %s: %s; configuration left unchanged", decision_id, exc)
+            raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
         cc = (
-            choose_cc(recommended_cc(recommendation), self.config.cc_profile, self.allowed_cc)
+            choose_cc(decision.congestion_control, self.config.cc_profile, self.allowed_cc)
             if self.config.manage_cc
             else None
         )
-        current = self.read_state()
-        desired = desired_state(current, self.backend.read_addresses(), self.config, primary, weights, cc)
+        desired = desired_state(current, addresses, self.config, decision.primary, decision.weights, cc)
         plan = diff(current, desired)
+        try:
+            self._check_plan(plan, addresses)
+        except safety.UnsafeDecision as exc:
+            log.error("refused decision %s (plan check): %s; configuration left unchanged", decision_id, exc)
+            raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
         if len(plan):
             self.journal.begin(current)
             self._execute(plan, current)
         backup = tuple(sorted(e.dev or e.address for e in desired.endpoints if "backup" in e.flags))
-        self.last = Applied(primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
+        self.last = Applied(decision.primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
         return self.last
+
+    def _check_plan(self, plan: Plan, addresses: Mapping[str, Sequence[str]]) -> None:
+        """Second line of defence: every step names the device's own addresses and allowlisted sysctls.
+
+        Raises
+        ------
+        edgepath_agent.safety.UnsafeDecision
+            For the first step that does not.
+        """
+        for op, args in plan.steps:
+            if op == "endpoint_add":
+                ep = args["endpoint"]
+                if ep.dev is not None:
+                    safety.validate_interface_name(ep.dev)
+                safety.check_own_address(ep.address, addresses, interface=ep.dev)
+            elif op in ("route_add", "route_delete"):
+                safety.validate_interface_name(args["route"].dev)
+            elif op == "sysctl_set":
+                allowed = self.allowed_cc if args["key"] == CC_SYSCTL else None
+                safety.check_sysctl(args["key"], args["value"], allowed)
 
     def rollback(self) -> Plan:
         """Restore the journal's snapshot exactly; a no-op without one.

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from edgepath_agent import safety
 from edgepath_agent.applier import commands
 from edgepath_agent.applier.backend import Runner, run_checked
 from edgepath_agent.applier.state import ENDPOINT_FLAGS, Endpoint, NetState, Route
@@ -169,7 +170,7 @@ class NetlinkBackend:
     def _sysctl_get(self, key: str) -> str:
         if self.netns is None:
             return Path("/proc/sys", *key.split(".")).read_text().strip()
-        return self._run(commands.in_netns(commands.sysctl_get(key), self.netns)).strip()
+        return self._run(safety.check_argv(commands.in_netns(commands.sysctl_get(key), self.netns))).strip()
 
     # ---------------------------------------------------------------- ops
 
@@ -246,4 +247,4 @@ class NetlinkBackend:
         if self.netns is None:
             Path("/proc/sys", *key.split(".")).write_text(f"{value}\n")
         else:
-            self._run(commands.in_netns(commands.sysctl_set(key, value), self.netns))
+            self._run(safety.check_argv(commands.in_netns(commands.sysctl_set(key, value), self.netns)))
