@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -149,11 +150,16 @@ def test_run_stops_cleanly_on_sigterm(tmp_path: Path, service):
         stderr=subprocess.PIPE,
         text=True,
     )
+    # Bound the wait: a watchdog kills the agent after 60 s, which closes stderr and ends the loop below
+    # (the test then fails on the return code instead of hanging).
+    watchdog = threading.Timer(60.0, proc.kill)
+    watchdog.start()
     try:
-        # Wait (bounded) until the loop has made at least one decision round, then stop it.
+        # Wait until the loop has made at least one decision round, then stop it.
         for line in proc.stderr:
             if "apply failed" in line or "decision" in line:
                 break
+        watchdog.cancel()
         os.kill(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
     finally:
