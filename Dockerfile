@@ -19,6 +19,7 @@ WORKDIR /src
 COPY requirements.txt ./
 COPY proto/ proto/
 COPY service/ service/
+COPY models/ models/
 COPY docker/ docker/
 ENV BUILD_NO_CACHE=1
 RUN docker/build-steps.sh build /opt/edgepath \

@@ -50,6 +50,11 @@ build() {
   "$prefix/venv/bin/python" -m compileall -q "$prefix/venv/lib" >/dev/null || true
   rm -f "$constraints"
   install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
+  # Shipped model artefacts (warm start: EDGEPATH_MODEL_PATH=$prefix/models/<name>).
+  if [ -d models ]; then
+    rm -rf "$prefix/models"
+    cp -r models "$prefix/models"
+  fi
   echo "build-steps: installed EdgePath into $prefix/venv"
 }
 
@@ -67,6 +72,11 @@ for mod in pkgutil.walk_packages(edgepath.__path__, "edgepath."):
     importlib.import_module(mod.name)
 PY
   [ -x "$prefix/healthcheck.py" ] || { echo "build-steps: $prefix/healthcheck.py missing" >&2; exit 1; }
+  for card in "$prefix"/models/*/card.json; do
+    [ -e "$card" ] || continue
+    ( cd "$(dirname "$card")" && sha256sum --quiet -c SHA256SUMS ) || {
+      echo "build-steps: $(dirname "$card") does not match its SHA256SUMS" >&2; exit 1; }
+  done
   # Tooling must not leak into the runtime image.
   if "$prefix/venv/bin/python" -c "import grpc_tools" 2>/dev/null; then
     echo "build-steps: grpcio-tools is installed in the runtime venv" >&2; exit 1

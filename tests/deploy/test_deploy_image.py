@@ -157,6 +157,10 @@ def test_build_steps_outside_docker_give_a_working_read_only_non_root_service(wo
     env = _runtime_env(prefix, scratch)
     # The image binds 0.0.0.0, which the service refuses without authentication configured; loopback here.
     env["EDGEPATH_HOST"] = "127.0.0.1"
+    # Warm start from the model artefact shipped in the image (dev profile: unsigned artefacts load).
+    shipped = sorted((prefix / "models").glob("*/model.pkl"))
+    if shipped:
+        env["EDGEPATH_MODEL_PATH"] = str(shipped[0].parent)
     as_user = _as_user()
     ready = scratch / "ready.json"
     server = subprocess.Popen(
@@ -208,5 +212,8 @@ def test_build_steps_outside_docker_give_a_working_read_only_non_root_service(wo
     finally:
         server.terminate()
         server.wait(30)
+    output = server.stdout.read().decode() if server.stdout else ""
+    if shipped:
+        assert "warm start from" in output, output[-3000:]
     # A stopped service is reported unhealthy.
     assert subprocess.run(health, env=check_env, timeout=60, check=False, capture_output=True).returncode == 1
