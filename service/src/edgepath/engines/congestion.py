@@ -38,6 +38,7 @@ assumes a stock mainline kernel offering :data:`MAINLINE_DEFAULT` and says so.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -153,13 +154,18 @@ def metrics_of(row: Sequence[float]) -> dict[str, float]:
     return m
 
 
+@functools.cache
 def table() -> dict[tuple[str, str], dict[str, float]]:
-    """Table 3 as ``{(mptcp_level, subflow_level): {metric: value}}``."""
+    """Table 3 as ``{(mptcp_level, subflow_level): {metric: value}}`` (computed once; treat as read-only)."""
     return {(mp, sf): metrics_of(row) for mp, sf, row in TABLE_3}
 
 
+@functools.cache
 def subflow_marginals() -> dict[str, dict[str, float]]:
-    """Per subflow-level algorithm, each metric averaged over the four MPTCP-level columns of Table 3."""
+    """Per subflow-level algorithm, each metric averaged over the four MPTCP-level columns of Table 3.
+
+    Computed once (the table is constant data); callers must treat the result as read-only.
+    """
     t = table()
     out: dict[str, dict[str, float]] = {}
     for sf in SUBFLOW_LEVEL:
