@@ -21,10 +21,25 @@ SHIPPED = Path(__file__).resolve().parents[2] / "models" / "primary-path-v1"
 CONTEXT: dict[str, Any] = {
     "device_id": "phone-warm",
     "interfaces": [
-        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0,
-         "frequency_mhz": 2437.0, "wifi_rssi_spread_db": 1.5, "max_link_speed_mbps": 300.0},
-        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0,
-         "rsrp_spread_db": 0.5, "channel_bandwidth_mhz": 20.0, "frequency_mhz": 1850.0},
+        {
+            "name": "wlan0",
+            "access_type": "WIFI",
+            "wifi_rssi_dbm": -61.0,
+            "link_speed_mbps": 144.0,
+            "frequency_mhz": 2437.0,
+            "wifi_rssi_spread_db": 1.5,
+            "max_link_speed_mbps": 300.0,
+        },
+        {
+            "name": "wwan0",
+            "access_type": "LTE",
+            "rsrp_dbm": -97.0,
+            "rsrq_db": -11.0,
+            "sinr_db": 8.0,
+            "rsrp_spread_db": 0.5,
+            "channel_bandwidth_mhz": 20.0,
+            "frequency_mhz": 1850.0,
+        },
     ],
 }
 
@@ -53,14 +68,22 @@ def test_new_context_fields_reach_the_features_identically_over_both_transports(
         seen[transport] = _features(warm, rec["decision_id"])
     assert seen["rest"] == seen["grpc"]
     x = dict(zip(FEATURE_NAMES, seen["rest"], strict=True))
-    for name in ("wifi.wifi_rssi_spread_db", "wifi.max_link_speed_mbps", "lte.rsrp_spread_db",
-                 "lte.channel_bandwidth_mhz", "lte.carrier_ghz", "lte.shannon_capacity_mbps"):
+    for name in (
+        "wifi.wifi_rssi_spread_db",
+        "wifi.max_link_speed_mbps",
+        "lte.rsrp_spread_db",
+        "lte.channel_bandwidth_mhz",
+        "lte.carrier_ghz",
+        "lte.shannon_capacity_mbps",
+    ):
         assert x[f"{name}.missing"] == 0.0, name
 
 
 def test_out_of_range_new_field_is_rejected_naming_it(warm: RunningService) -> None:
-    bad = {**CONTEXT, "interfaces": [{**CONTEXT["interfaces"][0], "wifi_rssi_spread_db": -1.0},
-                                     CONTEXT["interfaces"][1]]}
+    bad = {
+        **CONTEXT,
+        "interfaces": [{**CONTEXT["interfaces"][0], "wifi_rssi_spread_db": -1.0}, CONTEXT["interfaces"][1]],
+    }
     for url in (warm.http_url, warm.grpc_url):
         c = connect(url)
         try:

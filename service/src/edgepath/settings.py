@@ -189,7 +189,9 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
 
     class _FromFile(Settings):
         @classmethod
-        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):  # type: ignore[no-untyped-def,override]
+        def settings_customise_sources(  # type: ignore[no-untyped-def,override]
+            cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+        ):
             return (init_settings, env_settings, lambda: file_values)
 
     cli = {k: v for k, v in overrides.items() if v is not None}

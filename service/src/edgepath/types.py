@@ -340,6 +340,7 @@ class RecommendRequest(BaseModel):
                 raise ValueError(f"subflow_histories[{i}]: duplicate history for {hist.interface!r}")
             seen.add(hist.interface)
         return self
+
     # --- end issue 3 ---
 
     # --- issue 4 ---

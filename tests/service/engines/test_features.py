@@ -99,8 +99,10 @@ def test_bandwidth_sentinel_means_missing_channel_bandwidth() -> None:
 
 
 def test_all_missing_context_is_finite_and_flags_every_measurement() -> None:
-    bare = [InterfaceContext(name="wlan0", access_type=AccessType.WIFI),
-            InterfaceContext(name="wwan0", access_type=AccessType.LTE)]
+    bare = [
+        InterfaceContext(name="wlan0", access_type=AccessType.WIFI),
+        InterfaceContext(name="wwan0", access_type=AccessType.LTE),
+    ]
     x = context_features(bare)
     assert np.all(np.isfinite(x))
     wifi_lte_missing = [i for i in FEATURE_GROUPS["missing"] if FEATURE_NAMES[i].startswith(("wifi.", "lte."))]

@@ -23,9 +23,26 @@ def test_eval_primary_writes_report_and_plot(tmp_path: Path) -> None:
     wifi = _head(DATA / "wifi4.csv", tmp_path / "wifi.csv", 900)
     cell = _head(DATA / "4G.csv", tmp_path / "4g.csv", 1500)
     report, plot = tmp_path / "r.json", tmp_path / "p.png"
-    args = ["eval", "primary", "--train-wifi", str(wifi), "--train-cellular", str(cell), "--test-wifi", str(wifi),
-            "--test-cellular", str(cell), "--seeds", "1,2", "--test-fraction", "0.3",
-            "--report", str(report), "--plot", str(plot)]
+    args = [
+        "eval",
+        "primary",
+        "--train-wifi",
+        str(wifi),
+        "--train-cellular",
+        str(cell),
+        "--test-wifi",
+        str(wifi),
+        "--test-cellular",
+        str(cell),
+        "--seeds",
+        "1,2",
+        "--test-fraction",
+        "0.3",
+        "--report",
+        str(report),
+        "--plot",
+        str(plot),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     out = json.loads(report.read_text())
@@ -43,9 +60,24 @@ def test_eval_primary_writes_report_and_plot(tmp_path: Path) -> None:
 
 def test_eval_primary_rejects_bad_seeds(tmp_path: Path) -> None:
     wifi = _head(DATA / "wifi4.csv", tmp_path / "wifi.csv", 5)
-    args = ["eval", "primary", "--train-wifi", str(wifi), "--train-cellular", str(wifi), "--test-wifi", str(wifi),
-            "--test-cellular", str(wifi), "--seeds", "a,b", "--report", str(tmp_path / "r.json"),
-            "--plot", str(tmp_path / "p.png")]
+    args = [
+        "eval",
+        "primary",
+        "--train-wifi",
+        str(wifi),
+        "--train-cellular",
+        str(wifi),
+        "--test-wifi",
+        str(wifi),
+        "--test-cellular",
+        str(wifi),
+        "--seeds",
+        "a,b",
+        "--report",
+        str(tmp_path / "r.json"),
+        "--plot",
+        str(tmp_path / "p.png"),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code != 0 and "--seeds" in result.output
 
@@ -57,14 +89,38 @@ def test_train_offline_cli_with_a_decision_log_writes_a_loadable_artefact(tmp_pa
     wifi = _head(DATA / "wifi4.csv", tmp_path / "wifi.csv", 800)
     cell = _head(DATA / "4G.csv", tmp_path / "4g.csv", 1200)
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(
-        json.dumps({"features": [0.0] * N_FEATURES, "arms": ["WIFI", "LTE"], "arm_index": i % 2,
-                    "reward": int(i % 3 == 0), "propensity": 0.5}) + "\n"
-        for i in range(40)
-    ))
+    log.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "features": [0.0] * N_FEATURES,
+                    "arms": ["WIFI", "LTE"],
+                    "arm_index": i % 2,
+                    "reward": int(i % 3 == 0),
+                    "propensity": 0.5,
+                }
+            )
+            + "\n"
+            for i in range(40)
+        )
+    )
     out = tmp_path / "model"
-    args = ["train-offline", "--wifi", str(wifi), "--cellular", str(cell), "--decision-log", str(log),
-            "--out", str(out), "--eval-seeds", "1,2", "--epochs", "3", "--no-ablation"]
+    args = [
+        "train-offline",
+        "--wifi",
+        str(wifi),
+        "--cellular",
+        str(cell),
+        "--decision-log",
+        str(log),
+        "--out",
+        str(out),
+        "--eval-seeds",
+        "1,2",
+        "--epochs",
+        "3",
+        "--no-ablation",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     card = json.loads((out / "card.json").read_text())

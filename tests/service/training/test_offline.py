@@ -48,6 +48,7 @@ def trained(situations: tuple[list, list]):
 
 # --- IPS weighting on a hand-made log ---------------------------------------------------------------------------
 
+
 def _logged(arm: int, reward: int, p: float, x: float = 0.0) -> TrainingSample:
     features = [0.0] * N_FEATURES
     features[0] = x
@@ -90,8 +91,14 @@ def test_ips_weighting_corrects_the_logging_policy_bias() -> None:
 
 
 def test_decision_log_is_read_and_bad_lines_are_named(tmp_path: Path) -> None:
-    good = {"features": [0.0] * N_FEATURES, "arms": ["WIFI", "LTE"], "arm_index": 1, "reward": 1, "propensity": 0.2,
-            "decision_id": "d1"}
+    good = {
+        "features": [0.0] * N_FEATURES,
+        "arms": ["WIFI", "LTE"],
+        "arm_index": 1,
+        "reward": 1,
+        "propensity": 0.2,
+        "decision_id": "d1",
+    }
     path = tmp_path / "log.jsonl"
     path.write_text(json.dumps(good) + "\n\n")
     [sample] = read_decision_log(path)
@@ -114,6 +121,7 @@ def test_training_from_the_log_alone_works(situations: tuple[list, list]) -> Non
 
 # --- train -> save -> load -> identical decisions ---------------------------------------------------------------
 
+
 def test_train_save_load_gives_identical_decisions_and_keeps_learning(
     trained, situations: tuple[list, list], tmp_path: Path
 ) -> None:
@@ -129,8 +137,10 @@ def test_train_save_load_gives_identical_decisions_and_keeps_learning(
     assert np.array_equal(loaded.classifier.coef_, trained.classifier.coef_)
 
     # online learning continues from the offline oracles (partial_fit), identically on both copies
-    batch = [TrainingSample(c.features, c.arms, c.arm_index, int(s.throughput_mbps(c.access_type) >= 25), c.propensity)
-             for c, s in zip(b, test, strict=True)]
+    batch = [
+        TrainingSample(c.features, c.arms, c.arm_index, int(s.throughput_mbps(c.access_type) >= 25), c.propensity)
+        for c, s in zip(b, test, strict=True)
+    ]
     before = loaded.bandit._policies[ARMS]._oracles.algos[1].coef_.copy()
     assert loaded.bandit.update(batch) == len(batch)
     original.update(batch)
@@ -151,6 +161,7 @@ def test_warm_start_keeps_the_offline_coefficients(trained, situations: tuple[li
 
 
 # --- integrity --------------------------------------------------------------------------------------------------
+
 
 def _save(trained, directory: Path, key: bytes | None = None) -> Path:
     return save_artefact(directory, trained.bandit, trained.classifier, {"name": "x"}, "# x\n", hmac_key=key)
@@ -219,6 +230,7 @@ def test_serve_refuses_a_corrupted_model_with_a_clear_error(trained, tmp_path: P
 
 
 # --- the shipped model ------------------------------------------------------------------------------------------
+
 
 def test_shipped_model_loads_and_decides(situations: tuple[list, list]) -> None:
     art = load_artefact(SHIPPED)

@@ -307,9 +307,7 @@ class Situation:
         return self.wifi.throughput_mbps if access_type == AccessType.WIFI else self.cellular.throughput_mbps
 
 
-def pair_situations(
-    wifi: Sequence[Measurement], cellular: Sequence[Measurement], seed: int
-) -> list[Situation]:
+def pair_situations(wifi: Sequence[Measurement], cellular: Sequence[Measurement], seed: int) -> list[Situation]:
     """Pair every WiFi test with a random cellular test of its city (same ISP preferred); see module docstring."""
     rng = np.random.default_rng(seed)
     by_city: dict[str, list[Measurement]] = {}

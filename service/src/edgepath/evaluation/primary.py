@@ -95,18 +95,28 @@ class Split:
         test_users = {m.user_uid for m in self.test_wifi} | {m.user_uid for m in self.test_cellular}
         return {
             "method": self.method,
-            "train": {"wifi_tests": len(self.train_wifi), "cellular_tests": len(self.train_cellular),
-                      "users": len(train_users)},
-            "test": {"wifi_tests": len(self.test_wifi), "cellular_tests": len(self.test_cellular),
-                     "users": len(test_users)},
+            "train": {
+                "wifi_tests": len(self.train_wifi),
+                "cellular_tests": len(self.train_cellular),
+                "users": len(train_users),
+            },
+            "test": {
+                "wifi_tests": len(self.test_wifi),
+                "cellular_tests": len(self.test_cellular),
+                "users": len(test_users),
+            },
             "shared_users": len(train_users & test_users),
             "wifi_users": {"train": users(self.train_wifi), "test": users(self.test_wifi)},
         }
 
 
 def load_split(
-    train_wifi: Path, train_cellular: Path, test_wifi: Path, test_cellular: Path,
-    test_fraction: float = 0.25, salt: str = "edgepath-split-v1",
+    train_wifi: Path,
+    train_cellular: Path,
+    test_wifi: Path,
+    test_cellular: Path,
+    test_fraction: float = 0.25,
+    salt: str = "edgepath-split-v1",
 ) -> Split:
     """Read the four files and make the user-disjoint split (see module docstring)."""
     tw, tc = read_measurements(train_wifi, "wifi"), read_measurements(train_cellular, "cellular")
@@ -141,8 +151,9 @@ def ci95(values: Sequence[float]) -> float | None:
     return float(t.ppf(0.975, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
 
 
-def run_bandit(bandit: PrimaryPathBandit, stream: Sequence[Situation], threshold_mbps: float,
-               batch_size: int = 50) -> np.ndarray:
+def run_bandit(
+    bandit: PrimaryPathBandit, stream: Sequence[Situation], threshold_mbps: float, batch_size: int = 50
+) -> np.ndarray:
     """Replay ``stream`` through ``bandit`` as the service would; returns the chosen arm index per round."""
     chosen = np.zeros(len(stream), dtype=np.int64)
     buffer: list[TrainingSample] = []
@@ -313,8 +324,18 @@ def plot(report: dict[str, Any], traces: dict[str, np.ndarray], path: Path) -> N
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
     pct = [policies[n]["pct_of_oracle"] for n in names]
     err = [policies[n]["pct_of_oracle_ci95"] or 0.0 for n in names]
-    colors = ["tab:green" if "warm" in n else "tab:blue" if "cold" in n else "tab:purple" if "vw" in n
-              else "tab:orange" if "offline" in n else "tab:gray" for n in names]
+    colors = [
+        "tab:green"
+        if "warm" in n
+        else "tab:blue"
+        if "cold" in n
+        else "tab:purple"
+        if "vw" in n
+        else "tab:orange"
+        if "offline" in n
+        else "tab:gray"
+        for n in names
+    ]
     ax1.barh(names, pct, xerr=err, color=colors, capsize=3)
     ax1.set_xlabel("mean throughput, % of oracle (mean ± 95% CI over seeds)")
     ax1.set_xlim(min(pct) - 10, 101)

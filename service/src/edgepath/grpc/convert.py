@@ -104,9 +104,7 @@ def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
 
 
 def ack_to_proto(ack: OutcomeAck) -> pb.OutcomeAck:
-    return pb.OutcomeAck(
-        decision_id=ack.decision_id, accepted=ack.accepted, duplicate=ack.duplicate, reward=ack.reward
-    )
+    return pb.OutcomeAck(decision_id=ack.decision_id, accepted=ack.accepted, duplicate=ack.duplicate, reward=ack.reward)
 
 
 # --- MLPM scheduler weights + congestion-control advice (issue 3) -------------------------------------------------

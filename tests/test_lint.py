@@ -1,0 +1,36 @@
+"""Code standards as tests: ruff (lint + format) on everything, mypy on the typed core (DESIGN.md conventions)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PYTHON_TREES = ["service", "client-agent", "tests", "scripts", "proto", "loadtest"]
+TYPED_CORE = [
+    "service/src/edgepath/engines",
+    "service/src/edgepath/plane.py",
+    "service/src/edgepath/state",
+    "service/src/edgepath/training",
+]
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_lint_is_clean() -> None:
+    out = _run(str(BIN / "ruff"), "check", "--output-format", "concise", *PYTHON_TREES)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_format_is_clean() -> None:
+    out = _run(str(BIN / "ruff"), "format", "--check", *PYTHON_TREES)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_on_engines_plane_state_training() -> None:
+    out = _run(str(BIN / "mypy"), *TYPED_CORE)
+    assert out.returncode == 0, out.stdout + out.stderr
