@@ -94,6 +94,10 @@ class GrpcServiceClient:
         pp["arms"] = [_ACCESS_FROM_PROTO.get(a, a) for a in pp.get("arms", [])]
         out["model_version"] = int(out["model_version"])
         out["decided_at_unix_ms"] = int(out["decided_at_unix_ms"])
+        if "congestion" in out:  # enum names as REST spells them: "BULK", not "APPLICATION_PROFILE_BULK"
+            out["congestion"]["profile"] = str(out["congestion"].get("profile", "")).removeprefix(
+                "APPLICATION_PROFILE_"
+            )
         return out
 
     def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
