@@ -16,67 +16,20 @@ status is locust's (1 when any request failed). A service started here binds
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 _VENV_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
 if _VENV_PYTHON.exists() and Path(sys.prefix).resolve() != _VENV_PYTHON.parent.parent.resolve():
     os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])  # run inside the project's venv
 
+from edgepath.launch import start_serve, stop_serve  # noqa: E402  (after the re-exec into the venv)
+
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-
-
-def start_service(
-    workdir: Path, log_path: Path, extra_env: dict[str, str]
-) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
-    """Start ``edgepath serve`` on free loopback ports; return the process and its ready-file contents."""
-    ready = workdir / "ready.json"
-    log = open(log_path, "wb")  # the child keeps its own descriptor
-    proc = subprocess.Popen(
-        [
-            str(VENV_BIN / "edgepath"),
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--grpc-port",
-            "0",
-            "--http-port",
-            "0",
-            "--ready-file",
-            str(ready),
-            "--log-level",
-            "WARNING",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, **extra_env},
-    )
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited ({proc.returncode}); see {log_path}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError("service did not become ready within 120 s")
-        time.sleep(0.1)
-    return proc, json.loads(ready.read_text())
-
-
-def stop_service(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.http:
             http, grpc_target = args.http, args.grpc
         else:
-            proc, ports = start_service(Path(tmp), args.out / "service.log", {})
+            proc, ports = start_serve(Path(tmp) / "ready.json", args.out / "service.log", "--log-level", "WARNING")
             http, grpc_target = f"http://127.0.0.1:{ports['http_port']}", f"127.0.0.1:{ports['grpc_port']}"
             print(f"loadtest: started service pid {proc.pid}: {http}, grpc {grpc_target}", flush=True)
         cmd = [
@@ -139,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             rc = subprocess.call(cmd, env=env, cwd=ROOT)
         finally:
             if proc is not None:
-                stop_service(proc)
+                stop_serve(proc)
     print(f"loadtest: reports in {args.out} (exit {rc})")
     return rc
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from edgepath.launch import ServeError, serve_command, start_serve, stop_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
@@ -31,35 +31,6 @@ SEED = int(os.environ.get("EDGEPATH_DEMO_SEED", "7"))
 MODEL = ROOT / "models" / "primary-path-v1"
 
 
-def start_service(ready: Path, log_path: Path, model: Path | None = None) -> subprocess.Popen[bytes]:
-    ready.unlink(missing_ok=True)
-    cmd = [
-        str(BIN / "edgepath"),
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--ready-file",
-        str(ready),
-    ]
-    if model is not None:
-        cmd += ["--model", str(model)]
-    print("$", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.Popen(cmd, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        if proc.poll() is not None:
-            sys.exit(f"service exited with {proc.returncode}; see {log_path}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            sys.exit(f"service did not become ready in 60 s; see {log_path}")
-        time.sleep(0.1)
-    return proc
-
-
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     ready, log_path = OUT / "service.ready.json", OUT / "service.log"
@@ -67,9 +38,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="EdgePath demo")
     parser.add_argument("--model", default=str(MODEL), help="model artefact to start from, or 'none' (cold start)")
     model = None if parser.parse_args().model == "none" else Path(parser.parse_args().model)
-    proc = start_service(ready, log_path, model)
+    extra = ["--model", str(model)] if model is not None else []
+    print("$", " ".join(serve_command(ready, *extra)[1:]).replace(str(ROOT) + "/", ""), flush=True)
     try:
-        ports = json.loads(ready.read_text())
+        proc, ports = start_serve(ready, log_path, *extra, timeout_s=60)
+    except ServeError as exc:
+        sys.exit(str(exc))
+    try:
         url = f"grpc://127.0.0.1:{ports['grpc_port']}"
         print(f"service up: gRPC {url}, REST http://127.0.0.1:{ports['http_port']} (docs at /docs)", flush=True)
         cmd = [
@@ -93,11 +68,7 @@ def main() -> int:
         print("$", " ".join(c.replace(str(ROOT) + "/", "") for c in cmd[1:]), flush=True)
         subprocess.run(cmd, check=True)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc)
     r = json.loads(report.read_text())
     means = r["mean_throughput_mbps"]
     oracle = means["oracle"]

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from edgepath import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "edgepath"
@@ -55,44 +52,7 @@ def pod_specs(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]
 def served(tmp_path: Path, *extra_args: str, env: dict[str, str] | None = None) -> Iterator[dict[str, int]]:
     """Run ``edgepath serve`` as a child process on free loopback ports; yield its ready-file contents.
 
-    Waits (bounded, 120 s) for the ready file the CLI writes once both servers listen; stops the
-    child by its pid (SIGTERM, then SIGKILL after 30 s).
+    See :mod:`edgepath.launch`: bounded wait (120 s) for the ready file, stopped by pid (SIGTERM, then SIGKILL).
     """
-    ready = tmp_path / "ready.json"
-    log = tmp_path / "service.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(VENV_BIN / "edgepath"),
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--grpc-port",
-                "0",
-                "--http-port",
-                "0",
-                "--ready-file",
-                str(ready),
-                *extra_args,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while not ready.exists():
-            if proc.poll() is not None:
-                raise RuntimeError(f"edgepath serve exited {proc.returncode}: {log.read_text()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("edgepath serve not ready within 120 s")
-            time.sleep(0.05)
-        yield json.loads(ready.read_text())
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with launch.served(tmp_path / "ready.json", tmp_path / "service.log", *extra_args, env=env) as ports:
+        yield ports

@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
 import httpx
+import pytest
+from edgepath.launch import ServeError, start_serve, stop_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 EDGEPATH = Path(sys.executable).with_name("edgepath")
 
 
 def test_serve_runs_both_servers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
-    ready = tmp_path / "ready.json"
-    proc = subprocess.Popen(
-        [str(EDGEPATH), "serve", "--grpc-port", "0", "--http-port", "0", "--ready-file", str(ready)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "EDGEPATH_POLICY": "epsilon_greedy"},
+    proc, ports = start_serve(
+        tmp_path / "ready.json", tmp_path / "serve.log", env={"EDGEPATH_POLICY": "epsilon_greedy"}
     )
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():  # bounded wait for the process to publish its ports
-            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
-            assert time.monotonic() < deadline, "service not ready in 60 s"
-            time.sleep(0.05)
-        ports = json.loads(ready.read_text())
         assert ports["pid"] == proc.pid
         with grpc.insecure_channel(f"127.0.0.1:{ports['grpc_port']}") as channel:
             stub = health_pb2_grpc.HealthStub(channel)
@@ -50,9 +38,13 @@ def test_serve_runs_both_servers_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
         ).json()
         assert rec["policy"] == "epsilon_greedy"  # the environment variable reached the settings
     finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(30)
+        code = stop_serve(proc)
     assert code == 0
+
+
+def test_a_service_that_cannot_start_is_a_clear_error_with_its_log(tmp_path: Path) -> None:
+    with pytest.raises(ServeError, match="no_such_policy"):
+        start_serve(tmp_path / "ready.json", tmp_path / "serve.log", "--policy", "no_such_policy", timeout_s=60)
 
 
 def test_serve_rejects_an_unknown_policy() -> None:
