@@ -228,6 +228,20 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
         capability list.
     """
     notes: list[str] = []
+
+    def keep_kernel_default(mainline_fallback: bool) -> CongestionAdvice:
+        """No usable subflow-level algorithm: advise nothing beyond the kernel's default."""
+        return CongestionAdvice(
+            profile=profile,
+            mptcp_level="",
+            subflow_level="",
+            deciding_metric="",
+            deciding_value=0.0,
+            mainline_fallback=mainline_fallback,
+            assumed_capabilities=assumed,
+            explanation="; ".join(notes),
+        )
+
     effective = profile
     if profile is Profile.UNSPECIFIED:
         effective = Profile.STREAMING
@@ -262,16 +276,7 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
 
     if coupled and not subflow:
         notes.append(f"coupled {_fmt(coupled)} usable but none of reno, cubic, bbr: keep the kernel default")
-        return CongestionAdvice(
-            profile=profile,
-            mptcp_level="",
-            subflow_level="",
-            deciding_metric="",
-            deciding_value=0.0,
-            mainline_fallback=False,
-            assumed_capabilities=assumed,
-            explanation="; ".join(notes),
-        )
+        return keep_kernel_default(mainline_fallback=False)
 
     notes.append(
         "no coupled MPTCP congestion control (lia, olia, balia, wvegas) is available: mainline MPTCP runs "
@@ -279,16 +284,7 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
     )
     if not subflow:
         notes.append(f"none of reno, cubic, bbr is usable (kernel offers {_fmt(algos)}): keep the kernel default")
-        return CongestionAdvice(
-            profile=profile,
-            mptcp_level="",
-            subflow_level="",
-            deciding_metric="",
-            deciding_value=0.0,
-            mainline_fallback=True,
-            assumed_capabilities=assumed,
-            explanation="; ".join(notes),
-        )
+        return keep_kernel_default(mainline_fallback=True)
     marg = subflow_marginals()
     best, deciding, value = _rank({sf: marg[sf] for sf in subflow}, criteria)
     notes.append(
