@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,15 +49,27 @@ def test_tls_files_come_in_pairs(tmp_path: Path) -> None:
         Settings(tls_client_ca_file=tmp_path / "ca")
 
 
-def _serve(*args: str) -> subprocess.CompletedProcess[str]:
+def _serve(*args: str, columns: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``edgepath serve`` with stderr to a pipe; ``columns`` sets ``COLUMNS`` (default: unset, as in CI)."""
     cmd = [sys.executable, "-m", "edgepath.cli", "serve", "--grpc-port", "0", "--http-port", "0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+
+
+def _error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one plain ``Error: …`` line a CLI writes to a non-terminal (no rich box, no wrapping)."""
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1, proc.stderr
+    assert not any(ch in proc.stderr for ch in "│╭╰─"), proc.stderr
+    return lines[0]
 
 
 def test_cli_refuses_public_address_without_auth() -> None:
     proc = _serve("--host", "0.0.0.0")
     assert proc.returncode == 2
-    assert "refusing to listen on '0.0.0.0' without authentication" in " ".join(proc.stderr.split())
+    assert "refusing to listen on '0.0.0.0' without authentication" in _error_line(proc)
 
 
 def test_cli_refuses_prod_without_tls(tmp_path: Path) -> None:
@@ -64,7 +77,7 @@ def test_cli_refuses_prod_without_tls(tmp_path: Path) -> None:
     TokenFile(tokens).add("dev-a")
     proc = _serve("--profile", "prod", "--auth-tokens-file", str(tokens))
     assert proc.returncode == 2
-    assert "prod requires authentication" in " ".join(proc.stderr.split())
+    assert "prod requires authentication" in _error_line(proc)
 
 
 def test_cli_tokens_add_prints_once_and_stores_hash(tmp_path: Path) -> None:
@@ -83,10 +96,14 @@ def test_cli_tokens_add_prints_once_and_stores_hash(tmp_path: Path) -> None:
     assert entry is not None and entry.device_id == "dev-cli"
 
 
-def test_cli_refuses_missing_or_malformed_security_files(tmp_path: Path) -> None:
-    proc = _serve("--auth-tokens-file", str(tmp_path / "absent.json"))
-    assert proc.returncode == 2 and "is not a readable file" in " ".join(proc.stderr.split())
+@pytest.mark.parametrize("columns", [None, "20", "300"])
+def test_cli_refuses_missing_or_malformed_security_files(tmp_path: Path, columns: str | None) -> None:
+    """The error is one grep-able line whatever the terminal width (COLUMNS unset, narrow, wide)."""
+    absent = tmp_path / "absent.json"
+    proc = _serve("--auth-tokens-file", str(absent), columns=columns)
+    assert proc.returncode == 2
+    assert _error_line(proc).endswith(f"auth_tokens_file {absent} is not a readable file")
     bad = tmp_path / "tokens.json"
     bad.write_text('{"tokens": "nope"}')
-    proc = _serve("--auth-tokens-file", str(bad))
-    assert proc.returncode == 2 and "auth_tokens_file" in " ".join(proc.stderr.split())
+    proc = _serve("--auth-tokens-file", str(bad), columns=columns)
+    assert proc.returncode == 2 and "auth_tokens_file" in _error_line(proc)

@@ -12,7 +12,12 @@ from tqdm import tqdm
 from edgepath_agent import replay as rp
 from edgepath_agent.client import ServiceError, connect
 
-app = typer.Typer(help="EdgePath device agent.", no_args_is_help=True)
+app = typer.Typer(
+    help="EdgePath device agent.",
+    no_args_is_help=True,
+    rich_markup_mode="rich" if sys.stderr.isatty() else None,  # to a pipe: one plain "Error: …" line, exit 2
+    pretty_exceptions_enable=sys.stderr.isatty(),
+)
 
 
 @app.callback()

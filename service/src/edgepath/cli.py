@@ -6,8 +6,9 @@ import asyncio
 import json
 import logging
 import os
+import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from pydantic import ValidationError
@@ -15,7 +16,16 @@ from pydantic import ValidationError
 from edgepath.engines.primary_path import POLICIES
 from edgepath.settings import load_settings
 
-app = typer.Typer(help="EdgePath: path recommendations for multipath devices.", no_args_is_help=True)
+#: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
+#: error is one plain line ``Error: …`` on stderr, whatever the terminal width, and the exit code is 2
+#: (click's usage-error code); other failures exit 1.
+_ON_TERMINAL = sys.stderr.isatty()
+_TYPER_OUTPUT: dict[str, Any] = {
+    "rich_markup_mode": "rich" if _ON_TERMINAL else None,
+    "pretty_exceptions_enable": _ON_TERMINAL,
+}
+
+app = typer.Typer(help="EdgePath: path recommendations for multipath devices.", no_args_is_help=True, **_TYPER_OUTPUT)
 
 
 @app.callback()
@@ -176,7 +186,7 @@ def train(
 
 
 # --- eval sub-app: `edgepath eval <name>` (shared by the evaluations; issue 4 created it) ---
-eval_app = typer.Typer(help="Offline evaluations of the decision engines.", no_args_is_help=True)
+eval_app = typer.Typer(help="Offline evaluations of the decision engines.", no_args_is_help=True, **_TYPER_OUTPUT)
 app.add_typer(eval_app, name="eval")
 # --- end eval sub-app ---
 
@@ -534,7 +544,9 @@ def eval_mlpm(
 
 
 # --- tokens sub-app (issue 9, security): device tokens stored hashed; see SECURITY.md ---
-tokens_app = typer.Typer(help="Device tokens for REST/gRPC bearer authentication.", no_args_is_help=True)
+tokens_app = typer.Typer(
+    help="Device tokens for REST/gRPC bearer authentication.", no_args_is_help=True, **_TYPER_OUTPUT
+)
 app.add_typer(tokens_app, name="tokens")
 TokensFileOption = Annotated[
     Optional[Path], typer.Option("--file", help="Tokens file (default: EDGEPATH_AUTH_TOKENS_FILE)")

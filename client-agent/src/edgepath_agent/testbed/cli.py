@@ -16,7 +16,12 @@ from typing import Annotated, Optional
 
 import typer
 
-app = typer.Typer(help="EdgePath MPTCP testbed in network namespaces.", no_args_is_help=True)
+app = typer.Typer(
+    help="EdgePath MPTCP testbed in network namespaces.",
+    no_args_is_help=True,
+    rich_markup_mode="rich" if sys.stderr.isatty() else None,  # to a pipe: one plain "Error: …" line, exit 2
+    pretty_exceptions_enable=sys.stderr.isatty(),
+)
 
 _DATA = Path("service/data/mobilebandwidth")
 
