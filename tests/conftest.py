@@ -47,8 +47,14 @@ class RunningService:
 
 @contextlib.contextmanager
 def running_service(**overrides: Any) -> Iterator[RunningService]:
-    """Start a real service with ``Settings(host=127.0.0.1, ports 0, **overrides)``."""
-    settings = Settings(host="127.0.0.1", grpc_port=0, http_port=0, **overrides)
+    """Start a real service with ``Settings(host=127.0.0.1, ports 0, **overrides)``.
+
+    Per-device rate limits are off unless a test sets them: a token bucket refills with the wall clock,
+    so a test that sends a few dozen requests as one device would pass or fail with the machine's speed
+    (a fast run once exhausted the default burst of 40). The rate-limit tests set their own limits.
+    """
+    unlimited: dict[str, Any] = {"rate_limit_per_s": 1e6, "rate_limit_burst": 1_000_000}
+    settings = Settings(host="127.0.0.1", grpc_port=0, http_port=0, **{**unlimited, **overrides})
     started = threading.Event()
     box: dict[str, Any] = {}
 
