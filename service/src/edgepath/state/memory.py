@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from cachetools import LRUCache, TTLCache
 from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore
+from edgepath.tasks import wait_event
 
 
 class MemoryStore:
@@ -62,9 +63,7 @@ class MemoryStore:
     async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
         if not self._undelivered and block_ms > 0:
             self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), block_ms / 1000.0)
-            except TimeoutError:
+            if not await wait_event(self._arrived, block_ms / 1000.0):
                 return []
         batch, self._undelivered = self._undelivered[:count], self._undelivered[count:]
         self._pending.update(batch)

@@ -31,6 +31,7 @@ import socket
 import time
 
 from edgepath.state.redis import UNREACHABLE, RedisStore
+from edgepath.tasks import wait_event
 from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError
 from edgepath.training.snapshots import SnapshotRejectedError, SnapshotStore
 from redis.exceptions import LockError
@@ -54,6 +55,8 @@ class TrainerRole:
         Outcomes per refit.
     lock_ttl_s:
         Lock expiry, s; renewed every ``lock_ttl_s / 3``.
+    lock_poll_s:
+        How often a follower retries ``SET NX`` while another trainer holds the lock, s.
     """
 
     def __init__(
@@ -64,12 +67,14 @@ class TrainerRole:
         batch_size: int = 50,
         lock_ttl_s: float = 10.0,
         consumer: str | None = None,
+        lock_poll_s: float = 0.1,
     ) -> None:
         self.store = store
         self.snapshots = snapshots
         self.registry = registry
         self.batch_size = batch_size
         self.lock_ttl_s = lock_ttl_s
+        self.lock_poll_s = lock_poll_s
         self.consumer = consumer or consumer_name()
         self.lock_name = f"{store.namespace}:trainer:lock"
         self.is_leader = False
@@ -104,7 +109,9 @@ class TrainerRole:
         """Compete for the lock and train while holding it, until ``stop`` is set."""
         renew_every_s = self.lock_ttl_s / 3
         while not stop.is_set():
-            lock = self.store.redis.lock(self.lock_name, timeout=self.lock_ttl_s, thread_local=False)
+            lock = self.store.redis.lock(
+                self.lock_name, timeout=self.lock_ttl_s, sleep=self.lock_poll_s, thread_local=False
+            )
             try:
                 got = await lock.acquire(blocking=True, blocking_timeout=renew_every_s)
             except UNREACHABLE as exc:
@@ -154,7 +161,4 @@ class TrainerRole:
 
 
 async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), timeout_s)
-    except TimeoutError:
-        pass
+    await wait_event(stop, timeout_s)

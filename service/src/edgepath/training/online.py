@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
 from edgepath.state.base import OutcomeRecord, StateStore
+from edgepath.tasks import stop_task
 from edgepath.types import AccessType
 
 log = logging.getLogger(__name__)
@@ -129,13 +130,11 @@ class OnlineTrainer:
             self._task = asyncio.create_task(self._run(), name="online-trainer")
 
     async def stop(self) -> None:
+        """Stop the loop and wait until it has ended (bounded: a lost cancellation is re-sent, see
+        :mod:`edgepath.tasks`). The batch buffered so far is not acknowledged; it is delivered again."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+            task, self._task = self._task, None
+            await stop_task(task)
 
     async def _run(self) -> None:
         while True:

@@ -47,6 +47,7 @@ import cloudpickle
 from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.metrics import Metrics
 from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
+from edgepath.tasks import stop_task, wait_event
 from edgepath.training.online import ModelRegistry, PublishConflictError
 from redis.asyncio import Redis
 
@@ -232,15 +233,10 @@ class SnapshotFollower:
         if self._task is None:
             return
         self._stopping.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout=5.0)
-        except TimeoutError:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        self._task = None
+        task, self._task = self._task, None
+        done, _ = await asyncio.wait({task}, timeout=5.0)
+        if not done:
+            await stop_task(task)  # re-sends a cancellation that redis-py's wait_for may drop (edgepath.tasks)
 
     async def check(self) -> bool:
         """Load and swap in a newer snapshot if one is published. Returns True when it swapped."""
@@ -288,7 +284,4 @@ class SnapshotFollower:
             except Exception:
                 log.exception("snapshot follower failed; serving model v%d", self.registry.current.version)
             # Pacing of the resubscribe loop while Redis is away (not a test wait).
-            try:
-                await asyncio.wait_for(self._stopping.wait(), self.poll_s)
-            except TimeoutError:
-                pass
+            await wait_event(self._stopping, self.poll_s)
