@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,7 +51,9 @@ def test_tls_files_come_in_pairs(tmp_path: Path) -> None:
 
 def _serve(*args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "edgepath.cli", "serve", "--grpc-port", "0", "--http-port", "0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    # A wide terminal: rich boxes the error at COLUMNS, and a wrapped line (long tmp path) splits the message.
+    env = {**os.environ, "COLUMNS": "1000"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_cli_refuses_public_address_without_auth() -> None:
