@@ -21,7 +21,7 @@ from edgepath.engines import congestion, mlpm, ssmp
 from edgepath.engines.reward import bernoulli_reward
 from edgepath.errors import NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
-from edgepath.security.plausibility import OutcomeGuard
+from edgepath.security.plausibility import OutcomeGuard, reported_link_speeds_mbps
 from edgepath.settings import Settings
 from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, StateStore
 from edgepath.training.online import ModelRegistry
@@ -223,6 +223,7 @@ class DecisionPlane:
             propensity=choice.propensity,
             features=tuple(float(v) for v in choice.features),
             decided_at=now,
+            link_speed_mbps=reported_link_speeds_mbps([a.value for a in choice.arms], request.interfaces),
         )
         await self.store.put_decision(record, self.settings.decision_ttl_s)
         self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()

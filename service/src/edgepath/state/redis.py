@@ -91,10 +91,15 @@ def encode_decision(record: DecisionRecord) -> bytes:
     return json.dumps(dataclasses.asdict(record), separators=(",", ":")).encode()
 
 
+_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(DecisionRecord))
+
+
 def decode_decision(raw: bytes) -> DecisionRecord:
-    d = json.loads(raw)
+    """A stored decision; fields it lacks (older records) take their defaults, unknown ones (newer) are ignored."""
+    d = {k: v for k, v in json.loads(raw).items() if k in _DECISION_FIELDS}
     d["arms"] = tuple(d["arms"])
     d["features"] = tuple(d["features"])
+    d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
     return DecisionRecord(**d)
 
 
