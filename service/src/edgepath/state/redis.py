@@ -57,15 +57,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cachetools import TTLCache
-from edgepath.errors import Unavailable
-from edgepath.metrics import Metrics
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore  # ServerScore: issue 4
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from edgepath.errors import Unavailable
+from edgepath.metrics import Metrics
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore  # ServerScore: issue 4
 
 log = logging.getLogger(__name__)
 
