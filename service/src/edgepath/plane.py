@@ -129,7 +129,7 @@ class DecisionPlane:
         )
 
     async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:
-        """Join an outcome with its decision, compute the reward and queue it for training.
+        """Join an outcome with its decision, compute the reward, queue it for training, let the engines learn.
 
         Idempotent: a repeated outcome for the same decision is acknowledged
         with ``duplicate=True`` and not counted again.
