@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PYTHON_TREES = ["service", "client-agent", "tests", "scripts", "proto", "loadtest"]
 TYPED_CORE = [
+    "service/src/edgepath/adapters",
     "service/src/edgepath/engines",
     "service/src/edgepath/plane.py",
     "service/src/edgepath/state",
@@ -31,6 +32,6 @@ def test_ruff_format_is_clean() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_mypy_on_engines_plane_state_training() -> None:
+def test_mypy_on_adapters_engines_plane_state_training() -> None:
     out = _run(str(BIN / "mypy"), *TYPED_CORE)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -15,6 +16,7 @@ from edgepath.security.plausibility import (
     MemoryQuarantine,
     OutcomeGuard,
     reported_capacity_bps,
+    reported_link_speeds_mbps,
 )
 from edgepath.security.ratelimit import MemoryRateLimiter, gcra_step
 from edgepath.state.base import DecisionRecord
@@ -34,6 +36,7 @@ def _decision(interfaces: list[InterfaceContext], device_id: str = "dev-a") -> D
         propensity=0.5,
         features=tuple(float(v) for v in context_features(interfaces)),
         decided_at=0.0,
+        link_speed_mbps=reported_link_speeds_mbps(arms, interfaces),
     )
 
 
@@ -48,14 +51,40 @@ def _lte() -> InterfaceContext:
 @pytest.mark.parametrize("mbps", [0.0, 6.5, 54.0, 866.7, 2402.0])
 def test_capacity_decodes_the_reported_link_speed(mbps: float) -> None:
     d = _decision([_wifi(mbps)])
-    assert math.isclose(reported_capacity_bps(d.arms, d.features), mbps * 1e6, rel_tol=1e-9, abs_tol=1.0)
+    assert math.isclose(reported_capacity_bps(d.arms, d.link_speed_mbps), mbps * 1e6, rel_tol=1e-9, abs_tol=1.0)
 
 
 def test_capacity_sums_paths_and_uses_peak_rates_when_unreported() -> None:
     d = _decision([_wifi(100.0), _lte()])
-    assert math.isclose(reported_capacity_bps(d.arms, d.features), 100e6 + ACCESS_PEAK_BPS[AccessType.LTE])
+    assert math.isclose(reported_capacity_bps(d.arms, d.link_speed_mbps), 100e6 + ACCESS_PEAK_BPS[AccessType.LTE])
     d = _decision([_wifi(None)])
-    assert reported_capacity_bps(d.arms, d.features) == ACCESS_PEAK_BPS[AccessType.WIFI]
+    assert reported_capacity_bps(d.arms, d.link_speed_mbps) == ACCESS_PEAK_BPS[AccessType.WIFI]
+
+
+def test_capacity_sums_interfaces_of_one_access_type_and_caps_at_the_peak_rate() -> None:
+    second = InterfaceContext(name="wlan1", access_type=AccessType.WIFI, link_speed_mbps=300.0)
+    d = _decision([_wifi(100.0), second])
+    assert d.link_speed_mbps == (400.0,)
+    assert math.isclose(reported_capacity_bps(d.arms, d.link_speed_mbps), 400e6)
+    d = _decision([_wifi(None), second])  # one WiFi path of unknown capacity: the peak rate
+    assert d.link_speed_mbps == (None,)
+    assert reported_capacity_bps(d.arms, d.link_speed_mbps) == ACCESS_PEAK_BPS[AccessType.WIFI]
+    assert reported_capacity_bps(("WIFI",), (100_000.0,)) == ACCESS_PEAK_BPS[AccessType.WIFI]  # 100 > 46 Gbit/s
+
+
+def test_cellular_link_speed_is_not_trusted() -> None:
+    lte = InterfaceContext(name="wwan0", access_type=AccessType.LTE, rsrp_dbm=-90.0, link_speed_mbps=10.0)
+    d = _decision([lte])
+    assert d.link_speed_mbps == (None,)
+    assert reported_capacity_bps(d.arms, d.link_speed_mbps) == ACCESS_PEAK_BPS[AccessType.LTE]
+
+
+async def test_guard_bounds_records_without_link_speeds_by_the_peak_rates() -> None:
+    # A decision logged by an older replica (no link_speed_mbps): the technology's peak rate bounds it.
+    d = dataclasses.replace(_decision([_wifi(100.0)]), link_speed_mbps=())
+    guard = OutcomeGuard(1.5, None, MemoryQuarantine())
+    assert guard.max_throughput_bps(d) == 1.5 * ACCESS_PEAK_BPS[AccessType.WIFI]
+    assert await guard.admit(d, OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=151e6)) is True
 
 
 async def test_guard_rejects_throughput_above_factor_times_capacity() -> None:

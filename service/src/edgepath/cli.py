@@ -27,6 +27,21 @@ _TYPER_OUTPUT: dict[str, Any] = {
 
 app = typer.Typer(help="EdgePath: path recommendations for multipath devices.", no_args_is_help=True, **_TYPER_OUTPUT)
 
+_POLICY_HELP = f"Bandit policy: {', '.join(POLICIES)}"
+
+
+def known_policy(name: str, param_hint: str | None = "--policy") -> str:
+    """``name`` when it is a primary-path policy (``POLICIES``); the one place the CLI checks policy names.
+
+    Raises
+    ------
+    typer.BadParameter
+        Naming the unknown policy and the choices (exit status 2).
+    """
+    if name not in POLICIES:
+        raise typer.BadParameter(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}", param_hint=param_hint)
+    return name
+
 
 @app.callback()
 def _root() -> None:
@@ -38,7 +53,7 @@ def serve(
     host: Annotated[Optional[str], typer.Option(help="Bind address for both servers")] = None,
     grpc_port: Annotated[Optional[int], typer.Option(help="gRPC port (0 = any free port)")] = None,
     http_port: Annotated[Optional[int], typer.Option(help="REST port (0 = any free port)")] = None,
-    policy: Annotated[Optional[str], typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = None,
+    policy: Annotated[Optional[str], typer.Option(help=_POLICY_HELP)] = None,
     seed: Annotated[Optional[int], typer.Option(help="Random seed of the policies")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Outcomes per online refit")] = None,
     config: Annotated[Optional[Path], typer.Option(help="Settings file (TOML or JSON)")] = None,
@@ -93,8 +108,7 @@ def serve(
             tls_client_ca_file=tls_client_ca_file,
             model_path=model,
         )
-        if settings.policy not in POLICIES:
-            raise typer.BadParameter(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}")
+        known_policy(settings.policy, param_hint=None)  # --policy, EDGEPATH_POLICY or the settings file
         if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving
             from edgepath.main import build_model
             from edgepath.training.artefact import ArtefactError
@@ -133,7 +147,7 @@ def serve(
 @app.command()
 def train(
     store: Annotated[Optional[str], typer.Option(help="Shared state store, redis://HOST:PORT/DB")] = None,
-    policy: Annotated[Optional[str], typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = None,
+    policy: Annotated[Optional[str], typer.Option(help=_POLICY_HELP)] = None,
     seed: Annotated[Optional[int], typer.Option(help="Random seed of the policies")] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Outcomes per online refit")] = None,
     config: Annotated[Optional[Path], typer.Option(help="Settings file (TOML or JSON)")] = None,
@@ -154,8 +168,7 @@ def train(
         raise typer.BadParameter(str(exc)) from exc
     if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
-    if settings.policy not in POLICIES:
-        raise typer.BadParameter(f"unknown policy {settings.policy!r}; choose one of {', '.join(POLICIES)}")
+    known_policy(settings.policy, param_hint=None)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def run() -> None:
@@ -244,7 +257,7 @@ def train_offline_cmd(
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="JSON-lines decision log (IPS-weighted rows)"),
     ] = None,
-    policy: Annotated[str, typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = "active_explorer",
+    policy: Annotated[str, typer.Option(help=_POLICY_HELP)] = "active_explorer",
     test_fraction: Annotated[float, typer.Option(min=0.0, max=0.9, help="Users held out for scoring")] = 0.25,
     seed: Annotated[int, typer.Option(help="Seed of the training pairing and the oracles")] = 0,
     eval_seeds: Annotated[str, typer.Option(help="Pairing seeds of the held-out scores")] = "7,8,9",
@@ -280,10 +293,7 @@ def train_offline_cmd(
         train_offline,
     )
 
-    if policy not in POLICIES:
-        raise typer.BadParameter(
-            f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}", param_hint="--policy"
-        )
+    known_policy(policy)
     seeds = _seeds(eval_seeds)
     key = os.environ.get("EDGEPATH_HMAC_KEY", "").encode()
     if sign and not key:
@@ -368,7 +378,7 @@ def eval_primary(
     report: Annotated[Path, typer.Option(help="Write the JSON report here")],
     plot: Annotated[Path, typer.Option(help="Write the PNG plot here")],
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds (pairing, order, policies)")] = "7,8,9",
-    policy: Annotated[str, typer.Option(help=f"Bandit policy: {', '.join(POLICIES)}")] = "active_explorer",
+    policy: Annotated[str, typer.Option(help=_POLICY_HELP)] = "active_explorer",
     test_fraction: Annotated[float, typer.Option(min=0.01, max=0.9, help="Held-out users when files coincide")] = 0.25,
     batch_size: Annotated[int, typer.Option(min=1, help="Rewarded decisions per online refit")] = 50,
     vw: Annotated[bool, typer.Option("--vw/--no-vw", help="Include Vowpal Wabbit squarecb")] = True,
@@ -386,10 +396,7 @@ def eval_primary(
     from edgepath.evaluation.primary import plot as draw
     from edgepath.training.offline import OfflineConfig, config_dict, select_alpha
 
-    if policy not in POLICIES:
-        raise typer.BadParameter(
-            f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}", param_hint="--policy"
-        )
+    known_policy(policy)
     seed_list = _seeds(seeds)
     try:
         split = load_split(train_wifi, train_cellular, test_wifi, test_cellular, test_fraction=test_fraction)

@@ -20,6 +20,8 @@ Exception tree::
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from typing import Any
 
 
 class ErrorKind(enum.Enum):
@@ -108,3 +110,21 @@ class RateLimited(EdgePathError):
     def __init__(self, message: str, *, retry_after_s: float, field: str | None = None) -> None:
         super().__init__(message, field=field)
         self.retry_after_s = retry_after_s
+
+
+def field_path(loc: Sequence[Any]) -> str:
+    """A pydantic/FastAPI error location as the field path errors name: ``interfaces[0].rsrp_dbm``.
+
+    ``loc`` is the ``loc`` tuple of a :class:`pydantic.ValidationError` entry (strings and list
+    indices); a leading ``body``, ``query`` or ``path`` (FastAPI's request part) is dropped. Both
+    transports name invalid fields with it (HTTP 422 ``field``, gRPC INVALID_ARGUMENT details).
+    """
+    out = ""
+    for part in loc:
+        if part in ("body", "query", "path") and not out:
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out

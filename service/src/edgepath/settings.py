@@ -16,8 +16,6 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from edgepath.engines.primary_path import POLICIES
-
 
 class Settings(BaseSettings):
     """All service settings, with units in the names."""
@@ -30,7 +28,7 @@ class Settings(BaseSettings):
     profile: Literal["dev", "prod"] = "dev"
     log_level: str = "INFO"
 
-    policy: str = Field("active_explorer", description=f"one of {', '.join(POLICIES)}")
+    policy: str = Field("active_explorer", description="a name in edgepath.engines.primary_path.POLICIES")
     seed: int = Field(0, ge=0, description="Seed of the policies' random generators")
     batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")
     propensity_floor: float = Field(0.01, gt=0.0, le=1.0)

@@ -377,9 +377,15 @@ class PrimaryPath(BaseModel):
 
 
 class Recommendation(BaseModel):
-    """Answer to ``Recommend``: the decision record as the device sees it."""
+    """Answer to ``Recommend``: the decision record as the device sees it, and one section per engine.
 
-    model_config = ConfigDict(frozen=True)
+    The sections come from the registered engine adapters (:mod:`edgepath.adapters.registry`).
+    The ones declared below are typed here, in the OpenAPI schema and in the protobuf wire; a
+    registered engine whose section is not (yet) declared here is carried as an extra member
+    (``model_extra``), served over REST but not over gRPC until the proto names it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
 
     decision_id: str
     model_version: int

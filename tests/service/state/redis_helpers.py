@@ -100,6 +100,7 @@ def decision(decision_id: str, device_id: str = "dev-1") -> DecisionRecord:
         propensity=0.85,
         features=(0.5, -1.25, 0.0, 3.0),
         decided_at=time.time(),
+        link_speed_mbps=(144.0, None),
     )
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 from edgepath.state.base import ClaimResult, StateStore
 from edgepath.state.memory import MemoryStore
-from edgepath.state.redis import RedisStore
+from edgepath.state.redis import RedisStore, decode_decision, encode_decision
 
 from state.redis_helpers import decision, outcome
 
@@ -71,6 +73,19 @@ async def test_decision_round_trip(harness: Harness) -> None:
     await store.put_decision(d, 60.0)
     assert await store.get_decision("d-1") == d
     assert await store.get_decision("nope") is None
+
+
+def test_decision_records_of_older_and_newer_replicas_decode() -> None:
+    # Rolling upgrade: a record without link_speed_mbps (older replica) reads as "none reported";
+    # a field this version does not know (newer replica) is ignored rather than refused.
+    d = decision("d-old")
+    stored = json.loads(encode_decision(d))
+    assert stored["link_speed_mbps"] == [144.0, None]
+    assert decode_decision(encode_decision(d)) == d
+    del stored["link_speed_mbps"]
+    assert decode_decision(json.dumps(stored).encode()) == dataclasses.replace(d, link_speed_mbps=())
+    stored["added_later"] = 1
+    assert decode_decision(json.dumps(stored).encode()) == dataclasses.replace(d, link_speed_mbps=())
 
 
 async def test_claim_new_then_duplicate_then_unknown(harness: Harness) -> None:

@@ -13,10 +13,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import ValidationError
 
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
 from edgepath.plane import DecisionPlane
-from edgepath.rest.app import field_path
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
 from edgepath.types import Principal

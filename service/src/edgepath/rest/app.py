@@ -11,7 +11,6 @@ with the status from :data:`HTTP_STATUS`; invalid bodies are 422.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi import Path as PathParam
@@ -21,7 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
@@ -37,19 +36,6 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.UNAUTHENTICATED: 401,
     ErrorKind.RATE_LIMITED: 429,
 }
-
-
-def field_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    """pydantic/FastAPI error location → ``interfaces[0].rsrp_dbm`` (drops the ``body`` prefix)."""
-    out = ""
-    for part in loc:
-        if part in ("body", "query", "path") and not out:
-            continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 class QuarantineList(BaseModel):

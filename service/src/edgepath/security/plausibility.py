@@ -9,10 +9,13 @@ decision plane asks :class:`OutcomeGuard` before it queues an outcome:
    set from the ``quarantined_devices`` setting).
 2. **Plausibility.** The reported throughput may not exceed
    ``plausibility_factor`` × the capacity the device itself reported in the
-   decision's context. MPTCP may aggregate every offered path, so the capacity
-   is the *sum* over the offered access types of the reported link speed
-   (``link_speed_mbps``, WiFi and Ethernet) or, where none was reported, the
-   technology's peak rate (:data:`ACCESS_PEAK_BPS`). The default factor 1.5
+   decision's context, as the decision record keeps it
+   (``DecisionRecord.link_speed_mbps``, filled by :func:`reported_link_speeds_mbps`).
+   MPTCP may aggregate every offered path, so the capacity is the *sum* over the
+   offered access types of the reported link speed (``link_speed_mbps``, WiFi and
+   Ethernet) or, where none was reported, the technology's peak rate
+   (:data:`ACCESS_PEAK_BPS`). Decisions logged before the record carried the
+   link speeds (at most ``decision_ttl_s`` after an upgrade) get the peak rates. The default factor 1.5
    leaves room for timing error on short transfers: goodput is below the PHY
    rate in practice. An implausible outcome is rejected as invalid input
    naming ``throughput_bps``; the same bound applies to the rate an SSMP
@@ -33,11 +36,10 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from edgepath.engines.features import FEATURE_NAMES
 from edgepath.errors import InvalidInput, Unavailable
 from edgepath.security.ratelimit import RateLimiter, enforce
 from edgepath.state.base import DecisionRecord
-from edgepath.types import AccessType, OutcomeReport
+from edgepath.types import AccessType, InterfaceContext, OutcomeReport
 
 #: Peak downlink rate per access technology, bit/s: the capacity assumed when a device reports no link speed.
 ACCESS_PEAK_BPS: dict[AccessType, float] = {
@@ -47,31 +49,39 @@ ACCESS_PEAK_BPS: dict[AccessType, float] = {
     AccessType.ETHERNET: 400e9,  # IEEE 802.3bs 400GbE
 }
 
-# features.py encodes link speed as (log10(1 + Mbit/s) - 2.0) / 0.5 clipped to [-5, 5]; decode it back.
-_LINK_CENTRE, _LINK_SCALE, _CLIP = 2.0, 0.5, 5.0
+#: Access types whose ``link_speed_mbps`` is a PHY rate the guard trusts (cellular modems report none: peak rate).
+LINK_SPEED_ACCESS: frozenset[AccessType] = frozenset({AccessType.WIFI, AccessType.ETHERNET})
 
 
-def _link_speed_mbps(features: Sequence[float], access_type: AccessType) -> float | None:
-    """The link speed the device reported for ``access_type`` (decoded from the decision's features), or None."""
-    name = f"{access_type.value.lower()}.link_speed_mbps"
-    if name not in FEATURE_NAMES:
-        return None
-    k = FEATURE_NAMES.index(name)
-    if k + 1 >= len(features) or features[k + 1] >= 0.5:  # missing indicator
-        return None
-    v = features[k]
-    if v >= _CLIP:  # clipped: the real value is larger than we can decode
-        return None
-    return max(10.0 ** (_LINK_CENTRE + _LINK_SCALE * v) - 1.0, 0.0)
+def reported_link_speeds_mbps(arms: Sequence[str], interfaces: Sequence[InterfaceContext]) -> tuple[float | None, ...]:
+    """Per arm, the link speed the device reported for that access type, Mbit/s (``DecisionRecord.link_speed_mbps``).
 
-
-def reported_capacity_bps(arms: Iterable[str], features: Sequence[float]) -> float:
-    """Sum over the offered access types of the reported link speed, else the technology's peak rate, bit/s."""
-    total = 0.0
+    ``arms`` are access-type names (the decision's arms); the result is aligned with them. An
+    access type's value is the sum of its interfaces' ``link_speed_mbps`` (MPTCP may open a
+    subflow on each), or None when one of them reported none (that path's capacity is
+    unknown) or the access type is not in :data:`LINK_SPEED_ACCESS`.
+    """
+    out: list[float | None] = []
     for arm in arms:
         access = AccessType(arm)
-        mbps = _link_speed_mbps(features, access)
-        total += ACCESS_PEAK_BPS[access] if mbps is None else mbps * 1e6
+        speeds = [i.link_speed_mbps for i in interfaces if i.access_type is access]
+        known = access in LINK_SPEED_ACCESS and speeds and all(v is not None for v in speeds)
+        out.append(math.fsum(v for v in speeds if v is not None) if known else None)
+    return tuple(out)
+
+
+def reported_capacity_bps(arms: Sequence[str], link_speed_mbps: Sequence[float | None]) -> float:
+    """Sum over the offered access types of the reported link speed, else the technology's peak rate, bit/s.
+
+    ``link_speed_mbps`` is aligned with ``arms`` (``DecisionRecord.link_speed_mbps``); a missing
+    entry (records written before the field existed) counts as not reported. An access type
+    never counts more than its peak rate (:data:`ACCESS_PEAK_BPS`), however much is reported.
+    """
+    total = 0.0
+    for k, arm in enumerate(arms):
+        access = AccessType(arm)
+        mbps = link_speed_mbps[k] if k < len(link_speed_mbps) else None
+        total += ACCESS_PEAK_BPS[access] if mbps is None else min(mbps * 1e6, ACCESS_PEAK_BPS[access])
     return total
 
 
@@ -194,7 +204,7 @@ class OutcomeGuard:
 
     def max_throughput_bps(self, decision: DecisionRecord) -> float:
         """Largest plausible throughput for an outcome of ``decision``, bit/s."""
-        return self.plausibility_factor * reported_capacity_bps(decision.arms, decision.features)
+        return self.plausibility_factor * reported_capacity_bps(decision.arms, decision.link_speed_mbps)
 
     async def admit(self, decision: DecisionRecord, report: OutcomeReport) -> bool:
         """True when the outcome may be trained on; False when its device is quarantined.

@@ -30,6 +30,10 @@ class DecisionRecord:
 
     ``features`` has the layout of ``engines.features.FEATURE_NAMES``;
     ``arms`` are access-type names in policy order; times are Unix seconds.
+    ``link_speed_mbps`` is aligned with ``arms``: the link speed the device reported for
+    that access type, Mbit/s, or None where it reported none (what the outcome guard
+    bounds throughput with, :mod:`edgepath.security.plausibility`). Records written
+    before the field existed decode with ``()``, read as "none reported".
     """
 
     decision_id: str
@@ -42,6 +46,7 @@ class DecisionRecord:
     propensity: float
     features: tuple[float, ...]
     decided_at: float
+    link_speed_mbps: tuple[float | None, ...] = ()
 
 
 @dataclass(frozen=True)

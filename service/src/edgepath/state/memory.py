@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 
 from cachetools import LRUCache, TTLCache
+
 from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore
 from edgepath.tasks import wait_event
 

@@ -57,15 +57,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cachetools import TTLCache
-from edgepath.errors import Unavailable
-from edgepath.metrics import Metrics
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore  # ServerScore: issue 4
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from edgepath.errors import Unavailable
+from edgepath.metrics import Metrics
+from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore  # ServerScore: issue 4
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +92,15 @@ def encode_decision(record: DecisionRecord) -> bytes:
     return json.dumps(dataclasses.asdict(record), separators=(",", ":")).encode()
 
 
+_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(DecisionRecord))
+
+
 def decode_decision(raw: bytes) -> DecisionRecord:
-    d = json.loads(raw)
+    """A stored decision; fields it lacks (older records) take their defaults, unknown ones (newer) are ignored."""
+    d = {k: v for k, v in json.loads(raw).items() if k in _DECISION_FIELDS}
     d["arms"] = tuple(d["arms"])
     d["features"] = tuple(d["features"])
+    d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
     return DecisionRecord(**d)
 
 

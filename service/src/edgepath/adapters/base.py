@@ -1,0 +1,79 @@
+"""The engine-adapter protocol: how the decision plane runs one recommendation section.
+
+An engine (:mod:`edgepath.engines`) is pure: numbers in, a decision out, no I/O. Its
+*adapter* is the small piece between it and the plane, and every adapter has the same
+shape, :class:`EngineAdapter`:
+
+``section``
+    The :class:`~edgepath.types.Recommendation` member it fills (``"scheduler"``,
+    ``"congestion"``, ``"server_selection"``, …).
+``recommend(decision)``
+    What it reads — the validated request, the state store, the primary-path decision
+    just logged (:class:`DecisionInput`) — and the section it returns: a pydantic model,
+    or None to leave the section unset.
+``learn(outcome)``
+    What it learns from an outcome (:class:`OutcomeInput`). The plane calls it once per
+    decision, for the first accepted outcome only (never for a duplicate, an unknown
+    decision or a quarantined device). The default learns nothing.
+
+Adapters are built from :class:`~edgepath.settings.Settings` and registered in one place,
+:data:`edgepath.adapters.registry.ENGINES`; the plane runs them in that order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from edgepath.settings import Settings
+from edgepath.state.base import DecisionRecord, StateStore
+from edgepath.types import OutcomeReport, RecommendRequest
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """What an adapter may read to build its section.
+
+    ``record`` is the primary-path decision the plane has just logged (its ``decision_id``
+    is what outcomes join on); ``now_s`` is the decision time, Unix seconds.
+    """
+
+    request: RecommendRequest
+    store: StateStore
+    record: DecisionRecord
+    now_s: float
+
+
+@dataclass(frozen=True)
+class OutcomeInput:
+    """What an adapter may learn from: the device's report, the decision it answers, the store.
+
+    ``now_s`` is the time the outcome was accepted, Unix seconds.
+    """
+
+    report: OutcomeReport
+    decision: DecisionRecord
+    store: StateStore
+    now_s: float
+
+
+class EngineAdapter(Protocol):
+    """One recommendation section: what it reads, what it returns, what it learns (module docstring)."""
+
+    #: The Recommendation member this adapter fills.
+    section: str
+
+    async def recommend(self, decision: DecisionInput) -> BaseModel | None:
+        """The section for ``decision.request``, or None to leave it unset."""
+        ...
+
+    async def learn(self, outcome: OutcomeInput) -> None:
+        """Fold an accepted outcome into the engine's state (default: nothing to learn)."""
+        return None
+
+
+#: How the registry builds an adapter: an adapter class taking the settings is one.
+EngineFactory = Callable[[Settings], EngineAdapter]

@@ -1,0 +1,51 @@
+"""Congestion-control advice (``congestion``): Łuczak et al., Future Internet 2023, Table 3.
+
+Reads the request's ``application_profile`` and ``kernel`` capabilities (none reported: a
+mainline kernel is assumed; :mod:`edgepath.engines.congestion`); learns nothing from outcomes.
+"""
+
+from __future__ import annotations
+
+from edgepath import types as ep_types
+from edgepath.adapters.base import DecisionInput, EngineAdapter
+from edgepath.engines import congestion
+from edgepath.settings import Settings
+
+
+def congestion_advice(request: ep_types.RecommendRequest) -> ep_types.CongestionAdvice:
+    """Congestion-control pair for the request's profile and kernel (Łuczak et al. 2023, Table 3)."""
+    k = request.kernel
+    caps = (
+        congestion.KernelCapabilities(
+            available_congestion_controls=tuple(k.available_congestion_controls),
+            allowed_congestion_controls=tuple(k.allowed_congestion_controls),
+            mptcp_schedulers=tuple(k.mptcp_schedulers),
+            path_managers=tuple(k.path_managers),
+        )
+        if k is not None
+        else congestion.KernelCapabilities()
+    )
+    a = congestion.advise(request.application_profile, caps)
+    return ep_types.CongestionAdvice(
+        profile=a.profile,
+        mptcp_level=a.mptcp_level,
+        subflow_level=a.subflow_level,
+        deciding_metric=a.deciding_metric,
+        deciding_value=a.deciding_value,
+        mainline_fallback=a.mainline_fallback,
+        assumed_capabilities=a.assumed_capabilities,
+        explanation=a.explanation,
+        source=a.source,
+    )
+
+
+class CongestionAdapter(EngineAdapter):
+    """``congestion`` in every recommendation (no settings)."""
+
+    section = "congestion"
+
+    def __init__(self, settings: Settings) -> None:
+        del settings  # Table 3 is data; nothing to configure
+
+    async def recommend(self, decision: DecisionInput) -> ep_types.CongestionAdvice:
+        return congestion_advice(decision.request)

@@ -1,0 +1,86 @@
+"""Scheduler weights (``scheduler``): MLPM, Silva, Togou, Muntean, HPCS 2020 (:mod:`edgepath.engines.mlpm`).
+
+Reads the request's interfaces, ``subflow_histories``, ``application_profile`` and
+``kernel.mptcp_schedulers``; learns nothing from outcomes (the classifier weights come from
+the profile and settings, Eq. 2–4).
+"""
+
+from __future__ import annotations
+
+from edgepath import types as ep_types
+from edgepath.adapters.base import DecisionInput, EngineAdapter
+from edgepath.engines import mlpm
+from edgepath.settings import Settings
+
+
+def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> ep_types.SchedulerAdvice:
+    """MLPM weights for every interface of ``request`` (Silva et al. 2020; see :mod:`edgepath.engines.mlpm`).
+
+    Interfaces without a history fall back to their current ``rtt_ms`` (trend 0);
+    with nothing known the weights are uniform and ``reason`` says so.
+    """
+    by_name = {h.interface: h for h in request.subflow_histories}
+    histories = []
+    for iface in request.interfaces:
+        h = by_name.get(iface.name)
+        histories.append(
+            mlpm.SubflowHistory(
+                interface=iface.name,
+                rtt_ms=[mlpm.Sample(s.t_ms / 1000.0, s.rtt_ms) for s in h.rtt_samples] if h else (),
+                throughput_bps=[mlpm.Sample(s.t_ms / 1000.0, s.throughput_bps) for s in h.throughput_samples]
+                if h
+                else (),
+                current_rtt_ms=iface.rtt_ms,
+            )
+        )
+    d = mlpm.decide(
+        histories,
+        priority=mlpm.PROFILE_PRIORITY[request.application_profile],
+        window=settings.mlpm_window,
+        horizon_s=settings.mlpm_horizon_s,
+        gain=settings.mlpm_gain,
+        bias=settings.mlpm_bias,
+    )
+    weights = []
+    for s in d.subflows:
+        r, t = s.rtt_ms, s.throughput_bps
+        weights.append(
+            ep_types.SubflowWeight(
+                interface=s.interface,
+                weight=min(max(s.weight, 0.0), 1.0),
+                score=s.score,
+                rtt_ms=r.current if r else None,
+                rtt_slope_ms_per_s=r.slope_per_s if r else None,
+                rtt_forecast_ms=r.forecast if r else None,
+                rtt_samples=r.samples if r else 0,
+                throughput_bps=t.current if t else None,
+                throughput_slope_bps_per_s=t.slope_per_s if t else None,
+                throughput_forecast_bps=t.forecast if t else None,
+                throughput_samples=t.samples if t else 0,
+            )
+        )
+    reason = d.reason
+    k = request.kernel
+    if k is not None and k.mptcp_schedulers and {x.lower() for x in k.mptcp_schedulers} <= {"default"}:
+        reason += "; advisory: the kernel has only the default MPTCP scheduler (apply low weights as backup)"
+    return ep_types.SchedulerAdvice(
+        weights=weights,
+        prioritised_subflow=d.prioritised_subflow,
+        priority=d.priority.value,
+        features_used=list(d.features_used),
+        horizon_s=d.horizon_s,
+        bias=d.bias,
+        reason=reason,
+    )
+
+
+class MlpmAdapter(EngineAdapter):
+    """``scheduler`` in every recommendation (settings ``mlpm_*``)."""
+
+    section = "scheduler"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def recommend(self, decision: DecisionInput) -> ep_types.SchedulerAdvice:
+        return scheduler_advice(decision.request, self.settings)

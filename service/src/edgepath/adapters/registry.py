@@ -1,0 +1,36 @@
+"""The one place engine adapters are registered: :data:`ENGINES` (order = the order they run in).
+
+Adding an engine: its pure module in ``edgepath/engines/``, its adapter (an
+:class:`~edgepath.adapters.base.EngineAdapter`) in ``edgepath/adapters/``, and one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from edgepath.adapters.base import EngineAdapter, EngineFactory
+from edgepath.adapters.congestion import CongestionAdapter
+from edgepath.adapters.mlpm import MlpmAdapter
+from edgepath.adapters.ssmp import SsmpAdapter
+from edgepath.settings import Settings
+
+ENGINES: tuple[EngineFactory, ...] = (
+    MlpmAdapter,  # scheduler: MLPM subflow weights
+    CongestionAdapter,  # congestion: congestion-control pair
+    SsmpAdapter,  # server_selection: SSMP CDN server
+)
+
+
+def build_engines(settings: Settings, factories: Sequence[EngineFactory] | None = None) -> tuple[EngineAdapter, ...]:
+    """One adapter per registered factory (default :data:`ENGINES`, read at call time).
+
+    Raises
+    ------
+    ValueError
+        When two adapters fill the same section.
+    """
+    engines = tuple(make(settings) for make in (ENGINES if factories is None else factories))
+    sections = [e.section for e in engines]
+    if duplicated := sorted({s for s in sections if sections.count(s) > 1}):
+        raise ValueError(f"two engine adapters fill the section(s) {', '.join(duplicated)}")
+    return engines

@@ -1,0 +1,149 @@
+"""The engine interface: every recommendation section is an adapter registered in one place.
+
+The toy engine below is what adding an engine costs: its own code (section type, adapter; here
+in this file) plus one registration line (``registry.ENGINES``). It is served by the plane and
+by the REST transport; gRPC carries only the sections the proto names, so the toy's section is
+absent there (a real engine adds its message to the proto and ``grpc/convert.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from edgepath.adapters import registry
+from edgepath.adapters.base import DecisionInput, EngineAdapter, OutcomeInput
+from edgepath.adapters.congestion import CongestionAdapter
+from edgepath.adapters.mlpm import MlpmAdapter
+from edgepath.adapters.ssmp import SsmpAdapter
+from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
+from edgepath.metrics import Metrics
+from edgepath.plane import DecisionPlane
+from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard
+from edgepath.settings import Settings
+from edgepath.state.memory import MemoryStore
+from edgepath.training.online import ModelRegistry
+from edgepath.types import OutcomeReport, Principal, RecommendRequest
+from edgepath_agent.client import connect
+from pydantic import BaseModel
+
+CONTEXT: dict[str, Any] = {
+    "device_id": "phone-1",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -95.0, "rsrq_db": -10.0, "cqi": 9},
+    ],
+}
+
+
+# --- the toy engine: its own files (here: this test module) -------------------------------------------------------
+class ToyAdvice(BaseModel):
+    """The toy's section: how many interfaces it saw and how many outcomes it has learned from."""
+
+    interfaces: int
+    outcomes_learned: int
+    last_throughput_bps: float | None
+
+
+class ToyAdapter(EngineAdapter):
+    section = "toy"
+
+    def __init__(self, settings: Settings) -> None:
+        self.throughputs_bps: list[float] = []
+
+    async def recommend(self, decision: DecisionInput) -> ToyAdvice:
+        return ToyAdvice(
+            interfaces=len(decision.request.interfaces),
+            outcomes_learned=len(self.throughputs_bps),
+            last_throughput_bps=self.throughputs_bps[-1] if self.throughputs_bps else None,
+        )
+
+    async def learn(self, outcome: OutcomeInput) -> None:
+        self.throughputs_bps.append(outcome.report.throughput_bps)
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES, ToyAdapter))  # the one registration line
+
+
+# --- in-process plane ---------------------------------------------------------------------------------------------
+def _plane(settings: Settings, **kwargs: Any) -> DecisionPlane:
+    model = PrimaryPathBandit(BanditConfig(policy=settings.policy, seed=settings.seed))
+    return DecisionPlane(ModelRegistry(model), MemoryStore(), settings, Metrics.create(), **kwargs)
+
+
+async def test_a_registered_toy_engine_is_served_and_learns_once_per_decision(registered: None) -> None:
+    plane = _plane(Settings(), guard=OutcomeGuard(1.5, None, MemoryQuarantine(["phone-q"])))
+    assert [e.section for e in plane.engines] == ["scheduler", "congestion", "server_selection", "toy"]
+    me = Principal(device_id="phone-1")
+    rec = await plane.recommend(me, RecommendRequest.model_validate(CONTEXT))
+    assert rec.model_extra is not None
+    assert rec.model_extra["toy"] == ToyAdvice(interfaces=2, outcomes_learned=0, last_throughput_bps=None)
+    assert rec.scheduler.weights and rec.congestion.profile  # the registered sections are all still there
+    assert rec.model_dump(mode="json")["toy"] == {"interfaces": 2, "outcomes_learned": 0, "last_throughput_bps": None}
+
+    report = OutcomeReport(device_id="phone-1", decision_id=rec.decision_id, throughput_bps=3e7)
+    assert (await plane.report_outcome(me, report)).accepted
+    assert (await plane.report_outcome(me, report)).duplicate  # a repeat is not learned twice
+    quarantined = Principal(device_id="phone-q")
+    rec_q = await plane.recommend(quarantined, RecommendRequest.model_validate({**CONTEXT, "device_id": "phone-q"}))
+    report_q = OutcomeReport(device_id="phone-q", decision_id=rec_q.decision_id, throughput_bps=1e6)
+    assert not (await plane.report_outcome(quarantined, report_q)).accepted  # never trained on, never learned
+    toy = plane.engines[-1]
+    assert isinstance(toy, ToyAdapter) and toy.throughputs_bps == [3e7]
+    again = await plane.recommend(me, RecommendRequest.model_validate(CONTEXT))
+    assert again.model_extra is not None
+    assert again.model_extra["toy"] == ToyAdvice(interfaces=2, outcomes_learned=1, last_throughput_bps=3e7)
+
+
+def test_the_registry_lists_the_built_in_sections_in_order() -> None:
+    assert registry.ENGINES == (MlpmAdapter, CongestionAdapter, SsmpAdapter)
+    assert [e.section for e in registry.build_engines(Settings())] == ["scheduler", "congestion", "server_selection"]
+
+
+def test_engine_sections_are_checked_when_the_plane_is_built() -> None:
+    settings = Settings()
+    with pytest.raises(ValueError, match="toy"):
+        registry.build_engines(settings, (MlpmAdapter, ToyAdapter, ToyAdapter))
+
+    class Impostor(ToyAdapter):
+        section = "policy"
+
+    with pytest.raises(ValueError, match="policy"):
+        _plane(settings, engines=(*registry.build_engines(settings), Impostor(settings)))
+    with pytest.raises(ValueError, match="scheduler"):  # a required section without an adapter
+        _plane(settings, engines=registry.build_engines(settings, (CongestionAdapter, SsmpAdapter)))
+    unset = _plane(settings, engines=registry.build_engines(settings, (MlpmAdapter, CongestionAdapter)))
+    assert [e.section for e in unset.engines] == ["scheduler", "congestion"]  # server_selection is optional
+
+
+# --- over the wire ------------------------------------------------------------------------------------------------
+@pytest.fixture
+def toy_service(registered: None, request: pytest.FixtureRequest) -> Iterator[Any]:
+    yield request.getfixturevalue("service")  # the real composition root, built after the registration
+
+
+def test_a_registered_toy_engine_is_served_over_rest_but_not_grpc(toy_service: Any) -> None:
+    with httpx.Client(base_url=toy_service.http_url, timeout=10.0) as http:
+        rec = http.post("/v1/recommendations", json=CONTEXT)
+        assert rec.status_code == 200, rec.text
+        body = rec.json()
+        assert body["toy"] == {"interfaces": 2, "outcomes_learned": 0, "last_throughput_bps": None}
+        assert {"scheduler", "congestion"} <= body.keys()
+        ack = http.post("/v1/outcomes", json={**_outcome(body), "throughput_bps": 2e7})
+        assert ack.status_code == 200 and ack.json()["accepted"], ack.text
+        assert http.post("/v1/recommendations", json=CONTEXT).json()["toy"]["outcomes_learned"] == 1
+    grpc_client = connect(toy_service.grpc_url)
+    try:
+        over_grpc = grpc_client.recommend(CONTEXT)
+    finally:
+        grpc_client.close()
+    assert "toy" not in over_grpc  # the limit: the proto names no toy section
+    assert over_grpc["scheduler"]["weights"] and over_grpc["congestion"]["profile"]
+
+
+def _outcome(rec: dict[str, Any]) -> dict[str, Any]:
+    return {"device_id": "phone-1", "decision_id": rec["decision_id"]}
