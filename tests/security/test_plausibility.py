@@ -159,3 +159,26 @@ async def test_guard_bounds_the_rate_an_ssmp_transfer_implies() -> None:
     with pytest.raises(InvalidInput) as err:
         await guard.admit(d, report)
     assert err.value.field == "server_transfer.duration_ms"
+
+
+@pytest.mark.parametrize("duration_ms", [5e-324, 1e-310, 0.0009])
+def test_denormal_transfer_duration_is_a_4xx_naming_the_field(duration_ms: float) -> None:
+    """A duration that underflows as a divisor (issue 17: 5e-324 ms answered 500) is refused where it enters.
+
+    The outcome is not consumed: the same decision still accepts a valid report afterwards.
+    """
+    with (
+        running_service() as svc,
+        httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http,
+    ):
+        rec = http.post("/v1/recommendations", json=context_body("dev-a", link_speed_mbps=50.0)).json()
+        body: dict[str, Any] = {
+            "device_id": "dev-a",
+            "decision_id": rec["decision_id"],
+            "throughput_bps": 1e6,
+            "server_transfer": {"address": "192.0.2.1", "size_bytes": 3, "duration_ms": duration_ms},
+        }
+        resp = http.post("/v1/outcomes", json=body)
+        assert resp.status_code == 422 and resp.json()["field"] == "server_transfer.duration_ms", resp.text
+        body["server_transfer"]["duration_ms"] = 1000.0
+        assert http.post("/v1/outcomes", json=body).json()["accepted"] is True

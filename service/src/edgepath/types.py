@@ -20,6 +20,8 @@ sinr_db              [-30, 50]       3GPP TS 36.133 §9.1.17 RS-SINR is -23..40;
 cqi                  [0, 15]         3GPP TS 36.213 Table 7.2.3-1
 cell_rssi_dbm        [-140, 0]       Android CellSignalStrengthLte#getRssi -113..-51; margin
 rtt_ms / latency_ms  [0, 600000]     ten minutes: anything longer is a broken clock
+duration_ms, RTT     [0.001, …] ms   ``MIN_MEASURED_MS``: below 1 µs is no measurement (loopback
+  samples                            RTT is ~10 µs); a divisor this small once underflowed to 0
 loss                 [0, 1]          fraction
 throughput_bps       [0, 1e12]       one terabit/s
 max_link_speed_mbps  [0, 100000]     as link_speed_mbps (the device's maximum)
@@ -58,6 +60,9 @@ CELLULAR = frozenset({AccessType.LTE, AccessType.NR})
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 MAX_INTERFACES = 16
+#: Smallest duration or RTT sample accepted, ms (1 µs). Smaller values are no measurement, and as divisors
+#: they underflowed: 5e-324 ms / 1000 is 0.0 (issue 17: a 500 from a server_transfer).
+MIN_MEASURED_MS = 1e-3
 MAX_NAME_LEN = 64
 # Security (issue 9): identifiers carry no whitespace or control characters (no log/header injection);
 # interface names follow the kernel's dev_valid_name() (no '/', no whitespace). Rust-regex syntax (pydantic-core).
@@ -229,7 +234,7 @@ MAX_RTT_SAMPLES = 64
 #: Largest content size accepted, bytes (1 PB).
 MAX_CONTENT_BYTES = 10**15
 
-RttSampleMs = Annotated[float, Field(gt=0.0, le=600_000.0, description="RTT sample, ms (> 0)")]
+RttSampleMs = Annotated[float, Field(ge=MIN_MEASURED_MS, le=600_000.0, description="RTT sample, ms (≥ 0.001)")]
 
 
 class ServerPath(BaseModel):
@@ -295,7 +300,9 @@ class ServerTransfer(BaseModel):
 
     address: str = Field(min_length=1, max_length=255)
     size_bytes: int = Field(ge=0, le=MAX_CONTENT_BYTES, description="Bytes transferred")
-    duration_ms: float = Field(gt=0.0, le=1e9, description="Transfer duration, ms")
+    duration_ms: float = Field(
+        ge=MIN_MEASURED_MS, le=1e9, description="Transfer duration, ms (≥ 0.001: it divides the goodput)"
+    )
     paths: list[ServerPath] = Field(default_factory=list, max_length=MAX_INTERFACES)
 
 
