@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import socket
 import threading
@@ -58,6 +59,7 @@ from edgepath_agent.collector import (
 )
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.safety import ClientCredentials, check_key_file
+from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,9 @@ class AgentConfig(BaseModel):
     key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
     token: str | None = Field(None, min_length=1, description="Bearer token for the service (prefer token_file)")
     token_file: Path | None = Field(None, description="File holding the bearer token; must not be readable by others")
+    status_file: Path | None = Field(
+        DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
+    )
 
     def credentials(self) -> ClientCredentials | None:
         """TLS/token settings for the service client, ``None`` when none are configured.
@@ -218,6 +223,12 @@ class Agent:
         self.measure = measure or self._default_measure
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
         self.last_recommendation: dict[str, Any] | None = None
+        self.last_outcome: dict[str, Any] | None = None
+        self.service_reachable: bool | None = None
+        self.service_error: str | None = None
+        self.service_ok_unix_ms: int | None = None
+        self.steps_done = 0
+        self._status_warned = False
         self._passive_mark: tuple[str, int, float] | None = None
         n = max(1, config.history_samples)
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
@@ -295,10 +306,12 @@ class Agent:
             try:
                 rec = self.client.recommend(request)
             except ServiceError as exc:
+                self._service_answered(False, str(exc))
                 if not is_transient(exc):
                     raise
                 log.warning("service unreachable (%s): keeping the last applied configuration", exc)
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
+            self._service_answered(True)
         try:
             applied = self.applier.apply(rec)
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
@@ -314,9 +327,16 @@ class Agent:
             ack = self._report(outcome)
         return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
 
+    def _service_answered(self, ok: bool, error: str | None = None) -> None:
+        self.service_reachable = ok
+        self.service_error = error
+        if ok:
+            self.service_ok_unix_ms = now_ms()
+
     def _report(self, outcome: dict[str, Any]) -> dict[str, Any] | None:
+        self.last_outcome = {**outcome, "sent_unix_ms": now_ms(), "delivered": False, "reward": None}
         try:
-            return self.client.report_outcome(outcome)
+            ack = self.client.report_outcome(outcome)
         except ServiceError as exc:
             if not is_transient(exc):
                 log.error("outcome for %s refused: %s", outcome.get("decision_id"), exc)
@@ -324,6 +344,52 @@ class Agent:
             log.warning("outcome for %s queued (%s)", outcome.get("decision_id"), exc)
             self.pending.append(outcome)
             return None
+        self.last_outcome.update(delivered=True, reward=ack.get("reward"))
+        return ack
+
+    def status_record(self) -> dict[str, Any]:
+        """The status record (fields in :mod:`edgepath_agent.status`) for the current state."""
+        rec = self.last_recommendation
+        applied = self.applier.last
+        return {
+            "updated_unix_ms": now_ms(),
+            "pid": os.getpid(),
+            "device_id": self.config.device_id,
+            "step": self.steps_done,
+            "service": {
+                "urls": list(self.config.service),
+                "last_used": getattr(self.client, "last_used", None),
+                "reachable": self.service_reachable,
+                "last_error": self.service_error,
+                "last_ok_unix_ms": self.service_ok_unix_ms,
+            },
+            "recommendation": None
+            if rec is None
+            else {
+                k: rec.get(k) for k in ("decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms")
+            },
+            "applied": None
+            if applied is None
+            else {
+                "primary": applied.primary,
+                "backup": list(applied.backup),
+                "congestion_control": applied.congestion_control,
+                "steps": applied.steps,
+            },
+            "last_outcome": self.last_outcome,
+            "pending_outcomes": len(self.pending),
+        }
+
+    def write_status(self) -> None:
+        """Rewrite ``status_file`` (a failure is logged once, never fatal)."""
+        if self.config.status_file is None:
+            return
+        try:
+            write_status(self.config.status_file, self.status_record())
+        except OSError as exc:
+            if not self._status_warned:
+                log.warning("status file %s not written: %s", self.config.status_file, exc)
+                self._status_warned = True
 
     def flush_outcomes(self) -> int:
         """Re-send queued outcomes; returns how many were delivered."""
@@ -358,6 +424,8 @@ class Agent:
                 log.error("apply failed, restoring the previous state: %s", exc)
                 self.applier.rollback()
             steps += 1
+            self.steps_done = steps
+            self.write_status()
             stop.wait(self.config.interval_s)
         return steps
 
