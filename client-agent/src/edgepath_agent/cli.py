@@ -136,17 +136,18 @@ def run(
     token_file: Annotated[
         Optional[Path], typer.Option(help="File holding the bearer token; refused if readable by group/others")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="Log level")] = "INFO",
+    log_level: Annotated[Optional[str], typer.Option(help="DEBUG, INFO, WARNING or ERROR (default INFO)")] = None,
+    log_format: Annotated[
+        Optional[str], typer.Option(help="json, text or auto (JSON when stderr is the journal; default)")
+    ] = None,
 ) -> None:
     """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore)."""
-    import logging
-
     from pydantic import ValidationError
 
     from edgepath_agent.collector import parse_interface_map
     from edgepath_agent.daemon import load_config, run_daemon
+    from edgepath_agent.journal_log import setup_logging
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(
             config,
@@ -164,9 +165,12 @@ def run(
             key_file=key_file,
             token=token,
             token_file=token_file,
+            log_level=log_level.upper() if log_level else None,
+            log_format=log_format,
         )
+        setup_logging(cfg.log_level, cfg.log_format)
         cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
-    except (ValidationError, ValueError, PermissionError) as exc:
+    except (ValidationError, ValueError, PermissionError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     done = run_daemon(cfg, max_steps=steps)
     typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")
@@ -198,8 +202,9 @@ def status(
     ok = record is not None
     if record is None:
         record = {"service": {"urls": list(cfg.service)}}
-    if check:
-        probes = {url: probe_service(url, timeout_s) for url in cfg.service}
+    if check:  # the running agent's URLs when it wrote a record, else the configured ones
+        urls = (record.get("service") or {}).get("urls") or list(cfg.service)
+        probes = {url: probe_service(url, timeout_s) for url in urls}
         record["service_check"] = {url: {"reachable": r, "detail": d} for url, (r, d) in probes.items()}
         ok = ok and any(r for r, _ in probes.values())
     if as_json:

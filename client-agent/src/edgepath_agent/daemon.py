@@ -16,26 +16,34 @@ One :meth:`Agent.step`:
    re-sent later — the service ignores duplicates, so nothing is counted twice.
 
 On SIGTERM/SIGINT the loop ends and, with ``restore_on_exit``, the journal's
-snapshot is restored. Configuration precedence: CLI > file (TOML/JSON) > defaults.
+snapshot is restored. Configuration precedence (pydantic-settings sources):
+command line > ``EDGEPATH_AGENT_*`` environment variables > file (TOML/JSON) > defaults;
+client-agent/agent.toml.example lists every setting with its default.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import socket
 import threading
 import time
-import tomllib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from edgepath_agent.applier import (
     Applied,
@@ -57,6 +65,7 @@ from edgepath_agent.collector import (
     WifiCollector,
     merge_contexts,
 )
+from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.safety import ClientCredentials, check_key_file
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
@@ -64,10 +73,61 @@ from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
 log = logging.getLogger(__name__)
 
 
-class AgentConfig(BaseModel):
-    """Agent settings (units in the names). Precedence: CLI > file > these defaults."""
+#: The settings file :func:`load_config` reads (a context variable, so concurrent loads don't mix files).
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("edgepath_agent_config_file", default=None)
 
-    model_config = ConfigDict(extra="forbid")
+
+class _Layered(PydanticBaseSettingsSource):
+    """pydantic-settings sources, highest first, combined per setting (the higher one replaces a whole value).
+
+    pydantic-settings deep-merges mappings across sources by default, which would add
+    the file's ``interfaces`` to those given in the environment; a device's managed
+    interfaces must come from one place.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], sources: tuple[PydanticBaseSettingsSource, ...]) -> None:
+        super().__init__(settings_cls)
+        self.sources = sources
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for source in reversed(self.sources):
+            values.update(source())
+        return values
+
+
+class AgentConfig(BaseSettings):
+    """Agent settings (units in the names).
+
+    Precedence, highest first: values passed in (the command line), ``EDGEPATH_AGENT_<NAME>``
+    environment variables (lists and mappings as JSON, e.g.
+    ``EDGEPATH_AGENT_INTERFACES='{"wlan0": "WIFI"}'``), the settings file given to
+    :func:`load_config` (TOML or JSON), these defaults. Unknown keys are refused.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="EDGEPATH_AGENT_", extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _CONFIG_FILE.get()
+        if path is None:
+            return (_Layered(settings_cls, (init_settings, env_settings)),)
+        file_source: PydanticBaseSettingsSource = (
+            JsonConfigSettingsSource(settings_cls, json_file=path)
+            if path.suffix == ".json"
+            else TomlConfigSettingsSource(settings_cls, toml_file=path)
+        )
+        return (_Layered(settings_cls, (init_settings, env_settings, file_source)),)
 
     device_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
     service: list[str] = Field(
@@ -109,6 +169,10 @@ class AgentConfig(BaseModel):
     key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
     token: str | None = Field(None, min_length=1, description="Bearer token for the service (prefer token_file)")
     token_file: Path | None = Field(None, description="File holding the bearer token; must not be readable by others")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto", description="JSON lines (journald-friendly) or text; auto: JSON when stderr is the journal"
+    )
     status_file: Path | None = Field(
         DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
     )
@@ -153,19 +217,25 @@ class AgentConfig(BaseModel):
 
 
 def load_config(path: Path | None = None, **cli: Any) -> AgentConfig:
-    """Defaults, overridden by the file at ``path`` (``.toml`` or JSON), overridden by non-``None`` CLI values.
+    """Settings from ``cli`` (non-``None`` values) > environment > the file at ``path`` > defaults.
+
+    The file is JSON when its name ends in ``.json``, TOML otherwise (``agent.toml``,
+    ``agent.toml.example``).
 
     Raises
     ------
+    FileNotFoundError
+        When ``path`` does not exist.
     pydantic.ValidationError
-        Naming the offending field.
+        Naming the offending field (also for unknown keys in the file).
     """
-    values: dict[str, Any] = {}
-    if path is not None:
-        text = path.read_text()
-        values.update(tomllib.loads(text) if path.suffix == ".toml" else json.loads(text))
-    values.update({k: v for k, v in cli.items() if v is not None})
-    return AgentConfig.model_validate(values)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"settings file {path} does not exist")
+    token = _CONFIG_FILE.set(path)
+    try:
+        return AgentConfig(**{k: v for k, v in cli.items() if v is not None})
+    finally:
+        _CONFIG_FILE.reset(token)
 
 
 @dataclass
@@ -309,13 +379,15 @@ class Agent:
                 self._service_answered(False, str(exc))
                 if not is_transient(exc):
                     raise
-                log.warning("service unreachable (%s): keeping the last applied configuration", exc)
+                log.warning(
+                    "service unreachable (%s): keeping the last applied configuration", exc, extra={"error": str(exc)}
+                )
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
             self._service_answered(True)
         try:
             applied = self.applier.apply(rec)
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
-            log.error("keeping the last applied configuration: %s", exc)
+            log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.get("decision_id")})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
         measured = self.measure(applied.primary)
@@ -339,9 +411,19 @@ class Agent:
             ack = self.client.report_outcome(outcome)
         except ServiceError as exc:
             if not is_transient(exc):
-                log.error("outcome for %s refused: %s", outcome.get("decision_id"), exc)
+                log.error(
+                    "outcome for %s refused: %s",
+                    outcome.get("decision_id"),
+                    exc,
+                    extra={"decision_id": outcome.get("decision_id")},
+                )
                 return None
-            log.warning("outcome for %s queued (%s)", outcome.get("decision_id"), exc)
+            log.warning(
+                "outcome for %s queued (%s)",
+                outcome.get("decision_id"),
+                exc,
+                extra={"decision_id": outcome.get("decision_id")},
+            )
             self.pending.append(outcome)
             return None
         self.last_outcome.update(delivered=True, reward=ack.get("reward"))
@@ -407,26 +489,55 @@ class Agent:
         return sent
 
     def run(self, stop: threading.Event, max_steps: int | None = None) -> int:
-        """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done."""
+        """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done.
+
+        Under systemd (Type=notify) it reports READY=1 before the first step, a STATUS=
+        line after each, and pings the watchdog (WATCHDOG=1) at half of ``WatchdogSec=``
+        while waiting, so a hung step (not a slow wait) gets the agent restarted.
+        """
         steps = 0
+        watchdog = watchdog_interval_s()
+        sd_notify("READY=1\nSTATUS=starting")
         while not stop.is_set() and (max_steps is None or steps < max_steps):
             try:
                 result = self.step()
+                decision_id = (result.recommendation or {}).get("decision_id")
                 if result.applied is not None and not result.kept_last:
                     log.info(
                         "decision %s: primary %s cc %s backup %s",
-                        (result.recommendation or {}).get("decision_id"),
+                        decision_id,
                         result.applied.primary,
                         result.applied.congestion_control,
                         ",".join(result.applied.backup) or "-",
+                        extra={
+                            "decision_id": decision_id,
+                            "interface": result.applied.primary,
+                            "congestion_control": result.applied.congestion_control,
+                            "backup": list(result.applied.backup),
+                            "model_version": (result.recommendation or {}).get("model_version"),
+                            "step": steps,
+                        },
                     )
             except ApplyError as exc:
-                log.error("apply failed, restoring the previous state: %s", exc)
+                log.error(
+                    "apply failed, restoring the previous state: %s", exc, extra={"error": str(exc), "step": steps}
+                )
                 self.applier.rollback()
             steps += 1
             self.steps_done = steps
             self.write_status()
-            stop.wait(self.config.interval_s)
+            primary = self.applier.last.primary if self.applier.last else "-"
+            sd_notify(f"STATUS=step {steps}: primary {primary}, service reachable: {self.service_reachable}")
+            deadline = time.monotonic() + self.config.interval_s
+            while not stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if watchdog is not None:
+                    sd_notify("WATCHDOG=1")
+                    left = min(left, watchdog / 2)
+                stop.wait(left)
+        sd_notify("STOPPING=1")
         return steps
 
     def close(self, restore: bool | None = None) -> None:
