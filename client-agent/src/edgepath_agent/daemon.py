@@ -7,7 +7,11 @@ One :meth:`Agent.step`:
    when it is unreachable the agent *keeps the last applied configuration* and
    tries again next step;
 3. **apply** the recommendation (applier/: routes for the initial subflow, MPTCP
-   endpoints/limits, congestion control), journalled;
+   endpoints/limits, congestion control), journalled — after probing the path it is
+   about to make primary (upstream.py); between steps the primary path's upstream is
+   probed every ``upstream_check_interval_s``: a primary without connectivity is left
+   for one that answers, and the recommended (preferred) path is restored once it
+   answers again;
 4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
    configured, otherwise passively from the primary interface's byte counters
    (``/sys/class/net/IF/statistics/rx_bytes`` over the step) with RTT/loss from
@@ -23,6 +27,7 @@ client-agent/agent.toml.example lists every setting with its default.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -35,6 +40,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import Field
 from pydantic_settings import (
@@ -69,6 +75,7 @@ from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.safety import ClientCredentials, check_key_file
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
+from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +176,18 @@ class AgentConfig(BaseSettings):
     key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
     token: str | None = Field(None, min_length=1, description="Bearer token for the service (prefer token_file)")
     token_file: Path | None = Field(None, description="File holding the bearer token; must not be readable by others")
+    upstream_check: bool = Field(
+        True, description="Probe a path before making it primary and keep probing it (upstream.py)"
+    )
+    upstream_target: str | None = Field(
+        None, description="HOST:PORT the upstream probes connect to (default: the first service URL's)"
+    )
+    upstream_timeout_s: float = Field(1.0, gt=0, description="Per-probe timeout, s")
+    upstream_check_interval_s: float = Field(2.0, gt=0, description="Seconds between probes of the primary path")
+    upstream_failures: int = Field(2, ge=1, description="Failed probes in a row before leaving the primary path")
+    upstream_recoveries: int = Field(
+        2, ge=1, description="Answered probes in a row before restoring the preferred path"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "text"] = Field(
         "auto", description="JSON lines (journald-friendly) or text; auto: JSON when stderr is the journal"
@@ -203,6 +222,22 @@ class AgentConfig(BaseSettings):
                 raise ValueError(f"token_file: {self.token_file} is empty")
         return ClientCredentials(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token)
 
+    def upstream_target_addr(self) -> tuple[str, int] | None:
+        """Where upstream probes go: ``upstream_target``, else the first service URL with a port; ``None`` if neither.
+
+        Raises
+        ------
+        ValueError
+            For a malformed ``upstream_target``.
+        """
+        if self.upstream_target:
+            return parse_target(self.upstream_target)
+        for url in self.service:
+            parsed = urlparse(url)
+            if parsed.hostname and parsed.port:
+                return parsed.hostname, parsed.port
+        return None
+
     def applier_config(self) -> ApplierConfig:
         return ApplierConfig(
             interfaces=tuple(self.interfaces),
@@ -236,6 +271,15 @@ def load_config(path: Path | None = None, **cli: Any) -> AgentConfig:
         return AgentConfig(**{k: v for k, v in cli.items() if v is not None})
     finally:
         _CONFIG_FILE.reset(token)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -276,6 +320,10 @@ class Agent:
     measure
         ``primary interface → TransferResult or None``; defaults to the probe transfer
         (when ``config.probe``) or the passive counter meter.
+    guard
+        Upstream-connectivity guard of the primary path (:mod:`edgepath_agent.upstream`);
+        by default built from ``upstream_*`` settings (none when ``upstream_check`` is off
+        or there is no probe target).
     """
 
     def __init__(
@@ -285,6 +333,7 @@ class Agent:
         applier: Applier,
         collectors: Sequence[Collector],
         measure: Callable[[str], TransferResult | None] | None = None,
+        guard: PrimaryGuard | None = None,
     ) -> None:
         self.config = config
         self.client = client
@@ -299,11 +348,95 @@ class Agent:
         self.service_ok_unix_ms: int | None = None
         self.steps_done = 0
         self._status_warned = False
+        #: The primary the service asked for last; the guard may hold another one while it has no upstream.
+        self.preferred: str | None = None
+        self.override_reason: str | None = None
+        self.guard = self._build_guard() if guard is None else guard
         self._passive_mark: tuple[str, int, float] | None = None
         n = max(1, config.history_samples)
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
             name: (deque(maxlen=n), deque(maxlen=n)) for name in config.interfaces
         }
+
+    def _build_guard(self) -> PrimaryGuard | None:
+        target = self.config.upstream_target_addr() if self.config.upstream_check else None
+        if target is None or _is_loopback(target[0]):
+            return None  # nothing beyond the device to probe (a service on loopback says nothing about a path)
+        netns = self.config.netns
+
+        def prober(interface: str) -> UpstreamProbe:
+            try:
+                source = (self.applier.backend.read_addresses().get(interface) or [None])[0]
+            except Exception:  # no address known: the device binding alone still pins the path
+                source = None
+            if netns is None:
+                return probe_upstream(interface, target, source, self.config.upstream_timeout_s)
+            from edgepath_agent.testbed.netns import call_in_netns
+
+            return call_in_netns(netns, probe_upstream, interface, target, source, self.config.upstream_timeout_s)
+
+        return PrimaryGuard(
+            tuple(self.config.interfaces),
+            prober,
+            failures=self.config.upstream_failures,
+            recoveries=self.config.upstream_recoveries,
+        )
+
+    def _with_primary(self, rec: Mapping[str, Any], interface: str) -> dict[str, Any]:
+        pp = dict(rec.get("primary_path") or {})
+        pp.update(interface=interface, access_type=self.config.interfaces.get(interface, pp.get("access_type")))
+        return {**rec, "primary_path": pp}
+
+    def guard_primary(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``."""
+        wanted = (rec.get("primary_path") or {}).get("interface")
+        self.preferred = wanted if isinstance(wanted, str) else None
+        if self.guard is None or self.preferred not in self.config.interfaces:
+            return rec, None  # unmanaged names are left to the applier's safety checks
+        chosen, reason = self.guard.choose(self.preferred)
+        if reason is None:
+            return rec, None
+        log.warning(
+            "decision %s: %s",
+            rec.get("decision_id"),
+            reason,
+            extra={
+                "decision_id": rec.get("decision_id"),
+                "interface": chosen,
+                "previous_primary": self.preferred,
+                "reason": reason,
+            },
+        )
+        return self._with_primary(rec, chosen), reason
+
+    def watch_upstream(self) -> str | None:
+        """One periodic upstream check of the primary path; re-applies and returns the new primary on a change.
+
+        Leaves a primary without connectivity for one that answers, and restores the
+        preferred path once it answers again (see :class:`~edgepath_agent.upstream.PrimaryGuard`).
+        """
+        if self.guard is None or self.applier.last is None or self.last_recommendation is None:
+            return None
+        current = self.applier.last.primary
+        change = self.guard.watch(current, self.preferred)
+        if change is None:
+            return None
+        new, reason = change
+        extra = {
+            "decision_id": self.last_recommendation.get("decision_id"),
+            "interface": new,
+            "previous_primary": current,
+            "reason": reason,
+        }
+        try:
+            self.applier.apply(self._with_primary(self.last_recommendation, new))
+        except ApplyError as exc:
+            log.error("switching primary to %s failed, restoring the previous state: %s", new, exc, extra=extra)
+            self.applier.rollback()
+            return None
+        self.override_reason = None if new == self.preferred else reason
+        log.warning("primary %s → %s: %s", current, new, reason, extra=extra)
+        return new
 
     def context(self) -> dict[str, Any]:
         """The ``RecommendRequest`` for the current readings.
@@ -331,7 +464,7 @@ class Agent:
                 "available_congestion_controls": list(kernel.available_cc),
                 "allowed_congestion_controls": list(kernel.allowed_cc),
                 "mptcp_schedulers": list(kernel.schedulers),
-                "path_managers": kernel.mptcp.get("available_path_managers", "").split(),
+                "path_managers": list(kernel.path_managers),
             }
         present = {i["name"] for i in interfaces}
         histories = [
@@ -384,17 +517,21 @@ class Agent:
                 )
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
             self._service_answered(True)
+        to_apply, override = self.guard_primary(rec) if primary is None else (rec, None)
         try:
-            applied = self.applier.apply(rec)
+            applied = self.applier.apply(to_apply)
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
             log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.get("decision_id")})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
+        self.override_reason = override
         measured = self.measure(applied.primary)
         if measured is not None:
             self._remember(applied.primary, measured)
         outcome = ack = None
-        if measured is not None and rec.get("decision_id"):
+        # An outcome measured on another path than the decision chose would train the
+        # bandit on the wrong arm: none is reported when the guard overrode the primary.
+        if measured is not None and rec.get("decision_id") and override is None:
             outcome = outcome_from(measured, self.config.device_id, str(rec["decision_id"]))
             ack = self._report(outcome)
         return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
@@ -460,6 +597,12 @@ class Agent:
             },
             "last_outcome": self.last_outcome,
             "pending_outcomes": len(self.pending),
+            "preferred_primary": self.preferred,
+            "override_reason": self.override_reason,
+            "connectivity": {
+                name: {"ok": p.ok, "detail": p.detail, "elapsed_ms": p.elapsed_ms, "at_unix_ms": p.at_unix_ms}
+                for name, p in (self.guard.last.items() if self.guard else [])
+            },
         }
 
     def write_status(self) -> None:
@@ -528,17 +671,30 @@ class Agent:
             self.write_status()
             primary = self.applier.last.primary if self.applier.last else "-"
             sd_notify(f"STATUS=step {steps}: primary {primary}, service reachable: {self.service_reachable}")
-            deadline = time.monotonic() + self.config.interval_s
-            while not stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if watchdog is not None:
-                    sd_notify("WATCHDOG=1")
-                    left = min(left, watchdog / 2)
-                stop.wait(left)
+            self._wait(stop, watchdog)
         sd_notify("STOPPING=1")
         return steps
+
+    def _wait(self, stop: threading.Event, watchdog: float | None) -> None:
+        """Wait ``interval_s`` (or until ``stop``), checking the primary's upstream and pinging the watchdog."""
+        check_every = self.config.upstream_check_interval_s
+        deadline = time.monotonic() + self.config.interval_s
+        next_check = time.monotonic() + check_every
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if self.guard is not None and now >= next_check:
+                if self.watch_upstream() is not None:
+                    self.write_status()
+                next_check = time.monotonic() + check_every
+            if watchdog is not None:
+                sd_notify("WATCHDOG=1")
+            until = min(deadline, next_check) if self.guard is not None else deadline
+            left = until - time.monotonic()
+            if watchdog is not None:
+                left = min(left, watchdog / 2)
+            stop.wait(max(0.0, left))
 
     def close(self, restore: bool | None = None) -> None:
         """Restore the journalled state (if ``restore``/``restore_on_exit``) and close the client."""
@@ -576,6 +732,11 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
         StaticCollector(config.interfaces),
         kernel,
     ]
+    if kernel.capabilities.path_manager == "userspace":
+        log.warning(
+            "the MPTCP path manager is 'userspace' (a daemon such as mptcpd drives subflows): the endpoints "
+            "this agent sets are not used by the kernel; routes (the initial subflow) still are"
+        )
     client = connect_failover(config.service, config.timeout_s, config.attempts, credentials=config.credentials())
     return Agent(config, client, applier, collectors)
 
