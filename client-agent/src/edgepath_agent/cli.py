@@ -147,6 +147,7 @@ def run(
     from edgepath_agent.collector import parse_interface_map
     from edgepath_agent.daemon import load_config, run_daemon
     from edgepath_agent.journal_log import setup_logging
+    from edgepath_agent.netmanager import NetworkConflict
 
     try:
         cfg = load_config(
@@ -172,7 +173,11 @@ def run(
         cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
     except (ValidationError, ValueError, PermissionError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from exc
-    done = run_daemon(cfg, max_steps=steps)
+    try:
+        done = run_daemon(cfg, max_steps=steps)
+    except NetworkConflict as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(3) from exc
     typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")
 
 

@@ -73,6 +73,7 @@ from edgepath_agent.collector import (
 )
 from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
+from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.safety import ClientCredentials, check_key_file
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
 from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
@@ -741,8 +742,40 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
     return Agent(config, client, applier, collectors)
 
 
+def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> None:
+    """Refuse to manage interfaces that NetworkManager or mptcpd manage (see :mod:`edgepath_agent.netmanager`).
+
+    Skipped with ``netns`` (the device's managers live in the host namespace, not in a
+    test namespace); a dry run only warns (it changes nothing).
+
+    Raises
+    ------
+    NetworkConflict
+        Naming the manager, the interfaces and the way out.
+    """
+    if config.netns is not None:
+        return
+    found = check_coexistence(config.interfaces, bus_address)
+    if found.networkmanager.error:
+        log.info("NetworkManager check: %s", found.networkmanager.error)
+    conflict = found.conflict
+    if conflict is None:
+        return
+    if config.backend == "dry-run":
+        log.warning("a real run would refuse to start: %s", conflict)
+        return
+    raise NetworkConflict(f"refusing to start: {conflict}")
+
+
 def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
-    """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done."""
+    """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done.
+
+    Raises
+    ------
+    NetworkConflict
+        Before touching anything, when another manager owns the interfaces (:func:`ensure_sole_manager`).
+    """
+    ensure_sole_manager(config)
     agent = build_agent(config)
     stop = threading.Event()
     previous: dict[int, Any] = {}
