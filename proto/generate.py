@@ -1,8 +1,12 @@
 """Generate the Python protobuf/gRPC modules from ``proto/`` (run during setup).
 
 The generated code is written into each package that speaks the wire API
-(``edgepath.wire`` in the service, ``edgepath_agent.wire`` in the agent) and is
-ignored by git: it is always produced from the ``.proto`` files, never edited.
+(``edgepath.wire`` in the service, ``edgepath_agent.wire`` in the agent); it is
+always produced from the ``.proto`` files, never edited. The service's copy is
+ignored by git. The agent's copy is committed, so that the agent's wheel builds
+with setuptools alone on a device (no grpcio-tools, which has no wheels for many
+router architectures); tests/agent/test_agent_package.py regenerates it with the
+pinned grpcio-tools and fails when the committed files differ.
 
 protoc's Python plugins emit absolute imports that follow the proto package
 path (``from edgepath.v1 import edgepath_pb2``), a long-standing limitation

@@ -1,16 +1,20 @@
-"""``edgepath-agent`` command line (typer)."""
+"""``edgepath-agent`` command line (typer).
+
+The device runtime (``run``, ``status``, ``rollback``, ``--help``, ``--version``)
+imports only the base dependencies; ``replay`` needs the ``replay`` extra
+(numpy, pandas, matplotlib, tqdm), imported when that command runs.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Optional
 
 import typer
-from tqdm import tqdm
-
-from edgepath_agent import replay as rp
-from edgepath_agent.client import ServiceError, connect
 
 app = typer.Typer(
     help="EdgePath device agent.",
@@ -19,10 +23,39 @@ app = typer.Typer(
     pretty_exceptions_enable=sys.stderr.isatty(),
 )
 
+EXTRA_HINT = "pip install 'edgepath-agent[replay]'"
+
+
+def require_extra(module: str, command: str) -> ModuleType:
+    """Import ``module`` from the ``replay`` extra, or exit 2 with the install command.
+
+    Raises
+    ------
+    typer.Exit
+        (code 2) when the module or one of its dependencies is not installed.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        typer.echo(f"{command} needs the replay extra ({exc.name} is not installed): {EXTRA_HINT}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _version(value: bool) -> None:
+    if value:
+        from edgepath_agent import __version__
+
+        typer.echo(f"edgepath-agent {__version__}")
+        raise typer.Exit()
+
 
 @app.callback()
-def _root() -> None:
-    """EdgePath device agent: replay, run, rollback."""
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit")
+    ] = False,
+) -> None:
+    """EdgePath device agent: run, status, rollback (and replay with the replay extra)."""
 
 
 @app.command()
@@ -40,7 +73,11 @@ def replay(
     cellular_access_type: Annotated[str, typer.Option(help="LTE or NR")] = "LTE",
     progress: Annotated[bool, typer.Option(help="Show a progress bar")] = True,
 ) -> None:
-    """Replay paired WiFi/cellular situations through a running service and report throughput."""
+    """Replay paired WiFi/cellular situations through a running service and report throughput (replay extra)."""
+    rp = require_extra("edgepath_agent.replay", "replay")
+    tqdm = require_extra("tqdm", "replay").tqdm
+    from edgepath_agent.client import ServiceError, connect
+
     try:
         client = connect(service)
     except ValueError as exc:
@@ -104,17 +141,19 @@ def run(
     token_file: Annotated[
         Optional[Path], typer.Option(help="File holding the bearer token; refused if readable by group/others")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="Log level")] = "INFO",
+    log_level: Annotated[Optional[str], typer.Option(help="DEBUG, INFO, WARNING or ERROR (default INFO)")] = None,
+    log_format: Annotated[
+        Optional[str], typer.Option(help="json, text or auto (JSON when stderr is the journal; default)")
+    ] = None,
 ) -> None:
     """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore)."""
-    import logging
-
     from pydantic import ValidationError
 
     from edgepath_agent.collector import parse_interface_map
     from edgepath_agent.daemon import load_config, run_daemon
+    from edgepath_agent.journal_log import setup_logging
+    from edgepath_agent.netmanager import NetworkConflict
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(
             config,
@@ -132,12 +171,62 @@ def run(
             key_file=key_file,
             token=token,
             token_file=token_file,
+            log_level=log_level.upper() if log_level else None,
+            log_format=log_format,
         )
+        setup_logging(cfg.log_level, cfg.log_format)
         cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
-    except (ValidationError, ValueError, PermissionError) as exc:
+    except (ValidationError, ValueError, PermissionError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from exc
-    done = run_daemon(cfg, max_steps=steps)
+    try:
+        done = run_daemon(cfg, max_steps=steps)
+    except NetworkConflict as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(3) from exc
     typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")
+
+
+@app.command()
+def status(
+    status_file: Annotated[Optional[Path], typer.Option(help="Status record written by `run`")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="Agent settings file (for status_file and service)")] = None,
+    check: Annotated[bool, typer.Option(help="Also probe the configured service URLs now")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
+    timeout_s: Annotated[float, typer.Option(help="Per-URL probe timeout, s (with --check)")] = 2.0,
+) -> None:
+    """Current recommendation, applied state, service reachability and last outcome of the running agent.
+
+    Exit code 0 when a record exists (and, with --check, a service URL answers), 1 otherwise.
+    """
+    from pydantic import ValidationError
+
+    from edgepath_agent.daemon import load_config
+    from edgepath_agent.status import format_status, probe_service, read_status
+
+    try:
+        cfg = load_config(config, status_file=status_file)
+    except (ValidationError, ValueError, OSError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    path = cfg.status_file
+    record = read_status(path) if path is not None else None
+    ok = record is not None
+    if record is None:
+        record = {"service": {"urls": list(cfg.service)}}
+    if check:  # the running agent's URLs when it wrote a record, else the configured ones
+        urls = (record.get("service") or {}).get("urls") or list(cfg.service)
+        probes = {url: probe_service(url, timeout_s) for url in urls}
+        record["service_check"] = {url: {"reachable": r, "detail": d} for url, (r, d) in probes.items()}
+        ok = ok and any(r for r, _ in probes.values())
+    if as_json:
+        typer.echo(json.dumps(record, indent=2, sort_keys=True))
+    else:
+        if "updated_unix_ms" in record:
+            typer.echo(format_status(record))
+        else:
+            typer.echo(f"agent:          no status record at {path} (is `edgepath-agent run` running?)")
+        for url, probe in record.get("service_check", {}).items():
+            typer.echo(f"check {url}: {'reachable' if probe['reachable'] else 'UNREACHABLE'} ({probe['detail']})")
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command()

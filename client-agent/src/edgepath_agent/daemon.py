@@ -7,7 +7,11 @@ One :meth:`Agent.step`:
    when it is unreachable the agent *keeps the last applied configuration* and
    tries again next step;
 3. **apply** the recommendation (applier/: routes for the initial subflow, MPTCP
-   endpoints/limits, congestion control), journalled;
+   endpoints/limits, congestion control), journalled — after probing the path it is
+   about to make primary (upstream.py); between steps the primary path's upstream is
+   probed every ``upstream_check_interval_s``: a primary without connectivity is left
+   for one that answers, and the recommended (preferred) path is restored once it
+   answers again;
 4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
    configured, otherwise passively from the primary interface's byte counters
    (``/sys/class/net/IF/statistics/rx_bytes`` over the step) with RTT/loss from
@@ -16,25 +20,36 @@ One :meth:`Agent.step`:
    re-sent later — the service ignores duplicates, so nothing is counted twice.
 
 On SIGTERM/SIGINT the loop ends and, with ``restore_on_exit``, the journal's
-snapshot is restored. Configuration precedence: CLI > file (TOML/JSON) > defaults.
+snapshot is restored. Configuration precedence (pydantic-settings sources):
+command line > ``EDGEPATH_AGENT_*`` environment variables > file (TOML/JSON) > defaults;
+client-agent/agent.toml.example lists every setting with its default.
 """
 
 from __future__ import annotations
 
-import json
+import ipaddress
 import logging
+import os
 import signal
 import socket
 import threading
 import time
-import tomllib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from edgepath_agent.applier import (
     Applied,
@@ -56,16 +71,71 @@ from edgepath_agent.collector import (
     WifiCollector,
     merge_contexts,
 )
+from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
+from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.safety import ClientCredentials, check_key_file
+from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
+from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
 
 log = logging.getLogger(__name__)
 
 
-class AgentConfig(BaseModel):
-    """Agent settings (units in the names). Precedence: CLI > file > these defaults."""
+#: The settings file :func:`load_config` reads (a context variable, so concurrent loads don't mix files).
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("edgepath_agent_config_file", default=None)
 
-    model_config = ConfigDict(extra="forbid")
+
+class _Layered(PydanticBaseSettingsSource):
+    """pydantic-settings sources, highest first, combined per setting (the higher one replaces a whole value).
+
+    pydantic-settings deep-merges mappings across sources by default, which would add
+    the file's ``interfaces`` to those given in the environment; a device's managed
+    interfaces must come from one place.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], sources: tuple[PydanticBaseSettingsSource, ...]) -> None:
+        super().__init__(settings_cls)
+        self.sources = sources
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover - unused
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for source in reversed(self.sources):
+            values.update(source())
+        return values
+
+
+class AgentConfig(BaseSettings):
+    """Agent settings (units in the names).
+
+    Precedence, highest first: values passed in (the command line), ``EDGEPATH_AGENT_<NAME>``
+    environment variables (lists and mappings as JSON, e.g.
+    ``EDGEPATH_AGENT_INTERFACES='{"wlan0": "WIFI"}'``), the settings file given to
+    :func:`load_config` (TOML or JSON), these defaults. Unknown keys are refused.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="EDGEPATH_AGENT_", extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _CONFIG_FILE.get()
+        if path is None:
+            return (_Layered(settings_cls, (init_settings, env_settings)),)
+        file_source: PydanticBaseSettingsSource = (
+            JsonConfigSettingsSource(settings_cls, json_file=path)
+            if path.suffix == ".json"
+            else TomlConfigSettingsSource(settings_cls, toml_file=path)
+        )
+        return (_Layered(settings_cls, (init_settings, env_settings, file_source)),)
 
     device_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
     service: list[str] = Field(
@@ -107,6 +177,25 @@ class AgentConfig(BaseModel):
     key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
     token: str | None = Field(None, min_length=1, description="Bearer token for the service (prefer token_file)")
     token_file: Path | None = Field(None, description="File holding the bearer token; must not be readable by others")
+    upstream_check: bool = Field(
+        True, description="Probe a path before making it primary and keep probing it (upstream.py)"
+    )
+    upstream_target: str | None = Field(
+        None, description="HOST:PORT the upstream probes connect to (default: the first service URL's)"
+    )
+    upstream_timeout_s: float = Field(1.0, gt=0, description="Per-probe timeout, s")
+    upstream_check_interval_s: float = Field(2.0, gt=0, description="Seconds between probes of the primary path")
+    upstream_failures: int = Field(2, ge=1, description="Failed probes in a row before leaving the primary path")
+    upstream_recoveries: int = Field(
+        2, ge=1, description="Answered probes in a row before restoring the preferred path"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto", description="JSON lines (journald-friendly) or text; auto: JSON when stderr is the journal"
+    )
+    status_file: Path | None = Field(
+        DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
+    )
 
     def credentials(self) -> ClientCredentials | None:
         """TLS/token settings for the service client, ``None`` when none are configured.
@@ -134,6 +223,22 @@ class AgentConfig(BaseModel):
                 raise ValueError(f"token_file: {self.token_file} is empty")
         return ClientCredentials(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token)
 
+    def upstream_target_addr(self) -> tuple[str, int] | None:
+        """Where upstream probes go: ``upstream_target``, else the first service URL with a port; ``None`` if neither.
+
+        Raises
+        ------
+        ValueError
+            For a malformed ``upstream_target``.
+        """
+        if self.upstream_target:
+            return parse_target(self.upstream_target)
+        for url in self.service:
+            parsed = urlparse(url)
+            if parsed.hostname and parsed.port:
+                return parsed.hostname, parsed.port
+        return None
+
     def applier_config(self) -> ApplierConfig:
         return ApplierConfig(
             interfaces=tuple(self.interfaces),
@@ -148,19 +253,34 @@ class AgentConfig(BaseModel):
 
 
 def load_config(path: Path | None = None, **cli: Any) -> AgentConfig:
-    """Defaults, overridden by the file at ``path`` (``.toml`` or JSON), overridden by non-``None`` CLI values.
+    """Settings from ``cli`` (non-``None`` values) > environment > the file at ``path`` > defaults.
+
+    The file is JSON when its name ends in ``.json``, TOML otherwise (``agent.toml``,
+    ``agent.toml.example``).
 
     Raises
     ------
+    FileNotFoundError
+        When ``path`` does not exist.
     pydantic.ValidationError
-        Naming the offending field.
+        Naming the offending field (also for unknown keys in the file).
     """
-    values: dict[str, Any] = {}
-    if path is not None:
-        text = path.read_text()
-        values.update(tomllib.loads(text) if path.suffix == ".toml" else json.loads(text))
-    values.update({k: v for k, v in cli.items() if v is not None})
-    return AgentConfig.model_validate(values)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"settings file {path} does not exist")
+    token = _CONFIG_FILE.set(path)
+    try:
+        return AgentConfig(**{k: v for k, v in cli.items() if v is not None})
+    finally:
+        _CONFIG_FILE.reset(token)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -201,6 +321,10 @@ class Agent:
     measure
         ``primary interface → TransferResult or None``; defaults to the probe transfer
         (when ``config.probe``) or the passive counter meter.
+    guard
+        Upstream-connectivity guard of the primary path (:mod:`edgepath_agent.upstream`);
+        by default built from ``upstream_*`` settings (none when ``upstream_check`` is off
+        or there is no probe target).
     """
 
     def __init__(
@@ -210,6 +334,7 @@ class Agent:
         applier: Applier,
         collectors: Sequence[Collector],
         measure: Callable[[str], TransferResult | None] | None = None,
+        guard: PrimaryGuard | None = None,
     ) -> None:
         self.config = config
         self.client = client
@@ -218,11 +343,101 @@ class Agent:
         self.measure = measure or self._default_measure
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
         self.last_recommendation: dict[str, Any] | None = None
+        self.last_outcome: dict[str, Any] | None = None
+        self.service_reachable: bool | None = None
+        self.service_error: str | None = None
+        self.service_ok_unix_ms: int | None = None
+        self.steps_done = 0
+        self._status_warned = False
+        #: The primary the service asked for last; the guard may hold another one while it has no upstream.
+        self.preferred: str | None = None
+        self.override_reason: str | None = None
+        self.guard = self._build_guard() if guard is None else guard
         self._passive_mark: tuple[str, int, float] | None = None
         n = max(1, config.history_samples)
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
             name: (deque(maxlen=n), deque(maxlen=n)) for name in config.interfaces
         }
+
+    def _build_guard(self) -> PrimaryGuard | None:
+        target = self.config.upstream_target_addr() if self.config.upstream_check else None
+        if target is None or _is_loopback(target[0]):
+            return None  # nothing beyond the device to probe (a service on loopback says nothing about a path)
+        netns = self.config.netns
+
+        def prober(interface: str) -> UpstreamProbe:
+            try:
+                source = (self.applier.backend.read_addresses().get(interface) or [None])[0]
+            except Exception:  # no address known: the device binding alone still pins the path
+                source = None
+            if netns is None:
+                return probe_upstream(interface, target, source, self.config.upstream_timeout_s)
+            from edgepath_agent.testbed.netns import call_in_netns
+
+            return call_in_netns(netns, probe_upstream, interface, target, source, self.config.upstream_timeout_s)
+
+        return PrimaryGuard(
+            tuple(self.config.interfaces),
+            prober,
+            failures=self.config.upstream_failures,
+            recoveries=self.config.upstream_recoveries,
+        )
+
+    def _with_primary(self, rec: Mapping[str, Any], interface: str) -> dict[str, Any]:
+        pp = dict(rec.get("primary_path") or {})
+        pp.update(interface=interface, access_type=self.config.interfaces.get(interface, pp.get("access_type")))
+        return {**rec, "primary_path": pp}
+
+    def guard_primary(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``."""
+        wanted = (rec.get("primary_path") or {}).get("interface")
+        self.preferred = wanted if isinstance(wanted, str) else None
+        if self.guard is None or self.preferred not in self.config.interfaces:
+            return rec, None  # unmanaged names are left to the applier's safety checks
+        chosen, reason = self.guard.choose(self.preferred)
+        if reason is None:
+            return rec, None
+        log.warning(
+            "decision %s: %s",
+            rec.get("decision_id"),
+            reason,
+            extra={
+                "decision_id": rec.get("decision_id"),
+                "interface": chosen,
+                "previous_primary": self.preferred,
+                "reason": reason,
+            },
+        )
+        return self._with_primary(rec, chosen), reason
+
+    def watch_upstream(self) -> str | None:
+        """One periodic upstream check of the primary path; re-applies and returns the new primary on a change.
+
+        Leaves a primary without connectivity for one that answers, and restores the
+        preferred path once it answers again (see :class:`~edgepath_agent.upstream.PrimaryGuard`).
+        """
+        if self.guard is None or self.applier.last is None or self.last_recommendation is None:
+            return None
+        current = self.applier.last.primary
+        change = self.guard.watch(current, self.preferred)
+        if change is None:
+            return None
+        new, reason = change
+        extra = {
+            "decision_id": self.last_recommendation.get("decision_id"),
+            "interface": new,
+            "previous_primary": current,
+            "reason": reason,
+        }
+        try:
+            self.applier.apply(self._with_primary(self.last_recommendation, new))
+        except ApplyError as exc:
+            log.error("switching primary to %s failed, restoring the previous state: %s", new, exc, extra=extra)
+            self.applier.rollback()
+            return None
+        self.override_reason = None if new == self.preferred else reason
+        log.warning("primary %s → %s: %s", current, new, reason, extra=extra)
+        return new
 
     def context(self) -> dict[str, Any]:
         """The ``RecommendRequest`` for the current readings.
@@ -250,7 +465,7 @@ class Agent:
                 "available_congestion_controls": list(kernel.available_cc),
                 "allowed_congestion_controls": list(kernel.allowed_cc),
                 "mptcp_schedulers": list(kernel.schedulers),
-                "path_managers": kernel.mptcp.get("available_path_managers", "").split(),
+                "path_managers": list(kernel.path_managers),
             }
         present = {i["name"] for i in interfaces}
         histories = [
@@ -295,35 +510,112 @@ class Agent:
             try:
                 rec = self.client.recommend(request)
             except ServiceError as exc:
+                self._service_answered(False, str(exc))
                 if not is_transient(exc):
                     raise
-                log.warning("service unreachable (%s): keeping the last applied configuration", exc)
+                log.warning(
+                    "service unreachable (%s): keeping the last applied configuration", exc, extra={"error": str(exc)}
+                )
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
+            self._service_answered(True)
+        to_apply, override = self.guard_primary(rec) if primary is None else (rec, None)
         try:
-            applied = self.applier.apply(rec)
+            applied = self.applier.apply(to_apply)
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
-            log.error("keeping the last applied configuration: %s", exc)
+            log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.get("decision_id")})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
+        self.override_reason = override
         measured = self.measure(applied.primary)
         if measured is not None:
             self._remember(applied.primary, measured)
         outcome = ack = None
-        if measured is not None and rec.get("decision_id"):
+        # An outcome measured on another path than the decision chose would train the
+        # bandit on the wrong arm: none is reported when the guard overrode the primary.
+        if measured is not None and rec.get("decision_id") and override is None:
             outcome = outcome_from(measured, self.config.device_id, str(rec["decision_id"]))
             ack = self._report(outcome)
         return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
 
+    def _service_answered(self, ok: bool, error: str | None = None) -> None:
+        self.service_reachable = ok
+        self.service_error = error
+        if ok:
+            self.service_ok_unix_ms = now_ms()
+
     def _report(self, outcome: dict[str, Any]) -> dict[str, Any] | None:
+        self.last_outcome = {**outcome, "sent_unix_ms": now_ms(), "delivered": False, "reward": None}
         try:
-            return self.client.report_outcome(outcome)
+            ack = self.client.report_outcome(outcome)
         except ServiceError as exc:
             if not is_transient(exc):
-                log.error("outcome for %s refused: %s", outcome.get("decision_id"), exc)
+                log.error(
+                    "outcome for %s refused: %s",
+                    outcome.get("decision_id"),
+                    exc,
+                    extra={"decision_id": outcome.get("decision_id")},
+                )
                 return None
-            log.warning("outcome for %s queued (%s)", outcome.get("decision_id"), exc)
+            log.warning(
+                "outcome for %s queued (%s)",
+                outcome.get("decision_id"),
+                exc,
+                extra={"decision_id": outcome.get("decision_id")},
+            )
             self.pending.append(outcome)
             return None
+        self.last_outcome.update(delivered=True, reward=ack.get("reward"))
+        return ack
+
+    def status_record(self) -> dict[str, Any]:
+        """The status record (fields in :mod:`edgepath_agent.status`) for the current state."""
+        rec = self.last_recommendation
+        applied = self.applier.last
+        return {
+            "updated_unix_ms": now_ms(),
+            "pid": os.getpid(),
+            "device_id": self.config.device_id,
+            "step": self.steps_done,
+            "service": {
+                "urls": list(self.config.service),
+                "last_used": getattr(self.client, "last_used", None),
+                "reachable": self.service_reachable,
+                "last_error": self.service_error,
+                "last_ok_unix_ms": self.service_ok_unix_ms,
+            },
+            "recommendation": None
+            if rec is None
+            else {
+                k: rec.get(k) for k in ("decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms")
+            },
+            "applied": None
+            if applied is None
+            else {
+                "primary": applied.primary,
+                "backup": list(applied.backup),
+                "congestion_control": applied.congestion_control,
+                "steps": applied.steps,
+            },
+            "last_outcome": self.last_outcome,
+            "pending_outcomes": len(self.pending),
+            "preferred_primary": self.preferred,
+            "override_reason": self.override_reason,
+            "connectivity": {
+                name: {"ok": p.ok, "detail": p.detail, "elapsed_ms": p.elapsed_ms, "at_unix_ms": p.at_unix_ms}
+                for name, p in (self.guard.last.items() if self.guard else [])
+            },
+        }
+
+    def write_status(self) -> None:
+        """Rewrite ``status_file`` (a failure is logged once, never fatal)."""
+        if self.config.status_file is None:
+            return
+        try:
+            write_status(self.config.status_file, self.status_record())
+        except OSError as exc:
+            if not self._status_warned:
+                log.warning("status file %s not written: %s", self.config.status_file, exc)
+                self._status_warned = True
 
     def flush_outcomes(self) -> int:
         """Re-send queued outcomes; returns how many were delivered."""
@@ -341,25 +633,69 @@ class Agent:
         return sent
 
     def run(self, stop: threading.Event, max_steps: int | None = None) -> int:
-        """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done."""
+        """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done.
+
+        Under systemd (Type=notify) it reports READY=1 before the first step, a STATUS=
+        line after each, and pings the watchdog (WATCHDOG=1) at half of ``WatchdogSec=``
+        while waiting, so a hung step (not a slow wait) gets the agent restarted.
+        """
         steps = 0
+        watchdog = watchdog_interval_s()
+        sd_notify("READY=1\nSTATUS=starting")
         while not stop.is_set() and (max_steps is None or steps < max_steps):
             try:
                 result = self.step()
+                decision_id = (result.recommendation or {}).get("decision_id")
                 if result.applied is not None and not result.kept_last:
                     log.info(
                         "decision %s: primary %s cc %s backup %s",
-                        (result.recommendation or {}).get("decision_id"),
+                        decision_id,
                         result.applied.primary,
                         result.applied.congestion_control,
                         ",".join(result.applied.backup) or "-",
+                        extra={
+                            "decision_id": decision_id,
+                            "interface": result.applied.primary,
+                            "congestion_control": result.applied.congestion_control,
+                            "backup": list(result.applied.backup),
+                            "model_version": (result.recommendation or {}).get("model_version"),
+                            "step": steps,
+                        },
                     )
             except ApplyError as exc:
-                log.error("apply failed, restoring the previous state: %s", exc)
+                log.error(
+                    "apply failed, restoring the previous state: %s", exc, extra={"error": str(exc), "step": steps}
+                )
                 self.applier.rollback()
             steps += 1
-            stop.wait(self.config.interval_s)
+            self.steps_done = steps
+            self.write_status()
+            primary = self.applier.last.primary if self.applier.last else "-"
+            sd_notify(f"STATUS=step {steps}: primary {primary}, service reachable: {self.service_reachable}")
+            self._wait(stop, watchdog)
+        sd_notify("STOPPING=1")
         return steps
+
+    def _wait(self, stop: threading.Event, watchdog: float | None) -> None:
+        """Wait ``interval_s`` (or until ``stop``), checking the primary's upstream and pinging the watchdog."""
+        check_every = self.config.upstream_check_interval_s
+        deadline = time.monotonic() + self.config.interval_s
+        next_check = time.monotonic() + check_every
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            if self.guard is not None and now >= next_check:
+                if self.watch_upstream() is not None:
+                    self.write_status()
+                next_check = time.monotonic() + check_every
+            if watchdog is not None:
+                sd_notify("WATCHDOG=1")
+            until = min(deadline, next_check) if self.guard is not None else deadline
+            left = until - time.monotonic()
+            if watchdog is not None:
+                left = min(left, watchdog / 2)
+            stop.wait(max(0.0, left))
 
     def close(self, restore: bool | None = None) -> None:
         """Restore the journalled state (if ``restore``/``restore_on_exit``) and close the client."""
@@ -397,12 +733,49 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
         StaticCollector(config.interfaces),
         kernel,
     ]
+    if kernel.capabilities.path_manager == "userspace":
+        log.warning(
+            "the MPTCP path manager is 'userspace' (a daemon such as mptcpd drives subflows): the endpoints "
+            "this agent sets are not used by the kernel; routes (the initial subflow) still are"
+        )
     client = connect_failover(config.service, config.timeout_s, config.attempts, credentials=config.credentials())
     return Agent(config, client, applier, collectors)
 
 
+def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> None:
+    """Refuse to manage interfaces that NetworkManager or mptcpd manage (see :mod:`edgepath_agent.netmanager`).
+
+    Skipped with ``netns`` (the device's managers live in the host namespace, not in a
+    test namespace); a dry run only warns (it changes nothing).
+
+    Raises
+    ------
+    NetworkConflict
+        Naming the manager, the interfaces and the way out.
+    """
+    if config.netns is not None:
+        return
+    found = check_coexistence(config.interfaces, bus_address)
+    if found.networkmanager.error:
+        log.info("NetworkManager check: %s", found.networkmanager.error)
+    conflict = found.conflict
+    if conflict is None:
+        return
+    if config.backend == "dry-run":
+        log.warning("a real run would refuse to start: %s", conflict)
+        return
+    raise NetworkConflict(f"refusing to start: {conflict}")
+
+
 def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
-    """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done."""
+    """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done.
+
+    Raises
+    ------
+    NetworkConflict
+        Before touching anything, when another manager owns the interfaces (:func:`ensure_sole_manager`).
+    """
+    ensure_sole_manager(config)
     agent = build_agent(config)
     stop = threading.Event()
     previous: dict[int, Any] = {}

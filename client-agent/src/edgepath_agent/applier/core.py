@@ -273,7 +273,12 @@ class Applier:
                 recommendation, self.own_interfaces(current, addresses), self.allowed_cc, own_addresses=addresses
             )
         except safety.UnsafeDecision as exc:
-            log.error("refused decision %s: %s; configuration left unchanged", decision_id, exc)
+            log.error(
+                "refused decision %s: %s; configuration left unchanged",
+                decision_id,
+                exc,
+                extra={"decision_id": decision_id},
+            )
             raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
         cc = (
             choose_cc(decision.congestion_control, self.config.cc_profile, self.allowed_cc)
@@ -285,7 +290,12 @@ class Applier:
         try:
             self._check_plan(plan, addresses)
         except safety.UnsafeDecision as exc:
-            log.error("refused decision %s (plan check): %s; configuration left unchanged", decision_id, exc)
+            log.error(
+                "refused decision %s (plan check): %s; configuration left unchanged",
+                decision_id,
+                exc,
+                extra={"decision_id": decision_id},
+            )
             raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
         if len(plan):
             self.journal.begin(current)

@@ -25,6 +25,25 @@ class KernelCapabilities:
     current_cc: str | None = None
 
     @property
+    def path_manager(self) -> str | None:
+        """Active MPTCP path manager: ``kernel`` (in-kernel, driven by ``ip mptcp endpoint``) or ``userspace``.
+
+        ``net.mptcp.path_manager`` (a name; Linux ≥ 6.15) where the kernel has it, else the
+        older ``net.mptcp.pm_type`` (0 = kernel, 1 = userspace), deprecated since 6.15
+        (Documentation/networking/mptcp-sysctl.rst). ``None`` without MPTCP.
+        """
+        if "path_manager" in self.mptcp:
+            return self.mptcp["path_manager"] or None
+        return {"0": "kernel", "1": "userspace"}.get(self.mptcp.get("pm_type", ""))
+
+    @property
+    def path_managers(self) -> tuple[str, ...]:
+        """Path managers the kernel offers (``available_path_managers``, Linux ≥ 6.15; else from ``pm_type``)."""
+        if "available_path_managers" in self.mptcp:
+            return tuple(self.mptcp["available_path_managers"].split())
+        return ("kernel", "userspace") if "pm_type" in self.mptcp else ()
+
+    @property
     def schedulers(self) -> tuple[str, ...]:
         """MPTCP packet schedulers the kernel lists (``default`` only on most kernels)."""
         return tuple(self.mptcp.get("available_schedulers", "").split())

@@ -44,9 +44,11 @@ def run(
     loss_wwan0: Annotated[float, typer.Option(min=0.0, max=1.0, help="Random loss on wwan0, both ways")] = 0.0,
 ) -> None:
     """Learned policy vs wifi_first vs lte_first on real MPTCP transfers; writes the report (and plot)."""
+    from edgepath_agent.cli import require_extra
     from edgepath_agent.testbed.netns import netns_supported
-    from edgepath_agent.testbed.scenario import ScenarioParams
-    from edgepath_agent.testbed.scenario import run as run_scenario
+
+    scenario = require_extra("edgepath_agent.testbed.scenario", "edgepath-testbed run")
+    ScenarioParams, run_scenario = scenario.ScenarioParams, scenario.run
 
     reason = netns_supported()
     if reason:

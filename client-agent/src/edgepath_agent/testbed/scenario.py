@@ -175,6 +175,9 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
             backup_weight_threshold=0.0,
             manage_cc=False,
             timeout_s=5.0,
+            # Both paths always have upstream connectivity here and each policy must be applied exactly as
+            # chosen: no upstream guard (the service is on the device's loopback anyway).
+            upstream_check=False,
         )
         from edgepath_agent.collector import read_capabilities
 

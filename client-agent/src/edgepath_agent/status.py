@@ -1,0 +1,157 @@
+"""The agent's status record: what ``edgepath-agent status`` shows.
+
+The running daemon rewrites one small JSON file (``status_file``, by default
+``/run/edgepath-agent/status.json``, created by the unit's ``RuntimeDirectory=`` or
+the tmpfiles.d entry) after every step, atomically (write to a temporary file in
+the same directory, then :func:`os.replace`). ``edgepath-agent status`` reads it
+and can also probe the configured service URLs itself (``--check``).
+
+Record (JSON object; times are Unix epoch milliseconds):
+
+``updated_unix_ms``, ``pid``, ``device_id``, ``step``
+``service``: ``urls`` (in order of preference), ``last_used``, ``reachable``
+    (whether the last call got an answer), ``last_error``, ``last_ok_unix_ms``
+``recommendation``: ``decision_id``, ``model_version``, ``policy``, ``primary_path``
+    (``interface``, ``access_type``, ``propensity``), ``decided_at_unix_ms``; or ``null``
+``applied``: ``primary``, ``backup`` (interfaces whose endpoint has the backup flag),
+    ``congestion_control``, ``steps`` (kernel changes in that step); or ``null``
+``last_outcome``: ``decision_id``, ``throughput_bps``, ``latency_ms``, ``loss``,
+    ``sent_unix_ms``, ``delivered`` (false: queued for re-sending), ``reward``; or ``null``
+``pending_outcomes``: outcomes queued while the service was unreachable
+``connectivity``: per-interface result of the last upstream probe (see daemon.py)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+DEFAULT_STATUS_FILE = Path("/run/edgepath-agent/status.json")
+
+
+def now_ms() -> int:
+    """Current Unix time in ms."""
+    return int(time.time() * 1000)
+
+
+def write_status(path: Path, record: Mapping[str, Any]) -> None:
+    """Atomically replace ``path`` with ``record`` as JSON (mode 0644: readable by the operator's ``status``).
+
+    Raises
+    ------
+    OSError
+        When the directory is missing or not writable.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".status-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record, fh, indent=2, sort_keys=True, default=str)
+            fh.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``, ``None`` when the file does not exist.
+
+    Raises
+    ------
+    ValueError
+        When the file is not a JSON object.
+    """
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a status record")
+    return data
+
+
+def probe_service(url: str, timeout_s: float = 2.0) -> tuple[bool, str]:
+    """Is the service at ``url`` answering? ``(reachable, detail)``.
+
+    ``grpc(s)://``: the channel becomes READY within ``timeout_s`` (a TCP/TLS/HTTP2
+    connection; no RPC is made). ``http(s)://``: ``GET /healthz`` answers 200.
+    No exception escapes: failures come back as ``(False, reason)``.
+    """
+    parsed = urlparse(url)
+    try:
+        if parsed.scheme in ("grpc", "grpcs"):
+            import grpc
+
+            target = f"{parsed.hostname}:{parsed.port}"
+            channel = (
+                grpc.secure_channel(target, grpc.ssl_channel_credentials())
+                if parsed.scheme == "grpcs"
+                else grpc.insecure_channel(target)
+            )
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            except grpc.FutureTimeoutError:
+                return False, f"no gRPC connection within {timeout_s:g} s"
+            finally:
+                channel.close()
+            return True, "gRPC channel ready"
+        if parsed.scheme in ("http", "https"):
+            import httpx
+
+            resp = httpx.get(url.rstrip("/") + "/healthz", timeout=timeout_s)
+            return resp.status_code == 200, f"GET /healthz → {resp.status_code}"
+    except Exception as exc:  # reported, never raised: status must always print
+        return False, f"{type(exc).__name__}: {exc}"
+    return False, f"unsupported scheme in {url!r}"
+
+
+def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None) -> str:
+    """Human-readable lines for ``record`` (the ``status`` command's default output)."""
+    now_unix_ms = now_ms() if now_unix_ms is None else now_unix_ms
+    age_s = (now_unix_ms - int(record.get("updated_unix_ms", now_unix_ms))) / 1000.0
+    lines = [f"agent:          pid {record.get('pid')}, device {record.get('device_id')}, updated {age_s:.0f} s ago"]
+    svc = record.get("service") or {}
+    reach = "reachable" if svc.get("reachable") else "UNREACHABLE"
+    lines.append(
+        f"service:        {reach} via {svc.get('last_used') or '-'} (configured: {', '.join(svc.get('urls', []))})"
+    )
+    if svc.get("last_error"):
+        lines.append(f"  last error:   {svc['last_error']}")
+    rec = record.get("recommendation")
+    if rec:
+        pp = rec.get("primary_path") or {}
+        lines.append(
+            f"recommendation: {rec.get('decision_id')} primary {pp.get('interface')} ({pp.get('access_type')}), "
+            f"policy {rec.get('policy')}, model v{rec.get('model_version')}"
+        )
+    else:
+        lines.append("recommendation: none yet")
+    applied = record.get("applied")
+    if applied:
+        lines.append(
+            f"applied:        primary {applied.get('primary')}, backup {','.join(applied.get('backup') or []) or '-'}, "
+            f"cc {applied.get('congestion_control') or '-'}"
+        )
+    else:
+        lines.append("applied:        nothing")
+    out = record.get("last_outcome")
+    if out:
+        state = "delivered" if out.get("delivered") else "queued"
+        lines.append(
+            f"last outcome:   {out.get('decision_id')} {float(out.get('throughput_bps') or 0) / 1e6:.2f} Mbit/s "
+            f"({state}, reward {out.get('reward')})"
+        )
+    else:
+        lines.append("last outcome:   none sent")
+    lines.append(f"pending:        {record.get('pending_outcomes', 0)} outcome(s) queued")
+    for name, probe in sorted((record.get("connectivity") or {}).items()):
+        lines.append(f"upstream {name}: {'ok' if probe.get('ok') else 'NO CONNECTIVITY'} ({probe.get('detail', '')})")
+    return "\n".join(lines)
