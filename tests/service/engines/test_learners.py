@@ -293,3 +293,19 @@ def test_two_policies_do_not_make_identical_choices_on_a_stream() -> None:
     ca = [a.decide(_ifaces(*c)).arm_index for c in contexts]
     cb = [b.decide(_ifaces(*c)).arm_index for c in contexts]
     assert np.mean(np.asarray(ca) != np.asarray(cb)) > 0.01
+
+
+# --- numpy fast path of the paper's library policies ------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["epsilon_greedy", "explore_first"])
+def test_fast_path_decisions_match_the_library_on_the_same_state(policy: str) -> None:
+    bandit = PrimaryPathBandit(BanditConfig(policy=policy, seed=3, explore_rounds=120, epsilon=0.3))
+    _run(bandit, _contexts(100, 4))  # explore_first still exploring after this
+    fast = copy.deepcopy(bandit._policies[ARMS])
+    lib = copy.deepcopy(bandit._policies[ARMS].lib)
+    assert fast._snapshot() is not None, "eligible for the numpy path"
+    contexts = _contexts(300, 8)
+    ours = [fast.decide(context_features(_ifaces(*c)))[0] for c in contexts]
+    theirs = [int(lib.predict(context_features(_ifaces(*c)).reshape(1, -1))[0]) for c in contexts]
+    assert ours == theirs
+    assert fast.lib.random_state.random() == lib.random_state.random()  # same draws consumed
+    assert getattr(fast.lib, "explore_prob", 0) == pytest.approx(getattr(lib, "explore_prob", 0))

@@ -170,7 +170,7 @@ class LinearBandit:
             return np.full(k, 1.0 / k)
         mu = self.estimates(x)
         if cfg.mode == "squarecb":
-            best = int(np.argmax(mu))
+            best = int(mu.argmax())
             p = 1.0 / (k + self.gamma_t() * (mu[best] - mu))
             p[best] = 0.0
             p[best] = 1.0 - p.sum()
@@ -188,13 +188,17 @@ class LinearBandit:
 
     def decide(self, x: np.ndarray) -> tuple[int, float]:
         """Draw an arm for features ``x`` (shape ``(d,)``); returns ``(arm index, exact propensity)``."""
-        p = self.probabilities(x)
+        p = self.probabilities(x).tolist()
         draw = self.rng.random()
-        arm = int(np.searchsorted(np.cumsum(p), draw, side="right"))
-        arm = min(arm, self.k - 1)
+        acc, arm = 0.0, self.k - 1
+        for a, pa in enumerate(p):
+            acc += pa
+            if draw < acc:
+                arm = a
+                break
         while p[arm] <= 0.0:  # a draw at a float boundary never lands on an impossible arm
             arm -= 1
-        return arm, float(p[arm])
+        return arm, p[arm]
 
     # --- learning ----------------------------------------------------------------------------------------------
     def update(

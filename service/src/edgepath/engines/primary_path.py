@@ -277,12 +277,66 @@ class LibraryPolicy:
             raise AttributeError(attr)
         return getattr(self.lib, attr)
 
+    #: Policies with a numpy fast path (see :meth:`_fast_scores`).
+    FAST = ("epsilon_greedy", "explore_first")
+
+    def _snapshot(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Oracles' ``coef_`` (K, d) and ``intercept_`` (K,), read once per model version; None if ineligible.
+
+        Eligible when every arm's oracle is a fitted ``SGDClassifier`` and the library adds nothing to its
+        ``predict_proba`` (no smoothing, no Beta-prior draws, no zero-counter override): then the library's
+        score of arm q is exactly ``σ(coef_q·x + b_q)``.
+        """
+        cached = self.__dict__.get("_fast")
+        if cached is not None:
+            return cached[0]
+        snap = None
+        ovr = getattr(self.lib, "_oracles", None)
+        if self.name in self.FAST and self.lib.is_fitted and ovr is not None:
+            algos = list(ovr.algos)
+            thr = np.asarray(getattr(ovr, "thr", 0.0))
+            if (
+                all(isinstance(a, SGDClassifier) and hasattr(a, "coef_") for a in algos)
+                and getattr(ovr, "smooth", None) is None
+                and not np.any(thr > 0)
+                and (
+                    not getattr(ovr, "force_counters", False)
+                    or bool(np.all(np.asarray(ovr.beta_counters)[1:3].sum(axis=0) > 0))
+                )
+            ):
+                coef = np.vstack([np.asarray(a.coef_, dtype=np.float64).reshape(-1) for a in algos])
+                intercept = np.asarray([float(np.ravel(a.intercept_)[0]) for a in algos])
+                snap = (coef, intercept)
+        self.__dict__["_fast"] = (snap,)
+        return snap
+
+    def _fast_decide(self, x: np.ndarray, snap: tuple[np.ndarray, np.ndarray]) -> tuple[int, float]:
+        """The library's ``predict`` for one row, in numpy, consuming its random generator identically."""
+        lib, k = self.lib, self.lib.nchoices
+        coef, intercept = snap
+        greedy = int(np.argmax(0.5 * (1.0 + np.tanh(0.5 * (coef @ x + intercept)))))  # σ, as predict_proba
+        if self.name == "explore_first":
+            if lib.explore_cnt < lib.explore_rounds:
+                lib.explore_cnt += 1
+                arm = int(lib.random_state.integers(k, size=1)[0])
+                lib._choose_active(x.reshape(1, -1), np.asarray([arm]))  # no-op without active_choice
+                return arm, 1.0 / k
+            return greedy, 1.0
+        p = float(lib.explore_prob)  # epsilon_greedy
+        arm = greedy
+        if lib.random_state.random(size=1)[0] <= p:
+            arm = int(lib.random_state.integers(k, size=1)[0])
+        if lib.decay is not None:
+            lib.explore_prob *= lib.decay
+        return arm, (1.0 - p) * (arm == greedy) + p / k
+
     def _state(self, X: np.ndarray) -> tuple[str, float, int]:
         """(rule, probability parameter, greedy arm) captured before ``predict`` mutates the policy."""
         policy = self.lib
         if not policy.is_fitted:
             return ("uniform", 1.0, -1)
-        greedy = int(np.asarray(policy.predict(X, exploit=True)).reshape(-1)[0])
+        # greedy = argmax of the oracles' scores (not predict(exploit=True), which also decays ε)
+        greedy = int(np.argmax(np.asarray(policy._oracles.decision_function(X)).reshape(-1)))
         if self.name == "epsilon_greedy":
             return ("epsilon", float(policy.explore_prob), greedy)
         if self.name == "adaptive_greedy":
@@ -298,6 +352,8 @@ class LibraryPolicy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rule, p, greedy = self._state(x.reshape(1, -1))
+        if rule == "greedy" and self.name == "explore_first" and self.lib.explore_cnt < self.lib.explore_rounds:
+            rule = "uniform"
         if rule == "uniform":
             return np.full(k, 1.0 / k)
         out = np.full(k, p / k) if rule == "epsilon" else np.zeros(k)
@@ -305,6 +361,9 @@ class LibraryPolicy:
         return out
 
     def decide(self, x: np.ndarray) -> tuple[int, float]:
+        snap = self._snapshot()
+        if snap is not None:
+            return self._fast_decide(x, snap)
         X = x.reshape(1, -1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -321,6 +380,7 @@ class LibraryPolicy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.lib.partial_fit(X, a, r)
+        self.__dict__.pop("_fast", None)  # a new model version: re-read the coefficients
 
     def carry_exploration_from(self, live: Any) -> None:
         if not isinstance(live, LibraryPolicy):
@@ -547,6 +607,7 @@ class PrimaryPathBandit:
             for algo, oracle, (coef, intercept, t) in zip(policy._oracles.algos, oracles, fitted, strict=True):
                 if algo is oracle:  # plain oracles; bootstrapped policies keep their resampled copies
                     algo.coef_, algo.intercept_, algo.t_ = coef, intercept, t
+            policy.__dict__.pop("_fast", None)
         self._policies[tuple(arms)] = policy
 
     def warm_start_rows(
