@@ -68,3 +68,11 @@ def test_settings_load_no_learner() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_settings_default_policy_is_the_engines_default() -> None:
+    # settings spells the default out (it may not import the engine); the two must not drift apart.
+    from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
+    from edgepath.settings import Settings
+
+    assert Settings().policy == DEFAULT_POLICY and DEFAULT_POLICY in POLICIES

@@ -115,7 +115,7 @@ def test_short_replay_against_a_real_service_writes_report_and_plot(
     finally:
         client.close()
     report = rp.build_report(result, seed=7, data={}, service_url=url)
-    assert report["rounds"] == 120 and report["policy"] == "active_explorer"
+    assert report["rounds"] == 120 and report["policy"] == "ridge_squarecb"  # the default policy (issue 15)
     assert set(report["mean_throughput_mbps"]) == {"policy", "wifi_first", "lte_first", "random", "oracle"}
     means = report["mean_throughput_mbps"]
     assert means["oracle"] >= max(means["policy"], means["wifi_first"], means["lte_first"])

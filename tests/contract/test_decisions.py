@@ -55,7 +55,7 @@ def test_recommendation_is_a_complete_decision_record(client: ServiceClient) -> 
     rec = client.recommend(CONTEXT)
     assert len(rec["decision_id"]) >= 20
     assert rec["model_version"] == 1
-    assert rec["policy"] == "active_explorer"
+    assert rec["policy"] == "ridge_squarecb"  # the service's default policy (issue 15)
     primary = rec["primary_path"]
     assert (primary["interface"], primary["access_type"]) in {("wlan0", "WIFI"), ("wwan0", "LTE")}
     assert 0.0 < primary["propensity"] <= 1.0

@@ -26,7 +26,7 @@ from typing import Any
 
 import uvicorn
 
-from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
+from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -64,11 +64,29 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
         bandit = load_artefact(directory, key if (key and signed) else None).bandit
         if bandit.policy_name != settings.policy:
             log.warning("model %s was trained for policy %s; serving it as such", directory, bandit.policy_name)
-        bandit.config = dataclasses.replace(bandit.config, propensity_floor=settings.propensity_floor)
+        bandit.config = dataclasses.replace(
+            bandit.config, propensity_floor=settings.propensity_floor, utility=utility_config(settings)
+        )
         log.info("warm start from %s (policy %s)", settings.model_path, bandit.policy_name)
         return bandit
     return PrimaryPathBandit(
-        BanditConfig(policy=settings.policy, seed=settings.seed, propensity_floor=settings.propensity_floor)
+        BanditConfig(
+            policy=settings.policy,
+            seed=settings.seed,
+            propensity_floor=settings.propensity_floor,
+            forgetting=settings.forgetting,
+            utility=utility_config(settings),
+        )
+    )
+
+
+def utility_config(settings: Settings) -> UtilityConfig:
+    """The utility reward's parameters from settings (``utility_*``)."""
+    return UtilityConfig(
+        throughput_cap_bps=settings.utility_throughput_cap_bps,
+        latency_cap_ms=settings.utility_latency_cap_ms,
+        latency_weight=settings.utility_latency_weight,
+        loss_weight=settings.utility_loss_weight,
     )
 
 

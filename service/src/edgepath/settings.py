@@ -28,12 +28,25 @@ class Settings(BaseSettings):
     profile: Literal["dev", "prod"] = "dev"
     log_level: str = "INFO"
 
-    policy: str = Field("active_explorer", description="a name in edgepath.engines.primary_path.POLICIES")
+    # The default is edgepath.engines.primary_path.DEFAULT_POLICY, spelled out so that loading settings
+    # imports no engine (a test checks the two agree).
+    policy: str = Field("ridge_squarecb", description="a name in edgepath.engines.primary_path.POLICIES")
     seed: int = Field(0, ge=0, description="Seed of the policies' random generators")
     batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")
     propensity_floor: float = Field(0.01, gt=0.0, le=1.0)
     reward_throughput_bps: float = Field(25e6, ge=0.0, description="Reward 1 needs throughput ≥ this, bit/s")
     reward_latency_ms: float = Field(100.0, ge=0.0, description="…and latency ≤ this, ms (if reported)")
+    # --- utility reward of EdgePath's learners (issue 15): edgepath.engines.reward.utility ---
+    utility_throughput_cap_bps: float = Field(
+        1e9, gt=0.0, description="Utility = throughput / this (clipped to 1) for ridge_* policies, bit/s"
+    )
+    utility_latency_cap_ms: float = Field(1000.0, gt=0.0, description="Latency at which the full penalty applies, ms")
+    utility_latency_weight: float = Field(0.5, ge=0.0, le=1.0, description="Utility lost at latency_cap_ms (0..1)")
+    utility_loss_weight: float = Field(1.0, ge=0.0, le=1.0, description="Utility lost per unit loss fraction (0..1)")
+    forgetting: float = Field(
+        0.999, gt=0.0, le=1.0, description="ridge_* forgetting factor per outcome (memory ≈ 1/(1−γ) outcomes)"
+    )
+    # --- end utility ---
 
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edgepath.engines.features import N_FEATURES
 from edgepath.state.base import DecisionRecord, OutcomeRecord
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -88,7 +89,7 @@ class RedisServer:
 
 
 def decision(decision_id: str, device_id: str = "dev-1") -> DecisionRecord:
-    """A WiFi/LTE decision record with made-up features."""
+    """A WiFi/LTE decision record with made-up features (N_FEATURES long)."""
     return DecisionRecord(
         decision_id=decision_id,
         device_id=device_id,
@@ -98,7 +99,8 @@ def decision(decision_id: str, device_id: str = "dev-1") -> DecisionRecord:
         arm_index=1,
         interface="wwan0",
         propensity=0.85,
-        features=(0.5, -1.25, 0.0, 3.0),
+        # full-length vector: the engine drops outcomes with a malformed feature vector (issue 15)
+        features=(0.5, -1.25, 0.0, 3.0) + (0.0,) * (N_FEATURES - 4),
         decided_at=time.time(),
         link_speed_mbps=(144.0, None),
     )

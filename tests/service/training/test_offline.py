@@ -43,7 +43,8 @@ def situations() -> tuple[list, list]:
 
 @pytest.fixture(scope="module")
 def trained(situations: tuple[list, list]):
-    return train_offline(situations[0], (), OfflineConfig(epochs=5))
+    # the paper's policy (SGD oracles); the default utility learner's warm start: test_offline_utility.py
+    return train_offline(situations[0], (), OfflineConfig(policy="active_explorer", epochs=5))
 
 
 # --- IPS weighting on a hand-made log ---------------------------------------------------------------------------

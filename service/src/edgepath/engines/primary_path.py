@@ -16,22 +16,48 @@ own. A device offering one access type needs no decision (propensity 1). When
 several interfaces share an access type, the arm's interface is the one
 :func:`~edgepath.engines.features.representative` picks (strongest signal).
 
-Policies and their parameters
------------------------------
-All use ``SGDClassifier(loss="log_loss")`` (scikit-learn defaults otherwise:
-``alpha=1e-4``) as the oracle, ``batch_train=True`` (refit with
-``partial_fit``) and ``njobs=1`` (the library default of -1 spawns a pool that
-costs ~12 ms a call on 2 cores). Parameters are the contextualbandits
-defaults (v0.3.x docs, which follow Cortes, "Adapting multi-armed bandits
-policies to contextual bandits scenarios", arXiv:1811.04383) unless noted:
+Policy registry
+---------------
+:data:`REGISTRY` maps each policy name to a :class:`PolicySpec`: the reward it
+learns from (``utility``, :func:`~edgepath.engines.reward.utility`, or the
+paper's ``bernoulli``), how to build its per-arm-set state, and its sources.
+Every per-arm-set policy object answers ``decide(x) -> (arm, propensity)``
+with the **exact** probability of the chosen arm at decision time,
+``learn(X, a, r, w)`` and ``carry_exploration_from(old)``.
+
+EdgePath's learners (numpy, :mod:`edgepath.engines.linear_bandit`; per-arm
+discounted ridge regression of the utility, forgetting factor γ):
+
+=======================  =====================================================================
+name                     policy and parameters (BanditConfig fields)
+=======================  =====================================================================
+ridge_squarecb           SquareCB inverse-gap weighting (Foster & Rakhlin 2020),
+(default)                γ_t = squarecb_gamma0·(n+1)^0.5, ridge_lambda, forgetting
+ridge_lints              linear Thompson sampling (Agrawal & Goyal 2013), ts_scale
+ridge_linucb             LinUCB (Li et al. 2010), ucb_alpha (deterministic, propensity 1)
+ridge_egreedy            ε-greedy on the ridge estimates, ridge_epsilon
+=======================  =====================================================================
+
+The paper's six policies, Bernoulli reward, ``SGDClassifier(loss="log_loss")``
+oracles (``alpha=sgd_alpha``), ``batch_train=True`` and ``njobs=1`` (the
+library default of -1 spawns a pool that costs ~12 ms a call on 2 cores).
+Library parameters are the contextualbandits defaults (v0.3.x docs, which
+follow Cortes, arXiv:1811.04383) except ``beta_prior=None``: the library's
+``"auto"`` prior replaces an arm's oracle by a *random* Beta draw until it has
+seen a few positive outcomes, which makes the chosen arm's probability an
+integral no policy logs; without it each decision is a deterministic function
+of the oracles plus the policy's own exploration draw, so the propensity
+below is exact.
 
 =======================  =====================================================================
 name                     policy and parameters
 =======================  =====================================================================
-active_explorer          ActiveExplorer, explore_prob=0.15, decay=0.9997, active_choice=weighted
-                         (paper's pick; its Algorithm 1: gradient-norm criterion w_q)
+active_explorer          the paper's Algorithm 1, EdgePath's implementation
+                         (:mod:`edgepath.engines.active_explorer`: w_q criterion, p = probability
+                         of the active-learning branch as the paper's text says), explore_prob=0.15,
+                         decay=0.9997
 adaptive_greedy          AdaptiveGreedy, window_size=500, percentile=30, decay=0.9998
-adaptive_active_greedy   AdaptiveGreedy as above with active_choice="weighted"
+adaptive_active_greedy   AdaptiveGreedy as above with active_choice="weighted" (library criterion)
 bootstrapped_ucb         BootstrappedUCB, nsamples=10, percentile=80
 epsilon_greedy           EpsilonGreedy, explore_prob=0.2, decay=0.9999
 explore_first            ExploreFirst, explore_rounds=500 (library default 2500 is longer
@@ -40,56 +66,91 @@ explore_first            ExploreFirst, explore_rounds=500 (library default 2500 
 
 Propensity
 ----------
-``propensity`` is the probability of the chosen arm under the policy at
-decision time, computed from the policy's exploration rule with the oracle's
-greedy arm ``g`` (``predict(exploit=True)``) and ``K`` arms:
+The probability of the chosen arm under the policy at decision time, with the
+oracle's greedy arm ``g`` and ``K`` arms:
 
-* unfitted policy (no outcome yet for this arm set): uniform, ``1/K``;
+* unfitted policy (an arm without outcomes yet): uniform, ``1/K``;
+* ridge_*: the exploration rule's probability vector (see linear_bandit);
+* active_explorer: ``(1−p)·1[a=g] + p·1[a=q*]``, q* the w_q arm;
 * epsilon_greedy: ``(1-ε)·1[a=g] + ε/K`` with the current (decayed) ε;
-* active_explorer: ``p`` when ``a ≠ g`` (only the active-learning branch picks
-  a non-greedy arm), ``1-p`` when ``a = g`` (exact unless the gradient
-  criterion also points at ``g``; then it is a lower bound);
 * adaptive_greedy: ``1/K`` when the best oracle score is at or below the
   policy's threshold (random choice), else 1;
 * adaptive_active_greedy, bootstrapped_ucb: deterministic given the fitted
   oracles, so 1;
 * explore_first: ``1/K`` during the exploration rounds, 1 after.
 
-It is floored at ``propensity_floor`` (default 0.01) so that inverse-propensity
-weights stay bounded (≤ 100).
+The *logged* propensity is floored at ``propensity_floor`` (default 0.01) so
+that inverse-propensity weights stay bounded (≤ 100); ``ArmChoice.probability``
+keeps the unfloored value.
+
+Bad outcomes never reach a model: :meth:`PrimaryPathBandit.update` drops
+samples whose features, propensity, throughput (negative, non-finite or above
+:data:`MAX_PLAUSIBLE_THROUGHPUT_BPS`), latency or loss are out of range, and
+counts them in ``samples_rejected``.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from contextualbandits.online import (
-    ActiveExplorer,
-    AdaptiveGreedy,
-    BootstrappedUCB,
-    EpsilonGreedy,
-    ExploreFirst,
-)
+from contextualbandits.online import AdaptiveGreedy, BootstrappedUCB, EpsilonGreedy, ExploreFirst
 from sklearn.linear_model import SGDClassifier
 
-from edgepath.engines.features import SLOTS, context_features, representative
+from edgepath.engines import reward as rewards
+from edgepath.engines.active_explorer import PaperActiveExplorer
+from edgepath.engines.features import N_FEATURES, SLOTS, context_features, representative
+from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
 from edgepath.types import AccessType, InterfaceContext
 
 ArmSet = tuple[AccessType, ...]
+
+#: The service's default policy (settings ``policy``).
+DEFAULT_POLICY = "ridge_squarecb"
+#: Outcomes above this throughput are absurd for one primary path and never reach a model, bit/s.
+MAX_PLAUSIBLE_THROUGHPUT_BPS = 1e11
+
+
+@dataclass(frozen=True)
+class UtilityConfig:
+    """Parameters of :func:`edgepath.engines.reward.utility` (settings ``utility_*``)."""
+
+    throughput_cap_bps: float = rewards.UTILITY_THROUGHPUT_CAP_BPS
+    latency_cap_ms: float = rewards.UTILITY_LATENCY_CAP_MS
+    latency_weight: float = rewards.UTILITY_LATENCY_WEIGHT
+    loss_weight: float = rewards.UTILITY_LOSS_WEIGHT
+
+    def __call__(self, throughput_bps: float, latency_ms: float | None, loss: float | None) -> float:
+        return rewards.utility(
+            throughput_bps,
+            latency_ms,
+            loss,
+            throughput_cap_bps=self.throughput_cap_bps,
+            latency_cap_ms=self.latency_cap_ms,
+            latency_weight=self.latency_weight,
+            loss_weight=self.loss_weight,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"utility = clip(T/{self.throughput_cap_bps:g} bit/s, 0, 1) · (1 − {self.latency_weight:g}·"
+            f"clip(latency/{self.latency_cap_ms:g} ms, 0, 1)) · (1 − {self.loss_weight:g}·clip(loss, 0, 1))"
+        )
 
 
 @dataclass(frozen=True)
 class BanditConfig:
     """Hyper-parameters of the primary-path bandit (see module docstring for sources)."""
 
-    policy: str = "active_explorer"
+    policy: str = DEFAULT_POLICY
     seed: int = 0
     propensity_floor: float = 0.01
+    # paper policies (SGD oracles, Bernoulli reward)
     explore_prob: float = 0.15
     explore_decay: float | None = 0.9997
     epsilon: float = 0.2
@@ -98,13 +159,34 @@ class BanditConfig:
     ucb_nsamples: int = 10
     ucb_percentile: int = 80
     sgd_alpha: float = 1e-4
+    # EdgePath's learners (ridge regression of the utility)
+    ridge_lambda: float = 1.0
+    forgetting: float = 0.999
+    squarecb_gamma0: float = 100.0
+    ts_scale: float = 0.02
+    ucb_alpha: float = 0.05
+    ridge_epsilon: float = 0.05
+    utility: UtilityConfig = field(default_factory=UtilityConfig)
+
+    def linear(self, mode: str) -> LinearBanditConfig:
+        return LinearBanditConfig(
+            mode=mode,  # type: ignore[arg-type]
+            ridge_lambda=self.ridge_lambda,
+            forgetting=self.forgetting,
+            gamma0=self.squarecb_gamma0,
+            ts_scale=self.ts_scale,
+            ucb_alpha=self.ucb_alpha,
+            epsilon=self.ridge_epsilon,
+        )
 
 
 @dataclass(frozen=True)
 class ArmChoice:
     """What :meth:`PrimaryPathBandit.decide` returns.
 
-    ``features`` has shape ``(N_FEATURES,)``; ``arm_index`` indexes ``arms``.
+    ``features`` has shape ``(N_FEATURES,)``; ``arm_index`` indexes ``arms``;
+    ``propensity`` is floored at ``propensity_floor``, ``probability`` is the
+    exact, unfloored probability of the choice.
     """
 
     arms: ArmSet
@@ -113,68 +195,331 @@ class ArmChoice:
     interface: str
     propensity: float
     features: np.ndarray = field(repr=False)
+    probability: float = 1.0
 
 
 @dataclass(frozen=True)
 class TrainingSample:
-    """One logged decision with its reward, as the trainer feeds it back."""
+    """One logged decision with its outcome, as the trainer feeds it back.
+
+    ``reward`` is the paper's Bernoulli reward (0/1); ``throughput_bps``
+    (bit/s), ``latency_ms`` and ``loss`` are the measured outcome the utility
+    is computed from. A sample without a throughput (synthetic worlds, old
+    logs) gives utility learners its Bernoulli reward as the target.
+    """
 
     features: Sequence[float]
     arms: ArmSet
     arm_index: int
     reward: int
     propensity: float
+    throughput_bps: float | None = None
+    latency_ms: float | None = None
+    loss: float | None = None
 
 
 def _oracle(cfg: BanditConfig) -> SGDClassifier:
     return SGDClassifier(loss="log_loss", alpha=cfg.sgd_alpha, random_state=cfg.seed)
 
 
-def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int, base: list[Any] | None = None) -> Any:
-    """Build policy ``name`` over ``k`` arms; ``base`` = pre-fit per-arm oracles (warm start) or None."""
-    common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed)
+# --- per-arm-set policy objects -------------------------------------------------------------------------------------
+class RidgePolicy:
+    """EdgePath's learner for one arm set: a :class:`LinearBandit` over the shared features."""
 
-    def oracle() -> Any:
-        return _oracle(cfg) if base is None else base
+    def __init__(self, k: int, cfg: BanditConfig, seed: int, mode: str) -> None:
+        self.model = LinearBandit(k, N_FEATURES, cfg.linear(mode), seed=seed)
 
-    factories: dict[str, Callable[[], Any]] = {
-        "active_explorer": lambda: ActiveExplorer(
-            oracle(), explore_prob=cfg.explore_prob, decay=cfg.explore_decay, njobs=1, **common
+    @property
+    def is_fitted(self) -> bool:
+        return self.model.is_fitted
+
+    def decide(self, x: np.ndarray) -> tuple[int, float]:
+        return self.model.decide(x)
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        return self.model.probabilities(x)
+
+    def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
+        self.model.update(X, a, r, w)
+
+    def warm(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Add offline rows without forgetting (warm start)."""
+        self.model.update(X, a, r, w, forget=False)
+
+    def carry_exploration_from(self, live: Any) -> None:
+        if isinstance(live, RidgePolicy):
+            self.model.carry_exploration_from(live.model)
+
+
+class ActiveExplorerPolicy(PaperActiveExplorer):
+    """The paper's ActiveExplorer as a registry policy (Bernoulli reward)."""
+
+    def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
+        self.partial_fit(X, a, r, w)
+
+    def carry_exploration_from(self, live: Any) -> None:
+        if isinstance(live, PaperActiveExplorer):
+            super().carry_exploration_from(live)
+
+
+class LibraryPolicy:
+    """A contextualbandits policy with the exploration-state bookkeeping that makes its propensity exact.
+
+    Attribute reads not defined here go to the library object (``_oracles``, ``predict``, ``is_fitted``…).
+    """
+
+    def __init__(self, name: str, lib: Any) -> None:
+        self.name = name
+        self.lib = lib
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in ("lib", "name") or attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(self.lib, attr)
+
+    #: Policies with a numpy fast path (see :meth:`_fast_scores`).
+    FAST = ("epsilon_greedy", "explore_first")
+
+    def _snapshot(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Oracles' ``coef_`` (K, d) and ``intercept_`` (K,), read once per model version; None if ineligible.
+
+        Eligible when every arm's oracle is a fitted ``SGDClassifier`` and the library adds nothing to its
+        ``predict_proba`` (no smoothing, no Beta-prior draws, no zero-counter override): then the library's
+        score of arm q is exactly ``σ(coef_q·x + b_q)``.
+        """
+        cached = self.__dict__.get("_fast")
+        if cached is not None:
+            return cached[0]
+        snap = None
+        ovr = getattr(self.lib, "_oracles", None)
+        if self.name in self.FAST and self.lib.is_fitted and ovr is not None:
+            algos = list(ovr.algos)
+            thr = np.asarray(getattr(ovr, "thr", 0.0))
+            if (
+                all(isinstance(a, SGDClassifier) and hasattr(a, "coef_") for a in algos)
+                and getattr(ovr, "smooth", None) is None
+                and not np.any(thr > 0)
+                and (
+                    not getattr(ovr, "force_counters", False)
+                    or bool(np.all(np.asarray(ovr.beta_counters)[1:3].sum(axis=0) > 0))
+                )
+            ):
+                coef = np.vstack([np.asarray(a.coef_, dtype=np.float64).reshape(-1) for a in algos])
+                intercept = np.asarray([float(np.ravel(a.intercept_)[0]) for a in algos])
+                snap = (coef, intercept)
+        self.__dict__["_fast"] = (snap,)
+        return snap
+
+    def _fast_decide(self, x: np.ndarray, snap: tuple[np.ndarray, np.ndarray]) -> tuple[int, float]:
+        """The library's ``predict`` for one row, in numpy, consuming its random generator identically."""
+        lib, k = self.lib, self.lib.nchoices
+        coef, intercept = snap
+        greedy = int(np.argmax(0.5 * (1.0 + np.tanh(0.5 * (coef @ x + intercept)))))  # σ, as predict_proba
+        if self.name == "explore_first":
+            if lib.explore_cnt < lib.explore_rounds:
+                lib.explore_cnt += 1
+                arm = int(lib.random_state.integers(k, size=1)[0])
+                lib._choose_active(x.reshape(1, -1), np.asarray([arm]))  # no-op without active_choice
+                return arm, 1.0 / k
+            return greedy, 1.0
+        p = float(lib.explore_prob)  # epsilon_greedy
+        arm = greedy
+        if lib.random_state.random(size=1)[0] <= p:
+            arm = int(lib.random_state.integers(k, size=1)[0])
+        if lib.decay is not None:
+            lib.explore_prob *= lib.decay
+        return arm, (1.0 - p) * (arm == greedy) + p / k
+
+    def _state(self, X: np.ndarray) -> tuple[str, float, int]:
+        """(rule, probability parameter, greedy arm) captured before ``predict`` mutates the policy."""
+        policy = self.lib
+        if not policy.is_fitted:
+            return ("uniform", 1.0, -1)
+        # greedy = argmax of the oracles' scores (not predict(exploit=True), which also decays ε)
+        greedy = int(np.argmax(np.asarray(policy._oracles.decision_function(X)).reshape(-1)))
+        if self.name == "epsilon_greedy":
+            return ("epsilon", float(policy.explore_prob), greedy)
+        if self.name == "adaptive_greedy":
+            best = float(np.max(policy._oracles.decision_function(X)))
+            return ("uniform" if best <= policy.thr else "greedy", 1.0, greedy)
+        if self.name == "explore_first" and policy.explore_cnt < policy.explore_rounds:
+            return ("uniform", 1.0, greedy)
+        return ("greedy", 1.0, greedy)
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        """Exact probability of each arm at the current state (does not advance the policy)."""
+        k = self.lib.nchoices
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rule, p, greedy = self._state(x.reshape(1, -1))
+        if rule == "greedy" and self.name == "explore_first" and self.lib.explore_cnt < self.lib.explore_rounds:
+            rule = "uniform"
+        if rule == "uniform":
+            return np.full(k, 1.0 / k)
+        out = np.full(k, p / k) if rule == "epsilon" else np.zeros(k)
+        out[greedy] += 1.0 - p if rule == "epsilon" else 1.0
+        return out
+
+    def decide(self, x: np.ndarray) -> tuple[int, float]:
+        snap = self._snapshot()
+        if snap is not None:
+            return self._fast_decide(x, snap)
+        X = x.reshape(1, -1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rule, p, greedy = self._state(X)
+            index = int(np.asarray(self.lib.predict(X)).reshape(-1)[0])
+        k = self.lib.nchoices
+        if rule == "uniform":
+            return index, 1.0 / k
+        if rule == "epsilon":
+            return index, (1.0 - p) * (index == greedy) + p / k
+        return index, 1.0
+
+    def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.lib.partial_fit(X, a, r)
+        self.__dict__.pop("_fast", None)  # a new model version: re-read the coefficients
+
+    def carry_exploration_from(self, live: Any) -> None:
+        if not isinstance(live, LibraryPolicy):
+            return
+        for attr in ("explore_prob", "explore_cnt", "random_state"):
+            if hasattr(live.lib, attr):
+                setattr(self.lib, attr, getattr(live.lib, attr))
+
+
+# --- registry -------------------------------------------------------------------------------------------------------
+Builder = Callable[[int, BanditConfig, int, "list[Any] | None"], Any]
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One registered policy: name, the reward it learns from, a builder and its source."""
+
+    name: str
+    reward: Literal["utility", "bernoulli"]
+    build: Builder
+    source: str
+
+
+def _library(name: str, factory: Callable[[Any, BanditConfig, dict[str, Any]], Any]) -> Builder:
+    def build(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> LibraryPolicy:
+        common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed, beta_prior=None)
+        return LibraryPolicy(name, factory(_oracle(cfg) if base is None else base, cfg, common))
+
+    return build
+
+
+def _ridge(mode: str) -> Builder:
+    return lambda k, cfg, seed, _base: RidgePolicy(k, cfg, seed, mode)
+
+
+def _active(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> ActiveExplorerPolicy:
+    oracles = [_oracle(cfg) for _ in range(k)] if base is None else list(base)
+    return ActiveExplorerPolicy(oracles, cfg.explore_prob, cfg.explore_decay, seed)
+
+
+_SPECS: tuple[PolicySpec, ...] = (
+    PolicySpec("ridge_squarecb", "utility", _ridge("squarecb"), "Foster & Rakhlin, ICML 2020 (SquareCB)"),
+    PolicySpec("ridge_lints", "utility", _ridge("lints"), "Agrawal & Goyal, ICML 2013 (LinTS)"),
+    PolicySpec("ridge_linucb", "utility", _ridge("linucb"), "Li et al., WWW 2010 (LinUCB)"),
+    PolicySpec("ridge_egreedy", "utility", _ridge("egreedy"), "ε-greedy on ridge estimates (issue 15 baseline)"),
+    PolicySpec("active_explorer", "bernoulli", _active, "Alzadjali et al., Algorithm 1"),
+    PolicySpec(
+        "adaptive_greedy",
+        "bernoulli",
+        _library("adaptive_greedy", lambda o, cfg, c: AdaptiveGreedy(o, njobs=1, **c)),
+        "contextualbandits AdaptiveGreedy (Chakrabarti et al. 2009)",
+    ),
+    PolicySpec(
+        "adaptive_active_greedy",
+        "bernoulli",
+        _library("adaptive_active_greedy", lambda o, cfg, c: AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c)),
+        "contextualbandits AdaptiveGreedy, active_choice='weighted'",
+    ),
+    PolicySpec(
+        "bootstrapped_ucb",
+        "bernoulli",
+        _library(
+            "bootstrapped_ucb",
+            lambda o, cfg, c: BootstrappedUCB(
+                o, nsamples=cfg.ucb_nsamples, percentile=cfg.ucb_percentile, njobs_arms=1, njobs_samples=1, **c
+            ),
         ),
-        "adaptive_greedy": lambda: AdaptiveGreedy(oracle(), njobs=1, **common),
-        "adaptive_active_greedy": lambda: AdaptiveGreedy(oracle(), active_choice="weighted", njobs=1, **common),
-        "bootstrapped_ucb": lambda: BootstrappedUCB(
-            oracle(),
-            nsamples=cfg.ucb_nsamples,
-            percentile=cfg.ucb_percentile,
-            njobs_arms=1,
-            njobs_samples=1,
-            **common,
+        "contextualbandits BootstrappedUCB",
+    ),
+    PolicySpec(
+        "epsilon_greedy",
+        "bernoulli",
+        _library(
+            "epsilon_greedy",
+            lambda o, cfg, c: EpsilonGreedy(o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c),
         ),
-        "epsilon_greedy": lambda: EpsilonGreedy(
-            oracle(), explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **common
+        "contextualbandits EpsilonGreedy",
+    ),
+    PolicySpec(
+        "explore_first",
+        "bernoulli",
+        _library(
+            "explore_first",
+            lambda o, cfg, c: ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
         ),
-        "explore_first": lambda: ExploreFirst(oracle(), explore_rounds=cfg.explore_rounds, njobs=1, **common),
-    }
-    if name not in factories:
-        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(factories)}")
-    return factories[name]()
-
-
-POLICIES: tuple[str, ...] = (
-    "active_explorer",
-    "adaptive_greedy",
-    "adaptive_active_greedy",
-    "bootstrapped_ucb",
-    "epsilon_greedy",
-    "explore_first",
+        "contextualbandits ExploreFirst",
+    ),
 )
+REGISTRY: dict[str, PolicySpec] = {s.name: s for s in _SPECS}
+"""Policy name → :class:`PolicySpec`."""
+
+POLICIES: tuple[str, ...] = tuple(REGISTRY)
+#: The paper's six policies (Bernoulli reward).
+PAPER_POLICIES: tuple[str, ...] = tuple(s.name for s in _SPECS if s.reward == "bernoulli")
+#: EdgePath's utility learners.
+UTILITY_POLICIES: tuple[str, ...] = tuple(s.name for s in _SPECS if s.reward == "utility")
+
+
+def policy_spec(name: str) -> PolicySpec:
+    """The registered spec of ``name``; raises ``ValueError`` naming the choices for an unknown name."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(REGISTRY)}") from None
+
+
+def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int, base: list[Any] | None = None) -> Any:
+    """Build policy ``name`` over ``k`` arms; ``base`` = pre-fit per-arm oracles (SGD policies' warm start)."""
+    return policy_spec(name).build(k, cfg, seed, base)
 
 
 def arm_set(interfaces: Sequence[InterfaceContext]) -> ArmSet:
     """The arms a device offers: its distinct access types in :data:`SLOTS` order."""
     offered = {i.access_type for i in interfaces}
     return tuple(s for s in SLOTS if s in offered)
+
+
+def _finite(v: float | None) -> bool:
+    return v is None or math.isfinite(v)
+
+
+def valid_sample(s: TrainingSample) -> bool:
+    """True when a sample may reach a model (see module docstring: bad outcomes never do)."""
+    try:
+        x = np.asarray(s.features, dtype=np.float64)
+    except (TypeError, ValueError):
+        return False
+    if x.shape != (N_FEATURES,) or not np.all(np.isfinite(x)):
+        return False
+    if not 0 <= s.arm_index < len(s.arms) or s.reward not in (0, 1):
+        return False
+    if not (math.isfinite(s.propensity) and 0.0 < s.propensity <= 1.0):
+        return False
+    t = s.throughput_bps
+    if t is not None and not (math.isfinite(t) and 0.0 <= t <= MAX_PLAUSIBLE_THROUGHPUT_BPS):
+        return False
+    if not _finite(s.latency_ms) or (s.latency_ms is not None and s.latency_ms < 0.0):
+        return False
+    return s.loss is None or (math.isfinite(s.loss) and 0.0 <= s.loss <= 1.0)
 
 
 class PrimaryPathBandit:
@@ -188,13 +533,23 @@ class PrimaryPathBandit:
 
     def __init__(self, config: BanditConfig | None = None) -> None:
         self.config = config or BanditConfig()
-        _make_policy(self.config.policy, 2, self.config, 1)  # validate the name early
+        policy_spec(self.config.policy)  # validate the name early
         self._policies: dict[ArmSet, Any] = {}
         self.samples_seen = 0
+        self.samples_rejected = 0
 
     @property
     def policy_name(self) -> str:
         return self.config.policy
+
+    @property
+    def spec(self) -> PolicySpec:
+        return policy_spec(self.config.policy)
+
+    @property
+    def reward_name(self) -> str:
+        """What the policy maximises: ``utility`` or ``bernoulli``."""
+        return self.spec.reward
 
     def _seed(self, arms: ArmSet) -> int:
         return 1 + self.config.seed * 1000 + sum((SLOTS.index(a) + 1) * 10**i for i, a in enumerate(arms))
@@ -214,14 +569,13 @@ class PrimaryPathBandit:
     def warm_start(
         self, arms: ArmSet, oracles: Sequence[SGDClassifier], X: np.ndarray, a: np.ndarray, r: np.ndarray
     ) -> None:
-        """Install offline-fitted oracles (one per arm) as the policy of ``arms`` (warm start).
+        """Install offline-fitted SGD oracles (one per arm) as the policy of ``arms`` (paper policies' warm start).
 
         contextualbandits accepts a list of per-arm classifiers as
         ``base_algorithm``; the policy keeps those very objects as its oracles
         and later ``partial_fit`` calls continue from their coefficients. To
-        mark the policy fitted and set its per-arm reward counters (which
-        decide when it trusts an oracle over its Beta prior), the policy is
-        ``partial_fit`` once on the offline rows ``X, a, r``; the oracles'
+        mark the policy fitted and set its per-arm reward counters, the policy
+        is ``partial_fit`` once on the offline rows ``X, a, r``; the oracles'
         offline coefficients (``coef_``, ``intercept_``, ``t_``) are then
         restored, so the served oracles are exactly the offline fit.
 
@@ -237,18 +591,45 @@ class PrimaryPathBandit:
         Raises
         ------
         ValueError
-            When the number of oracles differs from the number of arms.
+            When the number of oracles differs from the number of arms, or the policy is not an SGD policy.
         """
         if len(oracles) != len(arms) or len(arms) < 2:
             raise ValueError(f"need one oracle per arm ({len(arms)} arms, {len(oracles)} oracles)")
+        if self.reward_name != "bernoulli":
+            raise ValueError(f"policy {self.policy_name} has no SGD oracles; use warm_start_rows")
         fitted = [(o.coef_.copy(), o.intercept_.copy(), o.t_) for o in oracles]
         policy = _make_policy(self.config.policy, len(arms), self.config, self._seed(arms), base=list(oracles))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            policy.partial_fit(np.asarray(X, dtype=np.float64), np.asarray(a), np.asarray(r, dtype=np.float64))
-        for algo, oracle, (coef, intercept, t) in zip(policy._oracles.algos, oracles, fitted, strict=True):
-            if algo is oracle:  # plain oracles; bootstrapped policies keep their resampled copies
-                algo.coef_, algo.intercept_, algo.t_ = coef, intercept, t
+        if isinstance(policy, PaperActiveExplorer):
+            policy.seen[:] = True  # the oracles are the offline fit; nothing to replay
+            policy._snapshot()
+        else:
+            policy.learn(np.asarray(X, dtype=np.float64), np.asarray(a), np.asarray(r, dtype=np.float64))
+            for algo, oracle, (coef, intercept, t) in zip(policy._oracles.algos, oracles, fitted, strict=True):
+                if algo is oracle:  # plain oracles; bootstrapped policies keep their resampled copies
+                    algo.coef_, algo.intercept_, algo.t_ = coef, intercept, t
+            policy.__dict__.pop("_fast", None)
+        self._policies[tuple(arms)] = policy
+
+    def warm_start_rows(
+        self, arms: ArmSet, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None
+    ) -> None:
+        """Warm-start a utility learner of ``arms`` from offline rows (added without forgetting).
+
+        Parameters
+        ----------
+        X, a, r, w:
+            Features ``(n, N_FEATURES)``, arm indices ``(n,)``, utilities ``(n,)`` in [0, 1] and
+            weights ``(n,)`` (1 for full-information rows, 1/propensity for logged decisions).
+
+        Raises
+        ------
+        ValueError
+            For a paper (SGD) policy, or on shape mismatch / non-finite values.
+        """
+        if self.reward_name != "utility":
+            raise ValueError(f"policy {self.policy_name} learns from SGD oracles; use warm_start")
+        policy = _make_policy(self.config.policy, len(arms), self.config, self._seed(arms))
+        policy.warm(np.asarray(X, dtype=np.float64), np.asarray(a), np.asarray(r, dtype=np.float64), w)
         self._policies[tuple(arms)] = policy
 
     def decide(self, interfaces: Sequence[InterfaceContext]) -> ArmChoice:
@@ -266,16 +647,14 @@ class PrimaryPathBandit:
         """
         arms = arm_set(interfaces)
         x = context_features(interfaces)
+        return self.decide_features(interfaces, arms, x)
+
+    def decide_features(self, interfaces: Sequence[InterfaceContext], arms: ArmSet, x: np.ndarray) -> ArmChoice:
+        """:meth:`decide` with the arm set and features already computed (``x`` shape ``(N_FEATURES,)``)."""
         if len(arms) == 1:
-            index, propensity = 0, 1.0
+            index, probability = 0, 1.0
         else:
-            policy = self._policy(arms)
-            X = x.reshape(1, -1)
-            state_before = self._exploration_state(policy, X, len(arms))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                index = int(np.asarray(policy.predict(X)).reshape(-1)[0])
-            propensity = self._propensity(state_before, index, len(arms))
+            index, probability = self._policy(arms).decide(x)
         chosen = arms[index]
         iface = representative(interfaces, chosen)
         assert iface is not None  # arms come from the interfaces themselves
@@ -284,48 +663,36 @@ class PrimaryPathBandit:
             arm_index=index,
             access_type=chosen,
             interface=iface.name,
-            propensity=max(self.config.propensity_floor, min(1.0, propensity)),
+            propensity=max(self.config.propensity_floor, min(1.0, probability)),
             features=x,
+            probability=probability,
         )
 
-    def _exploration_state(self, policy: Any, X: np.ndarray, k: int) -> tuple[str, float, int]:
-        """(rule, probability parameter, greedy arm) captured before ``predict`` mutates the policy."""
-        if not policy.is_fitted:
-            return ("uniform", 1.0, -1)
-        name = self.config.policy
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            greedy = int(np.asarray(policy.predict(X, exploit=True)).reshape(-1)[0])
-            if name == "epsilon_greedy":
-                return ("epsilon", float(policy.explore_prob), greedy)
-            if name == "active_explorer":
-                return ("active", float(policy.explore_prob), greedy)
-            if name == "adaptive_greedy":
-                best = float(np.max(policy._oracles.decision_function(X)))
-                return ("uniform" if best <= policy.thr else "greedy", 1.0, greedy)
-            if name == "explore_first" and policy.explore_cnt < policy.explore_rounds:
-                return ("uniform", 1.0, greedy)
-        return ("greedy", 1.0, greedy)
+    def probabilities(self, interfaces: Sequence[InterfaceContext]) -> np.ndarray:
+        """Exact probability of each arm of ``arm_set(interfaces)`` now, without deciding; shape ``(K,)``."""
+        arms = arm_set(interfaces)
+        if len(arms) == 1:
+            return np.ones(1)
+        return np.asarray(self._policy(arms).probabilities(context_features(interfaces)), dtype=np.float64)
 
-    @staticmethod
-    def _propensity(state: tuple[str, float, int], chosen: int, k: int) -> float:
-        rule, p, greedy = state
-        if rule == "uniform":
-            return 1.0 / k
-        if rule == "epsilon":
-            return (1.0 - p) * (chosen == greedy) + p / k
-        if rule == "active":
-            return 1.0 - p if chosen == greedy else p
-        return 1.0
+    def target(self, s: TrainingSample) -> float:
+        """The value the policy learns from for sample ``s``: its utility or its Bernoulli reward."""
+        if self.reward_name == "utility" and s.throughput_bps is not None:
+            return self.config.utility(s.throughput_bps, s.latency_ms, s.loss)
+        return float(s.reward)
 
     def update(self, samples: Sequence[TrainingSample]) -> int:
-        """Refit the policies with a batch of rewarded decisions (``partial_fit``).
+        """Learn from a batch of rewarded decisions, in arrival order.
 
         Samples are grouped by arm set; single-arm samples carry no choice and
-        are skipped. Returns the number of samples used.
+        are skipped; invalid samples (:func:`valid_sample`) are dropped and
+        counted in ``samples_rejected``. Returns the number of samples used.
         """
         groups: dict[ArmSet, list[TrainingSample]] = {}
         for s in samples:
+            if not valid_sample(s):
+                self.samples_rejected += 1
+                continue
             if len(s.arms) > 1:
                 groups.setdefault(tuple(s.arms), []).append(s)
         used = 0
@@ -333,10 +700,8 @@ class PrimaryPathBandit:
             policy = self._policy(arms)
             X = np.asarray([s.features for s in group], dtype=np.float64)
             a = np.asarray([s.arm_index for s in group], dtype=np.int64)
-            r = np.asarray([s.reward for s in group], dtype=np.float64)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                policy.partial_fit(X, a, r)
+            r = np.asarray([self.target(s) for s in group], dtype=np.float64)
+            policy.learn(X, a, r)
             used += len(group)
         self.samples_seen += used
         return used
@@ -355,8 +720,33 @@ class PrimaryPathBandit:
         """
         for arms, policy in self._policies.items():
             old = live._policies.get(arms)
-            if old is None:
-                continue
-            for attr in ("explore_prob", "explore_cnt", "random_state"):
-                if hasattr(old, attr):
-                    setattr(policy, attr, getattr(old, attr))
+            if old is not None:
+                policy.carry_exploration_from(old)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Load pickles of earlier versions (v1 artefacts: no ``samples_rejected``, bare library policies)."""
+        state.setdefault("samples_rejected", 0)
+        self.__dict__.update(state)
+        cfg = self.config
+        for name, default in (("utility", UtilityConfig()),):
+            if not hasattr(cfg, name):
+                object.__setattr__(cfg, name, default)
+        for arms, policy in list(self._policies.items()):
+            if not hasattr(policy, "decide"):  # a bare contextualbandits object (v1)
+                self._policies[arms] = _from_v1(cfg.policy, policy, self._seed(arms))
+
+
+def _from_v1(name: str, lib: Any, seed: int) -> Any:
+    """A v1 (bare contextualbandits) policy as a registry policy.
+
+    v1's ``active_explorer`` was the library's ActiveExplorer (wrong criterion,
+    bounded propensities); its fitted SGD oracles and current p become the
+    paper-faithful :class:`ActiveExplorerPolicy`.
+    """
+    algos = list(getattr(getattr(lib, "_oracles", None), "algos", []) or [])
+    if name == "active_explorer" and algos and all(isinstance(o, SGDClassifier) for o in algos):
+        policy = ActiveExplorerPolicy(algos, float(lib.explore_prob), getattr(lib, "decay", None), seed)
+        policy.seen[:] = bool(lib.is_fitted)
+        policy._snapshot()
+        return policy
+    return LibraryPolicy(name, lib)

@@ -42,6 +42,7 @@ one device measuring both arms at once (see the data module).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -60,7 +61,7 @@ from edgepath.datasets.mobilebandwidth import (
     split_by_user,
 )
 from edgepath.engines.features import FEATURE_GROUPS, context_features
-from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
+from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample, UtilityConfig
 from edgepath.training.offline import (
     ARMS,
     BetterArmPolicy,
@@ -152,17 +153,29 @@ def ci95(values: Sequence[float]) -> float | None:
 
 
 def run_bandit(
-    bandit: PrimaryPathBandit, stream: Sequence[Situation], threshold_mbps: float, batch_size: int = 50
+    bandit: PrimaryPathBandit,
+    stream: Sequence[Situation],
+    threshold_mbps: float,
+    batch_size: int = 50,
+    T: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Replay ``stream`` through ``bandit`` as the service would; returns the chosen arm index per round."""
+    """Replay ``stream`` through ``bandit`` as the service would; returns the chosen arm index per round.
+
+    Each outcome carries the Bernoulli reward and the measured throughput (bit/s), as the service's
+    outcome log does; the policy learns from whichever its spec names. ``T`` (``(n, 2)`` Mbit/s,
+    :data:`ARMS` order) overrides the situations' throughputs (drift replay).
+    """
     chosen = np.zeros(len(stream), dtype=np.int64)
     buffer: list[TrainingSample] = []
     for i, s in enumerate(stream):
         choice = bandit.decide(s.interfaces)
         arm = ARMS.index(choice.access_type)
         chosen[i] = arm
-        reward = int(s.throughput_mbps(choice.access_type) >= threshold_mbps)
-        sample = TrainingSample(choice.features.tolist(), choice.arms, choice.arm_index, reward, choice.propensity)
+        mbps = s.throughput_mbps(choice.access_type) if T is None else float(T[i, arm])
+        reward = int(mbps >= threshold_mbps)
+        sample = TrainingSample(
+            choice.features.tolist(), choice.arms, choice.arm_index, reward, choice.propensity, mbps * 1e6
+        )
         buffer.append(sample)
         if len(buffer) >= batch_size:
             bandit.update(buffer)
@@ -170,8 +183,14 @@ def run_bandit(
     return chosen
 
 
-def run_vw(X: np.ndarray, T: np.ndarray, threshold_mbps: float, seed: int) -> np.ndarray:
-    """Vowpal Wabbit ``--cb_explore_adf --squarecb`` on the same rows; returns the chosen arm per round."""
+def run_vw(
+    X: np.ndarray, T: np.ndarray, threshold_mbps: float, seed: int, utility: UtilityConfig | None = None
+) -> np.ndarray:
+    """Vowpal Wabbit ``--cb_explore_adf --squarecb`` on the same rows; returns the chosen arm per round.
+
+    Cost ``1 − Bernoulli reward`` by default; with ``utility``, cost ``−utility(throughput)`` (the
+    same continuous reward the ridge learners maximise).
+    """
     import vowpalwabbit
 
     vw = vowpalwabbit.Workspace(f"--cb_explore_adf --squarecb -q SA --quiet --random_seed {seed}")
@@ -186,7 +205,10 @@ def run_vw(X: np.ndarray, T: np.ndarray, threshold_mbps: float, seed: int) -> np
             pmf = pmf / pmf.sum()
             arm = int(rng.choice(len(arm_names), p=pmf))
             chosen[i] = arm
-            cost = 0.0 if T[i, arm] >= threshold_mbps else 1.0
+            if utility is None:
+                cost = 0.0 if T[i, arm] >= threshold_mbps else 1.0
+            else:
+                cost = -utility(float(T[i, arm]) * 1e6, None, None)
             labelled = [f"0:{cost}:{max(pmf[arm], 1e-6):.6g} {a}" if k == arm else a for k, a in enumerate(actions)]
             vw.learn([shared, *labelled])
     finally:
@@ -218,6 +240,29 @@ def _summary(per_seed: dict[str, list[float]], per_seed_reward: dict[str, list[f
     return out
 
 
+#: Size of the transfer whose completion time the report gives for every policy, bytes (10 MB).
+COMPLETION_BYTES = 10_000_000
+
+
+def _cold_config(cfg: OfflineConfig, policy: str, seed: int) -> BanditConfig:
+    """The service's cold start for ``policy``: default paper parameters, the run's ridge parameters."""
+    base = OfflineConfig(**{**cfg.__dict__, "policy": policy}).bandit_config()
+    default = BanditConfig()
+    return dataclasses.replace(base, seed=seed, explore_prob=default.explore_prob, sgd_alpha=default.sgd_alpha)
+
+
+def train_models(
+    split: Split, cfg: OfflineConfig, policies: Sequence[str], say: Callable[[str], None]
+) -> dict[str, OfflineModel]:
+    """One warm-start model per policy, trained on the training users (pairing seed ``cfg.seed``)."""
+    train = pair_situations(split.train_wifi, split.train_cellular, cfg.seed)
+    models = {}
+    for policy in policies:
+        say(f"training the warm-start model of {policy} on the training users")
+        models[policy] = train_offline(train, (), OfflineConfig(**{**cfg.__dict__, "policy": policy}))
+    return models
+
+
 def evaluate(
     split: Split,
     seeds: Sequence[int],
@@ -226,17 +271,28 @@ def evaluate(
     batch_size: int = 50,
     include_vw: bool = True,
     progress: Callable[[str], None] | None = None,
+    policies: Sequence[str] | None = None,
+    models: dict[str, OfflineModel] | None = None,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Run every policy on every seed's stream; returns the report's ``policies`` part and seed-0 traces.
 
+    ``policies`` (default ``[cfg.policy]``) each get a ``cold_<name>`` and a ``warm_<name>`` row; the
+    static rows (``offline_classifier``, ``offline_oracles_greedy``) come from the first policy's model.
+    VW squarecb runs twice: Bernoulli cost (``vw_squarecb``) and cost = −utility (``vw_squarecb_utility``).
     The traces (``name → chosen throughput per round``) of the first seed feed the running-mean plot.
     """
     say = progress or (lambda _msg: None)
-    if model is None:
-        say("training the warm-start model on the training users")
-        model = train_offline(pair_situations(split.train_wifi, split.train_cellular, cfg.seed), (), cfg)
+    names = list(policies or [cfg.policy])
+    if models is None:
+        models = {} if model is None else {names[0]: model}
+        missing = [p for p in names if p not in models]
+        models.update(train_models(split, cfg, missing, say))
+    first = models[names[0]]
+    utility = OfflineConfig(**{**cfg.__dict__, "policy": "ridge_squarecb"}).bandit_config().utility
     per_seed: dict[str, list[float]] = {}
     per_seed_reward: dict[str, list[float]] = {}
+    per_seed_utility: dict[str, list[float]] = {}
+    per_seed_completion: dict[str, list[float]] = {}
     traces: dict[str, np.ndarray] = {}
     n_rounds = []
     thr = cfg.reward_threshold_mbps
@@ -250,24 +306,103 @@ def evaluate(
             "wifi_first": np.zeros(len(stream), dtype=np.int64),
             "lte_first": np.ones(len(stream), dtype=np.int64),
             "random": rng.integers(0, 2, len(stream)),
-            "offline_classifier": BetterArmPolicy(model.classifier).choose(X),
-            "offline_oracles_greedy": model.greedy_arms(X),
+            "offline_classifier": BetterArmPolicy(first.classifier).choose(X),
+            "offline_oracles_greedy": first.greedy_arms(X),
         }
         t0 = time.perf_counter()
-        cold = PrimaryPathBandit(BanditConfig(policy=cfg.policy, seed=seed))  # the service's cold start
-        decisions[f"cold_{cfg.policy}"] = run_bandit(cold, stream, thr, batch_size)
-        decisions[f"warm_{cfg.policy}"] = run_bandit(copy.deepcopy(model.bandit), stream, thr, batch_size)
+        for policy in names:
+            cold = PrimaryPathBandit(_cold_config(cfg, policy, seed))  # the service's cold start
+            decisions[f"cold_{policy}"] = run_bandit(cold, stream, thr, batch_size)
+            decisions[f"warm_{policy}"] = run_bandit(copy.deepcopy(models[policy].bandit), stream, thr, batch_size)
         if include_vw:
             decisions["vw_squarecb"] = run_vw(X, T, thr, seed)
+            decisions["vw_squarecb_utility"] = run_vw(X, T, thr, seed, utility)
         say(f"seed {seed}: {len(stream)} situations, policies replayed in {time.perf_counter() - t0:.1f} s")
         for name, chosen in decisions.items():
             got = T[np.arange(len(chosen)), chosen]
             per_seed.setdefault(name, []).append(float(got.mean()))
             per_seed_reward.setdefault(name, []).append(float((got >= thr).mean()))
+            per_seed_utility.setdefault(name, []).append(float(np.mean([utility(v * 1e6, None, None) for v in got])))
+            seconds = 8.0 * COMPLETION_BYTES / (np.maximum(got, 0.01) * 1e6)
+            per_seed_completion.setdefault(name, []).append(float(seconds.mean()))
             if idx == 0:
                 traces[name] = got
-    policies = _summary(per_seed, per_seed_reward)
-    return {"rounds_per_seed": n_rounds, "policies": policies}, traces
+    summary = _summary(per_seed, per_seed_reward)
+    for name, row in summary.items():
+        row["mean_utility"] = float(np.mean(per_seed_utility[name]))
+        row["mean_completion_time_s_10MB"] = float(np.mean(per_seed_completion[name]))
+        row["mean_completion_time_s_10MB_ci95"] = ci95(per_seed_completion[name])
+    return {"rounds_per_seed": n_rounds, "policies": summary}, traces
+
+
+def switch_outcomes(chosen: np.ndarray, start: int, target_share: float, window: int = 100) -> int | None:
+    """Outcomes after ``start`` until the rolling (``window``) share of LTE choices reaches ``target_share``.
+
+    None when it never does.
+    """
+    lte = (chosen[start:] == 1).astype(np.float64)
+    if len(lte) < window:
+        return None
+    rolling = np.convolve(lte, np.ones(window) / window, mode="valid")  # rolling[i] covers [i, i+window)
+    hit = np.nonzero(rolling >= target_share)[0]
+    return None if hit.size == 0 else int(hit[0] + window)
+
+
+def drift_replay(
+    split: Split,
+    seeds: Sequence[int],
+    cfg: OfflineConfig,
+    models: dict[str, OfflineModel],
+    policies: Sequence[str],
+    wifi_factor: float = 0.25,
+    batch_size: int = 50,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Replay where WiFi degrades half-way: from the middle of each stream every WiFi outcome is × ``wifi_factor``.
+
+    The radio context does not change (the degradation is behind the access point, e.g. a congested
+    backhaul), so only outcomes reveal it. Per policy (warm start): mean throughput after the drift and
+    ``switch_outcomes``: outcomes after the drift until the rolling-100 share of LTE choices reaches the
+    midpoint between the policy's pre-drift share and the post-drift oracle's share (None = never).
+    """
+    say = progress or (lambda _msg: None)
+    rows: dict[str, dict[str, list[Any]]] = {}
+    for seed in seeds:
+        stream = test_stream(split, seed)
+        _, T = situation_matrix(stream)
+        half = len(stream) // 2
+        Td = T.copy()
+        Td[half:, 0] *= wifi_factor
+        oracle = np.argmax(Td, axis=1)
+        decisions: dict[str, np.ndarray] = {"oracle": oracle, "wifi_first": np.zeros(len(stream), dtype=np.int64)}
+        for policy in policies:
+            bandit = copy.deepcopy(models[policy].bandit)
+            decisions[f"warm_{policy}"] = run_bandit(bandit, stream, cfg.reward_threshold_mbps, batch_size, Td)
+        say(f"drift seed {seed}: {len(stream)} situations, drift at {half}")
+        post_oracle = float((oracle[half:] == 1).mean())
+        for name, chosen in decisions.items():
+            pre = float((chosen[:half] == 1).mean())
+            target = pre + 0.5 * (post_oracle - pre)
+            got = Td[np.arange(len(chosen)), chosen]
+            r = rows.setdefault(name, {"after": [], "before": [], "switch": [], "share_after": []})
+            r["before"].append(float(got[:half].mean()))
+            r["after"].append(float(got[half:].mean()))
+            r["share_after"].append(float((chosen[half:] == 1).mean()))
+            r["switch"].append(switch_outcomes(chosen, half, target) if post_oracle > pre else None)
+    return {
+        "wifi_factor": wifi_factor,
+        "what": "WiFi outcomes x wifi_factor from the middle of each stream; contexts unchanged; warm starts",
+        "policies": {
+            name: {
+                "mean_throughput_before_mbps": float(np.mean(r["before"])),
+                "mean_throughput_after_mbps": float(np.mean(r["after"])),
+                "mean_throughput_after_mbps_ci95": ci95(r["after"]),
+                "lte_share_after": float(np.mean(r["share_after"])),
+                "switch_outcomes_per_seed": r["switch"],
+            }
+            for name, r in rows.items()
+        },
+    }
 
 
 def offline_scores(model: OfflineModel, split: Split, seeds: Sequence[int]) -> dict[str, Any]:

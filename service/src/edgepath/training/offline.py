@@ -19,7 +19,15 @@ et al.), one oracle per arm of the arm set (WIFI, LTE):
   bandit logs, Strehl et al., "Learning from Logged Implicit Exploration
   Data", NeurIPS 2010, eq. 1). Unchosen arms get nothing from that row.
 
-Each oracle is trained by ``epochs`` passes of ``partial_fit`` (``classes=[0,
+For EdgePath's utility learners (``ridge_*`` policies) the same rows feed
+per-arm ridge regressions of the utility (:func:`~edgepath.engines.reward.utility`
+of the measured throughput; the data has no latency or loss) instead of
+oracles: full-information rows with weight 1, logged rows with weight
+``1/propensity`` (capped), added to the very statistics the online learner
+keeps updating (:meth:`PrimaryPathBandit.warm_start_rows`) — no cliff between
+the static and the online model.
+
+For the paper's policies each oracle is trained by ``epochs`` passes of ``partial_fit`` (``classes=[0,
 1]``, rows permuted by a seeded generator) with ``sample_weight``, then handed
 to the contextualbandits policy with :meth:`PrimaryPathBandit.warm_start`,
 after which online ``partial_fit`` continues from it.
@@ -44,7 +52,15 @@ from typing import Any
 import numpy as np
 from edgepath.datasets.mobilebandwidth import Situation
 from edgepath.engines.features import N_FEATURES, context_features, feature_mask
-from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
+from edgepath.engines.primary_path import (
+    DEFAULT_POLICY,
+    BanditConfig,
+    PrimaryPathBandit,
+    TrainingSample,
+    UtilityConfig,
+    policy_spec,
+    valid_sample,
+)
 from edgepath.types import AccessType
 from sklearn.linear_model import SGDClassifier
 
@@ -61,7 +77,7 @@ class OfflineConfig:
     ``drop_groups`` zeroes feature groups (ablation only).
     """
 
-    policy: str = "active_explorer"
+    policy: str = DEFAULT_POLICY
     reward_threshold_mbps: float = 25.0
     sgd_alpha: float = 1e-2
     epochs: int = 20
@@ -69,11 +85,34 @@ class OfflineConfig:
     explore_prob: float = 0.05
     max_ips_weight: float = 100.0
     drop_groups: tuple[str, ...] = field(default_factory=tuple)
+    # EdgePath's learners (ridge_*): see edgepath.engines.linear_bandit
+    ridge_lambda: float = 1.0
+    forgetting: float = 0.999
+    squarecb_gamma0: float = 100.0
+    ts_scale: float = 0.02
+    ucb_alpha: float = 0.05
+    ridge_epsilon: float = 0.05
+    utility_throughput_cap_bps: float = 1e9
 
     def bandit_config(self) -> BanditConfig:
         return BanditConfig(
-            policy=self.policy, seed=self.seed, explore_prob=self.explore_prob, sgd_alpha=self.sgd_alpha
+            policy=self.policy,
+            seed=self.seed,
+            explore_prob=self.explore_prob,
+            sgd_alpha=self.sgd_alpha,
+            ridge_lambda=self.ridge_lambda,
+            forgetting=self.forgetting,
+            squarecb_gamma0=self.squarecb_gamma0,
+            ts_scale=self.ts_scale,
+            ucb_alpha=self.ucb_alpha,
+            ridge_epsilon=self.ridge_epsilon,
+            utility=UtilityConfig(throughput_cap_bps=self.utility_throughput_cap_bps),
         )
+
+    @property
+    def reward(self) -> str:
+        """``utility`` or ``bernoulli``: what the policy learns from."""
+        return policy_spec(self.policy).reward
 
 
 class DecisionLogError(ValueError):
@@ -86,7 +125,8 @@ def read_decision_log(path: Path | str) -> list[TrainingSample]:
     Each line is an object with ``features`` (list of ``N_FEATURES`` floats,
     the layout of :data:`~edgepath.engines.features.FEATURE_NAMES`), ``arms``
     (access-type names in policy order), ``arm_index``, ``reward`` (0/1) and
-    ``propensity`` (in (0, 1]) — the fields of
+    ``propensity`` (in (0, 1]) and, optionally, the measured ``throughput_bps``,
+    ``latency_ms`` and ``loss`` (the utility learners' target) — the fields of
     :class:`~edgepath.state.base.OutcomeRecord`; other keys are ignored.
 
     Raises
@@ -113,7 +153,17 @@ def read_decision_log(path: Path | str) -> list[TrainingSample]:
             raise DecisionLogError(f"decision log line {lineno}: reward must be 0 or 1")
         if not 0.0 < propensity <= 1.0:
             raise DecisionLogError(f"decision log line {lineno}: propensity must be in (0, 1]")
-        out.append(TrainingSample(features, arms, arm_index, reward, propensity))
+        measured = {k: obj.get(k) for k in ("throughput_bps", "latency_ms", "loss")}
+        try:
+            values = {k: None if v is None else float(v) for k, v in measured.items()}
+        except (TypeError, ValueError) as exc:
+            raise DecisionLogError(f"decision log line {lineno}: {exc!r}") from exc
+        sample = TrainingSample(features, arms, arm_index, reward, propensity, **values)
+        if not valid_sample(sample):
+            raise DecisionLogError(
+                f"decision log line {lineno}: throughput_bps, latency_ms or loss out of range (or not finite)"
+            )
+        out.append(sample)
     return out
 
 
@@ -160,17 +210,24 @@ def arm_rows(
     decisions used (those whose arm set is :data:`ARMS`).
     """
     rows = [ArmRows() for _ in ARMS]
+    utility = cfg.bandit_config().utility if cfg.reward == "utility" else None
     for k in range(len(ARMS)):
         for x, t in zip(X, T[:, k], strict=True):
             rows[k].X.append(x)
-            rows[k].y.append(1.0 if t >= cfg.reward_threshold_mbps else 0.0)
+            if utility is not None:
+                rows[k].y.append(utility(float(t) * 1e6, None, None))
+            else:
+                rows[k].y.append(1.0 if t >= cfg.reward_threshold_mbps else 0.0)
             rows[k].w.append(1.0)
     used = [s for s in logged if tuple(s.arms) == ARMS]
     if used:
         weights = ips_weights([s.propensity for s in used], cfg.max_ips_weight)
         for s, w in zip(used, weights, strict=True):
             rows[s.arm_index].X.append(np.asarray(s.features, dtype=np.float64))
-            rows[s.arm_index].y.append(float(s.reward))
+            if utility is not None and s.throughput_bps is not None:
+                rows[s.arm_index].y.append(utility(s.throughput_bps, s.latency_ms, s.loss))
+            else:
+                rows[s.arm_index].y.append(float(s.reward))
             rows[s.arm_index].w.append(float(w))
     return rows, len(used)
 
@@ -225,11 +282,15 @@ class OfflineModel:
     n_situations: int
     n_logged: int
     positives: tuple[float, ...]
+    """Mean training target per arm: reward rate (Bernoulli) or mean utility."""
 
     def greedy_arms(self, X: np.ndarray) -> np.ndarray:
-        """Arm index per row by the offline oracles alone (argmax of P(reward=1)), no exploration."""
+        """Arm index per row by the offline model alone (argmax of its estimates), no exploration."""
         Xm = _mask(X, self.config)
         policy = self.bandit._policies[ARMS]
+        if self.config.reward == "utility":
+            model = policy.model
+            return np.argmax(Xm @ model.coef.T + model.intercept, axis=1)
         return np.argmax(_oracle_scores(policy, Xm), axis=1)
 
 
@@ -259,6 +320,19 @@ def train_offline(
     rows, n_logged = arm_rows(X, T, logged, cfg)
     if X.shape[0] == 0 and n_logged == 0:
         raise ValueError("no training data: no paired situation and no WIFI/LTE decision in the log")
+    if cfg.reward == "utility":
+        bandit = PrimaryPathBandit(cfg.bandit_config())
+        parts = [(_mask(r.arrays()[0], cfg), np.full(len(r.y), k), *r.arrays()[1:]) for k, r in enumerate(rows)]
+        bandit.warm_start_rows(
+            ARMS,
+            np.vstack([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+            np.concatenate([p[3] for p in parts]),
+        )
+        classifier = fit_better_arm_classifier(X, T, cfg)
+        positives = tuple(float(r.arrays()[1].mean()) if r.y else 0.0 for r in rows)
+        return OfflineModel(bandit, classifier, cfg, X.shape[0], n_logged, positives)
     oracles = []
     all_X, all_a, all_r = [], [], []
     for k, arm_r in enumerate(rows):
@@ -302,7 +376,8 @@ def select_alpha(
     vals = [situation_matrix(pair_situations(val_w, val_c, seed)) for seed in (1, 2, 3)]
     scores: dict[str, float] = {}
     for alpha in grid:
-        model = train_offline(train, (), OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha}))
+        vcfg = OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha, "policy": "active_explorer"})  # SGD oracles
+        model = train_offline(train, (), vcfg)
         algos = model.bandit._policies[ARMS]._oracles.algos
         losses = []
         for X, T in vals:

@@ -86,6 +86,9 @@ def to_sample(outcome: OutcomeRecord) -> TrainingSample:
         arm_index=outcome.arm_index,
         reward=outcome.reward,
         propensity=outcome.propensity,
+        throughput_bps=outcome.throughput_bps,
+        latency_ms=outcome.latency_ms,
+        loss=outcome.loss,
     )
 
 

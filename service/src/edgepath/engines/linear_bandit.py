@@ -1,0 +1,289 @@
+# ruff: noqa: N803  (X, A, S: design and precision matrices, linear-algebra convention)
+"""Regression-oracle contextual bandit in numpy: per-arm discounted ridge regression (pure engine).
+
+One :class:`LinearBandit` serves one arm set. Each arm ``a`` keeps a ridge
+regression of the reward (EdgePath's continuous utility,
+:func:`edgepath.engines.reward.utility`) on the shared feature vector ``x``
+(shape ``(d,)``, :mod:`edgepath.engines.features`) plus an intercept,
+``x̃ = [x, 1]`` of shape ``(d+1,)``:
+
+* discounted statistics ``S_a = Σ_i γ^{t_a−i} w_i x̃_i x̃_iᵀ`` ``(d+1, d+1)`` and
+  ``u_a = Σ_i γ^{t_a−i} w_i r_i x̃_i`` ``(d+1,)``, where ``t_a`` counts arm
+  ``a``'s own outcomes and ``γ`` is the forgetting factor (``forgetting``).
+  Forgetting per own outcome (not per wall-clock outcome) is deliberate: a
+  path that degrades is the one being chosen, so its old outcomes age out
+  within ~``1/(1−γ)`` of its own outcomes, while a rarely tried arm keeps its
+  estimate instead of shrinking toward the prior's 0 (which would make it
+  look worse the less it is tried);
+* precision ``A_a = S_a + λ I`` (the ridge prior λ is not discounted), estimate
+  ``θ_a = A_a⁻¹ u_a`` and covariance ``A_a⁻¹`` — the Bayesian linear regression
+  posterior with prior ``N(0, σ²/λ I)`` (Bishop, PRML §3.3), with exponential
+  forgetting (Russac, Vernade & Cappé, "Weighted Linear Bandits for
+  Non-Stationary Environments", NeurIPS 2019: discounted LinUCB). An outcome's
+  weight falls to 1/e after ``1/(1−γ)`` outcomes (1,000 at γ = 0.999).
+
+``θ_a`` and ``A_a⁻¹`` are recomputed once per :meth:`update` (a batch), so a
+decision costs one ``(K, d+1) @ (d+1,)`` product (SquareCB, ε-greedy) plus,
+for LinTS/LinUCB, ``K`` quadratic forms ``x̃ᵀ A_a⁻¹ x̃``.
+
+Exploration rules (``mode``), each with the *exact* probability of every arm
+(:meth:`LinearBandit.probabilities`; the chosen arm is drawn from that vector
+with one uniform number, so the logged propensity is the probability the
+choice had, not a bound):
+
+``squarecb``
+    Inverse-gap weighting (Abe & Long 1999; Foster & Rakhlin, "Beyond UCB",
+    ICML 2020, Algorithm 1): with ``μ`` the K estimates, ``b = argmax μ``,
+    ``p_a = 1 / (K + γ_t (μ_b − μ_a))`` for ``a ≠ b`` and ``p_b = 1 − Σ_{a≠b} p_a``;
+    ``γ_t = gamma0 · (n_t + 1)^gamma_exponent`` with ``n_t`` the discounted
+    number of outcomes seen (VW's ``--gamma_scale``/``--gamma_exponent``
+    schedule, the square-root rate of the paper's Theorem 1).
+``lints``
+    Linear Thompson sampling (Agrawal & Goyal, ICML 2013): ``θ̃_a ~ N(θ_a, v² A_a⁻¹)``
+    and the arm of the largest ``x̃·θ̃_a``. Only the scalars ``x̃·θ̃_a ~ N(μ_a, v² s_a²)``
+    (``s_a² = x̃ᵀ A_a⁻¹ x̃``) matter, and they are independent across arms, so
+    ``P(a) = ∫ φ_a(z) Π_{b≠a} Φ_b(z) dz``: ``Φ((μ_a − μ_b)/√(v²s_a² + v²s_b²))``
+    in closed form for two arms, Gauss–Hermite quadrature (64 nodes) otherwise.
+``linucb``
+    Optimism (Li et al., WWW 2010): the arm of the largest ``μ_a + α s_a``;
+    deterministic, propensity 1.
+``egreedy``
+    ε-greedy on the ridge estimates (the "thirty lines of numpy" baseline of
+    issue 15): ``p = ε/K + (1−ε)·1[a = argmax μ]``.
+
+Until every arm has an outcome the choice is uniform (``1/K``). Ties in an
+argmax go to the lowest arm index, so every rule is a function of the state
+and one uniform draw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+Mode = Literal["squarecb", "lints", "linucb", "egreedy"]
+MODES: tuple[str, ...] = ("squarecb", "lints", "linucb", "egreedy")
+
+_GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # ∫ f(z) e^{-z²/2} dz
+
+
+@dataclass(frozen=True)
+class LinearBanditConfig:
+    """Hyper-parameters of :class:`LinearBandit` (units: reward units, i.e. utility in [0, 1]).
+
+    ``ridge_lambda`` λ (prior precision), ``forgetting`` γ in (0, 1] (1 = no
+    forgetting), ``gamma0``/``gamma_exponent`` the SquareCB schedule,
+    ``ts_scale`` v (LinTS posterior scale, ≈ the reward noise s.d.),
+    ``ucb_alpha`` α, ``epsilon`` ε.
+    """
+
+    mode: Mode = "squarecb"
+    ridge_lambda: float = 1.0
+    forgetting: float = 0.999
+    gamma0: float = 100.0
+    gamma_exponent: float = 0.5
+    ts_scale: float = 0.05
+    ucb_alpha: float = 0.05
+    epsilon: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown linear bandit mode {self.mode!r}; choose one of {MODES}")
+        if not self.ridge_lambda > 0.0:
+            raise ValueError("ridge_lambda must be > 0")
+        if not 0.0 < self.forgetting <= 1.0:
+            raise ValueError("forgetting must be in (0, 1]")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError("epsilon must be in [0, 1]")
+        if self.gamma0 < 0.0 or self.ts_scale < 0.0 or self.ucb_alpha < 0.0:
+            raise ValueError("gamma0, ts_scale and ucb_alpha must be >= 0")
+
+
+class LinearBandit:
+    """Per-arm discounted ridge regression with an exploration rule (see module docstring).
+
+    Parameters
+    ----------
+    n_arms:
+        K ≥ 2.
+    n_features:
+        d, the length of the feature vectors passed to :meth:`decide` / :meth:`update`.
+    config:
+        Hyper-parameters.
+    seed:
+        Seed of the generator of the exploration draws.
+
+    Raises
+    ------
+    ValueError
+        For K < 2, d < 1 or invalid hyper-parameters.
+    """
+
+    def __init__(self, n_arms: int, n_features: int, config: LinearBanditConfig | None = None, seed: int = 0) -> None:
+        if n_arms < 2 or n_features < 1:
+            raise ValueError("need n_arms >= 2 and n_features >= 1")
+        self.config = config or LinearBanditConfig()
+        self.k, self.d = n_arms, n_features
+        p = n_features + 1
+        self.S = np.zeros((n_arms, p, p))
+        self.u = np.zeros((n_arms, p))
+        self.n = np.zeros(n_arms)  # discounted weight of each arm's outcomes
+        self.n_total = 0.0  # discounted number of outcomes (all arms), drives γ_t
+        self.outcomes = 0  # undiscounted count of outcomes learned from
+        self.rng = np.random.default_rng(seed)
+        self._refresh()
+
+    # --- state -------------------------------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        """Recompute θ_a and A_a⁻¹ from the statistics (once per batch)."""
+        eye = self.config.ridge_lambda * np.eye(self.d + 1)
+        self.cov = np.linalg.inv(self.S + eye)  # (K, d+1, d+1), batched inverse
+        self.theta = np.einsum("kij,kj->ki", self.cov, self.u)  # (K, d+1)
+        self.coef = np.ascontiguousarray(self.theta[:, :-1])
+        self.intercept = self.theta[:, -1].copy()
+
+    @property
+    def is_fitted(self) -> bool:
+        """True once every arm has some (discounted) outcome weight."""
+        return bool(np.all(self.n > 0.0))
+
+    def gamma_t(self) -> float:
+        """SquareCB's current γ_t = gamma0 · (n_t + 1)^gamma_exponent."""
+        return self.config.gamma0 * (self.n_total + 1.0) ** self.config.gamma_exponent
+
+    # --- deciding ----------------------------------------------------------------------------------------------
+    def estimates(self, x: np.ndarray) -> np.ndarray:
+        """Estimated reward of each arm for features ``x`` (shape ``(d,)``); shape ``(K,)``."""
+        return self.coef @ x + self.intercept
+
+    def _sd(self, x: np.ndarray) -> np.ndarray:
+        xt = np.append(x, 1.0)
+        return np.sqrt(np.maximum(np.einsum("i,kij,j->k", xt, self.cov, xt), 0.0))
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        """Exact probability of each arm under the exploration rule; shape ``(K,)``, sums to 1."""
+        cfg, k = self.config, self.k
+        if not self.is_fitted:  # an arm never tried: uniform until every arm has an outcome
+            return np.full(k, 1.0 / k)
+        mu = self.estimates(x)
+        if cfg.mode == "squarecb":
+            best = int(mu.argmax())
+            p = 1.0 / (k + self.gamma_t() * (mu[best] - mu))
+            p[best] = 0.0
+            p[best] = 1.0 - p.sum()
+            return p
+        if cfg.mode == "egreedy":
+            p = np.full(k, cfg.epsilon / k)
+            p[int(np.argmax(mu))] += 1.0 - cfg.epsilon
+            return p
+        sd = self._sd(x)
+        if cfg.mode == "linucb":
+            p = np.zeros(k)
+            p[int(np.argmax(mu + cfg.ucb_alpha * sd))] = 1.0
+            return p
+        return _thompson_probabilities(mu, cfg.ts_scale * sd)
+
+    def decide(self, x: np.ndarray) -> tuple[int, float]:
+        """Draw an arm for features ``x`` (shape ``(d,)``); returns ``(arm index, exact propensity)``."""
+        p = self.probabilities(x).tolist()
+        draw = self.rng.random()
+        acc, arm = 0.0, self.k - 1
+        for a, pa in enumerate(p):
+            acc += pa
+            if draw < acc:
+                arm = a
+                break
+        while p[arm] <= 0.0:  # a draw at a float boundary never lands on an impossible arm
+            arm -= 1
+        return arm, p[arm]
+
+    # --- learning ----------------------------------------------------------------------------------------------
+    def update(
+        self,
+        X: np.ndarray,
+        arms: np.ndarray,
+        rewards: np.ndarray,
+        weights: np.ndarray | None = None,
+        *,
+        forget: bool = True,
+    ) -> None:
+        """Learn from outcomes in arrival order: features ``(n, d)``, arm indices ``(n,)``, rewards ``(n,)``.
+
+        ``weights`` (shape ``(n,)``, default 1) scale each row (importance
+        weights for logged data). With ``forget`` (online), older statistics
+        are discounted by γ per outcome; offline warm-start rows are added
+        without forgetting.
+
+        Raises
+        ------
+        ValueError
+            On shape mismatch, an arm index out of range, or non-finite values.
+        """
+        X = np.asarray(X, dtype=np.float64).reshape(-1, self.d)
+        a = np.asarray(arms, dtype=np.int64).reshape(-1)
+        r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+        w = np.ones(len(r)) if weights is None else np.asarray(weights, dtype=np.float64).reshape(-1)
+        n = X.shape[0]
+        if not (len(a) == len(r) == len(w) == n):
+            raise ValueError("X, arms, rewards and weights must have the same length")
+        if n == 0:
+            return
+        if np.any((a < 0) | (a >= self.k)):
+            raise ValueError("arm index out of range")
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(r)) and np.all(np.isfinite(w)) and np.all(w >= 0)):
+            raise ValueError("features, rewards and weights must be finite (weights >= 0)")
+        g = self.config.forgetting if forget else 1.0
+        Xt = np.hstack([X, np.ones((n, 1))])
+        self.n_total = self.n_total * g**n + float((g ** np.arange(n, dtype=np.float64)).sum())
+        for arm in range(self.k):
+            m = a == arm
+            count = int(m.sum())
+            if count == 0:
+                continue
+            decay = g ** np.arange(count - 1, -1, -1, dtype=np.float64)  # the arm's i-th row ages count-1-i
+            Xa, wa = Xt[m], w[m] * decay
+            total = g**count
+            self.S[arm] = total * self.S[arm] + (Xa * wa[:, None]).T @ Xa
+            self.u[arm] = total * self.u[arm] + (wa * r[m]) @ Xa
+            self.n[arm] = total * self.n[arm] + float(wa.sum())
+        self.outcomes += n
+        self._refresh()
+
+    def carry_exploration_from(self, live: LinearBandit) -> None:
+        """Continue the random draws of the serving copy (see PrimaryPathBandit.carry_exploration_from)."""
+        self.rng = live.rng
+
+
+def _thompson_probabilities(mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """P(arm a has the largest of independent N(μ_a, sd_a²)); shape ``(K,)``, sums to 1."""
+    k = len(mu)
+    if np.all(sd <= 1e-12):
+        p = np.zeros(k)
+        p[int(np.argmax(mu))] = 1.0
+        return p
+    if k == 2:
+        z = (mu[0] - mu[1]) / math.sqrt(float(sd[0] ** 2 + sd[1] ** 2))
+        p0 = 0.5 * math.erfc(-z / math.sqrt(2.0))
+        return np.array([p0, 1.0 - p0])
+    # Gauss-Hermite: ∫ φ(z) Π_{b≠a} Φ((μ_a + sd_a z − μ_b)/sd_b) dz, sd_b = 0 treated as a step.
+    from scipy.special import ndtr
+
+    p = np.zeros(k)
+    for a in range(k):
+        if sd[a] <= 1e-12:
+            t = np.full_like(_GH_NODES, mu[a])
+        else:
+            t = mu[a] + sd[a] * _GH_NODES
+        prod = np.ones_like(_GH_NODES)
+        for b in range(k):
+            if b == a:
+                continue
+            if sd[b] <= 1e-12:
+                prod *= (t > mu[b]).astype(np.float64)
+            else:
+                prod *= ndtr((t - mu[b]) / sd[b])
+        p[a] = float(_GH_WEIGHTS @ prod) / math.sqrt(2.0 * math.pi)
+    return p / p.sum()
