@@ -27,6 +27,7 @@ client-agent/agent.toml.example lists every setting with its default.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import logging
 import os
@@ -64,8 +65,10 @@ from edgepath_agent.applier import (
 from edgepath_agent.client import ServiceClient, ServiceError, connect_failover, is_transient
 from edgepath_agent.collector import (
     Collector,
+    DiagPathCollector,
     KernelCollector,
     ModemCollector,
+    Nl80211WifiCollector,
     PathCollector,
     StaticCollector,
     WifiCollector,
@@ -725,11 +728,12 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
     """Agent with the real collectors (absent sources report nothing) and a failover client."""
     kernel = KernelCollector()
     applier = build_applier(config, kernel.capabilities.allowed_cc)
+    netlink = importlib.util.find_spec("pyroute2") is not None  # a base dependency; text tools as fallback
     collectors: list[Collector] = [
         *extra_collectors,
-        WifiCollector(),
+        Nl80211WifiCollector() if netlink else WifiCollector(),
         ModemCollector(),
-        PathCollector(),
+        DiagPathCollector() if netlink else PathCollector(),
         StaticCollector(config.interfaces),
         kernel,
     ]
