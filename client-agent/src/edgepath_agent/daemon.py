@@ -175,6 +175,9 @@ class AgentConfig(BaseSettings):
         "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
     )
     history_samples: int = Field(20, ge=0, le=64, description="Measured samples per interface sent for MLPM")
+    modem_signal_setup_s: int = Field(
+        10, ge=0, le=3600, description="Enable ModemManager extended signal polling at this period, s (0: never)"
+    )
     ca_file: Path | None = Field(None, description="CA bundle that signed the service's certificate (TLS verification)")
     cert_file: Path | None = Field(None, description="Device certificate for mTLS (with key_file)")
     key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
@@ -732,7 +735,7 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
     collectors: list[Collector] = [
         *extra_collectors,
         Nl80211WifiCollector() if netlink else WifiCollector(),
-        ModemCollector(),
+        ModemCollector(signal_setup_s=config.modem_signal_setup_s),
         DiagPathCollector() if netlink else PathCollector(),
         StaticCollector(config.interfaces),
         kernel,
