@@ -7,7 +7,10 @@ does not run here) and tmpfs over ``/run`` and ``/var/lib`` (so it leaves nothin
 host). Checked: the agent's D-Bus reading names the devices NetworkManager manages,
 ``edgepath-agent run`` refuses to start (exit 3, message naming NetworkManager and the
 interface) before journalling anything, and once the devices are unmanaged over
-NetworkManager's own D-Bus API (the way out the message gives) nothing conflicts.
+NetworkManager's own D-Bus API (the way out the message gives) nothing conflicts; and the
+``networkmanager`` applier backend changes the primary path (route metrics) and the MPTCP
+endpoint flags through NetworkManager (its own ``proto static`` routes and endpoints), and
+``edgepath-agent rollback`` / a clean stop restore the saved profiles.
 
 Needs root, ``unshare``, ``dbus-daemon`` and NetworkManager: ``/usr/sbin/NetworkManager``
 or, without installing it system-wide, a prefix with the Debian packages extracted
@@ -63,8 +66,13 @@ def wait_for(predicate, timeout_s: float):  # type: ignore[no-untyped-def]
     return None
 
 
+def wait_until(read, ok, timeout_s: float):  # type: ignore[no-untyped-def]
+    """The first value of ``read()`` for which ``ok(value)`` holds within ``timeout_s`` (polled), else None."""
+    return wait_for(lambda: (lambda v: v if ok(v) else None)(read()), timeout_s)
+
+
 @pytest.fixture
-def real_networkmanager(tmp_path: Path) -> Iterator[str]:
+def real_networkmanager(tmp_path: Path) -> Iterator[tuple[str, str]]:
     if os.geteuid() != 0:
         pytest.skip("needs root for network and mount namespaces")
     nm = networkmanager_binary()
@@ -121,7 +129,7 @@ def real_networkmanager(tmp_path: Path) -> Iterator[str]:
             pytest.skip(
                 f"NetworkManager did not manage the veth devices here: {(tmp_path / 'nm.log').read_text()[-500:]}"
             )
-        yield address
+        yield address, ns
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -151,7 +159,7 @@ def set_managed(address: str, interface: str, managed: bool) -> None:
 def test_real_networkmanager_is_detected_and_the_agent_refuses_to_start(
     real_networkmanager: str, tmp_path: Path
 ) -> None:
-    address = real_networkmanager
+    address, _ = real_networkmanager
     found = check_coexistence(["wlan0", "wwan0"], address, proc=tmp_path)
     assert found.networkmanager.version and found.networkmanager.version[0] == "1"
     assert {d.interface for d in found.nm_managed} == {"wlan0", "wwan0"}
@@ -169,3 +177,101 @@ def test_real_networkmanager_is_detected_and_the_agent_refuses_to_start(
     for name in ("wlan0", "wwan0"):  # the way out the message gives
         set_managed(address, name, False)
     assert wait_for(lambda: check_coexistence(["wlan0", "wwan0"], address, proc=tmp_path).conflict is None, 10.0)
+
+
+def activate_profile(address: str, interface: str, addr: str, gateway: str) -> None:
+    """A NetworkManager profile with a static address and default route, activated on ``interface`` (D-Bus)."""
+    from jeepney import DBusAddress, MessageType, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    nm = DBusAddress(
+        "/org/freedesktop/NetworkManager", "org.freedesktop.NetworkManager", "org.freedesktop.NetworkManager"
+    )
+    settings = {
+        "connection": {"id": ("s", f"ep-{interface}"), "type": ("s", "802-3-ethernet"),
+                       "interface-name": ("s", interface)},
+        "ipv4": {"method": ("s", "manual"), "gateway": ("s", gateway),
+                 "address-data": ("aa{sv}", [{"address": ("s", addr), "prefix": ("u", 24)}])},
+        "ipv6": {"method": ("s", "disabled")},
+    }  # fmt: skip
+    with open_dbus_connection(address) as conn:
+        (device,) = conn.send_and_get_reply(new_method_call(nm, "GetDeviceByIpIface", "s", (interface,))).body
+        reply = conn.send_and_get_reply(
+            new_method_call(nm, "AddAndActivateConnection", "a{sa{sv}}oo", (settings, device, "/"))
+        )
+        assert reply.header.message_type != MessageType.error, reply.body
+
+
+def default_metrics(ns: str) -> dict[str, int]:
+    out = subprocess.run(["ip", "-n", ns, "-j", "-4", "route", "show", "default"], capture_output=True, text=True)
+    import json
+
+    return {r["dev"]: int(r.get("metric", 0)) for r in json.loads(out.stdout or "[]")}
+
+
+def endpoint_flags(ns: str) -> dict[str, list[str]]:
+    """``{dev: [flags]}`` from ``ip mptcp endpoint show`` (iproute2 prints flags as bare words)."""
+    out = subprocess.run(["ip", "-n", ns, "mptcp", "endpoint", "show"], capture_output=True, text=True).stdout
+    table = {}
+    for line in out.splitlines():
+        words = line.split()
+        if "dev" in words:
+            known = {"signal", "subflow", "backup", "fullmesh", "laminar", "implicit"}
+            table[words[words.index("dev") + 1]] = sorted(w for w in words if w in known)
+    return table
+
+
+@pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
+def test_networkmanager_backend_applies_through_networkmanager_and_restores(
+    real_networkmanager: tuple[str, str], tmp_path: Path
+) -> None:
+    from edgepath_agent.applier.networkmanager import NetworkManagerApplier
+    from edgepath_agent.daemon import AgentConfig, build_applier, ensure_sole_manager
+
+    address, ns = real_networkmanager
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.2.2/24", "dev", "wwan0"], check=True)
+    activate_profile(address, "wlan0", "10.9.1.2", "10.9.1.1")
+    activate_profile(address, "wwan0", "10.9.2.2", "10.9.2.1")
+    before = wait_until(lambda: default_metrics(ns), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
+    assert before, f"NetworkManager did not add both default routes: {default_metrics(ns)}"
+    endpoints_before = endpoint_flags(ns)
+
+    config = AgentConfig(
+        device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="networkmanager", netns=ns,
+        manage_cc=False, backup_weight_threshold=0.3, journal=tmp_path / "journal.json",
+    )  # fmt: skip
+    ensure_sole_manager(config, address)  # cooperating backend: NetworkManager present is no conflict
+    applier = build_applier(config)
+    assert isinstance(applier, NetworkManagerApplier)
+    applier.bus_address = address
+    weights = [{"interface": "wlan0", "weight": 0.1}, {"interface": "wwan0", "weight": 0.9}]
+    rec = {"decision_id": "d-1", "primary_path": {"interface": "wwan0"}, "scheduler": {"weights": weights}}
+    applied = applier.apply(rec)
+    assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
+    after = wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
+    assert after == {"wwan0": 10, "wlan0": 20}, default_metrics(ns)
+    routes = subprocess.run(["ip", "-n", ns, "-4", "route", "show", "default"], capture_output=True, text=True).stdout
+    assert "proto static" in routes  # NetworkManager's own routes, rewritten by NetworkManager
+    flags = wait_until(lambda: endpoint_flags(ns), lambda f: "backup" in f.get("wlan0", []), 10.0)
+    print("NM_BACKEND " + str({"before": before, "after": after, "endpoints_before": endpoints_before,
+                               "endpoints_after": flags}))  # fmt: skip
+    raw = subprocess.run(["ip", "-n", ns, "mptcp", "endpoint", "show"], capture_output=True, text=True).stdout
+    assert flags, f"NetworkManager did not mark wlan0's endpoint backup: {raw} {endpoint_flags(ns)}"
+    assert applier.apply(rec).steps == 0  # idempotent: nothing to reapply
+    assert (tmp_path / "journal.json").exists()
+
+    # A crash: the process is gone, the journal names the changed interfaces; `rollback` reapplies the profiles.
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address, "COLUMNS": "200"}
+    out = subprocess.run([str(exe), "rollback", "--journal", str(tmp_path / "journal.json")],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "rollback: 2 step(s)" in out.stdout, out.stdout + out.stderr
+    restored = wait_until(lambda: default_metrics(ns), lambda m: m == before, 10.0)
+    assert restored == before, default_metrics(ns)
+    assert not (tmp_path / "journal.json").exists()
+    assert wait_until(lambda: endpoint_flags(ns), lambda f: f == endpoints_before, 10.0) == endpoints_before
+
+    applier.apply(rec)  # and a clean stop restores the same way
+    assert wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
+    applier.rollback()
+    assert wait_until(lambda: default_metrics(ns), lambda m: m == before, 10.0) == before
