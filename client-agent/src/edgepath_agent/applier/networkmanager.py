@@ -24,6 +24,8 @@ the kernel.
 
 Limits (stated): IPv4/IPv6 route metrics and MPTCP flags only; a device must have an
 active NetworkManager connection (an externally configured device is refused, naming it);
+the agent's user needs polkit's ``org.freedesktop.NetworkManager.network-control`` for
+``Reapply`` (root has it);
 tested against NetworkManager 1.42.4 in a network namespace (see
 tests/agent/netns/test_agent_networkmanager_netns.py), which skips where NetworkManager is
 not installed.
