@@ -145,3 +145,45 @@ def test_kernel_capabilities_from_a_proc_tree(tmp_path: Path):
 def test_fixture_json_is_valid():
     for name in ("mmcli_list.json", "mmcli_modem0_lte.json", "mmcli_signal3_nr.json"):
         json.loads(fixture(name))
+
+
+def _modem_off_until_setup(calls: list[tuple[str, ...]], setup_works: bool = True):
+    """A ModemManager whose extended signal is off (rate 0, values "--") until ``--signal-setup``."""
+    state = {"on": False}
+    off = json.dumps({"modem": {"signal": {"refresh": {"rate": "0"}, "lte": {"rsrp": "--", "rsrq": "--"}}}})
+
+    def run(argv):
+        calls.append(tuple(argv))
+        key = tuple(argv)
+        if key == ("mmcli", "-L", "-J"):
+            return fixture("mmcli_list.json")
+        if key == ("mmcli", "-m", "0", "-J"):
+            return fixture("mmcli_modem0_lte.json")
+        if key == ("mmcli", "-m", "0", "--signal-setup=10"):
+            state["on"] = setup_works
+            return "successfully setup signal refresh rate\n" if setup_works else None
+        if key == ("mmcli", "-m", "0", "--signal-get", "-J"):
+            return fixture("mmcli_signal0_lte.json") if state["on"] else off
+        return None
+
+    return run
+
+
+def test_modem_collector_enables_extended_signal_once_when_allowed():
+    calls: list[tuple[str, ...]] = []
+    collector = ModemCollector(runner=_modem_off_until_setup(calls), signal_setup_s=10)
+    first = collector.collect()
+    assert ("mmcli", "-m", "0", "--signal-setup=10") in calls
+    assert first["wwan0"]["rsrp_dbm"] == pytest.approx(-97.0) and "rsrq_db" in first["wwan0"]
+    calls.clear()
+    assert collector.collect() == first and ("mmcli", "-m", "0", "--signal-setup=10") not in calls
+
+    calls.clear()
+    read_only = ModemCollector(runner=_modem_off_until_setup(calls), signal_setup_s=0).collect()
+    assert not any("--signal-setup" in " ".join(c) for c in calls) and "rsrp_dbm" not in read_only["wwan0"]
+
+    calls.clear()
+    refused = ModemCollector(runner=_modem_off_until_setup(calls, setup_works=False), signal_setup_s=10)
+    refused.collect()
+    refused.collect()
+    assert sum("--signal-setup=10" in c for c in calls) == 1  # a refused setup is not retried every step

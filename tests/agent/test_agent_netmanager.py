@@ -174,3 +174,16 @@ def test_mptcpd_is_a_conflict_too(tmp_path: Path) -> None:
     assert mptcpd_pids(tmp_path) == (202,)
     found = check_coexistence(["wlan0"], f"unix:path={tmp_path / 'no-bus'}", proc=tmp_path, timeout_s=0.5)
     assert found.conflict is not None and "mptcpd is running (pid 202)" in found.conflict
+
+
+def test_networkmanager_backend_needs_networkmanager_running(bus: str) -> None:
+    config = AgentConfig(device_id="d", interfaces={"wlan0": "WIFI"}, backend="networkmanager")
+    with pytest.raises(NetworkConflict, match="backend networkmanager, but NetworkManager is not running"):
+        ensure_sole_manager(config, bus)
+
+
+def test_networkmanager_backend_cooperates(bus: str, networkmanager: FakeNetworkManager) -> None:
+    config = AgentConfig(device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="networkmanager")
+    ensure_sole_manager(config, bus)  # no conflict: the agent applies through NetworkManager
+    found = check_coexistence(["wlan0"], bus)
+    assert 'backend = "networkmanager"' in (found.conflict or "")

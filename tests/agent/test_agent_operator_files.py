@@ -31,7 +31,13 @@ from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Ro
 from edgepath_agent.client import FailoverClient, connect
 from edgepath_agent.collector import StaticCollector
 from edgepath_agent.daemon import Agent, AgentConfig, load_config
-from edgepath_agent.journal_log import JsonFormatter, sd_notify, setup_logging, watchdog_interval_s
+from edgepath_agent.journal_log import (
+    JsonFormatter,
+    StderrHandler,
+    sd_notify,
+    setup_logging,
+    watchdog_interval_s,
+)
 from pydantic import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,7 +266,9 @@ def test_journald_priority_prefix_and_notify_outside_systemd(monkeypatch: pytest
     try:
         assert setup_logging("INFO", "auto") == "text"
         assert setup_logging("INFO", "json") == "json"
-        assert isinstance(root.handlers[0].formatter, JsonFormatter)
+        ours = [h for h in root.handlers if isinstance(h, StderrHandler)]
+        assert len(ours) == 1 and isinstance(ours[0].formatter, JsonFormatter)  # replaced, not added twice
+        assert all(h in root.handlers for h in saved[0])  # pytest's own handlers are left alone
         with pytest.raises(ValueError, match="log format"):
             setup_logging("INFO", "xml")
     finally:

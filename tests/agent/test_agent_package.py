@@ -7,8 +7,9 @@
 * A wheel built from the files a clean clone has (``git ls-files``: ignored and
   generated-at-setup files are left out) installs into a fresh venv, without the
   extras, and its ``edgepath-agent`` answers ``--help``, ``--version`` and a dry run.
-  Dependencies come from the wheel directory / ``PIP_FIND_LINKS`` when they are all
-  there, else from the package index with pip's own cache (CI has the index). The
+  Dependencies (at requirements.txt's pins, as constraints) come from the wheel directory /
+  ``PIP_FIND_LINKS`` when they are all there, else from the package index with pip's own
+  cache (CI has the index). The
   installed size is printed as an ``AGENT_INSTALL {...}`` line (``-s`` shows it).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -145,9 +147,12 @@ def build_wheel(src: Path, out: Path) -> Path:
 
 
 def install_into_fresh_venv(wheel: Path, venv: Path) -> str:
-    """Fresh venv + the wheel (no extras). Returns how its dependencies were found."""
+    """Fresh venv + the wheel (no extras), dependencies at requirements.txt's pins. Returns where they came from."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    constraints = venv.parent / "constraints.txt"  # pins as constraints (extras markers stripped, as docker/ does)
+    pins = [re.sub(r"\[[^]]*\]", "", line) for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    constraints.write_text("\n".join(pins) + "\n")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(constraints)]
     offline = subprocess.run(
         [*pip, "--no-index", "--find-links", str(wheel.parent), str(wheel)], capture_output=True, text=True, timeout=300
     )

@@ -125,7 +125,9 @@ def run(
     journal: Annotated[Optional[Path], typer.Option(help="Journal file (prior state + changes)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
     netns: Annotated[Optional[str], typer.Option(help="Apply inside this network namespace")] = None,
-    backend: Annotated[Optional[str], typer.Option(help="command (ip/sysctl, default) or netlink (pyroute2)")] = None,
+    backend: Annotated[
+        Optional[str], typer.Option(help="command (ip/sysctl, default), netlink (pyroute2) or networkmanager (D-Bus)")
+    ] = None,
     cc_profile: Annotated[Optional[str], typer.Option(help="throughput, latency, coupled or default")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (default: until SIGTERM)")] = None,
     ca_file: Annotated[

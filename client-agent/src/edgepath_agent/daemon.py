@@ -27,6 +27,7 @@ client-agent/agent.toml.example lists every setting with its default.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import logging
 import os
@@ -37,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -64,8 +65,10 @@ from edgepath_agent.applier import (
 from edgepath_agent.client import ServiceClient, ServiceError, connect_failover, is_transient
 from edgepath_agent.collector import (
     Collector,
+    DiagPathCollector,
     KernelCollector,
     ModemCollector,
+    Nl80211WifiCollector,
     PathCollector,
     StaticCollector,
     WifiCollector,
@@ -151,8 +154,10 @@ class AgentConfig(BaseSettings):
     probe_bytes: int = Field(256 * 1024, ge=1)
     timeout_s: float = Field(2.0, gt=0, description="Per-call deadline, s")
     attempts: int = Field(3, ge=1, description="Tries per transport")
-    backend: Literal["command", "netlink", "dry-run"] = Field(
-        "command", description="ip/sysctl commands, netlink (pyroute2), or a dry run that prints the commands"
+    backend: Literal["command", "netlink", "networkmanager", "dry-run"] = Field(
+        "command",
+        description="ip/sysctl commands, netlink (pyroute2), networkmanager (D-Bus, where NetworkManager manages "
+        "the interfaces), or a dry run that prints the commands",
     )
     netns: str | None = None
     journal: Path = Path("/var/lib/edgepath-agent/journal.json")
@@ -172,6 +177,9 @@ class AgentConfig(BaseSettings):
         "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
     )
     history_samples: int = Field(20, ge=0, le=64, description="Measured samples per interface sent for MLPM")
+    modem_signal_setup_s: int = Field(
+        10, ge=0, le=3600, description="Enable ModemManager extended signal polling at this period, s (0: never)"
+    )
     ca_file: Path | None = Field(None, description="CA bundle that signed the service's certificate (TLS verification)")
     cert_file: Path | None = Field(None, description="Device certificate for mTLS (with key_file)")
     key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
@@ -706,8 +714,14 @@ class Agent:
             self.client.close()
 
 
-def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Applier:
-    """Applier with the configured backend and journal."""
+def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Any:
+    """Applier with the configured backend and journal (NetworkManager's D-Bus API for ``networkmanager``)."""
+    if config.backend == "networkmanager":
+        from edgepath_agent.applier.networkmanager import NetworkManagerApplier
+
+        return NetworkManagerApplier(
+            config.applier_config(), journal_path=config.journal, netns=config.netns, allowed_cc=allowed_cc
+        )
     backend: Any = CommandBackend(netns=config.netns)
     journal = Journal(config.journal)
     if config.backend == "netlink":
@@ -725,11 +739,12 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
     """Agent with the real collectors (absent sources report nothing) and a failover client."""
     kernel = KernelCollector()
     applier = build_applier(config, kernel.capabilities.allowed_cc)
+    netlink = importlib.util.find_spec("pyroute2") is not None  # a base dependency; text tools as fallback
     collectors: list[Collector] = [
         *extra_collectors,
-        WifiCollector(),
-        ModemCollector(),
-        PathCollector(),
+        Nl80211WifiCollector() if netlink else WifiCollector(),
+        ModemCollector(signal_setup_s=config.modem_signal_setup_s),
+        DiagPathCollector() if netlink else PathCollector(),
         StaticCollector(config.interfaces),
         kernel,
     ]
@@ -753,9 +768,16 @@ def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> 
     NetworkConflict
         Naming the manager, the interfaces and the way out.
     """
-    if config.netns is not None:
-        return
     found = check_coexistence(config.interfaces, bus_address)
+    if config.backend == "networkmanager":  # cooperating: NetworkManager must be there; mptcpd still conflicts
+        if not found.networkmanager.running:
+            reason = found.networkmanager.error or "org.freedesktop.NetworkManager has no owner on the system bus"
+            raise NetworkConflict(
+                f"refusing to start: backend networkmanager, but NetworkManager is not running ({reason})"
+            )
+        found = replace(found, nm_managed=())
+    elif config.netns is not None:
+        return
     if found.networkmanager.error:
         log.info("NetworkManager check: %s", found.networkmanager.error)
     conflict = found.conflict
@@ -795,7 +817,22 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
 
 
 def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> int:
-    """Restore the snapshot of the journal at ``journal_path``; returns the number of steps run."""
+    """Restore the snapshot of the journal at ``journal_path``; returns the number of steps run.
+
+    A journal written by the ``networkmanager`` backend names the interfaces whose
+    applied connection changed: their saved profiles are reapplied (one step each).
+    """
+    from edgepath_agent.applier.networkmanager import journal_backend, restore_profiles
+
+    record = journal_backend(journal_path)
+    if record is not None:
+        names = [str(n) for n in record.get("interfaces", [])]
+        if dry_run:
+            print("would reapply the saved NetworkManager profiles of " + ", ".join(names))
+            return len(names)
+        restored = restore_profiles(names)
+        journal_path.unlink(missing_ok=True)
+        return len(restored)
     journal = Journal(journal_path)
     if journal.snapshot is None:
         return 0

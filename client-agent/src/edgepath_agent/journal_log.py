@@ -83,23 +83,41 @@ def under_journald() -> bool:
     return stream == f"{st.st_dev}:{st.st_ino}"
 
 
-def setup_logging(level: str = "INFO", fmt: str = "auto") -> str:
-    """Configure the root logger on stderr; ``fmt`` is ``json``, ``text`` or ``auto`` (JSON under journald).
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (as ``logging.lastResort`` does)."""
 
-    Returns the format chosen. Raises ``ValueError`` for an unknown level or format.
+    edgepath_agent = True
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def setup_logging(level: str = "INFO", fmt: str = "auto") -> str:
+    """Log to stderr from the root logger; ``fmt`` is ``json``, ``text`` or ``auto`` (JSON under journald).
+
+    Replaces a handler an earlier call installed; other handlers are left alone. Returns the
+    format chosen. Raises ``ValueError`` for an unknown level or format.
     """
     if fmt not in ("auto", "json", "text"):
         raise ValueError(f"log format {fmt!r}: use auto, json or text")
     journald = under_journald()
     chosen = ("json" if journald else "text") if fmt == "auto" else fmt
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     if chosen == "json":
         handler.setFormatter(JsonFormatter(journald=journald))
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
+    for old in [h for h in root.handlers if isinstance(h, StderrHandler)]:
+        root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
     return chosen

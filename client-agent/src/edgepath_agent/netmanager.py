@@ -7,10 +7,10 @@ endpoints (``connection.mptcp-flags``); mptcpd manages endpoints or runs a users
 manager. Two owners of the same routes fight, so the agent checks before it starts and
 **refuses to start** (:class:`NetworkConflict`, message naming the manager, the
 interfaces and the way out) when one of them manages an interface the agent is asked to
-manage. It does not apply through NetworkManager (no NM applier backend yet): making
-NetworkManager leave those devices alone is the operator's choice, e.g.
-``nmcli device set wlan0 managed no`` or ``unmanaged-devices=interface-name:wlan0`` in
-NetworkManager.conf ``[keyfile]``.
+manage, unless the agent applies through NetworkManager (``backend = "networkmanager"``,
+applier/networkmanager.py). The other way out is to make NetworkManager leave those
+devices alone, e.g. ``nmcli device set wlan0 managed no`` or
+``unmanaged-devices=interface-name:wlan0`` in NetworkManager.conf ``[keyfile]``.
 
 NetworkManager is asked over the system bus (``DBUS_SYSTEM_BUS_ADDRESS``, else
 ``/run/dbus/system_bus_socket``) with jeepney (pure-Python D-Bus): ``NameHasOwner``
@@ -90,10 +90,10 @@ class Coexistence:
             parts.append(
                 f"NetworkManager{version} manages {names}: it owns their routes and (NetworkManager ≥ 1.40) "
                 "their MPTCP endpoints, and would undo the agent's metrics and endpoints at every DHCP renewal. "
-                "The agent has no NetworkManager backend; make NetworkManager leave these interfaces alone "
-                f"(`nmcli device set {self.nm_managed[0].interface} managed no`, or "
+                'Apply through it (backend = "networkmanager"), or make NetworkManager leave these interfaces '
+                f"alone (`nmcli device set {self.nm_managed[0].interface} managed no`, or "
                 f"`unmanaged-devices=interface-name:{self.nm_managed[0].interface}` in NetworkManager.conf "
-                "[keyfile]) or give the agent other interfaces"
+                "[keyfile]), or give the agent other interfaces"
             )
         if self.mptcpd_pids:
             pids = ", ".join(str(p) for p in self.mptcpd_pids)

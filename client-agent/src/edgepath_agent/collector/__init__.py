@@ -3,15 +3,17 @@
 from edgepath_agent.collector.base import Collector, Readings, merge_contexts
 from edgepath_agent.collector.kernel import KernelCapabilities, KernelCollector, read_capabilities
 from edgepath_agent.collector.modem import ModemCollector
-from edgepath_agent.collector.path import PathCollector
+from edgepath_agent.collector.path import DiagPathCollector, PathCollector
 from edgepath_agent.collector.static import StaticCollector, TraceCollector, parse_interface_map
-from edgepath_agent.collector.wifi import WifiCollector
+from edgepath_agent.collector.wifi import Nl80211WifiCollector, WifiCollector
 
 __all__ = [
     "Collector",
+    "DiagPathCollector",
     "KernelCapabilities",
     "KernelCollector",
     "ModemCollector",
+    "Nl80211WifiCollector",
     "PathCollector",
     "Readings",
     "StaticCollector",

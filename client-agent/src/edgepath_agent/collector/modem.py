@@ -6,9 +6,12 @@ Source: ``mmcli`` with JSON output (``-J``, ModemManager ≥ 1.12):
 * ``mmcli -m N -J`` → ``modem.generic.ports`` (e.g. ``"wwan0 (net)"``) and
   ``modem.generic.access-technologies`` (e.g. ``["lte"]``, ``["5gnr"]``)
 * ``mmcli -m N --signal-get -J`` → ``modem.signal.{lte,5g}.{rsrp,rsrq,rssi,snr}``
-  as strings, ``"--"`` when unknown (extended signal info must have been enabled
-  with ``mmcli -m N --signal-setup=SECONDS``; :class:`ModemCollector` does not
-  change modem state, it only reads).
+  as strings, ``"--"`` when unknown. ModemManager reports these extended signal values
+  only once polling is enabled (``modem.signal.refresh.rate`` > 0): with
+  ``signal_setup_s`` > 0 (the agent's ``modem_signal_setup_s``) :class:`ModemCollector`
+  enables it once per modem with ``mmcli -m N --signal-setup=SECONDS`` when the rate is
+  0, then reads again (ModemManager's polkit policy must allow the agent's user
+  ``org.freedesktop.ModemManager1.Device.Control``); with 0 it only reads.
 
 The values are mapped to ``InterfaceContext`` fields: ``rsrp_dbm``, ``rsrq_db``,
 ``sinr_db`` (``snr``), ``cell_rssi_dbm`` (``rssi``) and ``cqi`` when a ``cqi`` key is
@@ -79,13 +82,29 @@ def parse_signal(text: str, access_type: str | None) -> dict[str, Any]:
     return out
 
 
+def signal_refresh_rate_s(text: str) -> float | None:
+    """``modem.signal.refresh.rate`` (s; 0 = extended signal polling off) from ``--signal-get -J``, None if absent."""
+    rate = json.loads(text).get("modem", {}).get("signal", {}).get("refresh", {}).get("rate")
+    return _number(rate)
+
+
 class ModemCollector:
-    """Readings of every ModemManager modem with a network port."""
+    """Readings of every ModemManager modem with a network port.
+
+    Parameters
+    ----------
+    runner
+        ``argv → stdout or None``; defaults to running the real tool.
+    signal_setup_s
+        Extended-signal polling period to enable where it is off (s); 0 leaves the modem as it is.
+    """
 
     name = "modem"
 
-    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool) -> None:
+    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool, signal_setup_s: int = 0) -> None:
         self._run = runner
+        self.signal_setup_s = signal_setup_s
+        self._setup_tried: set[str] = set()
 
     def collect(self) -> Readings:
         listing = self._run(["mmcli", "-L", "-J"])
@@ -101,6 +120,15 @@ class ModemCollector:
                 continue
             fields: dict[str, Any] = {"access_type": access}
             signal = self._run(["mmcli", "-m", index, "--signal-get", "-J"])
+            if (
+                signal is not None
+                and self.signal_setup_s > 0
+                and index not in self._setup_tried
+                and not signal_refresh_rate_s(signal)
+            ):
+                self._setup_tried.add(index)  # once: a refused setup (polkit) is not retried every step
+                if self._run(["mmcli", "-m", index, f"--signal-setup={self.signal_setup_s}"]) is not None:
+                    signal = self._run(["mmcli", "-m", index, "--signal-get", "-J"])
             if signal is not None:
                 fields.update(parse_signal(signal, access))
             readings[net] = fields

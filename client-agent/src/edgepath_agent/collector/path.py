@@ -1,6 +1,13 @@
-"""Per-path RTT and loss from the kernel's TCP_INFO of live connections (via ``ss``).
+"""Per-path RTT and loss from the kernel's TCP_INFO of live connections.
 
-``ss -tinH state established`` prints, for every established TCP socket
+:class:`DiagPathCollector` (the default where pyroute2 is installed, which the base
+install is) reads them from the kernel's ``inet_diag`` netlink interface (pyroute2
+``DiagSocket``, ``SOCK_DIAG_BY_FAMILY`` with the ``INET_DIAG_INFO`` extension: one
+``struct tcp_info`` per established socket, ``tcpi_rtt`` in µs) and maps local
+addresses to interfaces with rtnetlink (``IPRoute.get_addr``); no text is parsed.
+
+:class:`PathCollector` is the fallback over ``ss`` text: ``ss -tinH state established``
+prints, for every established TCP socket
 (MPTCP subflows included), the kernel's ``struct tcp_info``: ``rtt:SRTT/RTTVAR``
 in ms, ``segs_out``, ``retrans:CUR/TOTAL`` (``tcpi_total_retrans``). The local
 address of each socket is mapped to its interface with ``ip -j addr``. Per
@@ -138,3 +145,61 @@ class PathCollector:
         if ss is None or addrs is None:
             return {}
         return path_metrics(parse_ss_tin(ss), parse_ip_addr_json(addrs))
+
+
+#: ``inet_diag_req.idiag_ext`` bit asking for ``INET_DIAG_INFO`` (struct tcp_info), linux/inet_diag.h.
+_INET_DIAG_INFO_EXT = 1 << (2 - 1)
+#: ``1 << TCP_ESTABLISHED`` for ``idiag_states``.
+_ESTABLISHED = 1 << 1
+
+
+def diag_sockets(messages: Sequence[Any]) -> list[SocketInfo]:
+    """:class:`SocketInfo` from decoded ``inet_diag_msg`` replies (pyroute2 ``DiagSocket.get_sock_stats``).
+
+    ``tcpi_rtt`` (µs) becomes ``rtt_ms``; ``mptcp_subflow`` is true when the socket
+    carries upper-layer-protocol info (``INET_DIAG_ULP_INFO``, which MPTCP subflows report).
+    """
+    out: list[SocketInfo] = []
+    for msg in messages:
+        info = msg.get_attr("INET_DIAG_INFO")
+        rtt_us = info.get("tcpi_rtt") if info is not None else None
+        out.append(
+            SocketInfo(
+                local_addr=str(msg["idiag_src"]),
+                peer_addr=str(msg["idiag_dst"]),
+                rtt_ms=rtt_us / 1000.0 if rtt_us else None,
+                segs_out=int(info.get("tcpi_segs_out") or 0) if info is not None else 0,
+                total_retrans=int(info.get("tcpi_total_retrans") or 0) if info is not None else 0,
+                mptcp_subflow=msg.get_attr("INET_DIAG_ULP_INFO") is not None,
+            )
+        )
+    return out
+
+
+class DiagPathCollector:
+    """RTT and loss per interface from ``inet_diag`` and rtnetlink (pyroute2); nothing when pyroute2 is missing."""
+
+    name = "path-inet-diag"
+
+    def collect(self) -> Readings:
+        import socket
+
+        try:
+            from pyroute2 import DiagSocket, IPRoute
+        except ImportError:
+            return {}
+        sockets: list[SocketInfo] = []
+        addr_to_if: dict[str, str] = {}
+        with DiagSocket() as diag:
+            diag.bind()
+            for family in (socket.AF_INET, socket.AF_INET6):
+                sockets += diag_sockets(
+                    diag.get_sock_stats(family=family, states=_ESTABLISHED, extensions=_INET_DIAG_INFO_EXT)
+                )
+        with IPRoute() as ipr:
+            names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+            for addr in ipr.get_addr():
+                local = addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS")
+                if local and addr["index"] in names:
+                    addr_to_if[str(ipaddress.ip_address(local))] = str(names[addr["index"]])
+        return path_metrics(sockets, addr_to_if)

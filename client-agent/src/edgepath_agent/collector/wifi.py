@@ -1,6 +1,17 @@
-"""WiFi collector: RSSI, link speed and frequency from nl80211 through ``iw``.
+"""WiFi collector: RSSI, link speed and frequency from nl80211.
 
-Sources: ``iw dev`` lists the wireless interfaces; ``iw dev IFACE link`` reports
+:class:`Nl80211WifiCollector` (the default where pyroute2 is installed, which the
+base install is) asks the kernel's nl80211 generic-netlink family directly through
+pyroute2's ``IW``: ``NL80211_CMD_GET_INTERFACE`` (dump) gives each wireless
+interface's name, type and ``NL80211_ATTR_WIPHY_FREQ`` (MHz), and
+``NL80211_CMD_GET_STATION`` on a station-mode interface gives the access point's
+``NL80211_STA_INFO_SIGNAL`` (dBm) and ``NL80211_STA_INFO_TX_BITRATE`` /
+``RX_BITRATE`` → ``NL80211_RATE_INFO_BITRATE32`` (units of 100 kbit/s)
+(include/uapi/linux/nl80211.h). No text is parsed; iw's own documentation asks
+scripts not to parse its output.
+
+:class:`WifiCollector` is the fallback over ``iw`` text. Sources: ``iw dev`` lists the
+wireless interfaces; ``iw dev IFACE link`` reports
 the association (nl80211 ``NL80211_STA_INFO_SIGNAL`` as ``signal: -52 dBm``,
 ``NL80211_STA_INFO_TX_BITRATE`` as ``tx bitrate: 780.0 MBit/s ...`` and the
 channel as ``freq: 5180``). The parsers are pure functions over that text so they
@@ -13,7 +24,7 @@ reports, matching the mobilebandwidth data set), falling back to the RX bitrate.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from edgepath_agent.collector.base import Readings, run_tool
@@ -76,3 +87,83 @@ class WifiCollector:
             if fields:
                 readings[ifname] = fields
         return readings
+
+
+#: nl80211 interface type of a client (``NL80211_IFTYPE_STATION``).
+NL80211_IFTYPE_STATION = 2
+
+
+def nl80211_readings(interfaces: Iterable[Any], stations_of: Callable[[int], Iterable[Any]]) -> Readings:
+    """``InterfaceContext`` fields per associated station-mode interface from decoded nl80211 messages.
+
+    Parameters
+    ----------
+    interfaces
+        ``NL80211_CMD_GET_INTERFACE`` replies (pyroute2 ``nl80211cmd``, decoded).
+    stations_of
+        ``ifindex → NL80211_CMD_GET_STATION`` replies (the associated access point).
+
+    Returns
+    -------
+    Readings
+        ``{ifname: {"access_type": "WIFI", "wifi_rssi_dbm", "link_speed_mbps", "frequency_mhz"}}``
+        (dBm, Mbit/s, MHz); interfaces without an associated station are left out.
+    """
+    readings: Readings = {}
+    for msg in interfaces:
+        ifname = msg.get_attr("NL80211_ATTR_IFNAME")
+        ifindex = msg.get_attr("NL80211_ATTR_IFINDEX")
+        iftype = msg.get_attr("NL80211_ATTR_IFTYPE")
+        if not ifname or ifindex is None or (iftype is not None and iftype != NL80211_IFTYPE_STATION):
+            continue
+        fields: dict[str, Any] = {}
+        for station in stations_of(ifindex):
+            info = station.get_attr("NL80211_ATTR_STA_INFO")
+            if info is None:
+                continue
+            signal = info.get_attr("NL80211_STA_INFO_SIGNAL")
+            if signal is not None:
+                fields["wifi_rssi_dbm"] = float(signal)
+            for key in ("NL80211_STA_INFO_TX_BITRATE", "NL80211_STA_INFO_RX_BITRATE"):
+                rate = info.get_attr(key)
+                value = rate.get_attr("NL80211_RATE_INFO_BITRATE32") if rate is not None else None
+                if value is None and rate is not None:
+                    value = rate.get_attr("NL80211_RATE_INFO_BITRATE")
+                if value:
+                    fields["link_speed_mbps"] = value / 10.0  # 100 kbit/s units
+                    break
+            break  # a station-mode interface has one peer: its access point
+        if not fields:
+            continue
+        freq = msg.get_attr("NL80211_ATTR_WIPHY_FREQ")
+        if freq:
+            fields["frequency_mhz"] = float(freq)
+        readings[str(ifname)] = {"access_type": "WIFI", **fields}
+    return readings
+
+
+class Nl80211WifiCollector:
+    """WiFi readings from nl80211 through pyroute2 ``IW`` (see module docstring).
+
+    A kernel without nl80211 (no WiFi driver loaded) or a missing pyroute2 reports
+    nothing, like an absent tool.
+    """
+
+    name = "wifi-nl80211"
+
+    def collect(self) -> Readings:
+        try:
+            from pyroute2 import IW
+            from pyroute2.netlink.exceptions import NetlinkError
+        except ImportError:
+            return {}
+        try:
+            iw = IW()
+        except (NetlinkError, OSError):  # no nl80211 family: no wireless device on this kernel
+            return {}
+        try:
+            return nl80211_readings(list(iw.get_interfaces_dump()), lambda ifindex: list(iw.get_stations(ifindex)))
+        except (NetlinkError, OSError):
+            return {}
+        finally:
+            iw.close()

@@ -1,0 +1,303 @@
+"""Applier through NetworkManager's D-Bus API, for devices where NetworkManager manages the interfaces.
+
+Instead of rewriting routes and MPTCP endpoints behind NetworkManager's back (it would
+undo them at the next DHCP renewal), the agent changes the *applied* connection of each
+managed device and asks NetworkManager to reapply it:
+
+* ``org.freedesktop.NetworkManager.Device.GetAppliedConnection(0)`` → settings + version id;
+* set ``ipv4.route-metric`` and ``ipv6.route-metric`` (primary path: ``primary_metric``,
+  the others ``secondary_metric + k``: the initial subflow follows the lowest metric)
+  and, on NetworkManager ≥ 1.40, ``connection.mptcp-flags`` (``enabled`` + the
+  configured endpoint flags, plus ``backup`` for a non-primary path whose MLPM weight is
+  below ``backup_weight_threshold``; ``NMMptcpFlags`` values from libnm's
+  nm-dbus-interface.h);
+* ``Device.Reapply(settings, version_id, 0)``: NetworkManager rewrites the device's
+  routes and MPTCP endpoints itself.
+
+Only the applied connection changes, never the saved profile, so the restore is
+``Reapply`` with an empty connection (NetworkManager re-applies the profile as saved) for
+each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``
+(the journal file records the backend and the interfaces). The namespace's
+``net.ipv4.tcp_congestion_control`` is not NetworkManager's: it is set (and restored)
+with sysctl as by the command backend. ``ip mptcp limits`` are left to NetworkManager and
+the kernel.
+
+Limits (stated): IPv4/IPv6 route metrics and MPTCP flags only; a device must have an
+active NetworkManager connection (an externally configured device is refused, naming it);
+the agent's user needs polkit's ``org.freedesktop.NetworkManager.network-control`` for
+``Reapply`` (root has it);
+tested against NetworkManager 1.42.4 in a network namespace (see
+tests/agent/netns/test_agent_networkmanager_netns.py), which skips where NetworkManager is
+not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgepath_agent import safety
+from edgepath_agent.applier.backend import CommandBackend
+from edgepath_agent.applier.core import CC_SYSCTL, Applied, ApplierConfig, ApplyError, RejectedRecommendation, choose_cc
+from edgepath_agent.applier.state import NetState
+
+log = logging.getLogger(__name__)
+
+NM = "org.freedesktop.NetworkManager"
+NM_PATH = "/org/freedesktop/NetworkManager"
+NM_DEVICE = "org.freedesktop.NetworkManager.Device"
+
+#: NMMptcpFlags (libnm-core-public/nm-dbus-interface.h, NetworkManager ≥ 1.40).
+MPTCP_FLAGS = {"enabled": 0x2, "signal": 0x10, "subflow": 0x20, "backup": 0x40, "fullmesh": 0x80}
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in (version or "0").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def mptcp_flags_value(flags: Sequence[str]) -> int:
+    """``connection.mptcp-flags`` for endpoint ``flags`` (always with ``enabled``).
+
+    Raises
+    ------
+    ValueError
+        For a flag NetworkManager has no bit for.
+    """
+    value = MPTCP_FLAGS["enabled"]
+    for flag in flags:
+        if flag not in MPTCP_FLAGS:
+            raise ValueError(f"MPTCP endpoint flag {flag!r} has no NetworkManager equivalent")
+        value |= MPTCP_FLAGS[flag]
+    return value
+
+
+@dataclass(frozen=True)
+class _Device:
+    interface: str
+    path: str
+
+
+class NetworkManagerApplier:
+    """Same interface as :class:`~edgepath_agent.applier.core.Applier` (``apply``, ``rollback``, ``last``).
+
+    Parameters
+    ----------
+    config
+        Managed interfaces, metrics, endpoint flags, backup threshold, CC profile.
+    bus_address
+        The system bus (default: ``DBUS_SYSTEM_BUS_ADDRESS`` or the standard socket).
+    journal_path
+        Where the backend and the changed interfaces are recorded for a crash restore (``None``: not kept).
+    netns
+        Network namespace of the interfaces (addresses and the CC sysctl are read/set there).
+    allowed_cc
+        ``tcp_allowed_congestion_control`` of the namespace.
+    timeout_s
+        Per D-Bus call, s.
+    """
+
+    def __init__(
+        self,
+        config: ApplierConfig,
+        bus_address: str | None = None,
+        journal_path: Path | None = None,
+        netns: str | None = None,
+        allowed_cc: Sequence[str] = (),
+        timeout_s: float = 5.0,
+    ) -> None:
+        from edgepath_agent.netmanager import system_bus_address
+
+        self.config = config
+        self.bus_address = bus_address or system_bus_address()
+        self.journal_path = journal_path
+        self.allowed_cc = tuple(allowed_cc)
+        self.timeout_s = timeout_s
+        self.backend = CommandBackend(netns=netns)  # read-only addresses, and the CC sysctl
+        self.last: Applied | None = None
+        self.changed: set[str] = set()
+        self._original_cc: str | None = None
+
+    # --- D-Bus -----------------------------------------------------------------------------------------------
+    def _call(self, conn: Any, msg: Any) -> Any:
+        from jeepney import MessageType
+
+        reply = conn.send_and_get_reply(msg, timeout=self.timeout_s)
+        if reply.header.message_type == MessageType.error:
+            raise ApplyError(f"NetworkManager refused {msg.header.fields.get(3)}: {reply.body}")
+        return reply.body
+
+    def _connect(self) -> Any:
+        from jeepney.io.blocking import open_dbus_connection
+
+        try:
+            return open_dbus_connection(self.bus_address, auth_timeout=self.timeout_s)
+        except (OSError, ValueError) as exc:
+            raise ApplyError(f"system bus {self.bus_address}: {exc}") from exc
+
+    def _device(self, conn: Any, interface: str) -> _Device:
+        from jeepney import DBusAddress, new_method_call
+
+        nm = DBusAddress(NM_PATH, bus_name=NM, interface=NM)
+        (path,) = self._call(conn, new_method_call(nm, "GetDeviceByIpIface", "s", (interface,)))
+        return _Device(interface, str(path))
+
+    def _version(self, conn: Any) -> str | None:
+        from jeepney import DBusAddress, Properties
+
+        try:
+            return str(
+                self._call(conn, Properties(DBusAddress(NM_PATH, bus_name=NM, interface=NM)).get("Version"))[0][1]
+            )
+        except ApplyError:
+            return None
+
+    def _applied(self, conn: Any, device: _Device) -> tuple[dict[str, dict[str, Any]], int]:
+        from jeepney import DBusAddress, new_method_call
+
+        addr = DBusAddress(device.path, bus_name=NM, interface=NM_DEVICE)
+        try:
+            settings, version_id = self._call(conn, new_method_call(addr, "GetAppliedConnection", "u", (0,)))
+        except ApplyError as exc:
+            raise ApplyError(
+                f"{device.interface} has no active NetworkManager connection to change ({exc}); "
+                "activate a profile on it or use another backend"
+            ) from exc
+        return settings, int(version_id)
+
+    def _reapply(self, conn: Any, device: _Device, settings: Mapping[str, Any], version_id: int) -> None:
+        from jeepney import DBusAddress, new_method_call
+
+        addr = DBusAddress(device.path, bus_name=NM, interface=NM_DEVICE)
+        self._call(conn, new_method_call(addr, "Reapply", "a{sa{sv}}tu", (dict(settings), version_id, 0)))
+
+    # --- applier interface ----------------------------------------------------------------------------------
+    def read_state(self) -> NetState:
+        return self.backend.read_state(self.config.sysctl_keys)
+
+    def apply(self, recommendation: Mapping[str, Any]) -> Applied:
+        """Apply the primary path (route metrics), MPTCP flags and congestion control through NetworkManager.
+
+        Raises
+        ------
+        RejectedRecommendation
+            When the safety checks refuse the recommendation (nothing changed).
+        ApplyError
+            When NetworkManager refuses a change or a device has no active connection.
+        """
+        addresses = self.backend.read_addresses()
+        decision_id = recommendation.get("decision_id") if isinstance(recommendation, Mapping) else None
+        try:
+            decision = safety.safe_decision(
+                recommendation, set(self.config.interfaces), self.allowed_cc, own_addresses=addresses
+            )
+        except safety.UnsafeDecision as exc:
+            log.error("refused decision %s: %s", decision_id, exc, extra={"decision_id": decision_id})
+            raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
+        managed = list(self.config.interfaces)
+        secondaries = [n for n in managed if n != decision.primary]
+        backup: list[str] = []
+        steps = 0
+        with self._connect() as conn:
+            manage_flags = self.config.manage_endpoints and _version_tuple(self._version(conn)) >= (1, 40)
+            for name in managed:
+                metric = (
+                    self.config.primary_metric
+                    if name == decision.primary
+                    else self.config.secondary_metric + secondaries.index(name)
+                )
+                flags = list(self.config.endpoint_flags)
+                weight = decision.weights.get(name)
+                if name != decision.primary and weight is not None and weight < self.config.backup_weight_threshold:
+                    flags.append("backup")
+                    backup.append(name)
+                device = self._device(conn, name)
+                settings, version_id = self._applied(conn, device)
+                wanted = {("ipv4", "route-metric"): ("x", metric), ("ipv6", "route-metric"): ("x", metric)}
+                if manage_flags:
+                    wanted[("connection", "mptcp-flags")] = ("u", mptcp_flags_value(flags))
+                new = {group: dict(values) for group, values in settings.items()}
+                for (group, key), value in wanted.items():
+                    if group in new or group == "connection":
+                        new.setdefault(group, {})[key] = value
+                if new == settings:
+                    continue
+                self._journal(name)
+                self._reapply(conn, device, new, version_id)
+                self.changed.add(name)
+                steps += 1
+        cc = None
+        if self.config.manage_cc:
+            cc = choose_cc(decision.congestion_control, self.config.cc_profile, self.allowed_cc)
+            current = self.read_state().sysctls_dict.get(CC_SYSCTL)
+            if cc is not None and cc != current:
+                if self._original_cc is None:
+                    self._original_cc = current
+                safety.check_sysctl(CC_SYSCTL, cc, self.allowed_cc)
+                self.backend.ops["sysctl_set"](key=CC_SYSCTL, value=cc)
+                steps += 1
+        self.last = Applied(decision.primary, cc, tuple(sorted(backup)), steps, NetState())
+        return self.last
+
+    def _journal(self, interface: str) -> None:
+        if self.journal_path is None or interface in self.changed:
+            return
+        record = {"backend": "networkmanager", "interfaces": sorted(self.changed | {interface})}
+        tmp = self.journal_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, self.journal_path)
+
+    def rollback(self) -> list[str]:
+        """Reapply every changed device's saved profile and restore the CC; returns the interfaces restored.
+
+        Raises
+        ------
+        ApplyError
+            When NetworkManager refuses (the journal is kept, so a retry can finish).
+        """
+        restored = restore_profiles(sorted(self.changed), self.bus_address, self.timeout_s)
+        if self._original_cc is not None:
+            self.backend.ops["sysctl_set"](key=CC_SYSCTL, value=self._original_cc)
+            self._original_cc = None
+        self.changed.clear()
+        if self.journal_path is not None:
+            self.journal_path.unlink(missing_ok=True)
+        self.last = None
+        return restored
+
+
+def restore_profiles(interfaces: Sequence[str], bus_address: str | None = None, timeout_s: float = 5.0) -> list[str]:
+    """``Device.Reapply`` with an empty connection (the saved profile) for each of ``interfaces``.
+
+    Raises
+    ------
+    ApplyError
+        When the bus or NetworkManager refuses.
+    """
+    applier = NetworkManagerApplier(ApplierConfig(interfaces=tuple(interfaces)), bus_address, timeout_s=timeout_s)
+    done = []
+    with applier._connect() as conn:
+        for name in interfaces:
+            device = applier._device(conn, name)
+            applier._reapply(conn, device, {}, 0)
+            done.append(name)
+    return done
+
+
+def journal_backend(path: Path) -> dict[str, Any] | None:
+    """The journal record at ``path`` when it is NetworkManager's (``{"backend": "networkmanager", "interfaces"}``)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("backend") == "networkmanager":
+        return data
+    return None

@@ -1,0 +1,277 @@
+"""The agent against a real NetworkManager in a network namespace (issue 21, item 3).
+
+NetworkManager runs in a throw-away namespace holding veth interfaces named wlan0 and
+wwan0, on a private ``dbus-daemon`` (as its system bus, ``DBUS_SYSTEM_BUS_ADDRESS``), in
+a private mount namespace with a read-only ``/sys`` (so it does not wait for udev, which
+does not run here) and tmpfs over ``/run`` and ``/var/lib`` (so it leaves nothing on the
+host). Checked: the agent's D-Bus reading names the devices NetworkManager manages,
+``edgepath-agent run`` refuses to start (exit 3, message naming NetworkManager and the
+interface) before journalling anything, and once the devices are unmanaged over
+NetworkManager's own D-Bus API (the way out the message gives) nothing conflicts; and the
+``networkmanager`` applier backend changes the primary path (route metrics) and the MPTCP
+endpoint flags through NetworkManager (its own ``proto static`` routes and endpoints), and
+``edgepath-agent rollback`` / a clean stop restore the saved profiles.
+
+Needs root, ``unshare``, ``dbus-daemon`` and NetworkManager: ``/usr/sbin/NetworkManager``
+or, without installing it system-wide, a prefix with the Debian packages extracted
+(``EDGEPATH_TEST_NM_PREFIX``, holding ``usr/sbin/NetworkManager`` and its libraries in
+``usr/lib/x86_64-linux-gnu``). Skipped otherwise, saying which is missing; CI machines do
+not have NetworkManager, where test_agent_netmanager.py covers the same logic against a
+stand-in for its D-Bus API.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from edgepath_agent.netmanager import check_coexistence, query_networkmanager
+
+pytestmark = pytest.mark.netns
+
+NM_CONF = """[main]
+plugins=keyfile
+no-auto-default=*
+[keyfile]
+path={path}
+"""
+
+
+def networkmanager_binary() -> tuple[Path, dict[str, str]] | None:
+    prefix = os.environ.get("EDGEPATH_TEST_NM_PREFIX")
+    if prefix:
+        exe = Path(prefix) / "usr/sbin/NetworkManager"
+        libs = Path(prefix) / "usr/lib/x86_64-linux-gnu"
+        return (exe, {"LD_LIBRARY_PATH": str(libs)}) if exe.is_file() else None
+    found = shutil.which("NetworkManager") or (
+        "/usr/sbin/NetworkManager" if Path("/usr/sbin/NetworkManager").is_file() else None
+    )
+    return (Path(found), {}) if found else None
+
+
+def wait_for(predicate, timeout_s: float):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    return None
+
+
+def wait_until(read, ok, timeout_s: float):  # type: ignore[no-untyped-def]
+    """The first value of ``read()`` for which ``ok(value)`` holds within ``timeout_s`` (polled), else None."""
+    return wait_for(lambda: (lambda v: v if ok(v) else None)(read()), timeout_s)
+
+
+@pytest.fixture
+def real_networkmanager(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root for network and mount namespaces")
+    nm = networkmanager_binary()
+    missing = [name for name in ("dbus-daemon", "unshare", "ip") if shutil.which(name) is None]
+    if nm is None:
+        missing.append("NetworkManager (or EDGEPATH_TEST_NM_PREFIX)")
+    if missing:
+        pytest.skip("not installed: " + ", ".join(missing))
+    exe, extra_env = nm
+    ns = f"ep-nm-{secrets.token_hex(3)}"
+    address = f"unix:path={tmp_path / 'bus'}"
+    (tmp_path / "conns").mkdir()
+    (tmp_path / "nm.conf").write_text(NM_CONF.format(path=tmp_path / "conns"))
+    procs: list[subprocess.Popen[str]] = []
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        for name in ("wlan0", "wwan0"):
+            subprocess.run(
+                ["ip", "-n", ns, "link", "add", name, "type", "veth", "peer", "name", f"{name}p"], check=True
+            )
+            for dev in (name, f"{name}p"):
+                subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+        subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.1.2/24", "dev", "wlan0"], check=True)
+        bus = subprocess.Popen(
+            ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address={address}", "--print-address=1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        procs.append(bus)
+        assert bus.stdout is not None and bus.stdout.readline().startswith("unix:path=")
+        script = (
+            "mount -o remount,ro /sys && mount -t tmpfs tmpfs /run && mount -t tmpfs tmpfs /var/lib && "
+            f'exec "{exe}" --no-daemon --config={tmp_path / "nm.conf"} --state-file={tmp_path / "nm.state"}'
+        )
+        env = {**os.environ, **extra_env, "DBUS_SYSTEM_BUS_ADDRESS": address}
+        log = (tmp_path / "nm.log").open("w")
+        procs.append(
+            subprocess.Popen(
+                ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", script],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+        managed = wait_for(
+            lambda: (
+                {d.interface for d in query_networkmanager(address, 1.0).devices if d.managed} >= {"wlan0", "wwan0"}
+            ),
+            20.0,
+        )
+        if not managed:
+            pytest.skip(
+                f"NetworkManager did not manage the veth devices here: {(tmp_path / 'nm.log').read_text()[-500:]}"
+            )
+        yield address, ns
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def set_managed(address: str, interface: str, managed: bool) -> None:
+    """What ``nmcli device set IFACE managed no`` does: the Device's ``Managed`` property over D-Bus."""
+    from jeepney import DBusAddress, MessageType, Properties, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    nm = DBusAddress(
+        "/org/freedesktop/NetworkManager", "org.freedesktop.NetworkManager", "org.freedesktop.NetworkManager"
+    )
+    with open_dbus_connection(address) as conn:
+        (path,) = conn.send_and_get_reply(new_method_call(nm, "GetDeviceByIpIface", "s", (interface,))).body
+        device = DBusAddress(path, "org.freedesktop.NetworkManager", "org.freedesktop.NetworkManager.Device")
+        reply = conn.send_and_get_reply(Properties(device).set("Managed", "b", managed))
+        assert reply.header.message_type != MessageType.error, reply.body
+
+
+@pytest.mark.timeout(120)  # NetworkManager start-up in the namespace takes a few seconds
+def test_real_networkmanager_is_detected_and_the_agent_refuses_to_start(
+    real_networkmanager: str, tmp_path: Path
+) -> None:
+    address, _ = real_networkmanager
+    found = check_coexistence(["wlan0", "wwan0"], address, proc=tmp_path)
+    assert found.networkmanager.version and found.networkmanager.version[0] == "1"
+    assert {d.interface for d in found.nm_managed} == {"wlan0", "wwan0"}
+    assert found.conflict and f"NetworkManager {found.networkmanager.version} manages wlan0" in found.conflict
+
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    journal = tmp_path / "journal.json"
+    argv = [str(exe), "run", "--interface", "wlan0=WIFI", "--interface", "wwan0=LTE", "--steps", "1",
+            "--service", "grpc://127.0.0.1:9", "--journal", str(journal)]  # fmt: skip
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address, "COLUMNS": "200"}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 3 and "refusing to start: NetworkManager" in out.stderr, out.stdout + out.stderr
+    assert "wlan0" in out.stderr and not journal.exists()
+
+    for name in ("wlan0", "wwan0"):  # the way out the message gives
+        set_managed(address, name, False)
+    assert wait_for(lambda: check_coexistence(["wlan0", "wwan0"], address, proc=tmp_path).conflict is None, 10.0)
+
+
+def activate_profile(address: str, interface: str, addr: str, gateway: str) -> None:
+    """A NetworkManager profile with a static address and default route, activated on ``interface`` (D-Bus)."""
+    from jeepney import DBusAddress, MessageType, new_method_call
+    from jeepney.io.blocking import open_dbus_connection
+
+    nm = DBusAddress(
+        "/org/freedesktop/NetworkManager", "org.freedesktop.NetworkManager", "org.freedesktop.NetworkManager"
+    )
+    settings = {
+        "connection": {"id": ("s", f"ep-{interface}"), "type": ("s", "802-3-ethernet"),
+                       "interface-name": ("s", interface)},
+        "ipv4": {"method": ("s", "manual"), "gateway": ("s", gateway),
+                 "address-data": ("aa{sv}", [{"address": ("s", addr), "prefix": ("u", 24)}])},
+        "ipv6": {"method": ("s", "disabled")},
+    }  # fmt: skip
+    with open_dbus_connection(address) as conn:
+        (device,) = conn.send_and_get_reply(new_method_call(nm, "GetDeviceByIpIface", "s", (interface,))).body
+        reply = conn.send_and_get_reply(
+            new_method_call(nm, "AddAndActivateConnection", "a{sa{sv}}oo", (settings, device, "/"))
+        )
+        assert reply.header.message_type != MessageType.error, reply.body
+
+
+def default_metrics(ns: str) -> dict[str, int]:
+    out = subprocess.run(["ip", "-n", ns, "-j", "-4", "route", "show", "default"], capture_output=True, text=True)
+    import json
+
+    return {r["dev"]: int(r.get("metric", 0)) for r in json.loads(out.stdout or "[]")}
+
+
+def endpoint_flags(ns: str) -> dict[str, list[str]]:
+    """``{dev: [flags]}`` from ``ip mptcp endpoint show`` (iproute2 prints flags as bare words)."""
+    out = subprocess.run(["ip", "-n", ns, "mptcp", "endpoint", "show"], capture_output=True, text=True).stdout
+    table = {}
+    for line in out.splitlines():
+        words = line.split()
+        if "dev" in words:
+            known = {"signal", "subflow", "backup", "fullmesh", "laminar", "implicit"}
+            table[words[words.index("dev") + 1]] = sorted(w for w in words if w in known)
+    return table
+
+
+@pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
+def test_networkmanager_backend_applies_through_networkmanager_and_restores(
+    real_networkmanager: tuple[str, str], tmp_path: Path
+) -> None:
+    from edgepath_agent.applier.networkmanager import NetworkManagerApplier
+    from edgepath_agent.daemon import AgentConfig, build_applier, ensure_sole_manager
+
+    address, ns = real_networkmanager
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.2.2/24", "dev", "wwan0"], check=True)
+    activate_profile(address, "wlan0", "10.9.1.2", "10.9.1.1")
+    activate_profile(address, "wwan0", "10.9.2.2", "10.9.2.1")
+    before = wait_until(lambda: default_metrics(ns), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
+    assert before, f"NetworkManager did not add both default routes: {default_metrics(ns)}"
+    endpoints_before = endpoint_flags(ns)
+
+    config = AgentConfig(
+        device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="networkmanager", netns=ns,
+        manage_cc=False, backup_weight_threshold=0.3, journal=tmp_path / "journal.json",
+    )  # fmt: skip
+    ensure_sole_manager(config, address)  # cooperating backend: NetworkManager present is no conflict
+    applier = build_applier(config)
+    assert isinstance(applier, NetworkManagerApplier)
+    applier.bus_address = address
+    weights = [{"interface": "wlan0", "weight": 0.1}, {"interface": "wwan0", "weight": 0.9}]
+    rec = {"decision_id": "d-1", "primary_path": {"interface": "wwan0"}, "scheduler": {"weights": weights}}
+    applied = applier.apply(rec)
+    assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
+    after = wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
+    assert after == {"wwan0": 10, "wlan0": 20}, default_metrics(ns)
+    routes = subprocess.run(["ip", "-n", ns, "-4", "route", "show", "default"], capture_output=True, text=True).stdout
+    assert "proto static" in routes  # NetworkManager's own routes, rewritten by NetworkManager
+    flags = wait_until(lambda: endpoint_flags(ns), lambda f: "backup" in f.get("wlan0", []), 10.0)
+    print("NM_BACKEND " + str({"before": before, "after": after, "endpoints_before": endpoints_before,
+                               "endpoints_after": flags}))  # fmt: skip
+    raw = subprocess.run(["ip", "-n", ns, "mptcp", "endpoint", "show"], capture_output=True, text=True).stdout
+    assert flags, f"NetworkManager did not mark wlan0's endpoint backup: {raw} {endpoint_flags(ns)}"
+    assert applier.apply(rec).steps == 0  # idempotent: nothing to reapply
+    assert (tmp_path / "journal.json").exists()
+
+    # A crash: the process is gone, the journal names the changed interfaces; `rollback` reapplies the profiles.
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address, "COLUMNS": "200"}
+    out = subprocess.run([str(exe), "rollback", "--journal", str(tmp_path / "journal.json")],
+                         capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "rollback: 2 step(s)" in out.stdout, out.stdout + out.stderr
+    restored = wait_until(lambda: default_metrics(ns), lambda m: m == before, 10.0)
+    assert restored == before, default_metrics(ns)
+    assert not (tmp_path / "journal.json").exists()
+    assert wait_until(lambda: endpoint_flags(ns), lambda f: f == endpoints_before, 10.0) == endpoints_before
+
+    applier.apply(rec)  # and a clean stop restores the same way
+    assert wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
+    applier.rollback()
+    assert wait_until(lambda: default_metrics(ns), lambda m: m == before, 10.0) == before
