@@ -109,3 +109,23 @@ def test_service_starts_from_v2() -> None:
     bandit = build_model(load_settings(model_path=V2, utility_latency_weight=0.2))
     assert bandit.policy_name == DEFAULT_POLICY and bandit._policies[ARMS].is_fitted
     assert bandit.config.utility.latency_weight == 0.2
+
+
+def test_on_real_contexts_forced_exploration_leaves_greedy_and_policies_differ(situations) -> None:
+    """The library bug of issue 15, on real data: explore branch = greedy arm, two policies identical."""
+    train = situations[0]
+    real = [s.interfaces for s in situations[1][:400]]
+    paper = train_offline(train, (), OfflineConfig(policy="active_explorer", epochs=3)).bandit
+    other = train_offline(train, (), OfflineConfig(policy="adaptive_active_greedy", epochs=3)).bandit
+    policy = paper._policies[ARMS]
+    X, _ = situation_matrix(situations[1][:400])
+    greedy = np.argmax(X @ policy.coef.T + policy.intercept, axis=1)
+    forced = copy.deepcopy(policy)
+    forced.explore_prob, forced.decay = 1.0, None  # always the active-learning branch
+    chosen = np.asarray([forced.decide(x)[0] for x in X])
+    implied = np.asarray([int(np.argmax(policy.active_weights(x))) for x in X])
+    assert np.array_equal(chosen, implied)
+    assert (chosen != greedy).mean() > 0.05, "forced exploration must leave the greedy arm on real contexts"
+    a = [paper.decide(c).arm_index for c in real]
+    b = [other.decide(c).arm_index for c in real]
+    assert np.mean(np.asarray(a) != np.asarray(b)) > 0.01
