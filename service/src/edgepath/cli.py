@@ -272,6 +272,9 @@ def train_offline_cmd(
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="`edgepath eval primary` JSON report to cite in the card"),
     ] = None,
+    note: Annotated[
+        Optional[list[str]], typer.Option(help="Extra note for the model card (repeatable), e.g. other measurements")
+    ] = None,
 ) -> None:
     """Train the primary-path policy offline (paired situations + IPS-weighted log) and write a versioned artefact.
 
@@ -368,13 +371,16 @@ def train_offline_cmd(
             "maximises mean throughput; the paper's policies' oracles estimate P(throughput >= reward threshold), "
             "the Bernoulli reward, which is not the same (WiFi clears 25 Mbit/s more often, LTE has the heavier "
             "upper tail).",
-            "Feature groups whose removal changes the score by less than its CI (spread, band, capacity, missing "
-            "indicators) show no measurable effect on this data set; they stay for devices that report other "
-            "subsets (missing indicators) and for NR/5 GHz contexts absent here (band).",
+            "Feature groups whose removal changes the score by less than its CI (see the ablation table) show no "
+            "measurable effect on this data set; all groups stay for devices that report other subsets (missing "
+            "indicators) and for NR/5 GHz contexts absent here (band). A group whose removal raises the static "
+            "score (e.g. the missing indicators for the ridge estimates) is kept because the online learner and "
+            "other devices use it; the static score is one model on one data set.",
         ],
     }
     if eval_report is not None:
         card["online_evaluation"] = _eval_summary(json.loads(eval_report.read_text()), str(eval_report))
+    card["notes"] = [*card["notes"], *(note or [])]
     save_artefact(out, model.bandit, model.classifier, card, render_markdown(card), hmac_key=key if sign else None)
     for name, sc in scores.items():
         typer.echo(
