@@ -27,8 +27,22 @@ DATA = ROOT / "service" / "data" / "mobilebandwidth"
 OUT = ROOT / "out" / "demo"
 ROUNDS = int(os.environ.get("EDGEPATH_DEMO_ROUNDS", "5000"))
 SEED = int(os.environ.get("EDGEPATH_DEMO_SEED", "7"))
-# Warm start (issue 8): serve from the shipped offline-trained model; `--model PATH`, or `--model none` (cold start).
-MODEL = ROOT / "models" / "primary-path-v1"
+# Warm start (issues 8, 15): serve from the shipped offline-trained model of the default policy (ridge_squarecb);
+# `--model PATH` (e.g. models/primary-path-v1, the paper's ActiveExplorer), or `--model none` (cold start).
+MODEL = ROOT / "models" / "primary-path-v2"
+
+
+def _reward_text(policy: str, model: Path | None) -> str:
+    """What the served policy optimises: the model card's reward, else the registry's default for the policy."""
+    if model is not None and (model / "card.json").is_file():
+        card = json.loads((model / "card.json").read_text())
+        if card.get("reward_definition"):
+            return str(card["reward_definition"])
+    from edgepath.engines.primary_path import BanditConfig, policy_spec
+
+    if policy_spec(policy).reward == "utility":
+        return BanditConfig().utility.describe()
+    return "the paper's Bernoulli reward 1[throughput >= 25 Mbit/s]"
 
 
 def main() -> int:
@@ -79,9 +93,11 @@ def main() -> int:
         v = means[name]
         label = f"{name} ({r['policy']})" if name == "policy" else name
         print(f"{label:<28}{v:>12.2f}{100 * (v / means['wifi_first'] - 1):>14.1f}%{100 * v / oracle:>12.1f}%")
+    print(f"policy {r['policy']} maximises: {_reward_text(r['policy'], model)}")
     ci = r["policy_throughput_ci95_mbps"]
     print(
-        f"policy 95% CI: [{ci['ci95_low']:.2f}, {ci['ci95_high']:.2f}] Mbit/s; mean reward {r['mean_reward']:.3f}; "
+        f"policy 95% CI: [{ci['ci95_low']:.2f}, {ci['ci95_high']:.2f}] Mbit/s; mean Bernoulli reward (acks) "
+        f"{r['mean_reward']:.3f}; "
         f"model refits: {r['final_model_version'] - 1}"
     )
     print("Situations are paired from two single-arm measurements (same city/ISP), not simultaneous: see 'pairing'.")

@@ -44,7 +44,11 @@ class Settings(BaseSettings):
     utility_latency_weight: float = Field(0.5, ge=0.0, le=1.0, description="Utility lost at latency_cap_ms (0..1)")
     utility_loss_weight: float = Field(1.0, ge=0.0, le=1.0, description="Utility lost per unit loss fraction (0..1)")
     forgetting: float = Field(
-        0.999, gt=0.0, le=1.0, description="ridge_* forgetting factor per outcome (memory ≈ 1/(1−γ) outcomes)"
+        0.999,
+        gt=0.0,
+        le=1.0,
+        description="ridge_* forgetting factor per outcome of an arm (memory ≈ 1/(1−γ) outcomes); cold starts only, "
+        "a model artefact keeps the factor it was trained with",
     )
     # --- end utility ---
 

@@ -94,20 +94,25 @@ def test_registry_names_default_and_paper_policies() -> None:
 
 
 # --- exact propensities -----------------------------------------------------------------------------------------------
+def _reseed(policy: object, seed: int) -> None:
+    """Give a per-arm-set policy a fresh generator for its own exploration draws (state otherwise unchanged)."""
+    rng = np.random.default_rng(seed)
+    if hasattr(policy, "model"):  # ridge_*
+        policy.model.rng = rng  # type: ignore[attr-defined]
+    elif hasattr(policy, "lib"):  # contextualbandits policies
+        policy.lib.random_state = rng  # type: ignore[attr-defined]
+    else:  # the paper's ActiveExplorer
+        policy.random_state = rng  # type: ignore[attr-defined]
+
+
 def _empirical(bandit: PrimaryPathBandit, ifaces: list[InterfaceContext], draws: int) -> tuple[np.ndarray, list]:
     """Frequencies of each arm over ``draws`` seeded repetitions from the same state, and the logged propensities."""
     counts = np.zeros(2)
     logged: dict[int, set[float]] = {0: set(), 1: set()}
     for r in range(draws):
         b = copy.deepcopy(bandit)
-        for policy in b._policies.values():  # same state, a different seed for the decision's own draw
-            for attr in ("random_state",):
-                if hasattr(policy, attr) and not hasattr(policy, "lib"):
-                    setattr(policy, attr, np.random.default_rng(10_000 + r))
-            if hasattr(policy, "lib"):
-                policy.lib.random_state = np.random.default_rng(10_000 + r)
-            if hasattr(policy, "model"):
-                policy.model.rng = np.random.default_rng(10_000 + r)
+        for policy in b._policies.values():
+            _reseed(policy, 10_000 + r)
         choice = b.decide(ifaces)
         counts[choice.arm_index] += 1
         logged[choice.arm_index].add(round(choice.probability, 9))

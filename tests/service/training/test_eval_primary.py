@@ -50,6 +50,11 @@ def test_eval_primary_writes_report_and_plot(tmp_path: Path) -> None:
     for part in ("cold", "warm", "wifi_first", "oracle", "vw"):
         assert any(part in name for name in policies), part
     assert policies["oracle"]["pct_of_oracle"] == pytest.approx(100.0)
+    default = out["default_policy"]
+    assert f"cold_{default}" in policies and f"warm_{default}" in policies
+    assert {"vw_squarecb", "vw_squarecb_utility", "offline_classifier", "warm_active_explorer"} <= set(policies)
+    assert all(p["mean_completion_time_s_10MB"] > 0 for p in policies.values())
+    assert set(out["drift"]["policies"]) >= {f"warm_{default}", "warm_active_explorer", "oracle"}
     for name, p in policies.items():
         assert 0.0 < p["mean_throughput_mbps"] <= policies["oracle"]["mean_throughput_mbps"] + 1e-9, name
         assert p["mean_throughput_mbps_ci95"] is not None and len(p["per_seed_mean_throughput_mbps"]) == 2
@@ -129,7 +134,8 @@ def test_train_offline_cli_with_a_decision_log_writes_a_loadable_artefact(tmp_pa
     assert "--decision-log" in card["command"]
     assert set(card["scores"]["offline"]) == {"offline_oracles_greedy", "offline_classifier"}
     assert (out / "card.md").read_text().startswith("# Model card: model")
-    assert load_artefact(out).bandit.policy_name == "active_explorer"
+    assert load_artefact(out).bandit.policy_name == "ridge_squarecb"  # the default policy (issue 15)
+    assert card["reward"] == "utility"
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"features": [1.0]}\n')

@@ -23,17 +23,26 @@ Policies
 --------
 * ``oracle`` (faster arm of each pair), ``wifi_first``, ``lte_first``, ``random`` (uniform, seeded);
 * ``offline_classifier``: the cost-sensitive better-arm classifier, static;
-* ``offline_oracles_greedy``: the warm-start oracles, greedy, never updated;
-* ``cold_<policy>``: :class:`PrimaryPathBandit` from scratch, seed ``s``;
-* ``warm_<policy>``: the offline-trained bandit, keeps learning online;
+* ``offline_oracles_greedy``: the first policy's warm-start model, greedy, never updated;
+* ``cold_<policy>``: :class:`PrimaryPathBandit` from scratch, seed ``s``, for the service's default
+  policy and every ``--compare`` policy (the report names the default under ``default_policy``);
+* ``warm_<policy>``: the offline-trained bandit of that policy, keeps learning online;
 * ``vw_squarecb``: Vowpal Wabbit ``--cb_explore_adf --squarecb`` (Foster &
   Rakhlin, "Beyond UCB", ICML 2020), shared features = the same feature vector,
-  action features = the arm, ``-q SA`` (per-arm linear model), cost ``1 − reward``.
+  action features = the arm, ``-q SA`` (per-arm linear model), cost ``1 − reward`` (Bernoulli);
+* ``vw_squarecb_utility``: the same with cost ``−utility`` (the reward EdgePath's learners maximise).
 
 The bandits decide with the model of their last refit and refit every
 ``batch_size`` (50) rewarded decisions, as the service does; VW learns after
-every decision (its native mode). Rewards are the service's Bernoulli reward
-(throughput ≥ ``reward_threshold_mbps``); scores are throughput.
+every decision (its native mode). Each outcome carries the Bernoulli reward
+(throughput ≥ ``reward_threshold_mbps``) and the measured throughput; each
+policy learns from the reward its registry spec names. Every policy is scored
+the same way: mean throughput, mean utility, Bernoulli reward rate and mean
+completion time of a 10 MB transfer (``8·size/T``).
+
+:func:`drift_replay` replays the same streams with every WiFi outcome × 0.25
+from half-way (contexts unchanged) and reports how many outcomes each warm
+policy needs to move to LTE.
 
 The situations are *paired*: two real single-arm tests of the same city, not
 one device measuring both arms at once (see the data module).

@@ -17,7 +17,7 @@ def render_markdown(card: dict[str, Any]) -> str:
         f"# Model card: {card['name']}",
         "",
         f"Primary-path policy of EdgePath, trained offline on {card['trained_at']} and shipped for warm start "
-        "(`edgepath serve --model models/primary-path-v1`); online `partial_fit` continues from it at the edge.",
+        f"(`edgepath serve --model models/{card['name']}`); online learning continues from it at the edge.",
         "",
         "## Reproduce",
         "",
@@ -50,11 +50,25 @@ def render_markdown(card: dict[str, Any]) -> str:
         "",
         "## Model",
         "",
-        f"- Policy: contextualbandits `{card['hyper_parameters']['policy']}` over arms {card['arms']}, one "
-        "`SGDClassifier(loss='log_loss')` oracle per arm, reward = 1[throughput ≥ "
-        f"{card['hyper_parameters']['reward_threshold_mbps']} Mbit/s] (the service's Bernoulli reward).",
-        "- Oracles: full-information rows of both arms (weight 1) + IPS-weighted decision-log rows "
-        "(weight 1/propensity, capped); then handed to the policy (`PrimaryPathBandit.warm_start`).",
+    ]
+    if card.get("reward") == "utility":
+        lines += [
+            f"- Policy: `{card['hyper_parameters']['policy']}` over arms {card['arms']}: per-arm discounted ridge "
+            "regression of the utility in numpy (`edgepath.engines.linear_bandit`), exact propensities; reward = "
+            f"{card.get('reward_definition', 'utility')}.",
+            "- Warm start: full-information rows of both arms (weight 1) + IPS-weighted decision-log rows "
+            "(weight 1/propensity, capped) added to the very statistics the online learner keeps updating "
+            "(`PrimaryPathBandit.warm_start_rows`).",
+        ]
+    else:
+        lines += [
+            f"- Policy: `{card['hyper_parameters']['policy']}` over arms {card['arms']}, one "
+            "`SGDClassifier(loss='log_loss')` oracle per arm, reward = 1[throughput ≥ "
+            f"{card['hyper_parameters']['reward_threshold_mbps']} Mbit/s] (the service's Bernoulli reward).",
+            "- Oracles: full-information rows of both arms (weight 1) + IPS-weighted decision-log rows "
+            "(weight 1/propensity, capped); then handed to the policy (`PrimaryPathBandit.warm_start`).",
+        ]
+    lines += [
         "- Also shipped: a cost-sensitive better-arm classifier (`offline_classifier`, static).",
         f"- Features: {len(card['features'])} columns of `edgepath.engines.features.context_features` "
         f"(groups: {', '.join(card['feature_groups'])}).",
@@ -89,5 +103,44 @@ def render_markdown(card: dict[str, Any]) -> str:
             f"| {row['variant']} | {_pm(g['pct_of_oracle'], g['pct_of_oracle_ci95'], '%')} | "
             f"{g['pct_of_oracle'] - base:+.1f} | {_pm(c['pct_of_oracle'], c['pct_of_oracle_ci95'], '%')} |"
         )
+    online = card.get("online_evaluation")
+    if online:
+        lines += [
+            "",
+            "## Online evaluation on unseen users (`edgepath eval primary`, learning online)",
+            "",
+            f"Pairing seeds {online['seeds']}; mean ± 95% Student-t half-width over seeds. Report: "
+            f"`{online['report']}`; command:",
+            "",
+            "```",
+            str(online["command"]),
+            "```",
+            "",
+            "| policy | Mbit/s | % of oracle | gain over WiFi-first | 10 MB completion, s |",
+            "|---|---|---|---|---|",
+        ]
+        rows = sorted(online["policies"].items(), key=lambda kv: -kv[1]["mean_throughput_mbps"])
+        for name, p in rows:
+            lines.append(
+                f"| {name} | {_pm(p['mean_throughput_mbps'], p['mean_throughput_mbps_ci95'])} | "
+                f"{_pm(p['pct_of_oracle'], p['pct_of_oracle_ci95'], '%')} | "
+                f"{_pm(p['gain_vs_wifi_first_pct'], p['gain_vs_wifi_first_pct_ci95'], '%')} | "
+                f"{p['mean_completion_time_s_10MB']:.2f} |"
+            )
+        if online.get("drift"):
+            d = online["drift"]
+            lines += [
+                "",
+                f"Drift replay (WiFi outcomes × {d['wifi_factor']} from half-way, contexts unchanged): outcomes until "
+                "the rolling-100 LTE share reaches half-way to the post-drift oracle's, per seed.",
+                "",
+                "| policy | Mbit/s after drift | LTE share after | outcomes to switch |",
+                "|---|---|---|---|",
+            ]
+            for name, p in d["policies"].items():
+                lines.append(
+                    f"| {name} | {p['mean_throughput_after_mbps']:.1f} | {p['lte_share_after']:.2f} | "
+                    f"{p['switch_outcomes_per_seed']} |"
+                )
     lines += ["", "## Notes", ""] + [f"- {n}" for n in card.get("notes", [])] + [""]
     return "\n".join(lines)

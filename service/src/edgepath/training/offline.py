@@ -93,6 +93,7 @@ class OfflineConfig:
     ucb_alpha: float = 0.05
     ridge_epsilon: float = 0.05
     utility_throughput_cap_bps: float = 1e9
+    warm_window: bool = True
 
     def bandit_config(self) -> BanditConfig:
         return BanditConfig(
@@ -323,6 +324,11 @@ def train_offline(
     if cfg.reward == "utility":
         bandit = PrimaryPathBandit(cfg.bandit_config())
         parts = [(_mask(r.arrays()[0], cfg), np.full(len(r.y), k), *r.arrays()[1:]) for k, r in enumerate(rows)]
+        if cfg.warm_window and cfg.forgetting < 1.0:
+            # the offline evidence counts as one forgetting window of outcomes per arm (1/(1−γ)), so that a
+            # path degrading after deployment ages it out as fast as it would age out online evidence
+            window = 1.0 / (1.0 - cfg.forgetting)
+            parts = [(X_, a_, r_, w_ * min(1.0, window / max(float(w_.sum()), 1e-12))) for X_, a_, r_, w_ in parts]
         bandit.warm_start_rows(
             ARMS,
             np.vstack([p[0] for p in parts]),
