@@ -453,10 +453,7 @@ def eval_primary(
     typer.echo(f"warm-start sgd_alpha {alpha} (validation log-loss on training users: {alpha_scores})")
     others = [p for p in compare.split(",") if p.strip() and p != policy]
     for name in others:
-        if name not in POLICIES:
-            raise typer.BadParameter(
-                f"unknown policy {name!r}; choose from {', '.join(POLICIES)}", param_hint="--compare"
-            )
+        known_policy(name, param_hint="--compare")
     names = [policy, *others]
     models = train_models(split, cfg, names, typer.echo)
     result, traces = evaluate(
