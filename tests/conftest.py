@@ -1,92 +1,18 @@
-"""Shared fixtures: real EdgePath services on free loopback ports.
+"""Shared fixtures: real EdgePath services on free loopback ports (see ``service_harness``).
 
-``running_service(**settings)`` starts the real composition root
-(:class:`edgepath.main.Service`: gRPC + REST servers, in-process store,
-online trainer) in a background thread with its own event loop, waits until
-both servers listen, and stops it on exit. ``service`` is a default instance
-per test; ``client`` is parametrized over both transports (agent clients), so
-the same contract cases run over REST and over gRPC.
+``service`` is a default instance per test; ``client`` is parametrized over both transports
+(agent clients), so the same contract cases run over REST and over gRPC.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from edgepath.main import Service
-from edgepath.settings import Settings
 from edgepath_agent.client import ServiceClient, connect
+from service_harness import RunningService, running_service
 
-
-@dataclass
-class RunningService:
-    """A started service: its ports, the Service object, and the loop it runs on."""
-
-    service: Service
-    loop: asyncio.AbstractEventLoop
-    grpc_port: int
-    http_port: int
-
-    @property
-    def grpc_url(self) -> str:
-        return f"grpc://127.0.0.1:{self.grpc_port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def call(self, coro: Any, timeout: float = 10.0) -> Any:
-        """Run a coroutine on the service's loop (e.g. to wait for a model version)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-
-@contextlib.contextmanager
-def running_service(**overrides: Any) -> Iterator[RunningService]:
-    """Start a real service with ``Settings(host=127.0.0.1, ports 0, **overrides)``.
-
-    Per-device rate limits are off unless a test sets them: a token bucket refills with the wall clock,
-    so a test that sends a few dozen requests as one device would pass or fail with the machine's speed
-    (a fast run once exhausted the default burst of 40). The rate-limit tests set their own limits.
-    """
-    unlimited: dict[str, Any] = {"rate_limit_per_s": 1e6, "rate_limit_burst": 1_000_000}
-    settings = Settings(host="127.0.0.1", grpc_port=0, http_port=0, **{**unlimited, **overrides})
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        async def main() -> None:
-            service = Service.build(settings)
-            box["service"] = service
-            box["loop"] = asyncio.get_running_loop()
-            task = asyncio.create_task(service.run())
-            waiter = asyncio.create_task(service.wait_started())
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            started.set()
-            await task
-
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # surfaced to the test below
-            box["error"] = exc
-            started.set()
-
-    thread = threading.Thread(target=run, name="edgepath-test-service", daemon=True)
-    thread.start()
-    if not started.wait(30):
-        raise RuntimeError("service did not start within 30 s")
-    if "error" in box:
-        raise box["error"]
-    svc: Service = box["service"]
-    try:
-        yield RunningService(svc, box["loop"], svc.grpc_port, svc.http_port)
-    finally:
-        box["loop"].call_soon_threadsafe(svc.stop)
-        thread.join(30)
+__all__ = ["RunningService", "running_service"]
 
 
 @pytest.fixture

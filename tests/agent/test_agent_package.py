@@ -254,7 +254,7 @@ def dry_run(run, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         config = str(write_toml(tmp_path, attempts=1, timeout_s=0.5))
         return run("run", "--dry-run", "--steps", "1", "--interval-s", "0.01", "--service", dead,
                    "--interface", "lo=ETHERNET", "--config", config)  # fmt: skip
-    from conftest import running_service
+    from service_harness import running_service
 
     with Testbed() as tb, running_service() as svc:
         before = tb.dev("ip", "-4", "route", "show", "default").stdout

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RunningService, running_service
 from edgepath.engines.features import FEATURE_NAMES
 from edgepath_agent.client import connect
+from service_harness import RunningService, running_service
 
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "primary-path-v1"
 

@@ -1,16 +1,13 @@
 """Helpers for the security and fuzz tests: real servers, a test PKI, raw gRPC calls.
 
-``running_service`` is the project's fixture helper from ``tests/conftest.py``
-(loaded by path: several ``conftest`` modules share that name).
+``running_service`` is the project's service harness (``tests/service_harness.py``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import ipaddress
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,20 +18,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from service_harness import running_service
 
-
-def _root_conftest() -> Any:
-    name = "edgepath_tests_root_conftest"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "conftest.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-running_service = _root_conftest().running_service
+__all__ = ["running_service"]
 
 RECOMMEND = "/edgepath.v1.PathService/Recommend"
 REPORT_OUTCOME = "/edgepath.v1.PathService/ReportOutcome"
