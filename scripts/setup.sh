@@ -20,6 +20,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# NetworkManager for the agent's netns tests (tests/agent/netns/test_agent_networkmanager_netns.py): the
+# Debian packages extracted into .tools/networkmanager, never installed system-wide (their maintainer
+# scripts would start a daemon that manages this machine's interfaces). Root only; skipped if unavailable.
+NM_DEBS=(network-manager libnm0 libndp0 libteamdctl0 libmm-glib0)
+if [ "$(id -u)" = 0 ] && [ ! -x .tools/networkmanager/usr/sbin/NetworkManager ] && command -v apt-get >/dev/null; then
+  nm_tmp=$(mktemp -d)
+  if (cd "$nm_tmp" && apt-get download -qq "${NM_DEBS[@]}" >/dev/null 2>&1); then
+    mkdir -p .tools/networkmanager
+    for deb in "$nm_tmp"/*.deb; do dpkg -x "$deb" .tools/networkmanager; done
+    echo "setup: NetworkManager extracted into .tools/networkmanager (agent tests only)"
+  else
+    echo "setup: NetworkManager packages not downloadable; the agent's NetworkManager netns tests will skip" >&2
+  fi
+  rm -rf "$nm_tmp"
+fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then

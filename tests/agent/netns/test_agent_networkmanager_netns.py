@@ -14,10 +14,10 @@ endpoint flags through NetworkManager (its own ``proto static`` routes and endpo
 
 Needs root, ``unshare``, ``dbus-daemon`` and NetworkManager: ``/usr/sbin/NetworkManager``
 or, without installing it system-wide, a prefix with the Debian packages extracted
-(``EDGEPATH_TEST_NM_PREFIX``, holding ``usr/sbin/NetworkManager`` and its libraries in
-``usr/lib/x86_64-linux-gnu``). Skipped otherwise, saying which is missing; CI machines do
-not have NetworkManager, where test_agent_netmanager.py covers the same logic against a
-stand-in for its D-Bus API.
+(``EDGEPATH_TEST_NM_PREFIX``, default ``.tools/networkmanager``, which ``scripts/setup.sh``
+fills as root; it holds ``usr/sbin/NetworkManager`` and its libraries in
+``usr/lib/x86_64-linux-gnu``). Skipped otherwise, saying which is missing;
+test_agent_netmanager.py covers the same logic against a stand-in for its D-Bus API.
 """
 
 from __future__ import annotations
@@ -44,8 +44,12 @@ path={path}
 """
 
 
+#: Where scripts/setup.sh extracts NetworkManager's Debian packages (as root, when apt can download them).
+SETUP_PREFIX = Path(__file__).resolve().parents[3] / ".tools" / "networkmanager"
+
+
 def networkmanager_binary() -> tuple[Path, dict[str, str]] | None:
-    prefix = os.environ.get("EDGEPATH_TEST_NM_PREFIX")
+    prefix = os.environ.get("EDGEPATH_TEST_NM_PREFIX") or (str(SETUP_PREFIX) if SETUP_PREFIX.is_dir() else None)
     if prefix:
         exe = Path(prefix) / "usr/sbin/NetworkManager"
         libs = Path(prefix) / "usr/lib/x86_64-linux-gnu"
