@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 
@@ -39,6 +41,29 @@ from edgepath.state.memory import MemoryStore
 from edgepath.training.online import ModelRegistry, OnlineTrainer
 
 log = logging.getLogger("edgepath")
+T = TypeVar("T")
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to completion on uvloop (libuv; faster socket handling for grpc.aio and uvicorn),
+    or on the standard asyncio loop when ``EDGEPATH_EVENT_LOOP=asyncio`` or uvloop is not installed."""
+    if os.environ.get("EDGEPATH_EVENT_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:  # optional speed-up: the service runs the same without it
+            pass
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)
+
+
+def http_protocol() -> str:
+    """uvicorn's HTTP parser: ``httptools`` (llhttp, C) when installed, else the pure-Python ``h11``."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
 
 
 def build_model(settings: Settings) -> PrimaryPathBandit:
@@ -146,8 +171,9 @@ class Service:
         metrics.model_version.set(registry.current.version)
         registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
         guard = build_outcome_guard(settings, shared_redis(store))  # security: bounded learning
-        plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
         from edgepath.state.redis import RedisStore
+
+        plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
 
         if not isinstance(store, RedisStore):
             trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size)
@@ -192,6 +218,7 @@ class Service:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            http=http_protocol(),
             **uvicorn_ssl_options(s),
         )
         http_server = uvicorn.Server(config)

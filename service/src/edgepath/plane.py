@@ -109,6 +109,8 @@ class DecisionPlane:
             decided_at=now,
             link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
         )
+        # Written before the reply, never behind it: an outcome may be reported to any replica at once
+        # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
         await self.store.put_decision(record, self.settings.decision_ttl_s)
         self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now)
