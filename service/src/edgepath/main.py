@@ -38,7 +38,7 @@ from edgepath.security.tls import grpc_server_credentials, uvicorn_ssl_options
 from edgepath.settings import Settings
 from edgepath.state.base import StateStore
 from edgepath.state.memory import MemoryStore
-from edgepath.training.online import ModelRegistry, OnlineTrainer
+from edgepath.training.online import ModelRegistry, OnlineTrainer, ProcessRefitter
 
 log = logging.getLogger("edgepath")
 T = TypeVar("T")
@@ -176,7 +176,8 @@ class Service:
         plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
 
         if not isinstance(store, RedisStore):
-            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size)
+            # Refits in their own lower-priority process: a refit never holds the serving loop's GIL.
+            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size, refitter=ProcessRefitter())
             return cls(settings, store, registry, plane, trainer, metrics)
         from edgepath.training.leader import TrainerRole
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
@@ -263,6 +264,8 @@ class Service:
             await asyncio.gather(*background, return_exceptions=True)
             if self.trainer is not None:
                 await self.trainer.stop()
+                if isinstance(self.trainer.refitter, ProcessRefitter):
+                    self.trainer.refitter.close()
             if self.follower is not None:
                 await self.follower.stop()
             http_server.should_exit = True
