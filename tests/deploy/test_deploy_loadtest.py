@@ -19,7 +19,17 @@ from deploy_helpers import ROOT, VENV_BIN, served
 sys.path.insert(0, str(ROOT / "loadtest"))
 import workload
 
-REQUIRED_BENCH_KEYS = {"service_rps", "echo_rps", "ratio", "p50_ms", "p99_ms", "p99_ms_while_training"}
+REQUIRED_BENCH_KEYS = {
+    "service_rps",
+    "echo_rps",
+    "ratio",
+    "p50_ms",
+    "p99_ms",
+    "p99_ms_while_training",
+    "errors",
+    "batch_decisions_per_s",
+    "workers",
+}
 
 
 def test_workload_uses_real_contexts_and_the_chosen_arms_bandwidth() -> None:

@@ -130,6 +130,23 @@ class DecisionPlane:
             **sections,
         )
 
+    async def recommend_batch(self, items: Sequence[tuple[Principal, RecommendRequest]]) -> list[Recommendation]:
+        """One :meth:`recommend` per ``(caller, request)``, in order (``RecommendBatch``).
+
+        Every item's caller is checked before anything is decided, so a refused batch logs no decision.
+
+        Raises
+        ------
+        PermissionDenied
+            An item names another device than its caller (field ``requests[i].device_id``).
+        """
+        for i, (principal, request) in enumerate(items):
+            if principal.device_id != request.device_id and not principal.is_admin:
+                raise PermissionDenied(
+                    "device_id does not match the authenticated device", field=f"requests[{i}].device_id"
+                )
+        return [await self.recommend(principal, request) for principal, request in items]
+
     async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:
         """Join an outcome with its decision, compute the reward, queue it for training, let the engines learn.
 

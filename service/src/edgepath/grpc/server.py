@@ -18,7 +18,7 @@ from edgepath.grpc import convert
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
-from edgepath.types import Principal
+from edgepath.types import Principal, RecommendBatch
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 
@@ -110,13 +110,34 @@ class PathServicer(pb_grpc.PathServiceServicer):
         """
         if self.security is None:
             return Principal(device_id=declared_device_id)
+        principal = self.authenticated(context) or Principal(device_id=declared_device_id[:128])
+        await self.security.admit(principal)
+        return principal
+
+    def authenticated(self, context: grpc.aio.ServicerContext) -> Principal | None:
+        """The verified caller (client certificate, else bearer metadata), or None when authentication is off.
+
+        Raises
+        ------
+        Unauthenticated
+        """
+        assert self.security is not None
         auth = self.security.auth
         metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
         peer = identity_from_auth_context(context.auth_context()) if auth.mtls else None
-        principal = auth.authenticate(authorization=metadata.get("authorization"), peer_identity=peer)
-        principal = principal or Principal(device_id=declared_device_id[:128])
-        await self.security.admit(principal)
-        return principal
+        return auth.authenticate(authorization=metadata.get("authorization"), peer_identity=peer)
+
+    async def principals(self, context: grpc.aio.ServicerContext, declared_device_ids: list[str]) -> list[Principal]:
+        """The caller of each batch item: the authenticated principal for all (one budget token per batch),
+        or (authentication off) each item's self-declared device (one token per distinct device)."""
+        if self.security is not None and (principal := self.authenticated(context)) is not None:
+            await self.security.admit(principal)
+            return [principal] * len(declared_device_ids)
+        declared = {d: Principal(device_id=d[:128]) for d in declared_device_ids}
+        if self.security is not None:
+            for p in declared.values():
+                await self.security.admit(p)
+        return [declared[d] for d in declared_device_ids]
 
     async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:
         try:
@@ -128,6 +149,21 @@ class PathServicer(pb_grpc.PathServiceServicer):
         except EdgePathError as exc:
             await abort_with(context, exc)
         return convert.recommendation_to_proto(rec)
+
+    async def RecommendBatch(
+        self, request: pb.RecommendBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecommendBatchResponse:
+        try:
+            if self.security is not None:
+                self.authenticated(context)  # refuse a bad credential before saying anything about the body
+            batch = convert.recommend_batch_request(request)
+            principals = await self.principals(context, [r.device_id for r in batch.requests])
+            recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
+        except ValidationError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+        except EdgePathError as exc:
+            await abort_with(context, exc)
+        return convert.recommendation_batch_to_proto(RecommendBatch(recommendations=recs))
 
     async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:
         try:

@@ -1,6 +1,6 @@
 """REST transport: FastAPI app over the :class:`~edgepath.plane.DecisionPlane`.
 
-Routes: ``POST /v1/recommendations``, ``POST /v1/outcomes``, ``GET /healthz``
+Routes: ``POST /v1/recommendations``, ``POST /v1/recommendations/batch``, ``POST /v1/outcomes``, ``GET /healthz``
 (liveness), ``GET /readyz`` (readiness: state store reachable), ``GET /metrics``
 (Prometheus), the admin quarantine routes, and the OpenAPI docs at ``/docs`` and ``/openapi.json``.
 
@@ -39,7 +39,15 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticat
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
-from edgepath.types import OutcomeAck, OutcomeReport, Principal, Recommendation, RecommendRequest
+from edgepath.types import (
+    OutcomeAck,
+    OutcomeReport,
+    Principal,
+    Recommendation,
+    RecommendBatch,
+    RecommendBatchRequest,
+    RecommendRequest,
+)
 
 #: The one table from error kinds to HTTP statuses.
 HTTP_STATUS: dict[ErrorKind, int] = {
@@ -173,6 +181,18 @@ class Gate:
             await self.security.admit(declared)
         return declared
 
+    async def devices(self, request: Request, declared_device_ids: Sequence[str]) -> list[Principal]:
+        """The caller of each item of a batch: the authenticated principal for all (one budget token per
+        batch), or (authentication off) each item's self-declared device (one token per distinct device)."""
+        principal = await self.caller(request)
+        if principal is not None:
+            return [principal] * len(declared_device_ids)
+        declared = {d: Principal(device_id=d) for d in declared_device_ids}
+        if self.security is not None:
+            for p in declared.values():
+                await self.security.admit(p)
+        return [declared[d] for d in declared_device_ids]
+
     async def admin(self, request: Request) -> Principal:
         """The authenticated caller of an admin route (the plane checks the admin flag).
 
@@ -204,6 +224,23 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
         """Radio context in, recommendation (primary path, decision record) out."""
         body = parse_body(await request.body(), RecommendRequest)
         return json_response(await plane.recommend(await gate.device(request, body.device_id), body))
+
+    @router.post(
+        "/v1/recommendations/batch",
+        tags=tags,
+        response_model=RecommendBatch,
+        operation_id="recommend_batch",
+        openapi_extra=documented_body(RecommendBatchRequest),
+    )
+    async def recommend_batch(request: Request) -> Response:
+        """Many devices' contexts in (a gateway for its clients), one recommendation each out, in order.
+
+        An invalid item refuses the whole batch (422 naming ``requests[i]....``); nothing is decided.
+        """
+        body = parse_body(await request.body(), RecommendBatchRequest)
+        principals = await gate.devices(request, [r.device_id for r in body.requests])
+        recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
+        return json_response(RecommendBatch(recommendations=recs))
 
     @router.post(
         "/v1/outcomes",
@@ -303,5 +340,5 @@ def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> Fa
     add_decisions_routes(app, plane, gate)
     add_admin_routes(app, plane, gate)
     add_health_routes(app, plane)
-    install_openapi(app, (RecommendRequest, OutcomeReport))
+    install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
     return app
