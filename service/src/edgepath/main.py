@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import uvicorn
 
+from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.metrics import Metrics
@@ -206,14 +207,15 @@ class Service:
                     "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
                 )
         self.security = build_security(s, shared_redis(self.store), guard=self.plane.guard)
+        admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
         grpc_server, health_servicer, self.grpc_port = create_server(
-            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s)
+            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s), admission
         )
         await grpc_server.start()
         await set_serving(health_servicer, True)
 
         config = uvicorn.Config(
-            create_app(self.plane, self.security),
+            create_app(self.plane, self.security, admission),
             host=s.host,
             port=s.http_port,
             log_level="warning",
@@ -240,6 +242,7 @@ class Service:
         if self.trainer_role is not None:
             background.append(asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
+        background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:

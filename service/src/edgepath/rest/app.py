@@ -35,6 +35,7 @@ from fastapi.security import HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
+from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
@@ -61,6 +62,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 }
 
 _JSON = "application/json"
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -143,6 +145,46 @@ def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]]) -> Non
         return doc
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+class ShedPastCapacity:
+    """ASGI middleware: past capacity (:class:`~edgepath.admission.Admission`) a ``/v1`` request is answered
+    503 with ``Retry-After`` at once, before its body is read (a bounded queue: admitted requests keep their
+    latency, the excess is told when to come back). Health, readiness and metrics are never shed."""
+
+    def __init__(self, app: Any, admission: Admission, on_shed: Any) -> None:
+        self.app = app
+        self.admission = admission
+        self.on_shed = on_shed
+        self.inflight = 0
+        self._body = orjson.dumps(
+            {"error": ErrorKind.UNAVAILABLE.value, "field": None, "message": "overloaded; retry after 1 s"}
+        )
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        if self.admission.shed(self.inflight):
+            self.on_shed()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 503,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(self._body)).encode()),
+                        (b"retry-after", str(max(1, math.ceil(RETRY_AFTER_MS / 1000))).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": self._body})
+            return
+        self.inflight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.inflight -= 1
 
 
 # --- who is calling --------------------------------------------------------------------------------------------------
@@ -298,8 +340,11 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None
         return PlainTextResponse(generate_latest(plane.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> FastAPI:
-    """Build the FastAPI application bound to ``plane`` (``security``: see :class:`Gate`)."""
+def create_app(
+    plane: DecisionPlane, security: EdgeSecurity | None = None, admission: Admission | None = None
+) -> FastAPI:
+    """Build the FastAPI application bound to ``plane`` (``security``: see :class:`Gate`; past capacity,
+    ``admission``, new ``/v1`` requests are shed: :class:`ShedPastCapacity`)."""
     app = FastAPI(
         title="EdgePath",
         version="0.1.0",
@@ -335,6 +380,12 @@ def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> Fa
 
     # security: body size bound before anything reads the body
     app.add_middleware(BodySizeLimit, max_bytes=security.max_message_bytes if security else DEFAULT_MAX_MESSAGE_BYTES)
+    # Outermost of ours (added last): a shed request costs no body read, no validation.
+    app.add_middleware(
+        ShedPastCapacity,
+        admission=admission or Admission(),
+        on_shed=lambda: plane.metrics.shed.labels("rest").inc(),
+    )
     gate = Gate(security)
     # One line per group of routes (registered on the app itself: no included-router indirection per request).
     add_decisions_routes(app, plane, gate)
