@@ -19,7 +19,17 @@ from deploy_helpers import ROOT, VENV_BIN, served
 sys.path.insert(0, str(ROOT / "loadtest"))
 import workload
 
-REQUIRED_BENCH_KEYS = {"service_rps", "echo_rps", "ratio", "p50_ms", "p99_ms", "p99_ms_while_training"}
+REQUIRED_BENCH_KEYS = {
+    "service_rps",
+    "echo_rps",
+    "ratio",
+    "p50_ms",
+    "p99_ms",
+    "p99_ms_while_training",
+    "errors",
+    "batch_decisions_per_s",
+    "workers",
+}
 
 
 def test_workload_uses_real_contexts_and_the_chosen_arms_bandwidth() -> None:
@@ -75,6 +85,8 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
             "4",
             "--situations",
             "200",
+            "--overload-s",
+            "1",
         ],
         capture_output=True,
         text=True,
@@ -88,6 +100,10 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         assert data[transport]["service_rps"] > 0 and data[transport]["echo_rps"] > 0
         assert data[transport]["ratio"] == pytest.approx(data[transport]["service_rps"] / data[transport]["echo_rps"])
         assert data[transport]["errors"] == 0
+        assert data[transport]["batch_decisions_per_s"] > 0 and data[transport]["workers"] == 1
+        overload = data[transport]["overload"]
+        assert {"shed_share", "p99_ms_admitted", "recovery_s"} <= set(overload)
+        assert 0.0 <= overload["shed_share"] <= 1.0
 
 
 @pytest.mark.slow

@@ -141,7 +141,9 @@ def serve(
             tmp.replace(ready_file)
         await task
 
-    asyncio.run(run())
+    from edgepath.main import run_event_loop
+
+    run_event_loop(run())
 
 
 @app.command()

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import uvicorn
 
+from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.metrics import Metrics
@@ -36,9 +39,32 @@ from edgepath.security.tls import grpc_server_credentials, uvicorn_ssl_options
 from edgepath.settings import Settings
 from edgepath.state.base import StateStore
 from edgepath.state.memory import MemoryStore
-from edgepath.training.online import ModelRegistry, OnlineTrainer
+from edgepath.training.online import ModelRegistry, OnlineTrainer, ProcessRefitter
 
 log = logging.getLogger("edgepath")
+T = TypeVar("T")
+
+
+def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to completion on uvloop (libuv; faster socket handling for grpc.aio and uvicorn),
+    or on the standard asyncio loop when ``EDGEPATH_EVENT_LOOP=asyncio`` or uvloop is not installed."""
+    if os.environ.get("EDGEPATH_EVENT_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:  # optional speed-up: the service runs the same without it
+            pass
+        else:
+            return uvloop.run(main)
+    return asyncio.run(main)
+
+
+def http_protocol() -> str:
+    """uvicorn's HTTP parser: ``httptools`` (llhttp, C) when installed, else the pure-Python ``h11``."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
 
 
 def build_model(settings: Settings) -> PrimaryPathBandit:
@@ -164,11 +190,13 @@ class Service:
         metrics.model_version.set(registry.current.version)
         registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
         guard = build_outcome_guard(settings, shared_redis(store))  # security: bounded learning
-        plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
         from edgepath.state.redis import RedisStore
 
+        plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
+
         if not isinstance(store, RedisStore):
-            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size)
+            # Refits in their own lower-priority process: a refit never holds the serving loop's GIL.
+            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size, refitter=ProcessRefitter())
             return cls(settings, store, registry, plane, trainer, metrics)
         from edgepath.training.leader import TrainerRole
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
@@ -197,19 +225,21 @@ class Service:
                     "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
                 )
         self.security = build_security(s, shared_redis(self.store), guard=self.plane.guard)
+        admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
         grpc_server, health_servicer, self.grpc_port = create_server(
-            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s)
+            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s), admission
         )
         await grpc_server.start()
         await set_serving(health_servicer, True)
 
         config = uvicorn.Config(
-            create_app(self.plane, self.security),
+            create_app(self.plane, self.security, admission),
             host=s.host,
             port=s.http_port,
             log_level="warning",
             access_log=False,
             lifespan="off",
+            http=http_protocol(),
             **uvicorn_ssl_options(s),
         )
         http_server = uvicorn.Server(config)
@@ -230,6 +260,7 @@ class Service:
         if self.trainer_role is not None:
             background.append(asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
+        background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
@@ -254,6 +285,8 @@ class Service:
             await asyncio.gather(*background, return_exceptions=True)
             if self.trainer is not None:
                 await self.trainer.stop()
+                if isinstance(self.trainer.refitter, ProcessRefitter):
+                    self.trainer.refitter.close()
             if self.follower is not None:
                 await self.follower.stop()
             http_server.should_exit = True

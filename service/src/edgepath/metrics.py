@@ -1,10 +1,106 @@
-"""Prometheus metrics of one service process, on an explicitly passed registry."""
+"""Prometheus metrics of one service process, on an explicitly passed registry.
+
+The serving loop's own metrics (decisions, outcomes, decision time) are *hot*: a request updates
+plain Python numbers (:class:`HotCounter`, :class:`HotHistogram`), without the lock every
+``prometheus_client`` child takes per update, and the registry reads them only when scraped
+(:class:`_HotCollector`). They are updated from the one event-loop thread that runs the plane; each
+serving process (``--workers N``) has its own. The other metrics (store, snapshots) are updated off
+the hot path and stay ``prometheus_client`` metrics.
+"""
 
 from __future__ import annotations
 
+import bisect
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+
+class _Value:
+    """A number with ``get()``, like ``prometheus_client``'s value holders (tests read ``child._value.get()``)."""
+
+    __slots__ = ("v",)
+
+    def __init__(self) -> None:
+        self.v = 0.0
+
+    def get(self) -> float:
+        return self.v
+
+
+class HotCounterChild:
+    """One label set of a :class:`HotCounter`."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = _Value()
+
+    def inc(self, amount: float = 1.0) -> None:
+        """Add ``amount`` (≥ 0) without a lock (single event-loop thread)."""
+        self._value.v += amount
+
+
+class HotCounter:
+    """A labelled counter for the serving loop; exported as ``<name>_total`` like a Prometheus counter."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self._children: dict[tuple[str, ...], HotCounterChild] = {}
+
+    def labels(self, *values: str) -> HotCounterChild:
+        """The child of ``values`` (one per label name, in order), created on first use."""
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+            child = self._children[values] = HotCounterChild()
+        return child
+
+    def collect(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in list(self._children.items()):
+            family.add_metric(list(values), child._value.v)
+        return family
+
+
+class HotHistogram:
+    """A histogram for the serving loop: bucket counts in a list, no lock; seconds, like Prometheus's."""
+
+    def __init__(self, name: str, documentation: str, buckets: Sequence[float]) -> None:
+        self.name, self.documentation = name, documentation
+        self.bounds = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.bounds) + 1)  # last: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count one observation of ``value`` (seconds)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == math.inf else repr(float(bound)), float(cumulative)))
+        family.add_metric([], buckets, self.sum)
+        return family
+
+
+class _HotCollector(Collector):
+    """Exports the hot metrics when the registry is scraped."""
+
+    def __init__(self, *metrics: HotCounter | HotHistogram) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.metrics:
+            yield metric.collect()
 
 
 @dataclass
@@ -12,28 +108,33 @@ class Metrics:
     """The service's metrics; build one per process (or per test) with its own registry."""
 
     registry: CollectorRegistry
-    decisions: Counter
-    outcomes: Counter
-    decision_seconds: Histogram
+    decisions: HotCounter
+    outcomes: HotCounter
+    decision_seconds: HotHistogram
     model_version: Gauge
     outcomes_dropped: Counter
     store_degraded: Gauge
     outbox_outcomes: Gauge
     snapshots_rejected: Counter
+    shed: HotCounter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
         reg = registry or CollectorRegistry()
+        decisions = HotCounter("edgepath_decisions", "Primary-path decisions", ["policy", "access_type"])
+        outcomes = HotCounter("edgepath_outcomes", "Outcome reports by result", ["result"])
+        decision_seconds = HotHistogram(
+            "edgepath_decision_seconds",
+            "Time to decide one recommendation (plane only), s",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
+        )
+        shed = HotCounter("edgepath_shed", "Requests refused because the server was past capacity", ["transport"])
+        reg.register(_HotCollector(decisions, outcomes, decision_seconds, shed))
         return cls(
             registry=reg,
-            decisions=Counter("edgepath_decisions", "Primary-path decisions", ["policy", "access_type"], registry=reg),
-            outcomes=Counter("edgepath_outcomes", "Outcome reports by result", ["result"], registry=reg),
-            decision_seconds=Histogram(
-                "edgepath_decision_seconds",
-                "Time to decide one recommendation (plane only), s",
-                buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
-                registry=reg,
-            ),
+            decisions=decisions,
+            outcomes=outcomes,
+            decision_seconds=decision_seconds,
             model_version=Gauge("edgepath_model_version", "Serving primary-path model version", registry=reg),
             outcomes_dropped=Counter(
                 "edgepath_outcomes_dropped",
@@ -50,4 +151,5 @@ class Metrics:
             snapshots_rejected=Counter(
                 "edgepath_snapshots_rejected", "Model snapshots refused before unpickling", ["reason"], registry=reg
             ),
+            shed=shed,
         )

@@ -109,6 +109,8 @@ class DecisionPlane:
             decided_at=now,
             link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
         )
+        # Written before the reply, never behind it: an outcome may be reported to any replica at once
+        # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
         await self.store.put_decision(record, self.settings.decision_ttl_s)
         self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now)
@@ -127,6 +129,23 @@ class DecisionPlane:
             decided_at_unix_ms=int(now * 1000),
             **sections,
         )
+
+    async def recommend_batch(self, items: Sequence[tuple[Principal, RecommendRequest]]) -> list[Recommendation]:
+        """One :meth:`recommend` per ``(caller, request)``, in order (``RecommendBatch``).
+
+        Every item's caller is checked before anything is decided, so a refused batch logs no decision.
+
+        Raises
+        ------
+        PermissionDenied
+            An item names another device than its caller (field ``requests[i].device_id``).
+        """
+        for i, (principal, request) in enumerate(items):
+            if principal.device_id != request.device_id and not principal.is_admin:
+                raise PermissionDenied(
+                    "device_id does not match the authenticated device", field=f"requests[{i}].device_id"
+                )
+        return [await self.recommend(principal, request) for principal, request in items]
 
     async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:
         """Join an outcome with its decision, compute the reward, queue it for training, let the engines learn.

@@ -408,6 +408,30 @@ class Recommendation(BaseModel):
     # --- end issue 4 ---
 
 
+# --- batch (issue 16): one call, many devices ------------------------------------------------------------------
+#: Requests per RecommendBatch call.
+MAX_BATCH = 256
+
+
+class RecommendBatchRequest(BaseModel):
+    """Many devices' contexts in one call (``RecommendBatch``): a gateway asking for its clients."""
+
+    model_config = _STRICT
+
+    requests: list[RecommendRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class RecommendBatch(BaseModel):
+    """One recommendation per request of a :class:`RecommendBatchRequest`, in the same order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    recommendations: list[Recommendation]
+
+
+# --- end batch ---------------------------------------------------------------------------------------------------
+
+
 class OutcomeReport(BaseModel):
     """Measured outcome of a decision (``ReportOutcome``)."""
 

@@ -6,6 +6,8 @@ mainline kernel is assumed; :mod:`edgepath.engines.congestion`); learns nothing 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter
 from edgepath.engines import congestion
@@ -13,19 +15,41 @@ from edgepath.settings import Settings
 
 
 def congestion_advice(request: ep_types.RecommendRequest) -> ep_types.CongestionAdvice:
-    """Congestion-control pair for the request's profile and kernel (Łuczak et al. 2023, Table 3)."""
+    """Congestion-control pair for the request's profile and kernel (Łuczak et al. 2023, Table 3).
+
+    The advice depends on nothing else, so it is computed once per (profile, capabilities) and the
+    immutable answer shared (issue 16: the ranking was ~10 % of a decision's CPU).
+    """
     k = request.kernel
+    key = (
+        None
+        if k is None
+        else (
+            tuple(k.available_congestion_controls),
+            tuple(k.allowed_congestion_controls),
+            tuple(k.mptcp_schedulers),
+            tuple(k.path_managers),
+        )
+    )
+    return _advice(request.application_profile, key)
+
+
+@lru_cache(maxsize=4096)
+def _advice(
+    profile: ep_types.ApplicationProfile,
+    kernel: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None,
+) -> ep_types.CongestionAdvice:
     caps = (
         congestion.KernelCapabilities(
-            available_congestion_controls=tuple(k.available_congestion_controls),
-            allowed_congestion_controls=tuple(k.allowed_congestion_controls),
-            mptcp_schedulers=tuple(k.mptcp_schedulers),
-            path_managers=tuple(k.path_managers),
+            available_congestion_controls=kernel[0],
+            allowed_congestion_controls=kernel[1],
+            mptcp_schedulers=kernel[2],
+            path_managers=kernel[3],
         )
-        if k is not None
+        if kernel is not None
         else congestion.KernelCapabilities()
     )
-    a = congestion.advise(request.application_profile, caps)
+    a = congestion.advise(profile, caps)
     return ep_types.CongestionAdvice(
         profile=a.profile,
         mptcp_level=a.mptcp_level,

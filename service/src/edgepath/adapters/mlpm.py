@@ -7,6 +7,8 @@ the profile and settings, Eq. 2–4).
 
 from __future__ import annotations
 
+from cachetools import LRUCache
+
 from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter
 from edgepath.engines import mlpm
@@ -75,12 +77,30 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
 
 
 class MlpmAdapter(EngineAdapter):
-    """``scheduler`` in every recommendation (settings ``mlpm_*``)."""
+    """``scheduler`` in every recommendation (settings ``mlpm_*``).
+
+    A request without ``subflow_histories`` is decided on its interfaces' names and ``rtt_ms``, its
+    profile and its kernel's schedulers alone: those answers are cached per context (bounded LRU;
+    issue 16), requests with histories are always computed.
+    """
 
     section = "scheduler"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, cache_size: int = 4096) -> None:
         self.settings = settings
+        self._cache: LRUCache[tuple[object, ...], ep_types.SchedulerAdvice] = LRUCache(maxsize=cache_size)
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SchedulerAdvice:
-        return scheduler_advice(decision.request, self.settings)
+        request = decision.request
+        if request.subflow_histories:
+            return scheduler_advice(request, self.settings)
+        k = request.kernel
+        key = (
+            request.application_profile,
+            tuple((i.name, i.rtt_ms) for i in request.interfaces),
+            tuple(k.mptcp_schedulers) if k is not None else None,
+        )
+        advice = self._cache.get(key)
+        if advice is None:
+            advice = self._cache[key] = scheduler_advice(request, self.settings)
+        return advice

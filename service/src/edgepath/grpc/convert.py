@@ -16,6 +16,8 @@ from edgepath.types import (
     OutcomeAck,
     OutcomeReport,
     Recommendation,
+    RecommendBatch,
+    RecommendBatchRequest,
     RecommendRequest,
     SchedulerAdvice,
     ServerSelection,
@@ -61,12 +63,27 @@ def _interface_dict(msg: pb.InterfaceContext) -> dict[str, Any]:
     return d
 
 
-def recommend_request(msg: pb.RecommendRequest) -> RecommendRequest:
-    """Validate a ``RecommendRequest``; raises ``pydantic.ValidationError``."""
+def recommend_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
+    """A ``RecommendRequest`` as plain values for pydantic validation (nothing validated yet)."""
     d: dict[str, Any] = {"device_id": msg.device_id, "interfaces": [_interface_dict(i) for i in msg.interfaces]}
     d.update(mlpm_cc_request_fields(msg))  # issue 3
     d.update(ssmp_request_fields(msg))  # issue 4
-    return RecommendRequest.model_validate(d)
+    return d
+
+
+def recommend_request(msg: pb.RecommendRequest) -> RecommendRequest:
+    """Validate a ``RecommendRequest``; raises ``pydantic.ValidationError``."""
+    return RecommendRequest.model_validate(recommend_request_fields(msg))
+
+
+def recommend_batch_request(msg: pb.RecommendBatchRequest) -> RecommendBatchRequest:
+    """Validate a ``RecommendBatchRequest`` in one pass (errors name ``requests[i]....``); raises
+    ``pydantic.ValidationError``."""
+    return RecommendBatchRequest.model_validate({"requests": [recommend_request_fields(r) for r in msg.requests]})
+
+
+def recommendation_batch_to_proto(batch: RecommendBatch) -> pb.RecommendBatchResponse:
+    return pb.RecommendBatchResponse(recommendations=[recommendation_to_proto(r) for r in batch.recommendations])
 
 
 def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:

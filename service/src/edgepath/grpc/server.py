@@ -13,12 +13,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from pydantic import ValidationError
 
+from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
-from edgepath.types import Principal
+from edgepath.types import Principal, RecommendBatch
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 
@@ -96,9 +97,26 @@ def add_servicer(add_to_server: Any, servicer: object, server: grpc.aio.Server) 
 class PathServicer(pb_grpc.PathServiceServicer):
     """Thin adapter: proto → domain → plane → proto."""
 
-    def __init__(self, plane: DecisionPlane, security: EdgeSecurity | None = None) -> None:
+    def __init__(
+        self, plane: DecisionPlane, security: EdgeSecurity | None = None, admission: Admission | None = None
+    ) -> None:
         self.plane = plane
         self.security = security
+        self.admission = admission or Admission()
+        self.inflight = 0
+
+    async def admit_call(self, context: grpc.aio.ServicerContext) -> None:
+        """Take a slot of the bounded in-flight window, or shed the call: RESOURCE_EXHAUSTED with
+        ``retry-after-ms`` trailing metadata (past capacity the queue stays bounded instead of latency growing).
+        The caller releases the slot with ``self.inflight -= 1``."""
+        if self.admission.shed(self.inflight):
+            self.plane.metrics.shed.labels("grpc").inc()
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"overloaded: past capacity; retry after {RETRY_AFTER_MS} ms",
+                trailing_metadata=(("retry-after-ms", str(RETRY_AFTER_MS)),),
+            )
+        self.inflight += 1
 
     async def principal(self, context: grpc.aio.ServicerContext, declared_device_id: str) -> Principal:
         """The caller: verified client certificate (mTLS), else ``authorization: Bearer`` metadata, else (auth off)
@@ -110,35 +128,83 @@ class PathServicer(pb_grpc.PathServiceServicer):
         """
         if self.security is None:
             return Principal(device_id=declared_device_id)
-        auth = self.security.auth
-        metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
-        peer = identity_from_auth_context(context.auth_context()) if auth.mtls else None
-        principal = auth.authenticate(authorization=metadata.get("authorization"), peer_identity=peer)
-        principal = principal or Principal(device_id=declared_device_id[:128])
+        principal = self.authenticated(context) or Principal(device_id=declared_device_id[:128])
         await self.security.admit(principal)
         return principal
 
+    def authenticated(self, context: grpc.aio.ServicerContext) -> Principal | None:
+        """The verified caller (client certificate, else bearer metadata), or None when authentication is off.
+
+        Raises
+        ------
+        Unauthenticated
+        """
+        assert self.security is not None
+        auth = self.security.auth
+        metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
+        peer = identity_from_auth_context(context.auth_context()) if auth.mtls else None
+        return auth.authenticate(authorization=metadata.get("authorization"), peer_identity=peer)
+
+    async def principals(self, context: grpc.aio.ServicerContext, declared_device_ids: list[str]) -> list[Principal]:
+        """The caller of each batch item: the authenticated principal for all (one budget token per batch),
+        or (authentication off) each item's self-declared device (one token per distinct device)."""
+        if self.security is not None and (principal := self.authenticated(context)) is not None:
+            await self.security.admit(principal)
+            return [principal] * len(declared_device_ids)
+        declared = {d: Principal(device_id=d[:128]) for d in declared_device_ids}
+        if self.security is not None:
+            for p in declared.values():
+                await self.security.admit(p)
+        return [declared[d] for d in declared_device_ids]
+
     async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:
+        await self.admit_call(context)
         try:
-            principal = await self.principal(context, request.device_id)
-            req = convert.recommend_request(request)
-            rec = await self.plane.recommend(principal, req)
-        except ValidationError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
-        except EdgePathError as exc:
-            await abort_with(context, exc)
-        return convert.recommendation_to_proto(rec)
+            try:
+                principal = await self.principal(context, request.device_id)
+                req = convert.recommend_request(request)
+                rec = await self.plane.recommend(principal, req)
+            except ValidationError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+            except EdgePathError as exc:
+                await abort_with(context, exc)
+            return convert.recommendation_to_proto(rec)
+        finally:
+            self.inflight -= 1
+
+    async def RecommendBatch(
+        self, request: pb.RecommendBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecommendBatchResponse:
+        await self.admit_call(context)
+        try:
+            try:
+                if self.security is not None:
+                    self.authenticated(context)  # refuse a bad credential before saying anything about the body
+                batch = convert.recommend_batch_request(request)
+                principals = await self.principals(context, [r.device_id for r in batch.requests])
+                recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
+            except ValidationError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+            except EdgePathError as exc:
+                await abort_with(context, exc)
+            return convert.recommendation_batch_to_proto(RecommendBatch(recommendations=recs))
+        finally:
+            self.inflight -= 1
 
     async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:
+        await self.admit_call(context)
         try:
-            principal = await self.principal(context, request.device_id)
-            report = convert.outcome_report(request)
-            ack = await self.plane.report_outcome(principal, report)
-        except ValidationError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
-        except EdgePathError as exc:
-            await abort_with(context, exc)
-        return convert.ack_to_proto(ack)
+            try:
+                principal = await self.principal(context, request.device_id)
+                report = convert.outcome_report(request)
+                ack = await self.plane.report_outcome(principal, report)
+            except ValidationError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+            except EdgePathError as exc:
+                await abort_with(context, exc)
+            return convert.ack_to_proto(ack)
+        finally:
+            self.inflight -= 1
 
 
 def create_server(
@@ -146,6 +212,7 @@ def create_server(
     address: str,
     security: EdgeSecurity | None = None,
     credentials: grpc.ServerCredentials | None = None,
+    admission: Admission | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """Build (not start) the gRPC server on ``address`` ("host:port"; port 0 = any free).
 
@@ -154,13 +221,16 @@ def create_server(
     instead of plaintext. Messages are bounded by ``security.max_message_bytes``
     (``DEFAULT_MAX_MESSAGE_BYTES`` without security) in both directions.
 
+    Past capacity (``admission``, :mod:`edgepath.admission`) new ``PathService`` calls are shed
+    (RESOURCE_EXHAUSTED with ``retry-after-ms``); health checks are never shed.
+
     Returns the server, its health servicer (to flip serving status) and the bound port.
     """
     max_bytes = security.max_message_bytes if security is not None else DEFAULT_MAX_MESSAGE_BYTES
     server = grpc.aio.server(
         options=[("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
     )
-    add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security), server)
+    add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security, admission), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if credentials is not None:

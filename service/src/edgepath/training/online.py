@@ -16,10 +16,15 @@ again, pending, to whoever reads next).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from collections.abc import Awaitable, Callable
+import multiprocessing
+import os
+import pickle
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import cloudpickle
 from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
 from edgepath.state.base import OutcomeRecord, StateStore
 from edgepath.tasks import stop_task
@@ -92,6 +97,53 @@ def to_sample(outcome: OutcomeRecord) -> TrainingSample:
     )
 
 
+def _refit_blob(blob: bytes, samples: Sequence[TrainingSample]) -> bytes:
+    """In the refit process: unpickle the serving model (a private copy), ``update`` it, pickle it back."""
+    model: PrimaryPathBandit = pickle.loads(blob)  # our own process's model, pickled by the parent
+    model.update(samples)
+    return bytes(cloudpickle.dumps(model))
+
+
+def _lower_priority(niceness: int) -> None:
+    os.nice(niceness)
+
+
+class ProcessRefitter:
+    """Refits in one separate, lower-priority process (issue 16: training never starves serving).
+
+    A refit in a thread of the serving process holds the GIL for the whole ``partial_fit``: decisions
+    wait behind it (p99 while training several times the idle p99). Here the serving process only
+    pickles the model (cloudpickle: contextualbandits policies hold closures) and unpickles the
+    result, in a worker thread; the fit runs in a ``spawn``-started process (no fork of a process
+    holding gRPC threads) at ``niceness`` above the server's, so on a busy machine the scheduler
+    serves decisions first. One worker: refits are sequential anyway (one trainer).
+    """
+
+    def __init__(self, niceness: int = 10) -> None:
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_lower_priority,
+            initargs=(niceness,),
+        )
+
+    async def __call__(self, model: PrimaryPathBandit, samples: list[TrainingSample]) -> PrimaryPathBandit:
+        """``model`` refitted on ``samples`` (a new object; ``model`` is not modified)."""
+        loop = asyncio.get_running_loop()
+        blob = await asyncio.to_thread(cloudpickle.dumps, model)
+        out = await loop.run_in_executor(self._pool, _refit_blob, blob, samples)
+        refitted: PrimaryPathBandit = await asyncio.to_thread(pickle.loads, out)  # from our own refit process
+        return refitted
+
+    def close(self) -> None:
+        """Stop the refit process (a refit under way is abandoned; its outcomes are not acknowledged)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+#: ``refitter(model, samples) -> refitted copy``: where a refit runs (default: a worker thread).
+Refitter = Callable[[PrimaryPathBandit, list[TrainingSample]], Awaitable[PrimaryPathBandit]]
+
+
 class OnlineTrainer:
     """Consumes outcomes from ``store`` and refits the registry's model every ``batch_size``.
 
@@ -106,6 +158,8 @@ class OnlineTrainer:
     publisher:
         Publishes a refitted model and acknowledges its outcomes atomically (shared store);
         default: publish in ``registry``, then ``store.ack_outcomes``.
+    refitter:
+        Where the refit runs (e.g. :class:`ProcessRefitter`); default: a clone refitted in a worker thread.
     """
 
     def __init__(
@@ -115,6 +169,7 @@ class OnlineTrainer:
         batch_size: int = 50,
         consumer: str = "trainer",
         publisher: Publisher | None = None,
+        refitter: Refitter | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -123,6 +178,7 @@ class OnlineTrainer:
         self.batch_size = batch_size
         self.consumer = consumer
         self.publisher = publisher
+        self.refitter = refitter
         self.outcomes_used = 0
         self.refits = 0
         self._buffer: list[tuple[str, OutcomeRecord]] = []
@@ -176,7 +232,7 @@ class OnlineTrainer:
             clone.update(samples)
             return clone
 
-        refitted = await asyncio.to_thread(fit)
+        refitted = await (self.refitter(live, samples) if self.refitter is not None else asyncio.to_thread(fit))
         refitted.carry_exploration_from(self.registry.current.model)
         entry_ids = [entry_id for entry_id, _ in batch]
         if self.publisher is not None:

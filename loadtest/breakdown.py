@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""Where one Recommend and one ReportOutcome spend their time, stage by stage (issue 16, item 1).
+
+Usage::
+
+    loadtest/breakdown.py [--n 2000] [--store memory|redis] [--profile] [--report out/breakdown.json]
+
+What runs: the real service parts, in this process, on one asyncio loop: ``Service.build`` (store,
+serving model, plane with the registered engine adapters, outcome guard), the real security bundle
+with a device token required (``edgepath tokens`` file: authentication and the per-device rate limit
+run as in production), the real transports' request/response code. No socket is involved: the rows
+are the CPU cost of each stage, the ``whole handler`` rows the same call through the real transport
+entry point (the FastAPI ASGI app called directly; the gRPC servicer method with a stand-in context),
+so ``framework`` = whole handler − the sum of the timed stages is what routing, dependency
+injection and response handling around them cost.
+
+Stages (explicit ``perf_counter_ns`` timers around the very functions the transports and the plane
+call, each iteration one real paired context of ``loadtest/workload.py``):
+
+Recommend: transport decode, authentication, rate limit, validation, feature encoding, bandit (the
+policy's decide minus the feature encoding), decision record write, each engine adapter's section
+(MLPM ``scheduler``, ``congestion``, SSMP ``server_selection``, ...), metrics, encode.
+ReportOutcome: transport decode, authentication, rate limit, validation, decision read, reward,
+outcome guard, outcome claim (store write), engine learning, metrics, encode.
+
+Per stage the report gives the mean and median in µs and the share of the whole handler's median.
+``--profile`` adds a pyinstrument call-stack profile of the whole REST and gRPC handlers.
+Speed is printed, never asserted; the machine may be shared (the load average is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+_VENV_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+if _VENV_PYTHON.exists() and Path(sys.prefix).resolve() != _VENV_PYTHON.parent.parent.resolve():
+    os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])  # run inside the project's venv
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+DEVICE = "bench-1"
+
+
+class Timers:
+    """Nanosecond samples per stage, in the order stages were first seen."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[int]] = defaultdict(list)
+
+    def add(self, stage: str, ns: int) -> None:
+        self.samples[stage].append(ns)
+
+    def time(self, stage: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter_ns()
+        out = fn()
+        self.add(stage, time.perf_counter_ns() - t0)
+        return out
+
+    async def atime(self, stage: str, coro: Awaitable[Any]) -> Any:
+        t0 = time.perf_counter_ns()
+        out = await coro
+        self.add(stage, time.perf_counter_ns() - t0)
+        return out
+
+    def table(self, whole: str) -> list[dict[str, Any]]:
+        """One row per stage: mean and median µs, share of the whole handler's median.
+
+        ``framework`` is the whole handler's median minus the sum of the stages' medians (medians,
+        because a shared machine's scheduling spikes land in the means).
+        """
+        whole_median = statistics.median(self.samples[whole]) / 1000.0
+        rows = []
+        staged = 0.0
+        for stage, ns in self.samples.items():
+            median = statistics.median(ns) / 1000.0
+            if stage != whole:
+                staged += median
+            rows.append(
+                {
+                    "stage": stage,
+                    "mean_us": round(statistics.fmean(ns) / 1000.0, 2),
+                    "median_us": round(median, 2),
+                    "share": round(median / whole_median, 3),
+                }
+            )
+        framework = whole_median - staged
+        rows.append(
+            {
+                "stage": "framework (whole handler − stages)",
+                "mean_us": None,
+                "median_us": round(framework, 2),
+                "share": round(framework / whole_median, 3),
+            }
+        )
+        return rows
+
+
+class FakeMetadatum:
+    def __init__(self, key: str, value: str) -> None:
+        self.key, self.value = key, value
+
+
+class FakeContext:
+    """Stands in for ``grpc.aio.ServicerContext`` in the direct servicer call (no socket)."""
+
+    def __init__(self, token: str) -> None:
+        self._md = (FakeMetadatum("authorization", f"Bearer {token}"),)
+
+    def invocation_metadata(self) -> Any:
+        return self._md
+
+    def auth_context(self) -> Any:
+        return {}
+
+    async def abort(self, code: Any, details: str = "", trailing_metadata: Any = ()) -> None:
+        raise RuntimeError(f"aborted: {code} {details}")
+
+
+async def asgi_post(app: Any, path: str, body: bytes, token: str) -> tuple[int, bytes]:
+    """One HTTP POST through the ASGI app, in process (what uvicorn hands the app for a request)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"authorization", f"Bearer {token}".encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    status = 0
+    chunks: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, b"".join(chunks)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    import workload
+    from edgepath import types as ep_types
+    from edgepath.engines.features import context_features
+    from edgepath.engines.reward import bernoulli_reward
+    from edgepath.grpc import convert
+    from edgepath.grpc.server import PathServicer
+    from edgepath.main import Service, shared_redis
+    from edgepath.plane import new_decision_id
+    from edgepath.rest.app import create_app, json_response, parse_body
+    from edgepath.security import build_security
+    from edgepath.security.auth import TokenFile
+    from edgepath.security.plausibility import reported_link_speeds_mbps
+    from edgepath.settings import Settings
+    from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord
+    from edgepath.wire import edgepath_pb2 as pb
+
+    tmp = Path(tempfile.mkdtemp(prefix="edgepath-breakdown-"))
+    tokens = TokenFile(tmp / "tokens.json")
+    token = tokens.add(DEVICE)
+    settings = Settings(
+        host="127.0.0.1",
+        store_url=args.store_url,
+        auth_tokens_file=tokens.path,
+        rate_limit_per_s=1e9,
+        rate_limit_burst=1_000_000_000,
+        outcome_cap_per_window=1_000_000_000,
+        hmac_key="breakdown-only-hmac-key-0123456789abcdef0123",
+        model_path=args.model,
+    )
+    service = Service.build(settings)
+    plane = service.plane
+    security = build_security(settings, shared_redis(service.store), guard=plane.guard)
+    app = create_app(plane, security)
+    servicer = PathServicer(plane, security)
+    context = FakeContext(token)
+    pool = workload.situations(min(args.n, 2000))
+    bodies = [json.dumps(workload.recommend_body(s, DEVICE)).encode() for s in pool]
+    protos = [workload.recommend_proto(pb, s, DEVICE).SerializeToString() for s in pool]
+    authorization = f"Bearer {token}"
+
+    rec_t = {"rest": Timers(), "grpc": Timers()}
+    out_t = {"rest": Timers(), "grpc": Timers()}
+
+    async def recommend_stages(t: Timers, transport: str, i: int) -> tuple[ep_types.Recommendation, DecisionRecord]:
+        """One Recommend, stage by stage, as the transport and ``DecisionPlane.recommend`` do it."""
+        if transport == "rest":
+            # One pass: pydantic's JSON parser validates straight into the model (rest.app.parse_body).
+            request = t.time("transport decode + validation", lambda: parse_body(bodies[i], ep_types.RecommendRequest))
+            principal = t.time("authentication", lambda: security.auth.authenticate(authorization=authorization))
+            await t.atime("rate limit", security.admit(principal))
+        else:
+            msg = t.time("transport decode", lambda: pb.RecommendRequest.FromString(protos[i]))
+            principal = t.time("authentication", lambda: security.auth.authenticate(authorization=authorization))
+            await t.atime("rate limit", security.admit(principal))
+            request = t.time("validation", lambda: convert.recommend_request(msg))
+        serving = plane.registry.current
+        t.time("feature encoding", lambda: context_features(request.interfaces))
+        t0 = time.perf_counter_ns()
+        choice = serving.model.decide(request.interfaces)
+        t.add("bandit", time.perf_counter_ns() - t0 - t.samples["feature encoding"][-1])
+        now = time.time()
+        arms = tuple(a.value for a in choice.arms)
+        record = DecisionRecord(
+            decision_id=new_decision_id(),
+            device_id=request.device_id,
+            model_version=serving.version,
+            policy=serving.model.policy_name,
+            arms=arms,
+            arm_index=choice.arm_index,
+            interface=choice.interface,
+            propensity=choice.propensity,
+            features=tuple(float(v) for v in choice.features),
+            decided_at=now,
+            link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
+        )
+        await t.atime("decision record write", plane.store.put_decision(record, settings.decision_ttl_s))
+        from edgepath.adapters.base import DecisionInput
+
+        decided = DecisionInput(request=request, store=plane.store, record=record, now_s=now)
+        sections: dict[str, Any] = {}
+        for engine in plane.engines:
+            sections[engine.section] = await t.atime(f"engine {engine.section}", engine.recommend(decided))
+        t.time(
+            "metrics",
+            lambda: (
+                plane.metrics.decisions.labels(record.policy, choice.access_type.value).inc(),
+                plane.metrics.decision_seconds.observe(0.001),
+            ),
+        )
+        rec = ep_types.Recommendation(
+            decision_id=record.decision_id,
+            model_version=serving.version,
+            policy=record.policy,
+            primary_path=ep_types.PrimaryPath(
+                interface=choice.interface,
+                access_type=choice.access_type,
+                propensity=choice.propensity,
+                arms=list(choice.arms),
+            ),
+            decided_at_unix_ms=int(now * 1000),
+            **sections,
+        )
+        if transport == "rest":
+            t.time("encode", lambda: json_response(rec))
+        else:
+            t.time("encode", lambda: convert.recommendation_to_proto(rec).SerializeToString())
+        return rec, record
+
+    async def outcome_stages(t: Timers, transport: str, rec: ep_types.Recommendation, s: Any) -> None:
+        """One ReportOutcome, stage by stage, as the transport and ``DecisionPlane.report_outcome`` do it."""
+        body = workload.outcome_body(s, DEVICE, rec.model_dump(mode="json"))
+        if transport == "rest":
+            raw_bytes = json.dumps(body).encode()
+            report = t.time("transport decode + validation", lambda: parse_body(raw_bytes, ep_types.OutcomeReport))
+        else:
+            wire = pb.OutcomeRequest(**body).SerializeToString()
+            msg = t.time("transport decode", lambda: pb.OutcomeRequest.FromString(wire))
+        principal = t.time("authentication", lambda: security.auth.authenticate(authorization=authorization))
+        await t.atime("rate limit", security.admit(principal))
+        if transport == "grpc":
+            report = t.time("validation", lambda: convert.outcome_report(msg))
+        decision = await t.atime("decision read", plane.store.get_decision(report.decision_id))
+        assert decision is not None
+        reward = t.time(
+            "reward",
+            lambda: bernoulli_reward(
+                report.throughput_bps,
+                report.latency_ms,
+                throughput_threshold_bps=settings.reward_throughput_bps,
+                latency_threshold_ms=settings.reward_latency_ms,
+            ),
+        )
+        assert plane.guard is not None
+        await t.atime("outcome guard", plane.guard.admit(decision, report))
+        outcome = OutcomeRecord(
+            decision_id=decision.decision_id,
+            device_id=decision.device_id,
+            model_version=decision.model_version,
+            arms=decision.arms,
+            arm_index=decision.arm_index,
+            propensity=decision.propensity,
+            features=decision.features,
+            throughput_bps=report.throughput_bps,
+            latency_ms=report.latency_ms,
+            loss=report.loss,
+            reward=reward,
+            reported_at=time.time(),
+        )
+        result = await t.atime("outcome claim (store write)", plane.store.claim_outcome(outcome))
+        assert result is ClaimResult.NEW
+        from edgepath.adapters.base import OutcomeInput
+
+        lesson = OutcomeInput(report=report, decision=decision, store=plane.store, now_s=time.time())
+        t0 = time.perf_counter_ns()
+        for engine in plane.engines:
+            await engine.learn(lesson)
+        t.add("engine learning", time.perf_counter_ns() - t0)
+        t.time("metrics", lambda: plane.metrics.outcomes.labels(result.value).inc())
+        ack = ep_types.OutcomeAck(decision_id=report.decision_id, accepted=True, duplicate=False, reward=reward)
+        if transport == "rest":
+            t.time("encode", lambda: json_response(ack))
+        else:
+            t.time("encode", lambda: convert.ack_to_proto(ack).SerializeToString())
+
+    async def whole_rest(i: int) -> tuple[float, float]:
+        t0 = time.perf_counter_ns()
+        status, body = await asgi_post(app, "/v1/recommendations", bodies[i], token)
+        t1 = time.perf_counter_ns()
+        assert status == 200, body
+        reply = json.loads(body)
+        out = json.dumps(workload.outcome_body(pool[i], DEVICE, reply)).encode()
+        t2 = time.perf_counter_ns()
+        status, body = await asgi_post(app, "/v1/outcomes", out, token)
+        t3 = time.perf_counter_ns()
+        assert status == 200, body
+        return t1 - t0, t3 - t2
+
+    async def whole_grpc(i: int) -> tuple[float, float]:
+        t0 = time.perf_counter_ns()
+        msg = pb.RecommendRequest.FromString(protos[i])
+        reply = await servicer.Recommend(msg, context)
+        reply.SerializeToString()
+        t1 = time.perf_counter_ns()
+        wire = workload.outcome_proto(pb, pool[i], DEVICE, reply).SerializeToString()
+        t2 = time.perf_counter_ns()
+        ack = await servicer.ReportOutcome(pb.OutcomeRequest.FromString(wire), context)
+        ack.SerializeToString()
+        t3 = time.perf_counter_ns()
+        return t1 - t0, t3 - t2
+
+    wholes = {"rest": whole_rest, "grpc": whole_grpc}
+    # Warm-up: first calls build the per-arm-set policy, import lazily, fill caches.
+    for transport in ("rest", "grpc"):
+        for i in range(50):
+            await wholes[transport](i % len(pool))
+    for transport in ("rest", "grpc"):
+        for k in range(args.n):
+            i = k % len(pool)
+            rt, ot = await wholes[transport](i)
+            rec_t[transport].add("whole handler", int(rt))
+            out_t[transport].add("whole handler", int(ot))
+            rec, _ = await recommend_stages(rec_t[transport], transport, i)
+            await outcome_stages(out_t[transport], transport, rec, pool[i])
+
+    profiles: dict[str, str] = {}
+    if args.profile:
+        from pyinstrument import Profiler
+
+        for transport in ("rest", "grpc"):
+            profiler = Profiler(interval=0.0002, async_mode="disabled")
+            profiler.start()
+            for k in range(args.n):
+                await wholes[transport](k % len(pool))
+            profiler.stop()
+            profiles[transport] = profiler.output_text(unicode=False, color=False, show_all=False)
+    await service.store.close()
+    return {
+        "recommend": {tr: rec_t[tr].table("whole handler") for tr in ("rest", "grpc")},
+        "report_outcome": {tr: out_t[tr].table("whole handler") for tr in ("rest", "grpc")},
+        "profiles": profiles,
+        "setup": {
+            "n": args.n,
+            "store": args.store_url,
+            "model": args.model,
+            "policy": plane.registry.current.model.policy_name,
+            "engines": [e.section for e in plane.engines],
+            "cpu_count": os.cpu_count(),
+            "load_average_1m": os.getloadavg()[0],
+            "auth": "device token required (tokens file), per-device rate limit on",
+            "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no histories/content",
+        },
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The two tables (Recommend, ReportOutcome) as Markdown, REST and gRPC side by side."""
+    lines = []
+    for call in ("recommend", "report_outcome"):
+        rest = {r["stage"]: r for r in report[call]["rest"]}
+        grpc = {r["stage"]: r for r in report[call]["grpc"]}
+        stages = list(dict.fromkeys([*rest, *grpc]))
+        lines.append(f"\n{call}: median µs per call (share of the whole handler)\n")
+        lines.append("| stage | REST µs | REST share | gRPC µs | gRPC share |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for s in stages:
+            r, g = rest.get(s), grpc.get(s)
+            fmt = lambda x: ("—", "—") if x is None else (f"{x['median_us']:.1f}", f"{100 * x['share']:.0f}%")  # noqa: E731
+            lines.append(f"| {s} | {fmt(r)[0]} | {fmt(r)[1]} | {fmt(g)[0]} | {fmt(g)[1]} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Per-stage time of one Recommend and one ReportOutcome")
+    p.add_argument("--n", type=int, default=2000, help="Calls per transport (each: whole handler + staged replay)")
+    p.add_argument("--store", dest="store_url", default="memory://", help="memory:// or redis://HOST:PORT/DB")
+    p.add_argument("--model", default=None, help="Warm-start artefact directory (default: cold bandit)")
+    p.add_argument("--profile", action="store_true", help="Also print pyinstrument profiles of the whole handlers")
+    p.add_argument("--report", type=Path, help="Write the JSON report here")
+    args = p.parse_args(argv)
+    report = asyncio.run(run(args))
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(report, indent=2) + "\n")
+    for transport, text in report["profiles"].items():
+        print(f"\n===== pyinstrument profile, {transport} whole handlers =====\n{text}")
+    print(markdown(report))
+    print(f"\nsetup: {json.dumps(report['setup'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Contract cases for RecommendBatch (issue 16), run identically over REST and gRPC against real servers.
+
+The agent's client has no batch call (a gateway speaks it), so the cases call the wire directly:
+``POST /v1/recommendations/batch`` with httpx, ``PathService.RecommendBatch`` with the generated stub.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from conftest import RunningService, running_service
+from edgepath.security.auth import TokenFile
+from edgepath_agent.client import ServiceClient, connect
+from edgepath_agent.wire import edgepath_pb2 as pb
+from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
+from google.protobuf import json_format
+
+CONTEXT: dict[str, Any] = {
+    "device_id": "phone-1",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9},
+    ],
+}
+ACCESS = {"WIFI": pb.ACCESS_TYPE_WIFI, "LTE": pb.ACCESS_TYPE_LTE}
+CODES = {
+    "rest": {"invalid": 422, "forbidden": 403},
+    "grpc": {"invalid": "INVALID_ARGUMENT", "forbidden": "PERMISSION_DENIED"},
+}
+
+
+def context(device_id: str, **lte: Any) -> dict[str, Any]:
+    body = copy.deepcopy(CONTEXT)
+    body["device_id"] = device_id
+    body["interfaces"][1].update(lte)
+    return body
+
+
+class BatchError(Exception):
+    def __init__(self, code: Any, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code, self.message = code, message
+
+
+@dataclass
+class BatchClient:
+    """RecommendBatch over one transport; replies as JSON-like dicts with the REST field names."""
+
+    transport: str
+    service: RunningService
+    token: str | None = None
+
+    def recommend_batch(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.transport == "rest":
+            resp = httpx.post(
+                self.service.http_url + "/v1/recommendations/batch",
+                json={"requests": requests},
+                headers=headers,
+                timeout=10.0,
+            )
+            if resp.status_code != 200:
+                detail = resp.json()
+                raise BatchError(resp.status_code, f"{detail.get('field')} {detail.get('message')}")
+            recs: list[dict[str, Any]] = resp.json()["recommendations"]
+            return recs
+        msg = pb.RecommendBatchRequest()
+        for r in requests:
+            item = copy.deepcopy(r)
+            for iface in item["interfaces"]:
+                iface["access_type"] = ACCESS.get(iface["access_type"], 0)
+            json_format.ParseDict(item, msg.requests.add())
+        with grpc.insecure_channel(f"127.0.0.1:{self.service.grpc_port}") as channel:
+            try:
+                reply = pb_grpc.PathServiceStub(channel).RecommendBatch(
+                    msg, timeout=10.0, metadata=tuple(headers.items())
+                )
+            except grpc.RpcError as exc:
+                raise BatchError(exc.code().name, exc.details() or "") from None
+        out = []
+        for rec in reply.recommendations:
+            d = json_format.MessageToDict(
+                rec, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+            p = d["primary_path"]
+            p["access_type"] = p["access_type"].removeprefix("ACCESS_TYPE_")
+            p["arms"] = [a.removeprefix("ACCESS_TYPE_") for a in p["arms"]]
+            d["model_version"] = int(d["model_version"])
+            out.append(d)
+        return out
+
+
+@pytest.fixture
+def batch(service: RunningService, transport: str) -> BatchClient:
+    return BatchClient(transport, service)
+
+
+@pytest.fixture
+def single(service: RunningService, transport: str) -> Iterator[ServiceClient]:
+    c = connect(service.http_url if transport == "rest" else service.grpc_url)
+    yield c
+    c.close()
+
+
+def test_one_complete_decision_record_per_device_in_request_order(batch: BatchClient, single: ServiceClient) -> None:
+    devices = [f"cpe-client-{i}" for i in range(5)]
+    recs = batch.recommend_batch([context(d) for d in devices])
+    assert len(recs) == 5
+    assert len({r["decision_id"] for r in recs}) == 5
+    for device, rec in zip(devices, recs, strict=True):
+        assert rec["model_version"] == 1 and rec["policy"] == "active_explorer"
+        assert rec["primary_path"]["arms"] == ["WIFI", "LTE"]
+        assert (rec["primary_path"]["interface"], rec["primary_path"]["access_type"]) in {
+            ("wlan0", "WIFI"),
+            ("wwan0", "LTE"),
+        }
+        assert 0.0 < rec["primary_path"]["propensity"] <= 1.0
+        assert rec["scheduler"]["weights"] and rec["congestion"]["profile"]
+        # Each decision is logged for its own device: that device's outcome is accepted, once.
+        ack = single.report_outcome({"device_id": device, "decision_id": rec["decision_id"], "throughput_bps": 3e7})
+        assert ack["accepted"] is True and ack["duplicate"] is False
+
+
+def test_an_invalid_item_refuses_the_whole_batch_naming_it(
+    batch: BatchClient, transport: str, service: RunningService
+) -> None:
+    before = service.service.metrics.decisions.labels("active_explorer", "WIFI")._value.get()
+    before += service.service.metrics.decisions.labels("active_explorer", "LTE")._value.get()
+    with pytest.raises(BatchError) as err:
+        batch.recommend_batch([context("a"), context("b", rsrp_dbm=-200.0), context("c")])
+    assert err.value.code == CODES[transport]["invalid"]
+    assert "requests[1].interfaces[1].rsrp_dbm" in err.value.message
+    after = service.service.metrics.decisions.labels("active_explorer", "WIFI")._value.get()
+    after += service.service.metrics.decisions.labels("active_explorer", "LTE")._value.get()
+    assert after == before, "nothing of a refused batch is decided"
+
+
+def test_an_empty_or_oversized_batch_is_invalid(batch: BatchClient, transport: str) -> None:
+    with pytest.raises(BatchError) as err:
+        batch.recommend_batch([])
+    assert err.value.code == CODES[transport]["invalid"] and "requests" in err.value.message
+    with pytest.raises(BatchError) as err:
+        batch.recommend_batch([context(f"d{i}") for i in range(257)])
+    assert err.value.code == CODES[transport]["invalid"] and "requests" in err.value.message
+
+
+@pytest.fixture(scope="module")
+def authed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningService, str]]:
+    tokens = TokenFile(tmp_path_factory.mktemp("batch") / "tokens.json")
+    token = tokens.add("gateway-1")
+    with running_service(auth_tokens_file=tokens.path) as svc:
+        yield svc, token
+
+
+def test_an_authenticated_caller_may_batch_only_for_itself(authed: tuple[RunningService, str], transport: str) -> None:
+    svc, token = authed
+    client = BatchClient(transport, svc, token)
+    recs = client.recommend_batch([context("gateway-1"), context("gateway-1")])
+    assert len(recs) == 2
+    with pytest.raises(BatchError) as err:
+        client.recommend_batch([context("gateway-1"), context("someone-else")])
+    assert err.value.code == CODES[transport]["forbidden"]
+    assert "requests[1].device_id" in err.value.message
+    with pytest.raises(BatchError) as err:
+        BatchClient(transport, svc, "ep_not-a-token").recommend_batch([context("gateway-1")])
+    assert err.value.code in (401, "UNAUTHENTICATED")

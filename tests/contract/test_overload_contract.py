@@ -1,0 +1,111 @@
+"""Overload is explicit (issue 16): past the in-flight bound both transports shed with a retry hint.
+
+Real servers (grpc.aio on loopback; the real FastAPI app through its ASGI interface) built with an
+in-flight bound of 0 (or a loop lag past the bound), so every decision call is past capacity and the
+shedding path is what answers. Health checks and metrics are never shed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import httpx
+from edgepath.admission import Admission
+from edgepath.grpc.server import create_server
+from edgepath.main import Service
+from edgepath.rest.app import create_app
+from edgepath.settings import Settings
+from edgepath.wire import edgepath_pb2 as pb
+from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+
+BODY = {"device_id": "phone-1", "interfaces": [{"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -60.0}]}
+
+
+def test_rest_past_capacity_is_503_with_retry_after_and_health_still_answers() -> None:
+    service = Service.build(Settings())
+    app = create_app(service.plane, admission=Admission(max_inflight=0))
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as http:
+            shed = await http.post("/v1/recommendations", json=BODY)
+            health = await http.get("/healthz")
+            metrics = await http.get("/metrics")
+            return shed, health, metrics
+
+    shed, health, metrics = asyncio.run(run())
+    assert shed.status_code == 503
+    assert shed.headers["retry-after"] == "1"
+    assert shed.json()["error"] == "unavailable" and "overloaded" in shed.json()["message"]
+    assert health.status_code == 200
+    assert 'edgepath_shed_total{transport="rest"} 1.0' in metrics.text
+    assert service.plane.metrics.decisions.labels("active_explorer", "WIFI")._value.get() == 0
+
+
+def test_rest_within_capacity_is_served() -> None:
+    service = Service.build(Settings())
+    app = create_app(service.plane, admission=Admission(max_inflight=1))
+
+    async def run() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as http:
+            return await http.post("/v1/recommendations", json=BODY)
+
+    assert asyncio.run(run()).status_code == 200
+
+
+def test_grpc_past_capacity_is_resource_exhausted_with_retry_after_ms() -> None:
+    service = Service.build(Settings())
+
+    async def run() -> tuple[grpc.StatusCode, dict[str, str]]:
+        server, _, port = create_server(service.plane, "127.0.0.1:0", admission=Admission(max_inflight=0))
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pb_grpc.PathServiceStub(channel)
+                request = pb.RecommendRequest(
+                    device_id="phone-1",
+                    interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)],
+                )
+                try:
+                    await stub.Recommend(request, timeout=10.0)
+                except grpc.aio.AioRpcError as exc:
+                    trailing = {str(k): str(v) for k, v in exc.trailing_metadata() or ()}
+                    code = exc.code()
+                else:
+                    raise AssertionError("a call past capacity was served")
+                return code, trailing
+        finally:
+            await server.stop(None)
+
+    code, trailing = asyncio.run(run())
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert int(trailing["retry-after-ms"]) > 0
+    assert service.plane.metrics.shed.labels("grpc")._value.get() == 1
+
+
+def test_a_lagging_loop_sheds_and_a_recovered_one_serves() -> None:
+    admission = Admission(max_inflight=100, max_lag_ms=10.0)  # lag_s: the smaller of the last two lags
+    assert not admission.shed(0)
+    admission.lag_s = 0.050  # what the monitor measures when a timer fires 50 ms late
+    assert admission.shed(0)
+    admission.lag_s = 0.001
+    assert not admission.shed(99) and admission.shed(100)
+
+
+def test_the_monitor_measures_the_lag_of_a_blocked_loop() -> None:
+    admission = Admission(period_s=0.02)
+
+    async def run() -> float:
+        task = asyncio.create_task(admission.monitor())
+        await asyncio.sleep(0)  # let the monitor arm its timer
+        for _ in range(2):  # two late timers in a row: a sustained backlog, in miniature
+            seen = admission._last_lag_s
+            time.sleep(0.1)  # block the loop 80 ms past the 20 ms timer
+            async with asyncio.timeout(5):
+                while admission._last_lag_s == seen:
+                    await asyncio.sleep(0)  # resume right after the late timer, well before the next one
+        task.cancel()
+        return admission.lag_s
+
+    assert asyncio.run(run()) >= 0.05
