@@ -312,3 +312,15 @@ class OutcomeAck(_message.Message):
     duplicate: bool
     reward: int
     def __init__(self, decision_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., reward: _Optional[int] = ...) -> None: ...
+
+class RecommendBatchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[RecommendRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[RecommendRequest, _Mapping]]] = ...) -> None: ...
+
+class RecommendBatchResponse(_message.Message):
+    __slots__ = ("recommendations",)
+    RECOMMENDATIONS_FIELD_NUMBER: _ClassVar[int]
+    recommendations: _containers.RepeatedCompositeFieldContainer[Recommendation]
+    def __init__(self, recommendations: _Optional[_Iterable[_Union[Recommendation, _Mapping]]] = ...) -> None: ...

@@ -45,6 +45,11 @@ class PathServiceStub:
                 request_serializer=edgepath_dot_v1_dot_edgepath__pb2.OutcomeRequest.SerializeToString,
                 response_deserializer=edgepath_dot_v1_dot_edgepath__pb2.OutcomeAck.FromString,
                 _registered_method=True)
+        self.RecommendBatch = channel.unary_unary(
+                '/edgepath.v1.PathService/RecommendBatch',
+                request_serializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchRequest.SerializeToString,
+                response_deserializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchResponse.FromString,
+                _registered_method=True)
 
 
 class PathServiceServicer:
@@ -65,6 +70,13 @@ class PathServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecommendBatch(self, request, context):
+        """Many radio contexts in, one recommendation each out (issue 16).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PathServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +89,11 @@ def add_PathServiceServicer_to_server(servicer, server):
                     servicer.ReportOutcome,
                     request_deserializer=edgepath_dot_v1_dot_edgepath__pb2.OutcomeRequest.FromString,
                     response_serializer=edgepath_dot_v1_dot_edgepath__pb2.OutcomeAck.SerializeToString,
+            ),
+            'RecommendBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecommendBatch,
+                    request_deserializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchRequest.FromString,
+                    response_serializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +151,33 @@ class PathService:
             '/edgepath.v1.PathService/ReportOutcome',
             edgepath_dot_v1_dot_edgepath__pb2.OutcomeRequest.SerializeToString,
             edgepath_dot_v1_dot_edgepath__pb2.OutcomeAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecommendBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgepath.v1.PathService/RecommendBatch',
+            edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchRequest.SerializeToString,
+            edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
