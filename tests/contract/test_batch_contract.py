@@ -14,12 +14,13 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from conftest import RunningService, running_service
+from edgepath.engines.primary_path import DEFAULT_POLICY
 from edgepath.security.auth import TokenFile
 from edgepath_agent.client import ServiceClient, connect
 from edgepath_agent.wire import edgepath_pb2 as pb
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
+from service_harness import RunningService, running_service
 
 CONTEXT: dict[str, Any] = {
     "device_id": "phone-1",
@@ -114,7 +115,7 @@ def test_one_complete_decision_record_per_device_in_request_order(batch: BatchCl
     assert len(recs) == 5
     assert len({r["decision_id"] for r in recs}) == 5
     for device, rec in zip(devices, recs, strict=True):
-        assert rec["model_version"] == 1 and rec["policy"] == "active_explorer"
+        assert rec["model_version"] == 1 and rec["policy"] == DEFAULT_POLICY
         assert rec["primary_path"]["arms"] == ["WIFI", "LTE"]
         assert (rec["primary_path"]["interface"], rec["primary_path"]["access_type"]) in {
             ("wlan0", "WIFI"),
@@ -130,14 +131,14 @@ def test_one_complete_decision_record_per_device_in_request_order(batch: BatchCl
 def test_an_invalid_item_refuses_the_whole_batch_naming_it(
     batch: BatchClient, transport: str, service: RunningService
 ) -> None:
-    before = service.service.metrics.decisions.labels("active_explorer", "WIFI")._value.get()
-    before += service.service.metrics.decisions.labels("active_explorer", "LTE")._value.get()
+    before = service.service.metrics.decisions.labels(DEFAULT_POLICY, "WIFI")._value.get()
+    before += service.service.metrics.decisions.labels(DEFAULT_POLICY, "LTE")._value.get()
     with pytest.raises(BatchError) as err:
         batch.recommend_batch([context("a"), context("b", rsrp_dbm=-200.0), context("c")])
     assert err.value.code == CODES[transport]["invalid"]
     assert "requests[1].interfaces[1].rsrp_dbm" in err.value.message
-    after = service.service.metrics.decisions.labels("active_explorer", "WIFI")._value.get()
-    after += service.service.metrics.decisions.labels("active_explorer", "LTE")._value.get()
+    after = service.service.metrics.decisions.labels(DEFAULT_POLICY, "WIFI")._value.get()
+    after += service.service.metrics.decisions.labels(DEFAULT_POLICY, "LTE")._value.get()
     assert after == before, "nothing of a refused batch is decided"
 
 
