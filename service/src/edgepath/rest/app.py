@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
 from edgepath.plane import DecisionPlane
+from edgepath.rest.mts import mts_router
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.types import OutcomeAck, OutcomeReport, Principal, Recommendation, RecommendRequest
@@ -125,6 +126,8 @@ def create_app(plane: DecisionPlane, security: EdgeSecurity | None = None) -> Fa
         return QuarantineList(devices=await plane.set_quarantine(admin(principal), device_id, False))
 
     # --- end security ---------------------------------------------------------------------------------------------
+
+    app.include_router(mts_router(plane, security), prefix="/mts/v1")  # ETSI MEC 015 Traffic Steering (issue 19)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
