@@ -128,3 +128,14 @@ def test_sessions_of_other_devices_do_not_steer(service: Any, transport: str) ->
         service.service.plane.store.put_mts_session(MtsSession("s-other", "someone-else", json.dumps(session(3)), 1.0))
     )
     assert default_rule(recommend(transport, service))["intent"] == "DEFAULT"
+
+
+def test_the_agent_reads_the_same_plan_over_both_transports(service: Any, client: Any) -> None:
+    """The agent's client (REST or gRPC) hands the applier a steering plan: the device's match-all rule."""
+    from edgepath_agent import safety
+
+    put_session(service, "s-ld", session(1))
+    rec = client.recommend(copy.deepcopy(BODY))
+    plan = safety.safe_decision(rec, {"wlan0", "wwan0"}).steering
+    assert plan is not None
+    assert (plan.mode, plan.initial, plan.backup) == ("SMALLEST_DELAY", "wwan0", ())

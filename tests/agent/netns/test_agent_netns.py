@@ -247,3 +247,75 @@ def test_rollback_command_restores_from_the_journal_file(testbed: Testbed, tmp_p
     assert kernel_view(testbed) == before
     again = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert "nothing to restore" in again.stdout
+
+
+STEERING_BACKUP = {  # issue 19: which access the kernel should report as backup, per ATSSS mode
+    "ACTIVE_STANDBY": True,
+    "PRIORITY_BASED": True,
+    "SMALLEST_DELAY": False,
+    "LOAD_BALANCING": False,
+    "REDUNDANT": False,
+}
+
+
+@pytest.mark.parametrize("mode", sorted(STEERING_BACKUP))
+def test_steering_mode_endpoint_flags_as_the_kernel_reports_them(testbed: Testbed, tmp_path: Path, mode: str):
+    """The match-all ATSSS rule: initial subflow on wwan0 (route metric), wlan0 backup only where the mode says."""
+    applier = make_applier(testbed, Journal(tmp_path / "j.json"), manage_cc=False)
+    rule = {
+        "steering_mode": mode,
+        "traffic_descriptor": {"match_all": True},
+        "accesses": [
+            {"interface": "wwan0", "initial_subflow": True},
+            {"interface": "wlan0", "initial_subflow": False},
+        ],
+    }
+    applier.apply({"primary_path": {"interface": "wlan0"}, "steering": {"rules": [rule]}})
+    view = kernel_view(testbed)
+    wlan = (
+        r"^10\.1\.1\.2 id \d+ subflow backup dev wlan0\s*$"
+        if STEERING_BACKUP[mode]
+        else (r"^10\.1\.1\.2 id \d+ subflow dev wlan0\s*$")
+    )
+    assert re.search(wlan, view["endpoints"], re.M), view["endpoints"]
+    assert re.search(r"^10\.1\.2\.2 id \d+ subflow dev wwan0\s*$", view["endpoints"], re.M), view["endpoints"]
+    first = testbed.dev("ip", "route", "show", "default").stdout.splitlines()[0].split()
+    assert first[first.index("dev") + 1] == "wwan0"
+    applier.rollback()
+
+
+def _rx_bytes(tb: Testbed, ifname: str) -> int:
+    return int(tb.dev("cat", f"/sys/class/net/{ifname}/statistics/rx_bytes").stdout)
+
+
+def test_active_standby_keeps_a_download_on_the_active_access(testbed: Testbed, tmp_path: Path):
+    """Measured effect (issue 19): with wlan0 the standby (``backup``), a 4 MiB MPTCP download arrives on wwan0.
+
+    The server's scheduler skips the backup subflow while the active one works (the device signals the
+    backup bit in MP_JOIN, RFC 8684 §3.2); the interfaces' rx counters show where the bytes arrived. Under
+    Load-Balancing (no backup) the same download is still MPTCP with both subflows up; the split between
+    them is the default scheduler's and is not asserted.
+    """
+    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
+    size = 4 * 1024 * 1024
+    try:
+        applier = make_applier(testbed, Journal(tmp_path / "j.json"), manage_cc=False)
+        rule = {
+            "steering_mode": "ACTIVE_STANDBY",
+            "traffic_descriptor": {"match_all": True},
+            "accesses": [
+                {"interface": "wwan0", "initial_subflow": True},
+                {"interface": "wlan0", "initial_subflow": False},
+            ],
+        }
+        applier.apply({"primary_path": {"interface": "wwan0"}, "steering": {"rules": [rule]}})
+        before = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
+        result = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, size)
+        got = {i: _rx_bytes(testbed, i) - before[i] for i in ("wlan0", "wwan0")}
+        assert result.mptcp and result.bytes == size
+        assert result.subflows == 2  # the standby subflow exists: it is idle, not missing
+        assert got["wwan0"] >= size  # payload plus headers on the active access
+        assert got["wlan0"] < 16 * 1024, got  # the standby carries handshakes and signalling only (~0.5 kB seen)
+        applier.rollback()
+    finally:
+        server.close()
