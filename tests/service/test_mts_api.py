@@ -240,3 +240,16 @@ def test_with_authentication_only_the_platform_admin_steers(tmp_path: Path) -> N
             problem_field(mts.get("/mts_sessions", headers={"Authorization": f"Bearer {device}"}), 403)
             created = mts.post("/mts_sessions", json=session_body(1), headers={"Authorization": f"Bearer {admin}"})
             assert created.status_code == 201, created.text
+
+
+def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgepath.rest.mts as mts_module
+
+    monkeypatch.setattr(mts_module, "MAX_SESSIONS", 2)
+    with running_service() as svc:
+        recommend_rest(svc)
+        with http(svc) as mts:
+            for mode in (0, 1):
+                assert mts.post("/mts_sessions", json=session_body(mode)).status_code == 201
+            problem_field(mts.post("/mts_sessions", json=session_body(2)), 403)
+            assert len(mts.get("/mts_sessions").json()) == 2

@@ -212,3 +212,21 @@ async def test_device_accesses(harness: Harness) -> None:
     await store.record_device_accesses("dev-1", ("WIFI",))
     assert await store.device_accesses("dev-1") == ("WIFI",)
     assert await store.reported_access_types() == {"LTE", "WIFI", "NR"}
+
+
+async def test_redis_mts_writes_fail_as_unavailable_and_reads_as_none_when_unreachable() -> None:
+    """No server on the port: writes raise Unavailable (the API answers 503), reads give the default (no session)."""
+    from edgepath.errors import Unavailable
+    from edgepath.state.base import MtsSession
+
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2)
+    try:
+        with pytest.raises(Unavailable):
+            await store.put_mts_session(MtsSession("s", "d", "{}", 1.0))
+        assert store.degraded
+        assert await store.device_mts_sessions("d") == []
+        assert await store.get_mts_session("s") is None
+        with pytest.raises(Unavailable):
+            await store.delete_mts_session("s")
+    finally:
+        await store.close()

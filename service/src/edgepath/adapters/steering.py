@@ -17,8 +17,10 @@ else DEFAULT.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from cachetools import LRUCache
@@ -33,6 +35,8 @@ from edgepath.state.base import MtsSession
 #: Precedence of the device's match-all rule, and of the first flow-specific rule (TS 24.193 §5.2.1: 0..255).
 DEFAULT_PRECEDENCE = 255
 FLOW_PRECEDENCE = 10
+#: The match-all traffic descriptor of every device's default rule.
+_MATCH_ALL = ep_types.TrafficDescriptor(match_all=True)
 #: Access types are written again after this long even when unchanged (keeps the store's TTL fresh), s.
 ACCESS_REFRESH_S = 3600.0
 
@@ -77,7 +81,7 @@ def qos_of(info: dict[str, Any]) -> steering.QosRequirement | None:
 def traffic_descriptor(flow: dict[str, Any] | None, direction: str | None) -> ep_types.TrafficDescriptor:
     """Match-all (``flow`` None) or the IP 3-tuple etc. of one MEC 015 ``flowFilter`` entry."""
     if flow is None:
-        return ep_types.TrafficDescriptor(match_all=True)
+        return _MATCH_ALL
     return ep_types.TrafficDescriptor(
         match_all=False,
         source_ip=flow.get("sourceIp"),
@@ -104,7 +108,8 @@ def steering_rule(
     if mode is steering.SteeringMode.SMALLEST_DELAY:
         active = next((a.access for a in d.accesses if a.initial_subflow), None)
     pct = d.percentages
-    return ep_types.SteeringRule(
+    # model_construct: the engine's output is already typed and bounded (no re-validation per decision)
+    return ep_types.SteeringRule.model_construct(
         rule_precedence=precedence,
         traffic_descriptor=descriptor,
         steering_functionality=d.steering_functionality,
@@ -118,7 +123,7 @@ def steering_rule(
         rtt_threshold_ms=d.rtt_threshold_ms,
         packet_loss_rate_threshold=d.packet_loss_rate_threshold,
         accesses=[
-            ep_types.SteeringAccess(
+            ep_types.SteeringAccess.model_construct(
                 access=a.access.value,
                 interface=a.interface,
                 access_type=a.access_type,
@@ -141,6 +146,27 @@ def _value(a: steering.Access | None) -> str | None:
     return None if a is None else a.value
 
 
+@dataclass(frozen=True)
+class ParsedSession:
+    """What a stored session means for the rules: its mtsMode, intent, qosD and (flow sessions) descriptors."""
+
+    mts_mode: int
+    intent: steering.Intent
+    qos: steering.QosRequirement | None
+    flows: tuple[ep_types.TrafficDescriptor, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_session(info: str) -> ParsedSession:
+    """Parse a stored ``MtsSessionInfo`` once (cached by its JSON text, which includes its ``sessionId``)."""
+    body = json.loads(info)
+    mode = int(body["mtsMode"])
+    flows: tuple[ep_types.TrafficDescriptor, ...] = ()
+    if body.get("requestType") == 1:
+        flows = tuple(traffic_descriptor(f, body.get("trafficDirection")) for f in body.get("flowFilter") or [])
+    return ParsedSession(mode, steering.MTS_MODE_INTENT[mode], qos_of(body), flows)
+
+
 def steering_advice(
     request: ep_types.RecommendRequest,
     primary_interface: str,
@@ -156,19 +182,14 @@ def steering_advice(
     default_mode: int | None = None
     default_session: str | None = None
     for s in sessions:
-        info = json.loads(s.info)
-        mode = int(info["mtsMode"])
-        intent = steering.MTS_MODE_INTENT[mode]
-        qos = qos_of(info)
-        if info.get("requestType") == 1:
-            for flow in info.get("flowFilter") or []:
-                d = steering.decide(paths, primary_interface, intent, qos, config)
-                descriptor = traffic_descriptor(flow, info.get("trafficDirection"))
+        p = parsed_session(s.info)
+        if p.flows:  # flow-specific session: one rule per flowFilter entry
+            for descriptor in p.flows:
+                d = steering.decide(paths, primary_interface, p.intent, p.qos, config)
                 precedence = min(FLOW_PRECEDENCE + len(rules), DEFAULT_PRECEDENCE - 1)
-                rules.append(steering_rule(d, precedence, descriptor, mode, s.session_id))
-        else:
-            # the newest application-wide session wins
-            default_intent, default_qos, default_mode, default_session = intent, qos, mode, s.session_id
+                rules.append(steering_rule(d, precedence, descriptor, p.mts_mode, s.session_id))
+        else:  # the newest application-wide session wins
+            default_intent, default_qos, default_mode, default_session = p.intent, p.qos, p.mts_mode, s.session_id
     d = steering.decide(paths, primary_interface, default_intent, default_qos, config)
     rules.append(steering_rule(d, DEFAULT_PRECEDENCE, traffic_descriptor(None, None), default_mode, default_session))
     return ep_types.SteeringAdvice(rules=rules, source=steering.SOURCE)

@@ -60,6 +60,8 @@ PROBLEM_JSON = "application/problem+json"
 UINT32 = 2**32 - 1
 MAX_PORTS = 64
 MAX_FILTERS = 16
+#: Sessions the service keeps at most (all devices); a POST beyond is 403 (MEC 015: not allowed in this state).
+MAX_SESSIONS = 10_000
 _ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
 
 #: MEC 015 §7.2.4 ``accessType`` codes, EdgePath's stable ``accessId`` per access type, and ``metered``
@@ -328,6 +330,8 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
     async def create_session(info: MtsSessionInfo, response: Response) -> dict[str, Any]:
         """Create a session (201 with ``Location``); 400 naming the field when it is invalid."""
         session = await validated(info, uuid.uuid4().hex)
+        if len(await store.list_mts_sessions()) >= MAX_SESSIONS:
+            raise MtsProblem(403, "Forbidden", f"the service keeps at most {MAX_SESSIONS} MTS sessions")
         await store.put_mts_session(session)
         response.headers["Location"] = f"/mts/v1/mts_sessions/{session.session_id}"
         return body_of(session)
