@@ -289,3 +289,25 @@ def test_unsafe_steering_rules_are_refused_before_any_change():
         with pytest.raises(RejectedRecommendation):
             applier.apply(rec("wlan0", steering=bad))
         assert backend.state == before
+
+
+@pytest.mark.parametrize(
+    ("mode", "wlan_flags"),
+    [
+        ("ACTIVE_STANDBY", "subflow backup"),
+        ("PRIORITY_BASED", "subflow backup"),
+        ("SMALLEST_DELAY", "subflow"),
+        ("LOAD_BALANCING", "subflow"),
+        ("REDUNDANT", "subflow"),
+    ],
+)
+def test_dry_run_prints_the_ip_mptcp_commands_of_each_steering_mode(mode: str, wlan_flags: str):
+    out = io.StringIO()
+    backend = DryRunBackend(initial(), ADDRS, out=out, netns="dev1")
+    Applier(backend, Journal(), ApplierConfig(manage_cc=False)).apply(
+        rec("wlan0", steering=steering(mode, "wwan0", "wlan0"))
+    )
+    text = out.getvalue()
+    assert "ip -4 route add default via 10.1.2.1 dev wwan0" in text and "metric 10" in text
+    endpoint = next(line for line in text.splitlines() if "ip mptcp endpoint add 10.1.1.2" in line)
+    assert endpoint.endswith(f"dev wlan0 {wlan_flags}"), endpoint
