@@ -20,6 +20,7 @@ from edgepath_agent.applier import (
     Endpoint,
     Journal,
     NetState,
+    RejectedRecommendation,
     Route,
     choose_cc,
     commands,
@@ -241,3 +242,72 @@ def test_dry_run_prints_commands():
     text = out.getvalue()
     assert "would run: ip netns exec dev1 ip -4 route add default via 10.1.2.1 dev wwan0" in text
     assert "ip mptcp endpoint add 10.1.1.2 id 8 dev wlan0 subflow" in text
+
+
+# ---------------------------------------------------------------- ATSSS steering rule (issue 19)
+
+
+def steering(mode: str, initial: str, other: str = "") -> dict:
+    accesses = [{"interface": initial, "initial_subflow": True}]
+    if other:
+        accesses.append({"interface": other, "initial_subflow": False})
+    return {"rules": [{"steering_mode": mode, "accesses": accesses, "traffic_descriptor": {"match_all": True}}]}
+
+
+@pytest.mark.parametrize(
+    ("mode", "backup"),
+    [
+        ("ACTIVE_STANDBY", ("wlan0",)),
+        ("PRIORITY_BASED", ("wlan0",)),
+        ("SMALLEST_DELAY", ()),
+        ("LOAD_BALANCING", ()),
+        ("REDUNDANT", ()),
+    ],
+)
+def test_steering_rule_sets_initial_subflow_route_and_backup_flags(mode: str, backup: tuple[str, ...]):
+    applier, backend = make()
+    # the rule's initial subflow (wwan0) wins over primary_path (wlan0); weights would say nothing here
+    applied = applier.apply(rec("wlan0", steering=steering(mode, "wwan0", "wlan0")))
+    assert applied.primary == "wwan0"
+    assert applied.backup == backup
+    routes = {r.dev: r.metric for r in backend.state.default_routes}
+    assert routes["wwan0"] < routes["wlan0"]
+    flags = {e.dev: set(e.flags) for e in backend.state.endpoints if e.dev in ADDRS}
+    assert ("backup" in flags["wlan0"]) is bool(backup)
+    assert "backup" not in flags["wwan0"]
+
+
+def test_unsafe_steering_rules_are_refused_before_any_change():
+    for bad in (
+        {"rules": []},
+        steering("TELEPORT", "wwan0", "wlan0"),
+        steering("ACTIVE_STANDBY", "eth9", "wlan0"),  # not the device's interface
+        {"rules": [{"steering_mode": "REDUNDANT", "accesses": [{"interface": "wlan0"}]}]},  # no initial subflow
+    ):
+        applier, backend = make()
+        before = backend.state
+        with pytest.raises(RejectedRecommendation):
+            applier.apply(rec("wlan0", steering=bad))
+        assert backend.state == before
+
+
+@pytest.mark.parametrize(
+    ("mode", "wlan_flags"),
+    [
+        ("ACTIVE_STANDBY", "subflow backup"),
+        ("PRIORITY_BASED", "subflow backup"),
+        ("SMALLEST_DELAY", "subflow"),
+        ("LOAD_BALANCING", "subflow"),
+        ("REDUNDANT", "subflow"),
+    ],
+)
+def test_dry_run_prints_the_ip_mptcp_commands_of_each_steering_mode(mode: str, wlan_flags: str):
+    out = io.StringIO()
+    backend = DryRunBackend(initial(), ADDRS, out=out, netns="dev1")
+    Applier(backend, Journal(), ApplierConfig(manage_cc=False)).apply(
+        rec("wlan0", steering=steering(mode, "wwan0", "wlan0"))
+    )
+    text = out.getvalue()
+    assert "ip -4 route add default via 10.1.2.1 dev wwan0" in text and "metric 10" in text
+    endpoint = next(line for line in text.splitlines() if "ip mptcp endpoint add 10.1.1.2" in line)
+    assert endpoint.endswith(f"dev wlan0 {wlan_flags}"), endpoint

@@ -18,6 +18,7 @@ from edgepath.adapters.base import DecisionInput, EngineAdapter, OutcomeInput
 from edgepath.adapters.congestion import CongestionAdapter
 from edgepath.adapters.mlpm import MlpmAdapter
 from edgepath.adapters.ssmp import SsmpAdapter
+from edgepath.adapters.steering import SteeringAdapter
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -77,7 +78,7 @@ def _plane(settings: Settings, **kwargs: Any) -> DecisionPlane:
 
 async def test_a_registered_toy_engine_is_served_and_learns_once_per_decision(registered: None) -> None:
     plane = _plane(Settings(), guard=OutcomeGuard(1.5, None, MemoryQuarantine(["phone-q"])))
-    assert [e.section for e in plane.engines] == ["scheduler", "congestion", "server_selection", "toy"]
+    assert [e.section for e in plane.engines] == ["scheduler", "congestion", "server_selection", "steering", "toy"]
     me = Principal(device_id="phone-1")
     rec = await plane.recommend(me, RecommendRequest.model_validate(CONTEXT))
     assert rec.model_extra is not None
@@ -100,8 +101,13 @@ async def test_a_registered_toy_engine_is_served_and_learns_once_per_decision(re
 
 
 def test_the_registry_lists_the_built_in_sections_in_order() -> None:
-    assert registry.ENGINES == (MlpmAdapter, CongestionAdapter, SsmpAdapter)
-    assert [e.section for e in registry.build_engines(Settings())] == ["scheduler", "congestion", "server_selection"]
+    assert registry.ENGINES == (MlpmAdapter, CongestionAdapter, SsmpAdapter, SteeringAdapter)
+    assert [e.section for e in registry.build_engines(Settings())] == [
+        "scheduler",
+        "congestion",
+        "server_selection",
+        "steering",
+    ]
 
 
 def test_engine_sections_are_checked_when_the_plane_is_built() -> None:

@@ -130,6 +130,48 @@ class SafeDecision:
     weights: dict[str, float] = field(default_factory=dict)
     congestion_control: str | None = None
     address: str | None = None
+    steering: SteeringPlan | None = None
+
+
+#: ATSSS steering modes the service may send (3GPP TS 23.501 §5.32.8).
+STEERING_MODES = frozenset({"ACTIVE_STANDBY", "SMALLEST_DELAY", "LOAD_BALANCING", "PRIORITY_BASED", "REDUNDANT"})
+#: Modes whose non-initial access becomes an MPTCP ``backup`` endpoint on a mainline kernel (issue 19):
+#: Active-Standby's standby, Priority-based's low priority (mainline has no overflow-on-congestion).
+#: Smallest Delay, Load-Balancing and Redundant keep both endpoints active (the default scheduler already
+#: prefers the lowest-RTT non-backup subflow; no weighted or duplicating scheduler exists in mainline).
+STEERING_BACKUP_MODES = frozenset({"ACTIVE_STANDBY", "PRIORITY_BASED"})
+
+
+@dataclass(frozen=True)
+class SteeringPlan:
+    """The device's match-all ATSSS rule as the applier uses it: mode, initial-subflow interface, backups."""
+
+    mode: str
+    initial: str
+    backup: tuple[str, ...]
+
+
+def _steering_plan(recommendation: Mapping[str, Any], own: set[str]) -> SteeringPlan | None:
+    """The last (match-all) rule of ``steering.rules``, validated; None when the recommendation has none."""
+    steering = recommendation.get("steering")
+    if steering is None:
+        return None
+    rules = steering.get("rules") if isinstance(steering, Mapping) else None
+    if not isinstance(rules, list) or not rules or not isinstance(rules[-1], Mapping):
+        raise UnsafeDecision("steering.rules must be a non-empty list of rules")
+    rule = rules[-1]
+    mode = rule.get("steering_mode")
+    if mode not in STEERING_MODES:
+        raise UnsafeDecision(f"unknown steering mode {mode!r}")
+    accesses = rule.get("accesses")
+    if not isinstance(accesses, list) or not accesses or not all(isinstance(a, Mapping) for a in accesses):
+        raise UnsafeDecision("steering rule has no accesses")
+    names = [check_own_interface(a.get("interface"), own) for a in accesses]
+    initial = [n for n, a in zip(names, accesses, strict=True) if a.get("initial_subflow") is True]
+    if len(initial) != 1:
+        raise UnsafeDecision("steering rule must name exactly one initial-subflow access")
+    backup = tuple(n for n in names if n != initial[0]) if mode in STEERING_BACKUP_MODES else ()
+    return SteeringPlan(str(mode), initial[0], backup)
 
 
 def _weight_items(recommendation: Mapping[str, Any]) -> list[object]:
@@ -212,7 +254,7 @@ def safe_decision(
         value = check_sysctl("net.ipv4.tcp_congestion_control", candidate)[1]  # malformed: refuse
         if cc is None and (allowed is None or value in allowed):
             cc = value
-    return SafeDecision(primary, weights, cc, address)
+    return SafeDecision(primary, weights, cc, address, _steering_plan(recommendation, own))
 
 
 def check_key_file(path: Path | str) -> Path:

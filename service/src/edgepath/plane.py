@@ -113,8 +113,10 @@ class DecisionPlane:
         # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
         await self.store.put_decision(record, self.settings.decision_ttl_s)
         self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
-        decided = DecisionInput(request=request, store=self.store, record=record, now_s=now)
-        sections: dict[str, Any] = {engine.section: await engine.recommend(decided) for engine in self.engines}
+        sections: dict[str, Any] = {}  # filled in registry order; later adapters may read earlier sections
+        decided = DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=sections)
+        for engine in self.engines:
+            sections[engine.section] = await engine.recommend(decided)
         self.metrics.decision_seconds.observe(time.perf_counter() - start)
         return Recommendation(
             decision_id=record.decision_id,

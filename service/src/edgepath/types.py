@@ -309,6 +309,86 @@ class ServerTransfer(BaseModel):
 # --- end SSMP (issue 4) -----------------------------------------------------------------------------------------
 
 
+# --- ATSSS steering rule (issue 19): see edgepath.engines.steering ------------------------------------------------
+class TrafficDescriptor(BaseModel):
+    """Which traffic an ATSSS rule matches (TS 24.193 §5.2.1: match-all, or IP 3-tuple from a MEC 015 flowFilter)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    match_all: bool = Field(description="True for the device's default rule (lowest precedence)")
+    source_ip: str | None = None
+    destination_ip: str | None = None
+    source_ports: list[int] = Field(default_factory=list)
+    destination_ports: list[int] = Field(default_factory=list)
+    protocol: int | None = Field(default=None, description="IP protocol number")
+    dscp: int | None = None
+    flow_label: int | None = None
+    traffic_direction: str | None = Field(
+        default=None, description="MEC 015 trafficDirection: 00 DL, 01 UL, 10 symmetrical"
+    )
+
+
+class SteeringAccess(BaseModel):
+    """One access of a steering rule: its interface, PFCP Priority (TS 29.244 §8.2.127) and Weight (§8.2.126)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    access: str = Field(description="3GPP or NON_3GPP (TS 23.501 §5.32.1)")
+    interface: str
+    access_type: AccessType
+    priority: str | None = Field(description="ACTIVE, STANDBY, NO_STANDBY, HIGH, LOW; None where the mode has none")
+    percentage: int | None = Field(description="Load-Balancing share of the traffic, percent (the two sum to 100)")
+    metered: bool = Field(description="3GPP access is treated as metered (MEC 015 metered), non-3GPP as unmetered")
+    initial_subflow: bool = Field(description="The initial MPTCP subflow leaves on this access")
+
+
+class SteeringRule(BaseModel):
+    """One ATSSS rule: precedence, traffic descriptor and access selection descriptor (TS 24.193 §5.2.1).
+
+    ``active_access`` is Active-Standby's active access, or for Smallest Delay the access with the
+    smaller RTT at decision time; ``high_priority_access``/``low_priority_access`` are Priority-based's;
+    ``percentage_3gpp``/``percentage_non_3gpp`` Load-Balancing's fixed split (TS 23.501 §5.32.8).
+    Thresholds are set for the threshold-based modes only (Active-Standby, Priority-based, Load-Balancing).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    rule_precedence: int = Field(ge=0, le=255, description="Lower value = evaluated first (TS 24.193 §5.2.1)")
+    traffic_descriptor: TrafficDescriptor
+    steering_functionality: str = Field(description="MPTCP (TS 29.244 §8.2.124)")
+    steering_mode: str = Field(
+        description="ACTIVE_STANDBY, SMALLEST_DELAY, LOAD_BALANCING, PRIORITY_BASED or REDUNDANT (TS 23.501 §5.32.8)"
+    )
+    active_access: str | None = None
+    standby_access: str | None = None
+    high_priority_access: str | None = None
+    low_priority_access: str | None = None
+    percentage_3gpp: int | None = None
+    percentage_non_3gpp: int | None = None
+    rtt_threshold_ms: float | None = Field(default=None, description="Maximum RTT threshold, ms")
+    packet_loss_rate_threshold: float | None = Field(
+        default=None, description="Maximum packet loss rate threshold, fraction"
+    )
+    accesses: list[SteeringAccess]
+    intent: str = Field(description="DEFAULT, or the MEC 015 mtsMode's: LOW_COST, LOW_LATENCY, HIGH_THROUGHPUT, …")
+    mts_mode: int | None = Field(default=None, description="MEC 015 mtsMode of the session that set the intent")
+    mts_session_id: str | None = None
+    unmet_qos: list[str] = Field(default_factory=list, description="qosD fields the predicted outcome does not meet")
+    reason: str
+
+
+class SteeringAdvice(BaseModel):
+    """ATSSS steering rules for the device, in precedence order; the last one matches all traffic."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rules: list[SteeringRule]
+    source: str
+
+
+# --- end ATSSS steering rule (issue 19) ---------------------------------------------------------------------------
+
+
 class RecommendRequest(BaseModel):
     """A device's radio context: what ``Recommend`` decides on."""
 
@@ -406,6 +486,8 @@ class Recommendation(BaseModel):
     # --- issue 4: present when the request carried a content request ---
     server_selection: ServerSelection | None = None
     # --- end issue 4 ---
+    # --- issue 19: ATSSS steering rules (present whenever the steering adapter is registered) ---
+    steering: SteeringAdvice | None = None
 
 
 # --- batch (issue 16): one call, many devices ------------------------------------------------------------------

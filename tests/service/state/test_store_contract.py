@@ -165,3 +165,68 @@ async def test_blocking_read_times_out_empty(harness: Harness) -> None:
 
 async def test_ping(harness: Harness) -> None:
     assert await harness.make().ping() is True
+
+
+# --- MEC 015 traffic steering sessions (issue 19) ---
+async def test_mts_sessions_crud_and_per_device_lookup(harness: Harness) -> None:
+    from edgepath.state.base import MtsSession
+
+    store = harness.make()
+    a = MtsSession("s-a", "dev-1", json.dumps({"mtsMode": 1}), 1.0)
+    b = MtsSession("s-b", "dev-1", json.dumps({"mtsMode": 3}), 2.0)
+    c = MtsSession("s-c", "dev-2", json.dumps({"mtsMode": 0}), 3.0)
+    for s in (b, a, c):
+        await store.put_mts_session(s)
+    assert await store.get_mts_session("s-a") == a
+    assert await store.get_mts_session("nope") is None
+    assert [s.session_id for s in await store.list_mts_sessions()] == ["s-a", "s-b", "s-c"]  # oldest first
+    assert [s.session_id for s in await store.device_mts_sessions("dev-1")] == ["s-a", "s-b"]
+    # a replacement may move the session to another device
+    moved = dataclasses.replace(a, device_id="dev-2", info=json.dumps({"mtsMode": 2}))
+    await store.put_mts_session(moved)
+    assert [s.session_id for s in await store.device_mts_sessions("dev-1")] == ["s-b"]
+    assert await store.device_mts_sessions("dev-2") == [moved, c]
+    assert await store.delete_mts_session("s-a") is True
+    assert await store.delete_mts_session("s-a") is False
+    assert await store.device_mts_sessions("dev-2") == [c]
+    assert await store.device_mts_sessions("nobody") == []
+
+
+async def test_mts_sessions_survive_a_restart(harness: Harness) -> None:
+    from edgepath.state.base import MtsSession
+
+    store = harness.make()
+    s = MtsSession("s-keep", "dev-9", json.dumps({"mtsMode": 4}), 5.0)
+    await store.put_mts_session(s)
+    again = harness.restart(store)  # redis: a new store (another replica / a restarted one)
+    assert await again.get_mts_session("s-keep") == s
+    assert await again.device_mts_sessions("dev-9") == [s]
+
+
+async def test_device_accesses(harness: Harness) -> None:
+    store = harness.make()
+    assert await store.device_accesses("dev-1") is None
+    await store.record_device_accesses("dev-1", ("LTE", "WIFI"))
+    await store.record_device_accesses("dev-2", ("NR",))
+    assert await store.device_accesses("dev-1") == ("LTE", "WIFI")
+    await store.record_device_accesses("dev-1", ("WIFI",))
+    assert await store.device_accesses("dev-1") == ("WIFI",)
+    assert await store.reported_access_types() == {"LTE", "WIFI", "NR"}
+
+
+async def test_redis_mts_writes_fail_as_unavailable_and_reads_as_none_when_unreachable() -> None:
+    """No server on the port: writes raise Unavailable (the API answers 503), reads give the default (no session)."""
+    from edgepath.errors import Unavailable
+    from edgepath.state.base import MtsSession
+
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2)
+    try:
+        with pytest.raises(Unavailable):
+            await store.put_mts_session(MtsSession("s", "d", "{}", 1.0))
+        assert store.degraded
+        assert await store.device_mts_sessions("d") == []
+        assert await store.get_mts_session("s") is None
+        with pytest.raises(Unavailable):
+            await store.delete_mts_session("s")
+    finally:
+        await store.close()

@@ -13,6 +13,11 @@ What it sets (DESIGN.md "Device side"; issue 5):
   ``backup_weight_threshold`` (on kernels with only the ``default`` scheduler the
   weights are advisory; ``backup`` is how a low weight reaches the kernel,
   RFC 8684 §3.3.8 MP_PRIO). The primary interface is never marked backup.
+* **ATSSS steering rule** (issue 19). When the recommendation carries ``steering``, its
+  match-all rule decides instead: the initial-subflow access gets the lowest route metric
+  and Active-Standby's standby / Priority-based's low-priority access is ``backup``;
+  Smallest Delay, Load-Balancing and Redundant keep both endpoints active
+  (:data:`edgepath_agent.safety.STEERING_BACKUP_MODES` says why).
   ``ip mptcp limits`` are set to ``limits``.
 * **Congestion control** via ``net.ipv4.tcp_congestion_control`` of this network
   namespace, only with an algorithm in ``tcp_allowed_congestion_control`` (a
@@ -152,8 +157,12 @@ def desired_state(
     primary: str,
     weights: Mapping[str, float] | None = None,
     cc: str | None = None,
+    backup: Sequence[str] | None = None,
 ) -> NetState:
     """The managed state a recommendation asks for (pure).
+
+    ``backup``: the interfaces whose endpoints are ``backup`` (from the steering rule, issue 19);
+    None = by ``weights`` below ``backup_weight_threshold``.
 
     Raises
     ------
@@ -185,7 +194,10 @@ def desired_state(
             for addr in addresses.get(name, [])[:1]:
                 flags = set(config.endpoint_flags)
                 w = weights.get(name)
-                if name != primary and w is not None and w < config.backup_weight_threshold:
+                if backup is not None:
+                    if name in backup and name != primary:
+                        flags.add("backup")
+                elif name != primary and w is not None and w < config.backup_weight_threshold:
                     flags.add("backup")
                 old = by_addr.get(addr)
                 if old is None:
@@ -285,7 +297,11 @@ class Applier:
             if self.config.manage_cc
             else None
         )
-        desired = desired_state(current, addresses, self.config, decision.primary, decision.weights, cc)
+        # issue 19: a steering rule puts the route on its initial-subflow access, backup on its standby/low one
+        steer = decision.steering
+        primary = steer.initial if steer is not None else decision.primary
+        steer_backup = steer.backup if steer is not None else None
+        desired = desired_state(current, addresses, self.config, primary, decision.weights, cc, steer_backup)
         plan = diff(current, desired)
         try:
             self._check_plan(plan, addresses)
@@ -301,7 +317,7 @@ class Applier:
             self.journal.begin(current)
             self._execute(plan, current)
         backup = tuple(sorted(e.dev or e.address for e in desired.endpoints if "backup" in e.flags))
-        self.last = Applied(decision.primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
+        self.last = Applied(primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
         return self.last
 
     def _check_plan(self, plan: Plan, addresses: Mapping[str, Sequence[str]]) -> None:

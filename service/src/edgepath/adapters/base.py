@@ -22,9 +22,9 @@ Adapters are built from :class:`~edgepath.settings.Settings` and registered in o
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -38,13 +38,16 @@ class DecisionInput:
     """What an adapter may read to build its section.
 
     ``record`` is the primary-path decision the plane has just logged (its ``decision_id``
-    is what outcomes join on); ``now_s`` is the decision time, Unix seconds.
+    is what outcomes join on); ``now_s`` is the decision time, Unix seconds. ``sections`` holds
+    the sections of the adapters registered before this one (by section name), so an adapter
+    may build on an earlier engine's output (the steering rule reads ``scheduler``).
     """
 
     request: RecommendRequest
     store: StateStore
     record: DecisionRecord
     now_s: float
+    sections: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ from edgepath.adapters.base import EngineAdapter, EngineFactory
 from edgepath.adapters.congestion import CongestionAdapter
 from edgepath.adapters.mlpm import MlpmAdapter
 from edgepath.adapters.ssmp import SsmpAdapter
+from edgepath.adapters.steering import SteeringAdapter
 from edgepath.settings import Settings
 
 ENGINES: tuple[EngineFactory, ...] = (
     MlpmAdapter,  # scheduler: MLPM subflow weights
     CongestionAdapter,  # congestion: congestion-control pair
     SsmpAdapter,  # server_selection: SSMP CDN server
+    SteeringAdapter,  # steering: ATSSS steering rules (after scheduler: reads its weights)
 )
 
 

@@ -21,6 +21,7 @@ from edgepath.types import (
     RecommendRequest,
     SchedulerAdvice,
     ServerSelection,
+    SteeringAdvice,
 )
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -117,6 +118,7 @@ def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
         scheduler=scheduler_to_proto(rec.scheduler),  # issue 3
         congestion=congestion_to_proto(rec.congestion),  # issue 3
         server_selection=server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
+        steering=steering_to_proto(rec.steering),  # issue 19 (None leaves it unset)
     )
 
 
@@ -237,3 +239,27 @@ def server_selection_to_proto(s: ServerSelection | None) -> pb.ServerSelection |
 
 
 # --- end issue 4 ----------------------------------------------------------------------------------------------------
+
+
+# --- ATSSS steering rules (issue 19) ------------------------------------------------------------------------------
+def steering_to_proto(s: SteeringAdvice | None) -> pb.SteeringAdvice | None:
+    """``SteeringAdvice`` → proto (None stays None); None fields stay unset, access types become enum values."""
+    if s is None:
+        return None
+    rules = []
+    for r in s.rules:
+        d = r.model_dump(exclude_none=True, exclude={"traffic_descriptor", "accesses"})
+        rules.append(
+            pb.SteeringRule(
+                **d,
+                traffic_descriptor=pb.TrafficDescriptor(**r.traffic_descriptor.model_dump(exclude_none=True)),
+                accesses=[
+                    pb.SteeringAccess(
+                        **a.model_dump(exclude_none=True, exclude={"access_type"}),
+                        access_type=ACCESS_TO_PROTO[a.access_type],
+                    )
+                    for a in r.accesses
+                ],
+            )
+        )
+    return pb.SteeringAdvice(rules=rules, source=s.source)

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
 from edgepath.plane import DecisionPlane
+from edgepath.rest.mts import mts_router
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.types import (
@@ -363,6 +364,8 @@ def create_app(
             status_code=HTTP_STATUS[exc.kind],
             headers=headers,
         )
+
+    app.include_router(mts_router(plane, security), prefix="/mts/v1")  # ETSI MEC 015 Traffic Steering (issue 19)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> Response:

@@ -92,6 +92,25 @@ class ServerScore:
 # --- end SSMP ---
 
 
+# --- MEC 015 traffic steering sessions (issue 19) ---
+@dataclass(frozen=True)
+class MtsSession:
+    """A MEC 015 MTS session bound to a device (ETSI GS MEC 015 v2.1.1 §7.2.5).
+
+    ``info`` is the ``MtsSessionInfo`` JSON object as the MEC application sent it (camelCase
+    keys, validated by the REST transport) plus ``sessionId``; ``device_id`` is the EdgePath device it
+    steers; ``created_at`` Unix seconds. Stores keep it opaque.
+    """
+
+    session_id: str
+    device_id: str
+    info: str
+    created_at: float
+
+
+# --- end MEC 015 ---
+
+
 @runtime_checkable
 class StateStore(Protocol):
     """Async state store used by the plane (decisions, outcomes) and the trainer."""
@@ -138,6 +157,43 @@ class StateStore(Protocol):
         """
 
     # --- end SSMP ---
+
+    # --- MEC 015 traffic steering sessions (issue 19) ---
+    async def put_mts_session(self, session: MtsSession) -> None:
+        """Create or replace ``session`` (by ``session_id``; a replacement may name another device).
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            The store cannot write now (Redis unreachable).
+        """
+
+    async def get_mts_session(self, session_id: str) -> MtsSession | None:
+        """The session, or None when unknown."""
+
+    async def list_mts_sessions(self) -> list[MtsSession]:
+        """Every session, oldest first."""
+
+    async def delete_mts_session(self, session_id: str) -> bool:
+        """Remove the session; False when it did not exist (raises Unavailable like ``put_mts_session``)."""
+
+    async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
+        """The device's sessions, oldest first (read on every recommendation: one round trip)."""
+
+    async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
+        """Remember the access types (``AccessType`` values) ``device_id`` reported last.
+
+        What MEC 015 capability info and session validation read; a store may expire devices
+        not seen for a long time (they then read as unknown).
+        """
+
+    async def device_accesses(self, device_id: str) -> tuple[str, ...] | None:
+        """The access types ``device_id`` reported last, or None for a device never seen."""
+
+    async def reported_access_types(self) -> set[str]:
+        """Every access type any device has reported (MEC 015 ``mtsAccessInfo``)."""
+
+    # --- end MEC 015 ---
 
     async def ping(self) -> bool:
         """True when the store is reachable."""

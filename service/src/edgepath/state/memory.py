@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from cachetools import LRUCache, TTLCache
 
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore
+from edgepath.state.base import ClaimResult, DecisionRecord, MtsSession, OutcomeRecord, ServerScore
 from edgepath.tasks import wait_event
 
 
@@ -41,6 +41,10 @@ class MemoryStore:
         self._arrived = asyncio.Event()
         # SSMP server scores (issue 4): least recently used evicted beyond max_servers.
         self._server_scores: LRUCache[str, ServerScore] = LRUCache(maxsize=max_servers)
+        # MEC 015 sessions and the access types devices reported (issue 19).
+        self._mts_sessions: dict[str, MtsSession] = {}
+        self._device_accesses: LRUCache[str, tuple[str, ...]] = LRUCache(maxsize=max_decisions)
+        self._access_types: set[str] = set()
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
@@ -91,6 +95,37 @@ class MemoryStore:
         self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at)
 
     # --- end SSMP ---
+
+    # --- MEC 015 traffic steering sessions (issue 19) ---
+    async def put_mts_session(self, session: MtsSession) -> None:
+        self._mts_sessions[session.session_id] = session
+
+    async def get_mts_session(self, session_id: str) -> MtsSession | None:
+        return self._mts_sessions.get(session_id)
+
+    async def list_mts_sessions(self) -> list[MtsSession]:
+        return sorted(self._mts_sessions.values(), key=lambda s: (s.created_at, s.session_id))
+
+    async def delete_mts_session(self, session_id: str) -> bool:
+        return self._mts_sessions.pop(session_id, None) is not None
+
+    async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
+        if not self._mts_sessions:
+            return []
+        mine = (s for s in self._mts_sessions.values() if s.device_id == device_id)
+        return sorted(mine, key=lambda s: (s.created_at, s.session_id))
+
+    async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
+        self._device_accesses[device_id] = tuple(access_types)
+        self._access_types.update(access_types)
+
+    async def device_accesses(self, device_id: str) -> tuple[str, ...] | None:
+        return self._device_accesses.get(device_id)
+
+    async def reported_access_types(self) -> set[str]:
+        return set(self._access_types)
+
+    # --- end MEC 015 ---
 
     async def ping(self) -> bool:
         return True

@@ -53,7 +53,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from cachetools import TTLCache
@@ -66,7 +66,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from edgepath.errors import Unavailable
 from edgepath.metrics import Metrics
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, ServerScore  # ServerScore: issue 4
+from edgepath.state.base import (
+    ClaimResult,
+    DecisionRecord,
+    MtsSession,
+    OutcomeRecord,
+    ServerScore,
+)  # ServerScore: issue 4
 
 log = logging.getLogger(__name__)
 
@@ -481,6 +487,126 @@ class RedisStore:
             self._enter_degraded(exc)
 
     # --- end SSMP ---
+
+    # --- MEC 015 traffic steering sessions (issue 19) ---
+    #: Devices not seen for this long read as unknown (MEC 015 session validation), s.
+    DEVICE_ACCESS_TTL_S = 30 * 24 * 3600
+
+    def _mts_key(self, what: str) -> str:
+        return f"{self.namespace}:mts:{what}"
+
+    @staticmethod
+    def _encode_session(session: MtsSession) -> str:
+        return json.dumps(dataclasses.asdict(session), separators=(",", ":"))
+
+    @staticmethod
+    def _decode_session(raw: Any) -> MtsSession:
+        return MtsSession(**json.loads(raw))
+
+    def _write_failed(self, exc: BaseException) -> Unavailable:
+        self._enter_degraded(exc)
+        return Unavailable("state store unreachable: MTS sessions cannot be changed now")
+
+    async def put_mts_session(self, session: MtsSession) -> None:
+        """HSET in the session hash and the device's hash in one MULTI (and HDEL from a previous device's)."""
+        if self._degraded:
+            raise Unavailable("state store unreachable: MTS sessions cannot be changed now")
+        sessions = self._mts_key("sessions")
+        try:
+            old = await self.redis.hget(sessions, session.session_id)
+            raw = self._encode_session(session)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                if old is not None and (prev := self._decode_session(old)).device_id != session.device_id:
+                    pipe.hdel(self._mts_key(f"device:{prev.device_id}"), session.session_id)
+                pipe.hset(sessions, session.session_id, raw)
+                pipe.hset(self._mts_key(f"device:{session.device_id}"), session.session_id, raw)
+                await pipe.execute()
+        except UNREACHABLE as exc:
+            raise self._write_failed(exc) from exc
+
+    async def get_mts_session(self, session_id: str) -> MtsSession | None:
+        if self._degraded:
+            return None
+        try:
+            raw = await self.redis.hget(self._mts_key("sessions"), session_id)
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return None
+        return None if raw is None else self._decode_session(raw)
+
+    async def list_mts_sessions(self) -> list[MtsSession]:
+        if self._degraded:
+            return []
+        try:
+            raws = await self.redis.hvals(self._mts_key("sessions"))
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return []
+        return sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
+
+    async def delete_mts_session(self, session_id: str) -> bool:
+        if self._degraded:
+            raise Unavailable("state store unreachable: MTS sessions cannot be changed now")
+        sessions = self._mts_key("sessions")
+        try:
+            old = await self.redis.hget(sessions, session_id)
+            if old is None:
+                return False
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hdel(sessions, session_id)
+                pipe.hdel(self._mts_key(f"device:{self._decode_session(old).device_id}"), session_id)
+                await pipe.execute()
+        except UNREACHABLE as exc:
+            raise self._write_failed(exc) from exc
+        return True
+
+    async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
+        """HVALS of the device's hash; while degraded none (the device gets the default rule)."""
+        if self._degraded:
+            return []
+        try:
+            raws = await self.redis.hvals(self._mts_key(f"device:{device_id}"))
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return []
+        return sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
+
+    async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
+        """SET with a TTL plus SADD to the reported types; dropped while degraded."""
+        if self._degraded:
+            return
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.set(
+                    self._mts_key(f"access:{device_id}"), json.dumps(list(access_types)), ex=self.DEVICE_ACCESS_TTL_S
+                )
+                if access_types:
+                    pipe.sadd(self._mts_key("access_types"), *access_types)
+                await pipe.execute()
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+
+    async def device_accesses(self, device_id: str) -> tuple[str, ...] | None:
+        if self._degraded:
+            return None
+        try:
+            raw = await self.redis.get(self._mts_key(f"access:{device_id}"))
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return None
+        return None if raw is None else tuple(json.loads(raw))
+
+    async def reported_access_types(self) -> set[str]:
+        if self._degraded:
+            return set()
+        try:
+            members = await self.redis.smembers(self._mts_key("access_types"))
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return set()
+        return {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+
+    # --- end MEC 015 ---
 
     async def ping(self) -> bool:
         if self._degraded:

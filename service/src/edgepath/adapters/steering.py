@@ -1,0 +1,220 @@
+"""ATSSS steering rules (``steering``): :mod:`edgepath.engines.steering` over the device's MEC 015 sessions.
+
+Reads the primary-path decision (``decision.record.interface``), the MLPM section computed
+just before (``decision.sections["scheduler"]``; recomputed when that adapter is not
+registered), the request's interfaces (RTT, loss) and the device's MEC 015 sessions
+(``StateStore.device_mts_sessions``, one read per recommendation). It also remembers the
+access types the device reported (``StateStore.record_device_accesses``, written only when
+they change or once an hour per replica), which MEC 015 capability info and session
+validation read. Learns nothing from outcomes.
+
+Rules, in precedence order (TS 24.193 §5.2.1: lower precedence value first): one per
+``flowFilter`` entry of each flow-specific session (``requestType`` 1), oldest session
+first, precedence 10, 11, …; then the device's default rule (match-all, precedence 255),
+whose intent is the newest application-specific session's ``mtsMode`` (``requestType`` 0),
+else DEFAULT.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import LRUCache
+
+from edgepath import types as ep_types
+from edgepath.adapters.base import DecisionInput, EngineAdapter
+from edgepath.adapters.mlpm import scheduler_advice
+from edgepath.engines import steering
+from edgepath.settings import Settings
+from edgepath.state.base import MtsSession
+
+#: Precedence of the device's match-all rule, and of the first flow-specific rule (TS 24.193 §5.2.1: 0..255).
+DEFAULT_PRECEDENCE = 255
+FLOW_PRECEDENCE = 10
+#: The match-all traffic descriptor of every device's default rule.
+_MATCH_ALL = ep_types.TrafficDescriptor(match_all=True)
+#: Access types are written again after this long even when unchanged (keeps the store's TTL fresh), s.
+ACCESS_REFRESH_S = 3600.0
+
+
+def path_states(request: ep_types.RecommendRequest, scheduler: ep_types.SchedulerAdvice) -> list[steering.PathState]:
+    """The engine's view of each interface: MLPM weight, RTT (forecast, else reported), loss, throughput."""
+    by_name = {w.interface: w for w in scheduler.weights}
+    out = []
+    for iface in request.interfaces:
+        w = by_name.get(iface.name)
+        rtts = (w.rtt_forecast_ms, w.rtt_ms) if w is not None else ()
+        tpts = (w.throughput_forecast_bps, w.throughput_bps) if w is not None else ()
+        rtt = next((x for x in (*rtts, iface.rtt_ms) if x is not None), None)
+        tpt = next((x for x in tpts if x is not None), None)
+        out.append(
+            steering.PathState(
+                interface=iface.name,
+                access_type=iface.access_type,
+                weight=w.weight if w is not None else None,
+                rtt_ms=None if rtt is None else max(float(rtt), 0.0),
+                loss=iface.loss,
+                throughput_bps=None if tpt is None else max(float(tpt), 0.0),
+            )
+        )
+    return out
+
+
+def qos_of(info: dict[str, Any]) -> steering.QosRequirement | None:
+    """MEC 015 ``qosD`` of a stored session in SI units (None when absent)."""
+    q = info.get("qosD")
+    if not isinstance(q, dict):
+        return None
+    return steering.QosRequirement.from_mec(
+        min_tpt=q.get("minTpt"),
+        max_latency=q.get("maxLatency"),
+        max_loss=q.get("maxLoss"),
+        max_jitter=q.get("maxJitter"),
+        priority=q.get("priority"),
+    )
+
+
+def traffic_descriptor(flow: dict[str, Any] | None, direction: str | None) -> ep_types.TrafficDescriptor:
+    """Match-all (``flow`` None) or the IP 3-tuple etc. of one MEC 015 ``flowFilter`` entry."""
+    if flow is None:
+        return _MATCH_ALL
+    return ep_types.TrafficDescriptor(
+        match_all=False,
+        source_ip=flow.get("sourceIp"),
+        destination_ip=flow.get("dstIp"),
+        source_ports=list(flow.get("sourcePort") or []),
+        destination_ports=list(flow.get("dstPort") or []),
+        protocol=flow.get("protocol"),
+        dscp=flow.get("dscp"),
+        flow_label=flow.get("flowlabel"),
+        traffic_direction=direction,
+    )
+
+
+def steering_rule(
+    d: steering.SteeringDecision,
+    precedence: int,
+    descriptor: ep_types.TrafficDescriptor,
+    mts_mode: int | None = None,
+    session_id: str | None = None,
+) -> ep_types.SteeringRule:
+    """The wire form of one engine decision (TS 24.193 §5.2.1 rule)."""
+    mode = d.steering_mode
+    active = d.access(steering.Priority.ACTIVE)
+    if mode is steering.SteeringMode.SMALLEST_DELAY:
+        active = next((a.access for a in d.accesses if a.initial_subflow), None)
+    pct = d.percentages
+    # model_construct: the engine's output is already typed and bounded (no re-validation per decision)
+    return ep_types.SteeringRule.model_construct(
+        rule_precedence=precedence,
+        traffic_descriptor=descriptor,
+        steering_functionality=d.steering_functionality,
+        steering_mode=mode.value,
+        active_access=None if active is None else active.value,
+        standby_access=_value(d.access(steering.Priority.STANDBY)),
+        high_priority_access=_value(d.access(steering.Priority.HIGH)),
+        low_priority_access=_value(d.access(steering.Priority.LOW)),
+        percentage_3gpp=pct.get(steering.Access.THREE_GPP),
+        percentage_non_3gpp=pct.get(steering.Access.NON_THREE_GPP),
+        rtt_threshold_ms=d.rtt_threshold_ms,
+        packet_loss_rate_threshold=d.packet_loss_rate_threshold,
+        accesses=[
+            ep_types.SteeringAccess.model_construct(
+                access=a.access.value,
+                interface=a.interface,
+                access_type=a.access_type,
+                priority=None if a.priority is None else a.priority.value,
+                percentage=a.percentage,
+                metered=a.metered,
+                initial_subflow=a.initial_subflow,
+            )
+            for a in d.accesses
+        ],
+        intent=d.intent.value,
+        mts_mode=mts_mode,
+        mts_session_id=session_id,
+        unmet_qos=list(d.unmet),
+        reason=d.reason,
+    )
+
+
+def _value(a: steering.Access | None) -> str | None:
+    return None if a is None else a.value
+
+
+@dataclass(frozen=True)
+class ParsedSession:
+    """What a stored session means for the rules: its mtsMode, intent, qosD and (flow sessions) descriptors."""
+
+    mts_mode: int
+    intent: steering.Intent
+    qos: steering.QosRequirement | None
+    flows: tuple[ep_types.TrafficDescriptor, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def parsed_session(info: str) -> ParsedSession:
+    """Parse a stored ``MtsSessionInfo`` once (cached by its JSON text, which includes its ``sessionId``)."""
+    body = json.loads(info)
+    mode = int(body["mtsMode"])
+    flows: tuple[ep_types.TrafficDescriptor, ...] = ()
+    if body.get("requestType") == 1:
+        flows = tuple(traffic_descriptor(f, body.get("trafficDirection")) for f in body.get("flowFilter") or [])
+    return ParsedSession(mode, steering.MTS_MODE_INTENT[mode], qos_of(body), flows)
+
+
+def steering_advice(
+    request: ep_types.RecommendRequest,
+    primary_interface: str,
+    scheduler: ep_types.SchedulerAdvice,
+    sessions: list[MtsSession],
+    config: steering.SteeringConfig,
+) -> ep_types.SteeringAdvice:
+    """Every ATSSS rule for the device (module docstring: precedence and sessions)."""
+    paths = path_states(request, scheduler)
+    rules: list[ep_types.SteeringRule] = []
+    default_intent = steering.Intent.DEFAULT
+    default_qos: steering.QosRequirement | None = None
+    default_mode: int | None = None
+    default_session: str | None = None
+    for s in sessions:
+        p = parsed_session(s.info)
+        if p.flows:  # flow-specific session: one rule per flowFilter entry
+            for descriptor in p.flows:
+                d = steering.decide(paths, primary_interface, p.intent, p.qos, config)
+                precedence = min(FLOW_PRECEDENCE + len(rules), DEFAULT_PRECEDENCE - 1)
+                rules.append(steering_rule(d, precedence, descriptor, p.mts_mode, s.session_id))
+        else:  # the newest application-wide session wins
+            default_intent, default_qos, default_mode, default_session = p.intent, p.qos, p.mts_mode, s.session_id
+    d = steering.decide(paths, primary_interface, default_intent, default_qos, config)
+    rules.append(steering_rule(d, DEFAULT_PRECEDENCE, traffic_descriptor(None, None), default_mode, default_session))
+    return ep_types.SteeringAdvice(rules=rules, source=steering.SOURCE)
+
+
+class SteeringAdapter(EngineAdapter):
+    """``steering`` in every recommendation (RTT threshold from ``reward_latency_ms``)."""
+
+    section = "steering"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.config = steering.SteeringConfig(rtt_threshold_ms=settings.reward_latency_ms)
+        self._recorded: LRUCache[str, tuple[tuple[str, ...], float]] = LRUCache(maxsize=100_000)
+
+    async def recommend(self, decision: DecisionInput) -> ep_types.SteeringAdvice:
+        request, store = decision.request, decision.store
+        accesses = tuple(sorted({i.access_type.value for i in request.interfaces}))
+        last = self._recorded.get(request.device_id)
+        now = time.monotonic()
+        if last is None or last[0] != accesses or now - last[1] > ACCESS_REFRESH_S:
+            await store.record_device_accesses(request.device_id, accesses)
+            self._recorded[request.device_id] = (accesses, now)
+        scheduler = decision.sections.get("scheduler")
+        if not isinstance(scheduler, ep_types.SchedulerAdvice):
+            scheduler = scheduler_advice(request, self.settings)
+        sessions = await store.device_mts_sessions(request.device_id)
+        return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)

@@ -1,0 +1,383 @@
+"""ETSI MEC 015 Traffic Steering API (GS MEC 015 v2.1.1, ``/mts/v1``) on the REST transport.
+
+Routes (ETSI's OpenAPI, vendored with its BSD-3-Clause licence in ``service/data/etsi-mec-015/``):
+``GET /mts_capability_info``; ``GET``/``POST /mts_sessions``; ``GET``/``PUT``/``DELETE
+/mts_sessions/{sessionId}``. A session binds a MEC application (``appInsId``), or one of its
+flows (``requestType`` 1 with ``flowFilter``), on one device to an ``mtsMode`` (0 low cost,
+1 low latency, 2 high throughput, 3 redundancy, 4 QoS with ``qosD``); the device's next
+recommendation carries the ATSSS rule that mode maps to (:mod:`edgepath.engines.steering`,
+:mod:`edgepath.adapters.steering`). Sessions live in the state store (memory, or Redis shared
+by every replica and surviving restarts).
+
+EdgePath extensions to ``MtsSessionInfo`` (the schema allows extra members): ``deviceId``
+(required: the EdgePath device whose traffic the session steers; MEC 015 v2.1.1 has no UE
+identifier) and ``sessionId`` (in every response; the resource's id, also in ``Location``).
+
+Errors are RFC 7807 ``ProblemDetails`` (``application/problem+json``) with the status of
+:data:`MTS_STATUS`; an invalid request is 400 and its ``detail`` starts with the field path
+(``qosD.maxLatency: …``), also given as the extension member ``field``. With authentication
+configured only admin principals (the MEC platform) may call the API (403 otherwise).
+Not implemented: ``app_name`` query filtering (EdgePath does not learn application names;
+the parameter is accepted and ignored), ETag preconditions (412).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+from starlette.exceptions import HTTPException
+
+from edgepath.engines.steering import MTS_MODE_INTENT
+from edgepath.errors import EdgePathError, ErrorKind, field_path
+from edgepath.plane import DecisionPlane
+from edgepath.security import EdgeSecurity
+from edgepath.state.base import MtsSession
+from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, AccessType
+
+#: Error kinds → HTTP status for this API (MEC 015: an invalid request is 400, not the /v1 routes' 422).
+MTS_STATUS: dict[ErrorKind, int] = {
+    ErrorKind.INVALID_INPUT: 400,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.CONFLICT: 400,
+    ErrorKind.PERMISSION_DENIED: 403,
+    ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.RATE_LIMITED: 429,
+}
+PROBLEM_JSON = "application/problem+json"
+UINT32 = 2**32 - 1
+MAX_PORTS = 64
+MAX_FILTERS = 16
+#: Sessions the service keeps at most (all devices); a POST beyond is 403 (MEC 015: not allowed in this state).
+MAX_SESSIONS = 10_000
+_ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
+
+#: MEC 015 §7.2.4 ``accessType`` codes, EdgePath's stable ``accessId`` per access type, and ``metered``
+#: (0 not metered, 1 metered: EdgePath treats 3GPP access as metered, :mod:`edgepath.engines.steering`).
+MEC_ACCESS: dict[AccessType, tuple[int, int]] = {
+    AccessType.WIFI: (1, 1),  # any IEEE 802.11 WLAN
+    AccessType.LTE: (2, 32),  # 3GPP E-UTRA
+    AccessType.NR: (3, 33),  # 3GPP NR
+    AccessType.ETHERNET: (4, 3),  # any fixed access
+}
+
+Uint32 = Annotated[int, Field(ge=0, le=UINT32)]
+#: MEC 015 member names are camelCase on the wire (snake_case here).
+_CAMEL = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+Port = Annotated[int, Field(ge=0, le=65535)]
+SessionId = Annotated[str, PathParam(description="MTS session id (unknown ids are 404)")]
+
+
+class MtsProblem(Exception):
+    """A ProblemDetails answer: ``status``, ``title``, ``detail`` and the offending ``field``."""
+
+    def __init__(self, status: int, title: str, detail: str, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail, self.field = status, title, detail, field
+
+
+def problem(status: int, title: str, detail: str, field: str | None = None) -> JSONResponse:
+    """RFC 7807 body (MEC 015 ProblemDetails) with ``field`` as an extension member."""
+    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    if field is not None:
+        body["field"] = field
+    return JSONResponse(status_code=status, content=body, media_type=PROBLEM_JSON)
+
+
+class MtsRoute(APIRoute):
+    """Every error of the MTS routes as ProblemDetails (validation → 400 naming the field)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                errors = exc.errors()
+                first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+                loc = [p for p in first.get("loc", ()) if p not in ("body", "path", "query")]
+                field = "body" if first.get("type") == "json_invalid" else field_path(loc) or "body"
+                return problem(400, "Bad Request", f"{field}: {first.get('msg', 'invalid')}", field)
+            except MtsProblem as exc:
+                return problem(exc.status, exc.title, exc.detail, exc.field)
+            except HTTPException as exc:  # e.g. a body that is not JSON
+                return problem(
+                    exc.status_code, "Bad Request" if exc.status_code == 400 else "Error", f"body: {exc.detail}", "body"
+                )
+            except EdgePathError as exc:
+                status = MTS_STATUS[exc.kind]
+                detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
+                response = problem(status, exc.kind.value, detail, exc.field)
+                if status == 429:
+                    response.headers["Retry-After"] = str(max(1, round(getattr(exc, "retry_after_s", 1.0))))
+                return response
+
+        return route
+
+
+# --- MEC 015 §7.2.5 MtsSessionInfo ------------------------------------------------------------------------------
+class TimeStamp(BaseModel):
+    """Unix time: ``seconds`` and ``nanoSeconds`` (MEC 015 TimeStamp)."""
+
+    model_config = _CAMEL
+
+    seconds: Uint32
+    nano_seconds: int = Field(ge=0, le=999_999_999)
+
+
+class FlowFilter(BaseModel):
+    """One traffic flow filter (at least one member; absent members are not filtered on)."""
+
+    model_config = _CAMEL
+
+    source_ip: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[0-9A-Fa-f.:/]+$")
+    source_port: list[Port] | None = Field(default=None, max_length=MAX_PORTS)
+    dst_ip: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[0-9A-Fa-f.:/]+$")
+    dst_port: list[Port] | None = Field(default=None, max_length=MAX_PORTS)
+    protocol: int | None = Field(default=None, ge=0, le=255, description="IP protocol number")
+    dscp: int | None = Field(default=None, ge=0, le=63)
+    flowlabel: int | None = Field(default=None, ge=0, le=2**20 - 1)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> FlowFilter:
+        if not self.model_dump(exclude_none=True):
+            raise ValueError("a flowFilter entry needs at least one member")
+        return self
+
+
+class QosD(BaseModel):
+    """QoS requirement (``mtsMode`` 4): ``minTpt`` kbit/s, ``maxLatency``/``maxJitter`` 10 ns, ``maxLoss`` 10^-x."""
+
+    model_config = _CAMEL
+
+    min_tpt: Uint32 | None = None
+    max_latency: Uint32 | None = None
+    max_loss: int | None = Field(default=None, ge=0, le=30, description="loss rate 10^-maxLoss (≥ 1e-30)")
+    max_jitter: Uint32 | None = None
+    priority: int | None = Field(default=None, ge=0, le=3, description="0 low, 1 medium, 2 high, 3 critical")
+
+
+class MtsSessionInfo(BaseModel):
+    """MEC 015 §7.2.5 ``MtsSessionInfo`` plus EdgePath's ``deviceId`` and ``sessionId`` (module docstring)."""
+
+    model_config = _CAMEL
+
+    app_ins_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN)
+    request_type: Literal[0, 1] = Field(description="0 APPLICATION_SPECIFIC_MTS_SESSION, 1 FLOW_SPECIFIC_MTS_SESSION")
+    flow_filter: list[FlowFilter] = Field(min_length=1, max_length=MAX_FILTERS)
+    qos_d: QosD
+    mts_mode: int = Field(ge=0, le=4, description="0 low cost, 1 low latency, 2 high throughput, 3 redundancy, 4 QoS")
+    traffic_direction: Literal["00", "01", "10"] = Field(description="00 downlink, 01 uplink, 10 symmetrical")
+    time_stamp: TimeStamp | None = None
+    device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="EdgePath device")
+    session_id: str | None = Field(default=None, pattern=_ID_PATTERN, description="Set by the service")
+
+    @model_validator(mode="after")
+    def _qos_consistent(self) -> MtsSessionInfo:
+        q = self.qos_d
+        if self.mts_mode == 4 and not any(v is not None for v in (q.min_tpt, q.max_latency, q.max_loss, q.max_jitter)):
+            raise MtsProblem(400, "Bad Request", "qosD: mtsMode 4 (QoS) needs at least one requirement", "qosD")
+        if q.max_latency == 0:
+            raise MtsProblem(
+                400, "Bad Request", "qosD.maxLatency: a zero one-way delay cannot be met", "qosD.maxLatency"
+            )
+        if q.max_jitter is not None and q.max_latency is not None and q.max_jitter > q.max_latency:
+            raise MtsProblem(
+                400,
+                "Bad Request",
+                "qosD.maxJitter: contradicts qosD.maxLatency (a delay within maxLatency varies by at most that)",
+                "qosD.maxJitter",
+            )
+        return self
+
+
+class AccessInfo(BaseModel):
+    """One entry of ``mtsAccessInfo`` (MEC 015 §7.2.4)."""
+
+    model_config = _CAMEL
+
+    access_id: int
+    access_type: int
+    metered: int
+
+
+class MtsCapabilityInfo(BaseModel):
+    """MEC 015 §7.2.4 ``MtsCapabilityInfo``: the accesses devices reported and the modes supported."""
+
+    model_config = _CAMEL
+
+    mts_access_info: list[AccessInfo]
+    mts_mode: list[int]
+    time_stamp: TimeStamp | None = None
+
+
+_bearer = HTTPBearer(auto_error=False, description="Admin token or JWT (the MEC platform)")
+
+
+def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> APIRouter:
+    """The ``/mts/v1`` routes over ``plane.store`` (include with ``prefix="/mts/v1"``)."""
+    router = APIRouter(route_class=MtsRoute, tags=["mts"])
+    store = plane.store
+    problems: dict[int | str, dict[str, Any]] = {
+        code: {"description": text, "content": {PROBLEM_JSON: {"schema": {"type": "object"}}}}
+        for code, text in ((400, "Bad Request"), (403, "Forbidden"), (404, "Not Found"))
+    }
+
+    async def platform(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+        """With authentication configured: an admin principal (the MEC platform), rate-limited."""
+        if security is None:
+            return
+        principal = security.auth.authenticate(authorization=request.headers.get("authorization"))
+        if principal is None:
+            return
+        if not principal.is_admin:
+            raise MtsProblem(403, "Forbidden", "the traffic steering API needs an admin identity (MEC platform)")
+        await security.admit(principal)
+
+    async def validated(info: MtsSessionInfo, session_id: str) -> MtsSession:
+        if info.session_id is not None and info.session_id != session_id:
+            raise MtsProblem(400, "Bad Request", "sessionId: does not match the resource", "sessionId")
+        if await store.device_accesses(info.device_id) is None:
+            raise MtsProblem(
+                400, "Bad Request", "deviceId: unknown device (it has not asked for a recommendation)", "deviceId"
+            )
+        if info.request_type == 1:
+            mine = [f.model_dump(exclude_none=True, by_alias=True) for f in info.flow_filter]
+            for other in await store.device_mts_sessions(info.device_id):
+                if other.session_id == session_id:
+                    continue
+                theirs = json.loads(other.info)
+                if theirs.get("requestType") == 1 and any(f in theirs.get("flowFilter", []) for f in mine):
+                    raise MtsProblem(
+                        400,
+                        "Bad Request",
+                        f"flowFilter: a filter of this session already defines session {other.session_id}",
+                        "flowFilter",
+                    )
+        now = time.time()
+        stamp = info.time_stamp or TimeStamp(seconds=min(int(now), UINT32), nano_seconds=int((now % 1) * 1e9))
+        body = info.model_copy(update={"session_id": session_id, "time_stamp": stamp}).model_dump(
+            exclude_none=True, by_alias=True
+        )
+        return MtsSession(session_id=session_id, device_id=info.device_id, info=json.dumps(body), created_at=now)
+
+    def body_of(session: MtsSession) -> dict[str, Any]:
+        return dict(json.loads(session.info))
+
+    @router.get(
+        "/mts_capability_info",
+        response_model=MtsCapabilityInfo,
+        responses=problems,
+        operation_id="mtsCapabilityInfoGET",
+        dependencies=[Depends(platform)],
+    )
+    async def capability_info() -> MtsCapabilityInfo:
+        """Accesses any device has reported (404 before the first report) and the supported mtsModes."""
+        reported = await store.reported_access_types()
+        accesses = [AccessType(a) for a in sorted(reported) if a in AccessType.__members__]
+        if not accesses:
+            raise MtsProblem(404, "Not Found", "no device has reported its accesses yet")
+        now = time.time()
+        return MtsCapabilityInfo(
+            mts_access_info=[
+                AccessInfo(access_id=MEC_ACCESS[a][0], access_type=MEC_ACCESS[a][1], metered=int(a in CELLULAR))
+                for a in accesses
+            ],
+            mts_mode=sorted(MTS_MODE_INTENT),
+            time_stamp=TimeStamp(seconds=min(int(now), UINT32), nano_seconds=int((now % 1) * 1e9)),
+        )
+
+    @router.get(
+        "/mts_sessions", responses=problems, operation_id="mtsSessionsListGET", dependencies=[Depends(platform)]
+    )
+    async def list_sessions(
+        app_instance_id: Annotated[list[str] | None, Query(max_length=64)] = None,
+        app_name: Annotated[list[str] | None, Query(max_length=64)] = None,
+        session_id: Annotated[list[str] | None, Query(max_length=64)] = None,
+    ) -> list[dict[str, Any]]:
+        """Every session, filtered by ``app_instance_id`` and ``session_id`` (``app_name`` is ignored)."""
+        del app_name  # EdgePath does not learn application names (module docstring)
+        out = []
+        for s in await store.list_mts_sessions():
+            body = body_of(s)
+            if app_instance_id and body.get("appInsId") not in app_instance_id:
+                continue
+            if session_id and s.session_id not in session_id:
+                continue
+            out.append(body)
+        return out
+
+    @router.post(
+        "/mts_sessions",
+        status_code=201,
+        responses=problems,
+        operation_id="mtsSessionPOST",
+        dependencies=[Depends(platform)],
+    )
+    async def create_session(info: MtsSessionInfo, response: Response) -> dict[str, Any]:
+        """Create a session (201 with ``Location``); 400 naming the field when it is invalid."""
+        session = await validated(info, uuid.uuid4().hex)
+        if len(await store.list_mts_sessions()) >= MAX_SESSIONS:
+            raise MtsProblem(403, "Forbidden", f"the service keeps at most {MAX_SESSIONS} MTS sessions")
+        await store.put_mts_session(session)
+        response.headers["Location"] = f"/mts/v1/mts_sessions/{session.session_id}"
+        return body_of(session)
+
+    async def existing(session_id: str) -> MtsSession:
+        session = await store.get_mts_session(session_id) if len(session_id) <= 128 else None
+        if session is None:
+            raise MtsProblem(404, "Not Found", f"sessionId: no session {session_id}", "sessionId")
+        return session
+
+    @router.get(
+        "/mts_sessions/{sessionId}",
+        responses=problems,
+        operation_id="mtsSessionGET",
+        dependencies=[Depends(platform)],
+    )
+    async def get_session(sessionId: SessionId) -> dict[str, Any]:  # noqa: N803 - the spec's parameter name
+        """One session (404 when unknown)."""
+        return body_of(await existing(sessionId))
+
+    @router.put(
+        "/mts_sessions/{sessionId}",
+        responses=problems,
+        operation_id="mtsSessionPUT",
+        dependencies=[Depends(platform)],
+    )
+    async def replace_session(sessionId: SessionId, info: MtsSessionInfo) -> dict[str, Any]:  # noqa: N803
+        """Replace a session (MEC 009 PUT semantics; 404 when unknown)."""
+        previous = await existing(sessionId)
+        session = await validated(info, sessionId)
+        session = MtsSession(session.session_id, session.device_id, session.info, previous.created_at)
+        await store.put_mts_session(session)
+        return body_of(session)
+
+    @router.delete(
+        "/mts_sessions/{sessionId}",
+        status_code=204,
+        response_class=Response,
+        responses={403: problems[403], 404: problems[404]},
+        operation_id="mtsSessionDELETE",
+        dependencies=[Depends(platform)],
+    )
+    async def delete_session(sessionId: SessionId) -> Response:  # noqa: N803
+        """Remove a session (204; 404 when unknown): the device's next recommendation drops its rule."""
+        if len(sessionId) > 128 or not await store.delete_mts_session(sessionId):
+            raise MtsProblem(404, "Not Found", f"sessionId: no session {sessionId}", "sessionId")
+        return Response(status_code=204)
+
+    return router

@@ -1,0 +1,255 @@
+"""ETSI MEC 015 Traffic Steering API (``/mts/v1``, issue 19) against a real running service, on both stores.
+
+Every response body is checked against the schemas of ETSI's OpenAPI file as vendored
+(``service/data/etsi-mec-015/TrafficSteeringApi.yaml``, JSON Schema 2020-12 via ``jsonschema``).
+The Redis cases run a real ``redis-server`` (skipped, saying why, when it is not installed).
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import jsonschema
+import pytest
+import yaml
+from conftest import RunningService, running_service
+from edgepath.wire import edgepath_pb2 as pb
+from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+from google.protobuf import json_format
+from state.redis_helpers import REDIS_SERVER, RedisServer
+
+SPEC_PATH = Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml"
+SPEC = yaml.safe_load(SPEC_PATH.read_text())
+DEVICE = "phone-mec"
+RECOMMEND = {
+    "device_id": DEVICE,
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -62.0, "rtt_ms": 48.0, "loss": 0.01},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -92.0, "rtt_ms": 21.0, "loss": 0.001},
+    ],
+}
+
+
+def conforms(body: Any, schema: str) -> None:
+    """Validate ``body`` against ``#/components/schemas/<schema>`` of ETSI's file (or a list of them)."""
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    root = {**SPEC, **({"type": "array", "items": ref} if isinstance(body, list) else ref)}
+    jsonschema.Draft202012Validator(root).validate(body)
+
+
+def session_body(mts_mode: int = 1, **extra: Any) -> dict[str, Any]:
+    return {
+        "appInsId": "mec-app-1",
+        "requestType": 0,
+        "flowFilter": [{"dstIp": "198.51.100.7", "dstPort": [443], "protocol": 6}],
+        "qosD": {},
+        "mtsMode": mts_mode,
+        "trafficDirection": "00",
+        "deviceId": DEVICE,
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
+    server = RedisServer(tmp_path_factory.mktemp("mts-redis")).start()
+    yield server.url
+    server.stop()
+
+
+def store_settings(kind: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    if kind == "memory":
+        return {}
+    url = request.getfixturevalue("redis_url")
+    return {"store_url": url, "redis_namespace": f"mts-{uuid.uuid4().hex[:10]}", "trainer": False}
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def svc(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    with running_service(**store_settings(request.param, request)) as running:
+        yield running
+
+
+def http(service: RunningService) -> httpx.Client:
+    return httpx.Client(base_url=f"{service.http_url}/mts/v1", timeout=5.0)
+
+
+def recommend_rest(service: RunningService) -> dict[str, Any]:
+    resp = httpx.post(f"{service.http_url}/v1/recommendations", json=RECOMMEND, timeout=5.0)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["steering"]["rules"][-1]
+
+
+def recommend_grpc(service: RunningService) -> dict[str, Any]:
+    msg = copy.deepcopy(RECOMMEND)
+    for iface in msg["interfaces"]:
+        iface["access_type"] = f"ACCESS_TYPE_{iface['access_type']}"
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        reply = pb_grpc.PathServiceStub(channel).Recommend(json_format.ParseDict(msg, pb.RecommendRequest()), timeout=5)
+    rules = json_format.MessageToDict(reply, preserving_proto_field_name=True)["steering"]["rules"]
+    return dict(rules[-1])
+
+
+def problem_field(resp: httpx.Response, status: int = 400) -> str:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/problem+json")
+    body = resp.json()
+    conforms(body, "ProblemDetails")
+    assert body["status"] == status
+    assert body["detail"].startswith(f"{body['field']}:") if "field" in body else True
+    return str(body.get("field"))
+
+
+def test_low_latency_session_steers_the_next_recommendation_and_delete_restores_it(svc: RunningService) -> None:
+    """The issue's "done means": mtsMode 1 → Smallest Delay with the lower-RTT access active; DELETE → default."""
+    assert recommend_rest(svc)["intent"] == "DEFAULT"  # the device reports its accesses
+    with http(svc) as mts:
+        created = mts.post("/mts_sessions", json=session_body(1))
+        assert created.status_code == 201, created.text
+        body = created.json()
+        conforms(body, "MtsSessionInfo")
+        sid = body["sessionId"]
+        assert created.headers["location"] == f"/mts/v1/mts_sessions/{sid}"
+        for rule in (recommend_rest(svc), recommend_grpc(svc)):
+            assert rule["steering_mode"] == "SMALLEST_DELAY"
+            assert rule["active_access"] == "3GPP"  # LTE 21 ms < WiFi 48 ms
+            assert rule["mts_session_id"] == sid and rule["mts_mode"] == 1
+        got = mts.get(f"/mts_sessions/{sid}")
+        assert got.status_code == 200 and got.json() == body
+        conforms(got.json(), "MtsSessionInfo")
+        listed = mts.get("/mts_sessions", params={"app_instance_id": "mec-app-1"})
+        assert listed.status_code == 200 and [s["sessionId"] for s in listed.json()] == [sid]
+        conforms(listed.json(), "MtsSessionInfo")
+        assert mts.get("/mts_sessions", params={"session_id": "other"}).json() == []
+        # PUT replaces: redundancy
+        put = mts.put(f"/mts_sessions/{sid}", json=session_body(3))
+        assert put.status_code == 200, put.text
+        conforms(put.json(), "MtsSessionInfo")
+        assert recommend_rest(svc)["steering_mode"] == "REDUNDANT"
+        assert mts.delete(f"/mts_sessions/{sid}").status_code == 204
+        assert recommend_rest(svc)["intent"] == "DEFAULT"
+        assert recommend_grpc(svc)["intent"] == "DEFAULT"
+        assert problem_field(mts.get(f"/mts_sessions/{sid}"), 404) == "sessionId"
+        assert problem_field(mts.delete(f"/mts_sessions/{sid}"), 404) == "sessionId"
+        assert problem_field(mts.put(f"/mts_sessions/{sid}", json=session_body(1)), 404) == "sessionId"
+
+
+def test_capability_info_is_built_from_what_devices_report(svc: RunningService) -> None:
+    with http(svc) as mts:
+        problem_field(mts.get("/mts_capability_info"), 404)  # nobody reported yet
+        recommend_rest(svc)
+        resp = mts.get("/mts_capability_info")
+        assert resp.status_code == 200, resp.text
+        info = resp.json()
+        conforms(info, "MtsCapabilityInfo")
+        assert {(a["accessType"], a["metered"]) for a in info["mtsAccessInfo"]} == {(1, 0), (32, 1)}
+        assert info["mtsMode"] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"deviceId": "never-seen"}, "deviceId"),
+        ({"mtsMode": 7}, "mtsMode"),
+        ({"mtsMode": -1}, "mtsMode"),
+        ({"requestType": 2}, "requestType"),
+        ({"trafficDirection": "11"}, "trafficDirection"),
+        ({"mtsMode": 4, "qosD": {"priority": 2}}, "qosD"),  # QoS mode with no requirement
+        ({"mtsMode": 4, "qosD": {"maxLatency": 100, "maxJitter": 500}}, "qosD.maxJitter"),  # contradictory
+        ({"mtsMode": 4, "qosD": {"maxLatency": 0}}, "qosD.maxLatency"),
+        ({"qosD": {"minTpt": 2**32}}, "qosD.minTpt"),
+        ({"flowFilter": []}, "flowFilter"),
+        ({"flowFilter": [{}]}, "flowFilter[0]"),
+        ({"flowFilter": [{"dstPort": [70000]}]}, "flowFilter[0].dstPort[0]"),
+        ({"appInsId": None}, "appInsId"),
+        ({"sessionId": "not-this-one"}, "sessionId"),
+    ],
+)
+def test_invalid_sessions_are_400_problems_naming_the_field(
+    svc: RunningService, change: dict[str, Any], field: str
+) -> None:
+    recommend_rest(svc)
+    body = {k: v for k, v in {**session_body(), **change}.items() if v is not None}
+    with http(svc) as mts:
+        assert problem_field(mts.post("/mts_sessions", json=body)) == field
+        assert mts.get("/mts_sessions").json() == []
+
+
+def test_missing_members_and_bad_json_are_400(svc: RunningService) -> None:
+    with http(svc) as mts:
+        body = session_body()
+        del body["qosD"]
+        assert problem_field(mts.post("/mts_sessions", json=body)) == "qosD"
+        resp = mts.post("/mts_sessions", content=b"{not json", headers={"content-type": "application/json"})
+        assert problem_field(resp) == "body"
+        resp = mts.post("/mts_sessions", content=b"l\xf0\xbf\xff", headers={"content-type": "application/json"})
+        assert problem_field(resp) == "body"
+
+
+def test_a_flow_filter_defines_one_session_only(svc: RunningService) -> None:
+    recommend_rest(svc)
+    flow = session_body(1, requestType=1)
+    with http(svc) as mts:
+        assert mts.post("/mts_sessions", json=flow).status_code == 201
+        assert problem_field(mts.post("/mts_sessions", json=flow)) == "flowFilter"
+        other = session_body(2, requestType=1, flowFilter=[{"dstIp": "203.0.113.9"}])
+        assert mts.post("/mts_sessions", json=other).status_code == 201
+    resp = httpx.post(f"{svc.http_url}/v1/recommendations", json=RECOMMEND, timeout=5.0).json()
+    rules = resp["steering"]["rules"]
+    assert [r["steering_mode"] for r in rules[:2]] == ["SMALLEST_DELAY", "LOAD_BALANCING"]
+    assert rules[-1]["traffic_descriptor"]["match_all"] is True
+
+
+@pytest.mark.redis
+def test_sessions_survive_a_replica_restart_with_redis(redis_url: str) -> None:
+    settings = {"store_url": redis_url, "redis_namespace": f"mts-{uuid.uuid4().hex[:10]}", "trainer": False}
+    with running_service(**settings) as first:
+        recommend_rest(first)
+        with http(first) as mts:
+            sid = mts.post("/mts_sessions", json=session_body(1)).json()["sessionId"]
+    with running_service(**settings) as second:  # a new replica process state, same Redis
+        with http(second) as mts:
+            assert mts.get(f"/mts_sessions/{sid}").status_code == 200
+        assert recommend_rest(second)["steering_mode"] == "SMALLEST_DELAY"
+
+
+def test_with_authentication_only_the_platform_admin_steers(tmp_path: Path) -> None:
+    from edgepath.security.auth import TokenFile
+
+    tokens = TokenFile(tmp_path / "tokens.json")
+    admin = tokens.add("mec-platform", admin=True)
+    device = tokens.add(DEVICE)
+    with running_service(auth_tokens_file=tokens.path) as svc:
+        resp = httpx.post(
+            f"{svc.http_url}/v1/recommendations",
+            json=RECOMMEND,
+            headers={"Authorization": f"Bearer {device}"},
+            timeout=5.0,
+        )
+        assert resp.status_code == 200, resp.text
+        with http(svc) as mts:
+            assert mts.get("/mts_sessions").status_code == 401
+            problem_field(mts.get("/mts_sessions", headers={"Authorization": f"Bearer {device}"}), 403)
+            created = mts.post("/mts_sessions", json=session_body(1), headers={"Authorization": f"Bearer {admin}"})
+            assert created.status_code == 201, created.text
+
+
+def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgepath.rest.mts as mts_module
+
+    monkeypatch.setattr(mts_module, "MAX_SESSIONS", 2)
+    with running_service() as svc:
+        recommend_rest(svc)
+        with http(svc) as mts:
+            for mode in (0, 1):
+                assert mts.post("/mts_sessions", json=session_body(mode)).status_code == 201
+            problem_field(mts.post("/mts_sessions", json=session_body(2)), 403)
+            assert len(mts.get("/mts_sessions").json()) == 2
