@@ -253,6 +253,94 @@ class RecommendRequest(_message.Message):
     content: ContentRequest
     def __init__(self, device_id: _Optional[str] = ..., interfaces: _Optional[_Iterable[_Union[InterfaceContext, _Mapping]]] = ..., subflow_histories: _Optional[_Iterable[_Union[SubflowHistory, _Mapping]]] = ..., application_profile: _Optional[_Union[ApplicationProfile, str]] = ..., kernel: _Optional[_Union[KernelCapabilities, _Mapping]] = ..., content: _Optional[_Union[ContentRequest, _Mapping]] = ...) -> None: ...
 
+class TrafficDescriptor(_message.Message):
+    __slots__ = ("match_all", "source_ip", "destination_ip", "source_ports", "destination_ports", "protocol", "dscp", "flow_label", "traffic_direction")
+    MATCH_ALL_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_IP_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_IP_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PORTS_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_PORTS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    DSCP_FIELD_NUMBER: _ClassVar[int]
+    FLOW_LABEL_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    match_all: bool
+    source_ip: str
+    destination_ip: str
+    source_ports: _containers.RepeatedScalarFieldContainer[int]
+    destination_ports: _containers.RepeatedScalarFieldContainer[int]
+    protocol: int
+    dscp: int
+    flow_label: int
+    traffic_direction: str
+    def __init__(self, match_all: _Optional[bool] = ..., source_ip: _Optional[str] = ..., destination_ip: _Optional[str] = ..., source_ports: _Optional[_Iterable[int]] = ..., destination_ports: _Optional[_Iterable[int]] = ..., protocol: _Optional[int] = ..., dscp: _Optional[int] = ..., flow_label: _Optional[int] = ..., traffic_direction: _Optional[str] = ...) -> None: ...
+
+class SteeringAccess(_message.Message):
+    __slots__ = ("access", "interface", "access_type", "priority", "percentage", "metered", "initial_subflow")
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
+    INTERFACE_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PERCENTAGE_FIELD_NUMBER: _ClassVar[int]
+    METERED_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_SUBFLOW_FIELD_NUMBER: _ClassVar[int]
+    access: str
+    interface: str
+    access_type: AccessType
+    priority: str
+    percentage: int
+    metered: bool
+    initial_subflow: bool
+    def __init__(self, access: _Optional[str] = ..., interface: _Optional[str] = ..., access_type: _Optional[_Union[AccessType, str]] = ..., priority: _Optional[str] = ..., percentage: _Optional[int] = ..., metered: _Optional[bool] = ..., initial_subflow: _Optional[bool] = ...) -> None: ...
+
+class SteeringRule(_message.Message):
+    __slots__ = ("rule_precedence", "traffic_descriptor", "steering_functionality", "steering_mode", "active_access", "standby_access", "high_priority_access", "low_priority_access", "percentage_3gpp", "percentage_non_3gpp", "rtt_threshold_ms", "packet_loss_rate_threshold", "accesses", "intent", "mts_mode", "mts_session_id", "unmet_qos", "reason")
+    RULE_PRECEDENCE_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    STEERING_FUNCTIONALITY_FIELD_NUMBER: _ClassVar[int]
+    STEERING_MODE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    STANDBY_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    HIGH_PRIORITY_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    LOW_PRIORITY_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    PERCENTAGE_3GPP_FIELD_NUMBER: _ClassVar[int]
+    PERCENTAGE_NON_3GPP_FIELD_NUMBER: _ClassVar[int]
+    RTT_THRESHOLD_MS_FIELD_NUMBER: _ClassVar[int]
+    PACKET_LOSS_RATE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    ACCESSES_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    MTS_MODE_FIELD_NUMBER: _ClassVar[int]
+    MTS_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    UNMET_QOS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    rule_precedence: int
+    traffic_descriptor: TrafficDescriptor
+    steering_functionality: str
+    steering_mode: str
+    active_access: str
+    standby_access: str
+    high_priority_access: str
+    low_priority_access: str
+    percentage_3gpp: int
+    percentage_non_3gpp: int
+    rtt_threshold_ms: float
+    packet_loss_rate_threshold: float
+    accesses: _containers.RepeatedCompositeFieldContainer[SteeringAccess]
+    intent: str
+    mts_mode: int
+    mts_session_id: str
+    unmet_qos: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    def __init__(self, rule_precedence: _Optional[int] = ..., traffic_descriptor: _Optional[_Union[TrafficDescriptor, _Mapping]] = ..., steering_functionality: _Optional[str] = ..., steering_mode: _Optional[str] = ..., active_access: _Optional[str] = ..., standby_access: _Optional[str] = ..., high_priority_access: _Optional[str] = ..., low_priority_access: _Optional[str] = ..., percentage_3gpp: _Optional[int] = ..., percentage_non_3gpp: _Optional[int] = ..., rtt_threshold_ms: _Optional[float] = ..., packet_loss_rate_threshold: _Optional[float] = ..., accesses: _Optional[_Iterable[_Union[SteeringAccess, _Mapping]]] = ..., intent: _Optional[str] = ..., mts_mode: _Optional[int] = ..., mts_session_id: _Optional[str] = ..., unmet_qos: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class SteeringAdvice(_message.Message):
+    __slots__ = ("rules", "source")
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedCompositeFieldContainer[SteeringRule]
+    source: str
+    def __init__(self, rules: _Optional[_Iterable[_Union[SteeringRule, _Mapping]]] = ..., source: _Optional[str] = ...) -> None: ...
+
 class PrimaryPath(_message.Message):
     __slots__ = ("interface", "access_type", "propensity", "arms")
     INTERFACE_FIELD_NUMBER: _ClassVar[int]
@@ -266,7 +354,7 @@ class PrimaryPath(_message.Message):
     def __init__(self, interface: _Optional[str] = ..., access_type: _Optional[_Union[AccessType, str]] = ..., propensity: _Optional[float] = ..., arms: _Optional[_Iterable[_Union[AccessType, str]]] = ...) -> None: ...
 
 class Recommendation(_message.Message):
-    __slots__ = ("decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms", "scheduler", "congestion", "server_selection")
+    __slots__ = ("decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms", "scheduler", "congestion", "server_selection", "steering")
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -275,6 +363,7 @@ class Recommendation(_message.Message):
     SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     CONGESTION_FIELD_NUMBER: _ClassVar[int]
     SERVER_SELECTION_FIELD_NUMBER: _ClassVar[int]
+    STEERING_FIELD_NUMBER: _ClassVar[int]
     decision_id: str
     model_version: int
     policy: str
@@ -283,7 +372,8 @@ class Recommendation(_message.Message):
     scheduler: SchedulerAdvice
     congestion: CongestionAdvice
     server_selection: ServerSelection
-    def __init__(self, decision_id: _Optional[str] = ..., model_version: _Optional[int] = ..., policy: _Optional[str] = ..., primary_path: _Optional[_Union[PrimaryPath, _Mapping]] = ..., decided_at_unix_ms: _Optional[int] = ..., scheduler: _Optional[_Union[SchedulerAdvice, _Mapping]] = ..., congestion: _Optional[_Union[CongestionAdvice, _Mapping]] = ..., server_selection: _Optional[_Union[ServerSelection, _Mapping]] = ...) -> None: ...
+    steering: SteeringAdvice
+    def __init__(self, decision_id: _Optional[str] = ..., model_version: _Optional[int] = ..., policy: _Optional[str] = ..., primary_path: _Optional[_Union[PrimaryPath, _Mapping]] = ..., decided_at_unix_ms: _Optional[int] = ..., scheduler: _Optional[_Union[SchedulerAdvice, _Mapping]] = ..., congestion: _Optional[_Union[CongestionAdvice, _Mapping]] = ..., server_selection: _Optional[_Union[ServerSelection, _Mapping]] = ..., steering: _Optional[_Union[SteeringAdvice, _Mapping]] = ...) -> None: ...
 
 class OutcomeRequest(_message.Message):
     __slots__ = ("device_id", "decision_id", "throughput_bps", "latency_ms", "loss", "server_transfer")
