@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from conftest import RunningService, running_service
 from fuzz_figures import record
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -28,6 +27,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from service_harness import RunningService, running_service
 
 SPEC = Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml"
 RUN = "rest-schemathesis-mec015"

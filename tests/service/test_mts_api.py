@@ -18,10 +18,10 @@ import httpx
 import jsonschema
 import pytest
 import yaml
-from conftest import RunningService, running_service
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
+from service_harness import RunningService, running_service
 from state.redis_helpers import REDIS_SERVER, RedisServer
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml"
