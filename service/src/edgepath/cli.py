@@ -197,6 +197,9 @@ def train(
         finally:
             await shared.close()
 
+    # Training never starves serving (issue 16): where the trainer shares cores with deciders, the
+    # scheduler serves the deciders first; the trainer takes what is left (it only falls behind).
+    os.nice(10)
     asyncio.run(run())
 
 
