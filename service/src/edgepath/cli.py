@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -85,6 +86,13 @@ def serve(
     model: Annotated[
         Optional[Path], typer.Option(help="Start from this offline-trained artefact (e.g. models/primary-path-v1)")
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Serving processes sharing both ports (SO_REUSEPORT); more than 1 needs a redis:// store",
+        ),
+    ] = 1,
 ) -> None:
     """Run the gRPC and REST servers (in-process state store by default)."""
     from edgepath.main import Service
@@ -123,6 +131,14 @@ def serve(
 
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
+    if workers > 1:
+        if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
+            raise typer.BadParameter(
+                "more than one worker needs a shared store (--store redis://...): each process keeps its own memory",
+                param_hint="--workers",
+            )
+        serve_workers(settings, workers, ready_file)
+        return
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def run() -> None:
@@ -144,6 +160,64 @@ def serve(
     from edgepath.main import run_event_loop
 
     run_event_loop(run())
+
+
+def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> None:
+    """``serve --workers N``: N ``spawn``-started processes serving the same ports (SO_REUSEPORT; the kernel
+    spreads connections), sharing decisions, outcomes and models through the Redis store. This process only
+    starts them, writes the ready file ({grpc_port, http_port, pid, workers}) and passes SIGTERM/SIGINT on."""
+    import multiprocessing
+    import socket
+
+    from edgepath.main import serve_worker
+
+    def free(port: int) -> int:
+        if port:
+            return port
+        with socket.socket() as sock:
+            sock.bind((settings.host, 0))
+            return int(sock.getsockname()[1])
+
+    settings = settings.model_copy(
+        update={"grpc_port": free(settings.grpc_port), "http_port": free(settings.http_port)}
+    )
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Queue()
+    procs = [
+        ctx.Process(target=serve_worker, args=(settings, ready), name=f"edgepath-worker-{i}") for i in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+
+    def stop(*_: Any) -> None:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()  # SIGTERM: each worker stops its servers cleanly
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    pids = []
+    for _ in procs:
+        got = ready.get(timeout=120)
+        if not isinstance(got, int):
+            stop()
+            raise typer.BadParameter(f"a worker did not start: {got}")
+        pids.append(got)
+    if ready_file is not None:
+        tmp = ready_file.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "grpc_port": settings.grpc_port,
+                    "http_port": settings.http_port,
+                    "pid": os.getpid(),
+                    "workers": pids,
+                }
+            )
+        )
+        tmp.replace(ready_file)
+    for proc in procs:
+        proc.join()
 
 
 @app.command()
@@ -197,6 +271,9 @@ def train(
         finally:
             await shared.close()
 
+    # Training never starves serving (issue 16): where the trainer shares cores with deciders, the
+    # scheduler serves the deciders first; the trainer takes what is left (it only falls behind).
+    os.nice(10)
     asyncio.run(run())
 
 

@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -56,6 +57,46 @@ def run_event_loop(main: Coroutine[Any, Any, T]) -> T:
         else:
             return uvloop.run(main)
     return asyncio.run(main)
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` with SO_REUSEPORT: several worker processes bind the same port and
+    the kernel spreads new connections over them (gRPC's server sets the option itself)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def serve_worker(settings: Settings, ready: Any) -> None:
+    """Body of one ``edgepath serve --workers N`` process: serve on the shared ports until SIGTERM.
+
+    ``ready`` (a ``multiprocessing`` queue) receives ``os.getpid()`` once both servers listen, or the
+    error that stopped the start.
+    """
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def main() -> None:
+        service = Service.build(settings)
+        service.reuse_port = True
+        task = asyncio.create_task(service.run())
+        started = asyncio.create_task(service.wait_started())
+        done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            await task
+            return
+        ready.put(os.getpid())
+        await task
+
+    try:
+        run_event_loop(main())
+    except BaseException as exc:
+        ready.put(repr(exc))
+        raise
 
 
 def http_protocol() -> str:
@@ -179,6 +220,7 @@ class Service:
     grpc_port: int = 0
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
+    reuse_port: bool = False  # one of several worker processes sharing the ports (SO_REUSEPORT)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -244,7 +286,8 @@ class Service:
         )
         http_server = uvicorn.Server(config)
         http_server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        http_task = asyncio.create_task(http_server.serve(), name="http")
+        sockets = [reuse_port_socket(s.host, s.http_port)] if self.reuse_port else None
+        http_task = asyncio.create_task(http_server.serve(sockets=sockets), name="http")
         while not http_server.started:
             if http_task.done():
                 await http_task  # re-raise the bind error

@@ -1,0 +1,98 @@
+"""``edgepath serve --workers N`` (issue 16): N processes on the same ports, sharing state through Redis.
+
+A real ``edgepath serve --workers 2`` against a real redis-server: both workers listen on the one pair of
+ports (SO_REUSEPORT), a decision taken through one connection is reported through another (whichever
+worker takes it), both workers take connections, SIGTERM to the parent stops every worker; with the
+in-process store more than one worker is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from state.redis_helpers import RedisServer
+
+VENV_BIN = Path(sys.executable).parent
+BODY: dict[str, Any] = {
+    "device_id": "phone-1",
+    "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}],
+}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _poll(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout_s} s")
+        time.sleep(0.05)  # polling period of a bounded wait
+
+
+@pytest.mark.timeout(120)  # two worker processes start and import the service (~5-20 s each on a shared machine)
+def test_two_workers_share_the_ports_and_the_decisions(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready.json"
+    workers: list[int] = []
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "edgepath"), "serve", "--workers", "2", "--store", redis_server.url, "--grpc-port", "0",
+         "--http-port", "0", "--ready-file", str(ready), "--log-level", "WARNING"],
+        env={**os.environ, "EDGEPATH_REDIS_NAMESPACE": namespace},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _poll(lambda: ready.exists() or proc.poll() is not None, 90, "both workers listening")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        info = json.loads(ready.read_text())
+        workers = info["workers"]
+        assert len(set(workers)) == 2 and proc.pid not in workers and all(_alive(p) for p in workers)
+        url = f"http://127.0.0.1:{info['http_port']}"
+        for i in range(20):  # a fresh connection per call: the kernel picks a worker for each
+            rec = httpx.post(f"{url}/v1/recommendations", json=BODY, timeout=10.0)
+            assert rec.status_code == 200, rec.text
+            outcome = {"device_id": "phone-1", "decision_id": rec.json()["decision_id"], "throughput_bps": 1e7 * i}
+            ack = httpx.post(f"{url}/v1/outcomes", json=outcome, timeout=10.0)
+            assert ack.status_code == 200 and ack.json()["accepted"] is True, ack.text
+        counts = set()
+        for _ in range(40):  # each worker counts its own decisions; together they made all 20
+            text = httpx.get(f"{url}/metrics", timeout=10.0).text
+            counts.add(
+                sum(
+                    float(line.split()[-1]) for line in text.splitlines() if line.startswith("edgepath_decisions_total")
+                )
+            )
+        assert any(a + b == 20 and a > 0 and b > 0 for a in counts for b in counts), counts
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert all(not _alive(p) for p in workers)
+
+
+def test_more_than_one_worker_needs_a_shared_store(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(VENV_BIN / "edgepath"), "serve", "--workers", "2", "--store", "memory://"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "shared store" in proc.stderr + proc.stdout
