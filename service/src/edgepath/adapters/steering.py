@@ -195,15 +195,36 @@ def steering_advice(
     return ep_types.SteeringAdvice(rules=rules, source=steering.SOURCE)
 
 
+def _default_rule_key(
+    request: ep_types.RecommendRequest, primary_interface: str, scheduler: ep_types.SchedulerAdvice
+) -> tuple[object, ...]:
+    """Everything :func:`steering_advice` reads when the device has no MEC 015 session."""
+    return (
+        primary_interface,
+        tuple((i.name, i.access_type, i.rtt_ms, i.loss) for i in request.interfaces),
+        tuple(
+            (w.interface, w.weight, w.rtt_forecast_ms, w.rtt_ms, w.throughput_forecast_bps, w.throughput_bps)
+            for w in scheduler.weights
+        ),
+    )
+
+
 class SteeringAdapter(EngineAdapter):
-    """``steering`` in every recommendation (RTT threshold from ``reward_latency_ms``)."""
+    """``steering`` in every recommendation (RTT threshold from ``reward_latency_ms``).
+
+    A device without MEC 015 sessions gets only the default rule, a function of the primary path, its
+    interfaces' access types, RTT and loss, and the MLPM weights: those answers are cached per context
+    (bounded LRU, like the MLPM and congestion adapters; issue 16 — the section cost ~50 µs per decision,
+    the largest stage of the breakdown once the bandit became fast). The advice is immutable (frozen).
+    """
 
     section = "steering"
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, cache_size: int = 4096) -> None:
         self.settings = settings
         self.config = steering.SteeringConfig(rtt_threshold_ms=settings.reward_latency_ms)
         self._recorded: LRUCache[str, tuple[tuple[str, ...], float]] = LRUCache(maxsize=100_000)
+        self._default_rules: LRUCache[tuple[object, ...], ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SteeringAdvice:
         request, store = decision.request, decision.store
@@ -217,4 +238,12 @@ class SteeringAdapter(EngineAdapter):
         if not isinstance(scheduler, ep_types.SchedulerAdvice):
             scheduler = scheduler_advice(request, self.settings)
         sessions = await store.device_mts_sessions(request.device_id)
-        return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)
+        if sessions:
+            return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)
+        key = _default_rule_key(request, decision.record.interface, scheduler)
+        advice = self._default_rules.get(key)
+        if advice is None:
+            advice = self._default_rules[key] = steering_advice(
+                request, decision.record.interface, scheduler, sessions, self.config
+            )
+        return advice
