@@ -43,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 pytestmark = pytest.mark.timeout(1800)
 
 #: Kinds from CRDs (no schema in kubernetes-validate): checked structurally below instead.
-CRD_KINDS = {"ServiceMonitor", "GRPCRoute"}
+CRD_KINDS = {"ServiceMonitor", "GRPCRoute", "PrometheusRule"}
 
 
 def _settings_env_names() -> set[str]:
@@ -95,7 +95,7 @@ def test_default_ports_match_the_service_settings(render: Any) -> None:
         "grpc": Settings.model_fields["grpc_port"].default,
         "http": Settings.model_fields["http_port"].default,
     }
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", "-settings")["data"]
     assert int(config["EDGEPATH_GRPC_PORT"]) == ports["grpc"] and int(config["EDGEPATH_HTTP_PORT"]) == ports["http"]
     svc = one(objects, "Service", "ep-edgepath")
     assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == {"grpc": "grpc", "http": "http"}
@@ -106,7 +106,7 @@ def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
     deploy = one(objects, "Deployment", "ep-edgepath")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", "-settings")["data"]
     assert ports == {"grpc": int(config["EDGEPATH_GRPC_PORT"]), "http": int(config["EDGEPATH_HTTP_PORT"])}
     assert ports == {"grpc": 50052, "http": 8443}
 
@@ -116,7 +116,7 @@ def test_every_edgepath_variable_is_a_real_setting(render: Any, value_set: str) 
     """A misspelt EDGEPATH_* variable would be silently ignored by pydantic-settings: catch it here."""
     known = _settings_env_names()
     objects = render(value_set)
-    names = set(one(objects, "ConfigMap")["data"])
+    names = set(one(objects, "ConfigMap", "-settings")["data"])
     for _, spec in pod_specs(objects):
         for c in spec["containers"]:
             names |= {e["name"] for e in c.get("env", []) if e["name"].startswith("EDGEPATH_")}
@@ -184,6 +184,7 @@ def test_no_secret_in_a_configmap(render: Any, value_set: str) -> None:
     if value_set != "defaults":
         values.update(yaml.safe_load((CHART / "ci" / value_set).read_text()))
     secret_values = [v for k, v in values.get("secrets", {}).items() if k in ("hmacKey", "jwtKey") and v]
+    secret_values += [p for p in [values.get("redis", {}).get("auth", {}).get("password")] if p]
     for cm in by_kind(objects, "ConfigMap"):
         for key, value in cm["data"].items():
             if key.endswith("_FILE"):  # a path to a file mounted from a Secret, not the secret itself
