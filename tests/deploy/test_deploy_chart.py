@@ -501,6 +501,9 @@ def test_platform_values_reach_the_pods(render: Any) -> None:
     assert not [o for o in objects if o["kind"] == "Secret"], "every key comes from an existing Secret"
     hpa = one(objects, "HorizontalPodAutoscaler")
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert [m["type"] for m in hpa["spec"]["metrics"]] == ["Resource", "Pods"], "custom metric beside CPU"
+    (redis_c,) = one(objects, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+    assert redis_c["image"] == "registry.example.invalid/redis@sha256:" + "fedcba9876543210" * 4
     trainer = one(objects, "Deployment", "-trainer")["spec"]["template"]["spec"]["containers"][0]
     assert trainer["livenessProbe"]["periodSeconds"] == 30
     route = one(objects, "GRPCRoute")
@@ -529,3 +532,64 @@ def test_redis_requires_the_password_the_store_url_carries(render: Any) -> None:
         (app,) = one(objects, "Deployment", kind_name)["spec"]["template"]["spec"]["containers"]
         store = next(e for e in app["env"] if e["name"] == "EDGEPATH_STORE_URL")
         assert store["value"].startswith("redis://:$(REDIS_PASSWORD)@ep-edgepath-redis:")
+
+
+def _kubelet_expand(value: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion of args and env values (variables defined earlier in the container)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+@pytest.mark.redis
+def test_rendered_redis_refuses_anonymous_clients_and_accepts_the_store_url(render: Any, tmp_path: Path) -> None:
+    """Run redis-server with the StatefulSet's args and the service's store URL, as the kubelet expands them."""
+    import shutil
+
+    import redis
+
+    redis_server = shutil.which("redis-server")
+    if redis_server is None:
+        pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
+    sys.path.insert(0, str(ROOT / "tests" / "service"))
+    from state.redis_helpers import free_port, wait_until
+
+    objects = render("monitoring-networkpolicy-values.yaml")
+    secret = one(objects, "Secret", "-secrets")
+    env = {"REDIS_PASSWORD": base64.b64decode(secret["data"]["redis-password"]).decode()}
+    (rc,) = one(objects, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+    args = [_kubelet_expand(a, env) for a in rc["args"]]
+    port = free_port()
+    args[args.index("--port") + 1] = str(port)
+    args[args.index("--dir") + 1] = str(tmp_path)
+    assert args[0] == "redis-server"
+    proc = subprocess.Popen([redis_server, *args[1:], "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL)
+    try:
+        anonymous = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+        def _answers() -> bool:
+            try:
+                anonymous.ping()
+            except redis.AuthenticationError:
+                return True
+            except redis.ConnectionError:
+                return False
+            return True
+
+        wait_until(_answers, 30, what="redis-server to answer")
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.set("edgepath:outcomes", "forged")
+        (app,) = one(objects, "Deployment", "-trainer")["spec"]["template"]["spec"]["containers"]
+        store_url = _kubelet_expand(next(e for e in app["env"] if e["name"] == "EDGEPATH_STORE_URL")["value"], env)
+        store_url = store_url.replace("ep-edgepath-redis:6379", f"127.0.0.1:{port}")
+        client = redis.Redis.from_url(store_url, socket_timeout=2)  # as edgepath.state.redis connects
+        assert client.ping() is True
+        # The readiness probe's redis-cli authenticates through REDISCLI_AUTH.
+        probe_env = {e["name"]: _kubelet_expand(e.get("value", ""), env) for e in rc["env"] if "value" in e}
+        cmd = rc["readinessProbe"]["exec"]["command"]
+        cmd[cmd.index("-p") + 1] = str(port)
+        ping = subprocess.run(
+            cmd, env={**os.environ, **probe_env}, capture_output=True, text=True, timeout=10, check=False
+        )
+        assert ping.stdout.strip() == "PONG", ping.stdout + ping.stderr
+    finally:
+        proc.terminate()
+        proc.wait(10)

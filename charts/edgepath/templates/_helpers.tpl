@@ -63,6 +63,18 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
+{{/* The Redis image, same rules as edgepath.image. */}}
+{{- define "edgepath.redisImage" -}}
+{{- $img := .Values.redis.image }}
+{{- $registry := $img.registry | default (.Values.global | default dict).imageRegistry }}
+{{- $repo := ternary (printf "%s/%s" $registry $img.repository) $img.repository (not (empty $registry)) }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo $img.tag }}
+{{- end }}
+{{- end }}
+
 {{/* imagePullSecrets: the chart's plus global.imagePullSecrets (names or {name: ...}). */}}
 {{- define "edgepath.imagePullSecrets" -}}
 {{- $all := list }}
