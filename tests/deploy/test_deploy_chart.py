@@ -43,7 +43,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 pytestmark = pytest.mark.timeout(1800)
 
 #: Kinds from CRDs (no schema in kubernetes-validate): checked structurally below instead.
-CRD_KINDS = {"ServiceMonitor"}
+CRD_KINDS = {"ServiceMonitor", "GRPCRoute", "PrometheusRule"}
 
 
 def _settings_env_names() -> set[str]:
@@ -95,7 +95,7 @@ def test_default_ports_match_the_service_settings(render: Any) -> None:
         "grpc": Settings.model_fields["grpc_port"].default,
         "http": Settings.model_fields["http_port"].default,
     }
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", "-settings")["data"]
     assert int(config["EDGEPATH_GRPC_PORT"]) == ports["grpc"] and int(config["EDGEPATH_HTTP_PORT"]) == ports["http"]
     svc = one(objects, "Service", "ep-edgepath")
     assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == {"grpc": "grpc", "http": "http"}
@@ -106,7 +106,7 @@ def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
     deploy = one(objects, "Deployment", "ep-edgepath")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    config = one(objects, "ConfigMap")["data"]
+    config = one(objects, "ConfigMap", "-settings")["data"]
     assert ports == {"grpc": int(config["EDGEPATH_GRPC_PORT"]), "http": int(config["EDGEPATH_HTTP_PORT"])}
     assert ports == {"grpc": 50052, "http": 8443}
 
@@ -116,7 +116,7 @@ def test_every_edgepath_variable_is_a_real_setting(render: Any, value_set: str) 
     """A misspelt EDGEPATH_* variable would be silently ignored by pydantic-settings: catch it here."""
     known = _settings_env_names()
     objects = render(value_set)
-    names = set(one(objects, "ConfigMap")["data"])
+    names = set(one(objects, "ConfigMap", "-settings")["data"])
     for _, spec in pod_specs(objects):
         for c in spec["containers"]:
             names |= {e["name"] for e in c.get("env", []) if e["name"].startswith("EDGEPATH_")}
@@ -126,7 +126,7 @@ def test_every_edgepath_variable_is_a_real_setting(render: Any, value_set: str) 
 
 def _probes(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     deploy = one(objects, "Deployment", "ep-edgepath")
-    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    c = deploy["spec"]["template"]["spec"]["containers"][0]  # the service container (sidecars follow)
     return {k: c[k] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
 
 
@@ -184,6 +184,7 @@ def test_no_secret_in_a_configmap(render: Any, value_set: str) -> None:
     if value_set != "defaults":
         values.update(yaml.safe_load((CHART / "ci" / value_set).read_text()))
     secret_values = [v for k, v in values.get("secrets", {}).items() if k in ("hmacKey", "jwtKey") and v]
+    secret_values += [p for p in [values.get("redis", {}).get("auth", {}).get("password")] if p]
     for cm in by_kind(objects, "ConfigMap"):
         for key, value in cm["data"].items():
             if key.endswith("_FILE"):  # a path to a file mounted from a Secret, not the secret itself
@@ -200,11 +201,16 @@ def test_secret_holds_generated_keys_and_the_store_url(render: Any) -> None:
     secret = one(render("defaults"), "Secret", "-secrets")
     data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
     assert len(data["hmac-key"]) >= 32 and len(data["jwt-key"]) >= 32
-    assert data["store-url"] == "redis://ep-edgepath-redis:6379/0"
+    assert re.fullmatch(r"[A-Za-z0-9]{32}", data["redis-password"]), "generated Redis password must be URL-safe"
+    assert "store-url" not in data, "with the chart's Redis the pods compose the URL from the password"
     deploy = one(render("defaults"), "Deployment", "ep-edgepath")
     (c,) = deploy["spec"]["template"]["spec"]["containers"]
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e}
-    assert refs["EDGEPATH_HMAC_KEY"] == "hmac-key" and refs["EDGEPATH_STORE_URL"] == "store-url"
+    assert refs["EDGEPATH_HMAC_KEY"] == "hmac-key" and refs["REDIS_PASSWORD"] == "redis-password"
+    names = [e["name"] for e in c["env"]]
+    store = next(e for e in c["env"] if e["name"] == "EDGEPATH_STORE_URL")
+    assert store["value"] == "redis://:$(REDIS_PASSWORD)@ep-edgepath-redis:6379/0"
+    assert names.index("REDIS_PASSWORD") < names.index("EDGEPATH_STORE_URL"), "kubelet expands only earlier vars"
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
@@ -276,7 +282,10 @@ def test_network_policies_limit_redis_to_the_release(render: Any) -> None:
     assert any("podSelector" in p and p["podSelector"]["matchLabels"].items() <= test_pod.items() for p in clients), (
         "the helm test pod must still reach the service"
     )
-    assert not by_kind(render("defaults"), "NetworkPolicy"), "NetworkPolicy must be optional (off by default)"
+    default_nps = by_kind(render("defaults"), "NetworkPolicy")
+    assert {np["metadata"]["name"] for np in default_nps} == {"ep-edgepath", "ep-edgepath-redis"}, (
+        "NetworkPolicies must be on by default (any pod could otherwise write the outcome stream)"
+    )
 
 
 def test_helm_test_hook_calls_the_service(render: Any) -> None:
@@ -389,3 +398,198 @@ def test_trainer_and_service_commands_exist_in_the_cli(render: Any) -> None:
             [str(VENV_BIN / "edgepath"), *c["args"], "--help"], capture_output=True, text=True, timeout=60
         )
         assert proc.returncode == 0, proc.stderr
+
+
+def test_chart_renders_as_a_dependency_of_a_parent_chart(helm_bin: str, tmp_path: Path) -> None:
+    """A parent chart with ``global`` values and a file:// dependency on this chart: `helm template` of the parent."""
+    parent = tmp_path / "platform"
+    (parent / "charts").mkdir(parents=True)
+    (parent / "Chart.yaml").write_text(
+        "apiVersion: v2\nname: platform\nversion: 1.0.0\n"
+        f"dependencies:\n  - name: edgepath\n    version: 0.1.0\n    repository: file://{CHART}\n"
+    )
+    (parent / "values.yaml").write_text(
+        "global:\n  imageRegistry: registry.example.invalid\n  storageClass: fast\n  anyParentKey: {a: 1}\n"
+        "edgepath:\n  image:\n    digest: sha256:" + "ab" * 32 + "\n"
+        "  secrets:\n    renderWithoutCluster: generate\n"
+    )
+    dep = subprocess.run(
+        [helm_bin, "dependency", "update", str(parent)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert dep.returncode == 0, dep.stderr
+    # No --kube-version: the repo-built helm must report a Kubernetes version within Chart.yaml's kubeVersion.
+    proc = subprocess.run(
+        [helm_bin, "template", "ep", str(parent), "--namespace", "edge"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    objects = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    deploy = one(objects, "Deployment", "ep-edgepath")
+    (c,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == "registry.example.invalid/edgepath@sha256:" + "ab" * 32, "digest wins over the tag"
+
+
+def test_repo_built_helm_reports_a_current_kubernetes_version(helm_bin: str, tmp_path: Path) -> None:
+    chart = tmp_path / "kv"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: kv\nversion: 0.1.0\n")
+    (chart / "templates" / "v.yaml").write_text("kube: {{ .Capabilities.KubeVersion.Version | quote }}\n")
+    proc = subprocess.run([helm_bin, "template", str(chart)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    version = yaml.safe_load(proc.stdout)["kube"]
+    major, minor = (int(x) for x in version.lstrip("v").split(".")[:2])
+    assert (major, minor) >= (1, 27), f"helm reports Kubernetes {version}, below Chart.yaml's kubeVersion"
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--set", "secrets.jwtKey=j", "--set", "tls.existingSecret=t", "--set", "redis.auth.password=p"], "HMAC"),
+        (["--set", "secrets.hmacKey=h", "--set", "tls.existingSecret=t", "--set", "redis.auth.password=p"], "JWT"),
+        (["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=j", "--set", "tls.existingSecret=t"], "Redis"),
+        (["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=j", "--set", "redis.auth.password=p"], "TLS"),
+    ],
+)
+def test_generated_keys_are_refused_without_a_cluster(helm_bin: str, args: list[str], what: str) -> None:
+    """Under helm template (as Argo CD renders) a generated key would change on every sync: refused, named."""
+    proc = subprocess.run(
+        [helm_bin, "template", "ep", str(CHART), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode != 0
+    assert "refusing to generate" in proc.stderr and what in proc.stderr and "existingSecret" in proc.stderr
+    given = ["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=j", "--set", "tls.existingSecret=t"]
+    ok = subprocess.run(
+        [helm_bin, "template", "ep", str(CHART), *given, "--set", "redis.auth.password=p"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    first = ok.stdout
+    again = subprocess.run(
+        [helm_bin, "template", "ep", str(CHART), *given, "--set", "redis.auth.password=p"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.stdout == first, "with every key given, renders are identical (stable for GitOps)"
+
+
+def test_platform_values_reach_the_pods(render: Any) -> None:
+    objects = render("platform-gitops-values.yaml")
+    for o in objects:
+        assert o["metadata"]["labels"]["team"] == "edge-platform", f"commonLabels missing on {o['kind']}"
+    deploy = one(objects, "Deployment", "ep-edgepath")
+    spec = deploy["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "edge-critical"
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    names = [c["name"] for c in spec["containers"]]
+    assert names == ["edgepath", "log-shipper"], "sidecars run beside the service"
+    main = spec["containers"][0]
+    assert main["image"].startswith("registry.example.invalid/platform/edgepath@sha256:")
+    assert {"name": "OTEL_SERVICE_NAME", "value": "edgepath"} in main["env"]
+    assert {"name": "ca-bundle", "mountPath": "/etc/ssl/corporate", "readOnly": True} in main["volumeMounts"]
+    assert "ca-bundle" in {v["name"] for v in spec["volumes"]}
+    assert main["securityContext"]["runAsUser"] == 10001
+    redis_ref = next(e for e in main["env"] if e["name"] == "REDIS_PASSWORD")["valueFrom"]["secretKeyRef"]
+    assert redis_ref == {"name": "edgepath-redis-auth", "key": "password"}
+    assert not [o for o in objects if o["kind"] == "Secret"], "every key comes from an existing Secret"
+    hpa = one(objects, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert [m["type"] for m in hpa["spec"]["metrics"]] == ["Resource", "Pods"], "custom metric beside CPU"
+    (redis_c,) = one(objects, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+    assert redis_c["image"] == "registry.example.invalid/redis@sha256:" + "fedcba9876543210" * 4
+    trainer = one(objects, "Deployment", "-trainer")["spec"]["template"]["spec"]["containers"][0]
+    assert trainer["livenessProbe"]["periodSeconds"] == 30
+    route = one(objects, "GRPCRoute")
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    (rule,) = route["spec"]["rules"]
+    assert rule["matches"][0]["method"]["service"] == SERVICE_NAME
+    assert rule["backendRefs"] == [{"name": "ep-edgepath", "port": 50051}]
+    ingress = one(objects, "Ingress")
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "ep-edgepath", "port": {"number": 8080}}
+    assert not by_kind(render("defaults"), "GRPCRoute") and not by_kind(render("defaults"), "Ingress")
+
+
+def test_redis_requires_the_password_the_store_url_carries(render: Any) -> None:
+    objects = render("monitoring-networkpolicy-values.yaml")
+    sts = one(objects, "StatefulSet", "-redis")
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert c["args"][c["args"].index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    assert "--protected-mode" not in c["args"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == "redis-password"
+    assert env["REDISCLI_AUTH"]["value"] == "$(REDIS_PASSWORD)", "the readiness probe's redis-cli authenticates"
+    secret = one(objects, "Secret", "-secrets")
+    assert base64.b64decode(secret["data"]["redis-password"]).decode() == "ci-only-redis-password"
+    for kind_name in ("ep-edgepath", "-trainer"):
+        (app,) = one(objects, "Deployment", kind_name)["spec"]["template"]["spec"]["containers"]
+        store = next(e for e in app["env"] if e["name"] == "EDGEPATH_STORE_URL")
+        assert store["value"].startswith("redis://:$(REDIS_PASSWORD)@ep-edgepath-redis:")
+
+
+def _kubelet_expand(value: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion of args and env values (variables defined earlier in the container)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+@pytest.mark.redis
+def test_rendered_redis_refuses_anonymous_clients_and_accepts_the_store_url(render: Any, tmp_path: Path) -> None:
+    """Run redis-server with the StatefulSet's args and the service's store URL, as the kubelet expands them."""
+    import shutil
+
+    import redis
+
+    redis_server = shutil.which("redis-server")
+    if redis_server is None:
+        pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
+    sys.path.insert(0, str(ROOT / "tests" / "service"))
+    from state.redis_helpers import free_port, wait_until
+
+    objects = render("monitoring-networkpolicy-values.yaml")
+    secret = one(objects, "Secret", "-secrets")
+    env = {"REDIS_PASSWORD": base64.b64decode(secret["data"]["redis-password"]).decode()}
+    (rc,) = one(objects, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+    args = [_kubelet_expand(a, env) for a in rc["args"]]
+    port = free_port()
+    args[args.index("--port") + 1] = str(port)
+    args[args.index("--dir") + 1] = str(tmp_path)
+    assert args[0] == "redis-server"
+    proc = subprocess.Popen([redis_server, *args[1:], "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL)
+    try:
+        anonymous = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+        def _answers() -> bool:
+            try:
+                anonymous.ping()
+            except redis.AuthenticationError:
+                return True
+            except redis.ConnectionError:
+                return False
+            return True
+
+        wait_until(_answers, 30, what="redis-server to answer")
+        with pytest.raises(redis.AuthenticationError):
+            anonymous.set("edgepath:outcomes", "forged")
+        (app,) = one(objects, "Deployment", "-trainer")["spec"]["template"]["spec"]["containers"]
+        store_url = _kubelet_expand(next(e for e in app["env"] if e["name"] == "EDGEPATH_STORE_URL")["value"], env)
+        store_url = store_url.replace("ep-edgepath-redis:6379", f"127.0.0.1:{port}")
+        client = redis.Redis.from_url(store_url, socket_timeout=2)  # as edgepath.state.redis connects
+        assert client.ping() is True
+        # The readiness probe's redis-cli authenticates through REDISCLI_AUTH.
+        probe_env = {e["name"]: _kubelet_expand(e.get("value", ""), env) for e in rc["env"] if "value" in e}
+        cmd = rc["readinessProbe"]["exec"]["command"]
+        cmd[cmd.index("-p") + 1] = str(port)
+        ping = subprocess.run(
+            cmd, env={**os.environ, **probe_env}, capture_output=True, text=True, timeout=10, check=False
+        )
+        assert ping.stdout.strip() == "PONG", ping.stdout + ping.stderr
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -28,6 +28,9 @@ helm.sh/chart: {{ include "edgepath.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: edgepath
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "edgepath.selectorLabels" -}}
@@ -49,8 +52,73 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 {{- end }}
 
+{{/* [registry/]repository[:tag][@digest]: the digest wins (the tag is then left out). */}}
 {{- define "edgepath.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $registry := .Values.image.registry | default (.Values.global | default dict).imageRegistry }}
+{{- $repo := ternary (printf "%s/%s" $registry .Values.image.repository) .Values.image.repository (not (empty $registry)) }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The Redis image, same rules as edgepath.image. */}}
+{{- define "edgepath.redisImage" -}}
+{{- $img := .Values.redis.image }}
+{{- $registry := $img.registry | default (.Values.global | default dict).imageRegistry }}
+{{- $repo := ternary (printf "%s/%s" $registry $img.repository) $img.repository (not (empty $registry)) }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $repo $img.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo $img.tag }}
+{{- end }}
+{{- end }}
+
+{{/* imagePullSecrets: the chart's plus global.imagePullSecrets (names or {name: ...}). */}}
+{{- define "edgepath.imagePullSecrets" -}}
+{{- $all := list }}
+{{- range concat .Values.imagePullSecrets ((.Values.global | default dict).imagePullSecrets | default list) }}
+{{- if kindIs "string" . }}{{ $all = append $all (dict "name" .) }}{{ else }}{{ $all = append $all . }}{{ end }}
+{{- end }}
+{{- with $all }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Non-empty when templates run against a cluster (helm install/upgrade): listing Secrets in the release
+namespace (which helm's own release storage needs) returns a SecretList object; under helm template,
+helm lint and Argo CD `lookup` returns an empty map. */}}
+{{- define "edgepath.clusterReachable" -}}
+{{- if (lookup "v1" "Secret" .Release.Namespace "") }}true{{- end }}
+{{- end }}
+
+{{/* Refuse to generate a key (call with (list . "what")) where it could not be kept across renders. */}}
+{{- define "edgepath.requireStableGeneration" -}}
+{{- $ctx := index . 0 }}
+{{- if and (ne $ctx.Values.secrets.renderWithoutCluster "generate") (not (include "edgepath.clusterReachable" $ctx)) }}
+{{- fail (printf "refusing to generate %s without a cluster: helm template, helm lint and Argo CD cannot read the previous value back (lookup returns nothing), so it would change on every render. Give it in values or an existing Secret (secrets.existingSecret, tls.existingSecret, redis.auth.existingSecret — the GitOps path), or set secrets.renderWithoutCluster=generate for a throwaway render" (index . 1)) }}
+{{- end }}
+{{- end }}
+
+{{/* True (non-empty) when the chart's Redis runs with requirepass. */}}
+{{- define "edgepath.redisAuth" -}}
+{{- if and .Values.redis.enabled .Values.redis.auth.enabled }}true{{- end }}
+{{- end }}
+
+{{/* Secret holding the Redis password. */}}
+{{- define "edgepath.redisPasswordSecret" -}}
+{{- default (include "edgepath.secretName" .) .Values.redis.auth.existingSecret }}
+{{- end }}
+
+{{/* Env var of the Redis password (first in env: later values refer to it as $(REDIS_PASSWORD)). */}}
+{{- define "edgepath.redisPasswordEnv" -}}
+- name: REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "edgepath.redisPasswordSecret" . }}
+      key: {{ .Values.redis.auth.existingSecretPasswordKey }}
 {{- end }}
 
 {{- define "edgepath.secretName" -}}
@@ -73,7 +141,7 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* EDGEPATH_STORE_URL: the chart's Redis, the existing Redis, or the in-process store. */}}
 {{- define "edgepath.storeUrl" -}}
 {{- if .Values.redis.enabled }}
-{{- printf "redis://%s:%d/%d" (include "edgepath.redisName" .) (int .Values.redis.port) (int .Values.redis.db) }}
+{{- printf "redis://%s%s:%d/%d" (ternary ":$(REDIS_PASSWORD)@" "" (not (empty (include "edgepath.redisAuth" .))))  (include "edgepath.redisName" .) (int .Values.redis.port) (int .Values.redis.db) }}
 {{- else if .Values.redis.url }}
 {{- .Values.redis.url }}
 {{- else }}
@@ -135,11 +203,18 @@ envFrom:
   - configMapRef:
       name: {{ include "edgepath.fullname" . }}-settings
 env:
+  {{- if include "edgepath.redisAuth" . }}
+  {{- include "edgepath.redisPasswordEnv" . | nindent 2 }}
+  # The chart's Redis: the URL carries the password, expanded by the kubelet from REDIS_PASSWORD.
+  - name: EDGEPATH_STORE_URL
+    value: {{ include "edgepath.storeUrl" . | quote }}
+  {{- else }}
   - name: EDGEPATH_STORE_URL
     valueFrom:
       secretKeyRef:
         name: {{ include "edgepath.secretName" . }}
         key: store-url
+  {{- end }}
   - name: EDGEPATH_HMAC_KEY
     valueFrom:
       secretKeyRef:
@@ -151,10 +226,16 @@ env:
         name: {{ include "edgepath.secretName" . }}
         key: jwt-key
         optional: true
+  {{- with .Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
 
 {{/* Read-only mounts of the TLS files and the token file (service and trainer see the same settings). */}}
 {{- define "edgepath.secretMounts" -}}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 - name: tls
   mountPath: /etc/edgepath/tls
@@ -168,6 +249,9 @@ env:
 {{- end }}
 
 {{- define "edgepath.secretVolumes" -}}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- if .Values.tls.enabled }}
 - name: tls
   secret:

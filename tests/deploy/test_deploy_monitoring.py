@@ -1,0 +1,181 @@
+"""Monitoring shipped by the chart: the PrometheusRule's alerts and the Grafana dashboard.
+
+The rule groups are rendered from the chart (release ``ep`` in namespace ``edge``), checked with
+``promtool check rules`` and unit-tested with ``promtool test rules`` (tests/deploy/promtool/). Every
+metric named by the rules and the dashboard is checked against the ``GET /metrics`` of a real service
+after one decision and one outcome report.
+
+promtool comes from Debian's ``prometheus`` package. That package is a full Prometheus server (about
+96 MB installed, a daemon and a web UI), too heavy for scripts/setup.sh for one CLI, so the fixture
+uses ``promtool`` on PATH or ``.tools/bin/promtool`` and otherwise extracts only ``promtool`` from the
+package (``apt-get download`` + ``dpkg-deb -x``, no daemon, no install) into ``.tools/bin`` once; when
+that is impossible (no apt/dpkg, no mirror) the promtool tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from deploy_helpers import ROOT, by_kind, one
+from prometheus_client.parser import text_string_to_metric_families
+
+PROMTOOL_TESTS = Path(__file__).resolve().parent / "promtool" / "edgepath_alerts_test.yaml"
+MONITORING = "monitoring-networkpolicy-values.yaml"
+#: PromQL words that look like identifiers followed by "(" or "{" but are not metrics.
+_METRIC_TOKEN = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    found = shutil.which("promtool")
+    if found:
+        return found
+    local = ROOT / ".tools" / "bin" / "promtool"
+    if local.exists():
+        return str(local)
+    if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
+        pytest.skip("promtool not found and no apt-get/dpkg-deb to extract it from Debian's prometheus package")
+    with tempfile.TemporaryDirectory() as tmp:
+        dl = subprocess.run(
+            ["apt-get", "download", "prometheus"], cwd=tmp, capture_output=True, text=True, timeout=600, check=False
+        )
+        debs = list(Path(tmp).glob("prometheus_*.deb"))
+        if dl.returncode != 0 or not debs:
+            pytest.skip(f"promtool not found; `apt-get download prometheus` failed: {dl.stderr[-500:]}")
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(Path(tmp) / "x")], check=True, timeout=120)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(tmp) / "x" / "usr" / "bin" / "promtool", local)
+    return str(local)
+
+
+def _root_conftest() -> Any:
+    """tests/conftest.py (loaded by path: several ``conftest`` modules share that name)."""
+    name = "edgepath_tests_root_conftest"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "conftest.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+CONTEXT = {
+    "device_id": "dev-metrics",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9},
+    ],
+}
+
+
+def _rule_groups(render: Any) -> dict[str, Any]:
+    rule = one(render(MONITORING), "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    return dict(rule["spec"])
+
+
+def _dashboard(render: Any) -> dict[str, Any]:
+    cm = one(render(MONITORING), "ConfigMap", "-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1", "Grafana's sidecar finds dashboards by this label"
+    return dict(json.loads(cm["data"]["edgepath.json"]))
+
+
+def _rule_exprs(groups: dict[str, Any]) -> list[str]:
+    return [r["expr"] for g in groups["groups"] for r in g["rules"]]
+
+
+def _dashboard_exprs(dash: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [v["definition"] for v in dash["templating"]["list"] if v["type"] == "query"]
+    return exprs
+
+
+def test_rules_and_dashboard_are_off_by_default(render: Any) -> None:
+    objects = render("defaults")
+    assert not by_kind(objects, "PrometheusRule")
+    assert not [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
+
+
+def test_alerts_cover_what_an_operator_watches(render: Any) -> None:
+    alerts = {r["alert"] for g in _rule_groups(render)["groups"] for r in g["rules"]}
+    assert {"EdgePathStoreDegraded", "EdgePathSnapshotsRejected", "EdgePathOutcomesDropped", "EdgePathModelStale"} <= (
+        alerts
+    )
+    for expr in _rule_exprs(_rule_groups(render)):
+        for sel in re.findall(r"\{([^}]*)\}", expr):
+            assert 'namespace="edge"' in sel and 'job="ep-edgepath"' in sel, f"unscoped selector in {expr}"
+
+
+def test_promtool_checks_and_unit_tests_the_rendered_rules(render: Any, promtool: str, tmp_path: Path) -> None:
+    (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(_rule_groups(render), sort_keys=False))
+    shutil.copy2(PROMTOOL_TESTS, tmp_path / PROMTOOL_TESTS.name)
+    check = subprocess.run(
+        [promtool, "check", "rules", "alerts.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS" in check.stdout + check.stderr
+    unit = subprocess.run(
+        [promtool, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert unit.returncode == 0, unit.stdout + unit.stderr
+
+
+def test_dashboard_is_a_grafana_dashboard_with_queries(render: Any) -> None:
+    dash = _dashboard(render)
+    assert dash["uid"] and dash["title"] == "EdgePath"
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)) >= 6
+    for panel in dash["panels"]:
+        assert panel["targets"] and all(t["expr"] for t in panel["targets"]), panel["title"]
+        assert panel["datasource"]["uid"] == "${datasource}"
+
+
+def _exported_series_names(text: str) -> set[str]:
+    """Series names a scrape can return: declared families with their type's suffixes."""
+    suffixes = {"counter": ["_total", "_created"], "histogram": ["_bucket", "_sum", "_count", "_created"]}
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        names.update(family.name + s for s in suffixes.get(family.type, []))
+        names.update(s.name for s in family.samples)
+    return names
+
+
+def test_every_metric_in_rules_and_dashboard_is_exported_by_a_running_service(render: Any) -> None:
+    running_service = _root_conftest().running_service
+    with running_service() as svc, httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=10) as http:
+        rec = http.post("/v1/recommendations", json=CONTEXT)
+        assert rec.status_code == 200, rec.text
+        ack = http.post(
+            "/v1/outcomes",
+            json={"device_id": "dev-metrics", "decision_id": rec.json()["decision_id"], "throughput_bps": 4e7},
+        )
+        assert ack.status_code == 200 and ack.json()["accepted"], ack.text
+        scrape = http.get("/metrics")
+        assert scrape.status_code == 200
+    exported = _exported_series_names(scrape.text)
+    assert {"edgepath_decisions_total", "edgepath_outcomes_total"} <= exported
+    used: dict[str, set[str]] = {}
+    for source, exprs in (
+        ("PrometheusRule", _rule_exprs(_rule_groups(render))),
+        ("dashboard", _dashboard_exprs(_dashboard(render))),
+    ):
+        for expr in exprs:
+            names = set(_METRIC_TOKEN.findall(expr)) | set(re.findall(r"\bedgepath_[a-z0-9_]+", expr))
+            for name in names:
+                used.setdefault(name, set()).add(source)
+    assert used, "no metric found in the rules and the dashboard"
+    missing = {name: sorted(src) for name, src in used.items() if name not in exported}
+    assert not missing, f"metrics used but not exported by the service: {missing}"
