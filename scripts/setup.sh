@@ -36,6 +36,20 @@ if [ "$(id -u)" = 0 ] && [ ! -x .tools/networkmanager/usr/sbin/NetworkManager ] 
   rm -rf "$nm_tmp"
 fi
 
+# promtool for the chart's alert tests (tests/deploy/test_deploy_monitoring.py): only the CLI, extracted from
+# Debian's prometheus package into .tools/bin (the package itself is a 96 MB server with a daemon).
+if [ "$(id -u)" = 0 ] && [ ! -x .tools/bin/promtool ] && command -v apt-get >/dev/null; then
+  pt_tmp=$(mktemp -d)
+  if (cd "$pt_tmp" && apt-get download -qq prometheus >/dev/null 2>&1) \
+    && dpkg-deb -x "$(ls "$pt_tmp"/prometheus_*.deb | head -n1)" "$pt_tmp/x"; then
+    mkdir -p .tools/bin && cp "$pt_tmp/x/usr/bin/promtool" .tools/bin/promtool
+    echo "setup: promtool extracted into .tools/bin (chart alert tests only)"
+  else
+    echo "setup: prometheus package not downloadable; the promtool tests will skip" >&2
+  fi
+  rm -rf "$pt_tmp"
+fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then
