@@ -283,6 +283,77 @@ app.add_typer(eval_app, name="eval")
 # --- end eval sub-app ---
 
 
+# --- decision log (issue 18): `edgepath log export` ---
+log_app = typer.Typer(help="The decision log: joined decisions as a product.", no_args_is_help=True, **_TYPER_OUTPUT)
+app.add_typer(log_app, name="log")
+
+
+def _since_s(text: Optional[str]) -> float:
+    """``--since``: Unix seconds or an ISO 8601 time (UTC when it names no zone)."""
+    if text is None:
+        return 0.0
+    import datetime as dt
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise typer.BadParameter("Unix seconds or ISO 8601, e.g. 2026-11-23T10:00:00Z", param_hint="--since") from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+@log_app.command("export")
+def log_export(
+    store: Annotated[str, typer.Option(help="Shared state store the service writes, redis://HOST:PORT/DB")],
+    out: Annotated[Path, typer.Option(help="JSON-lines file to write")],
+    since: Annotated[Optional[str], typer.Option(help="Only decisions joined at/after this time")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="Settings file (TOML or JSON): Redis namespace")] = None,
+) -> None:
+    """Export the joined decisions (context, arms, choice, propensity, model, policy, outcome) as JSONL.
+
+    The format is the one `edgepath train-offline --decision-log` and `edgepath eval ope --log` read.
+    Reads the store in pages (Redis XRANGE), so it may run while replicas serve.
+    """
+    since_s = _since_s(since)
+    if not store.startswith(("redis://", "rediss://", "unix://")):
+        raise typer.BadParameter(
+            "the decision log is exported from a shared store (redis://HOST:PORT/DB); the in-process "
+            "store lives and dies with its service",
+            param_hint="--store",
+        )
+    try:
+        settings = load_settings(config, store_url=store)
+    except ValidationError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+    async def run() -> int:
+        from edgepath.main import build_store
+        from edgepath.state.export import export_decision_log
+
+        shared = build_store(settings)
+        try:
+            return await export_decision_log(shared, out, since_s=since_s)
+        finally:
+            await shared.close()
+
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    try:
+        n = asyncio.run(run())
+    except (RedisConnectionError, OSError) as exc:
+        typer.echo(f"Error: cannot read the decision log from {store}: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"{n} joined decisions written to {out}")
+
+
+# --- end decision log ---
+
+
 # --- primary path warm start and evaluation (issue 8) ---
 _DATA = Path("service/data/mobilebandwidth")
 

@@ -167,7 +167,12 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
     """
     url = settings.store_url
     if url.startswith("memory:"):
-        return MemoryStore(max_decisions=settings.max_decisions, decision_ttl_s=settings.decision_ttl_s)
+        return MemoryStore(
+            max_decisions=settings.max_decisions,
+            decision_ttl_s=settings.decision_ttl_s,
+            decision_log_max_entries=settings.decision_log_max_entries,
+            decision_log_retention_s=settings.decision_log_retention_s,
+        )
     if url.startswith(("redis://", "rediss://", "unix://")):
         from edgepath.state.redis import RedisStore
 
@@ -180,6 +185,8 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
             outbox_max_decisions=settings.outbox_max_decisions,
             claim_idle_ms=settings.outcome_claim_idle_ms,
             metrics=metrics,
+            decision_log_max_entries=settings.decision_log_max_entries,
+            decision_log_retention_s=settings.decision_log_retention_s,
         )
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
 

@@ -117,6 +117,10 @@ class Metrics:
     outbox_outcomes: Gauge
     snapshots_rejected: Counter
     shed: HotCounter
+    # decision log and apprentice mode (issue 18)
+    decision_log_dropped: Counter
+    apprentice_value: Gauge
+    apprentice_serving_learner: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -152,4 +156,22 @@ class Metrics:
                 "edgepath_snapshots_rejected", "Model snapshots refused before unpickling", ["reason"], registry=reg
             ),
             shed=shed,
+            decision_log_dropped=Counter(
+                "edgepath_decision_log_dropped",
+                "Joined decisions not written to the decision log",
+                ["reason"],
+                registry=reg,
+            ),
+            apprentice_value=Gauge(
+                "edgepath_apprentice_value",
+                "Apprentice mode: estimated mean utility per decision (estimator: snips learner estimate, "
+                "its ci95 bounds, or the measured baseline)",
+                ["estimate"],
+                registry=reg,
+            ),
+            apprentice_serving_learner=Gauge(
+                "edgepath_apprentice_serving_learner",
+                "Apprentice mode: 1 while the learner is promoted and serves, 0 while the baseline serves",
+                registry=reg,
+            ),
         )

@@ -16,6 +16,7 @@ log and the trainer (:mod:`edgepath.training.online`), not in the request.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from edgepath.errors import NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
 from edgepath.security.plausibility import OutcomeGuard, reported_link_speeds_mbps
 from edgepath.settings import Settings
-from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord, StateStore
+from edgepath.state.base import ClaimResult, DecisionRecord, LoggedDecision, OutcomeRecord, StateStore
 from edgepath.training.online import ModelRegistry
 from edgepath.types import (
     OutcomeAck,
@@ -41,6 +42,38 @@ from edgepath.types import (
 
 #: Recommendation members the plane fills from the decision record; no engine section may take these names.
 _RECORD_MEMBERS = frozenset({"decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms"})
+
+
+def _raw_context(request: RecommendRequest) -> str:
+    """The request's interfaces as received (only the fields the device sent), JSON (decision log, issue 18)."""
+    return json.dumps([i.model_dump(mode="json", exclude_none=True) for i in request.interfaces], separators=(",", ":"))
+
+
+def _logged(decision: DecisionRecord, report: OutcomeReport, reward: int) -> LoggedDecision:
+    """The decision-log entry of a decision joined with its first outcome."""
+    try:
+        context = tuple(json.loads(decision.context)) if decision.context else ()
+    except ValueError:
+        context = ()
+    return LoggedDecision(
+        decision_id=decision.decision_id,
+        device_id=decision.device_id,
+        decided_at=decision.decided_at,
+        reported_at=time.time(),
+        model_version=decision.model_version,
+        policy=decision.policy,
+        arms=decision.arms,
+        arm_index=decision.arm_index,
+        interface=decision.interface,
+        propensity=decision.propensity,
+        features=decision.features,
+        context=context,
+        throughput_bps=report.throughput_bps,
+        latency_ms=report.latency_ms,
+        loss=report.loss,
+        reward=reward,
+        learner_arm_index=decision.learner_arm_index,
+    )
 
 
 def new_decision_id() -> str:
@@ -108,6 +141,7 @@ class DecisionPlane:
             features=tuple(float(v) for v in choice.features),
             decided_at=now,
             link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
+            context=_raw_context(request),
         )
         # Written before the reply, never behind it: an outcome may be reported to any replica at once
         # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
@@ -201,6 +235,7 @@ class DecisionPlane:
         if result is ClaimResult.UNKNOWN:
             raise NotFound("unknown or expired decision", field="decision_id")
         if result is ClaimResult.NEW:  # the engines learn once per decision
+            await self.store.append_decision_log(_logged(decision, report, reward))
             lesson = OutcomeInput(report=report, decision=decision, store=self.store, now_s=time.time())
             for engine in self.engines:
                 await engine.learn(lesson)

@@ -54,6 +54,14 @@ class Settings(BaseSettings):
 
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
+    # --- decision log (issue 18) ---
+    decision_log_max_entries: int = Field(
+        100_000, ge=1, description="Joined decisions the decision log keeps (oldest dropped first; Redis: approximate)"
+    )
+    decision_log_retention_s: float = Field(
+        7 * 24 * 3600.0, gt=0.0, description="Joined decisions older than this leave the decision log, s"
+    )
+    # --- end decision log ---
 
     # --- SSMP server selection (issue 4): edgepath.engines.ssmp ---
     ssmp_mice_threshold_bytes: int = Field(

@@ -47,6 +47,11 @@ class DecisionRecord:
     features: tuple[float, ...]
     decided_at: float
     link_speed_mbps: tuple[float | None, ...] = ()
+    # --- decision log (issue 18) ---
+    context: str = ""
+    """The request's ``interfaces`` as received (JSON list of objects, fields the device sent), or ""."""
+    learner_arm_index: int | None = None
+    """Apprentice mode: the arm index the learner would have chosen (None otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,51 @@ class MtsSession:
 
 
 # --- end MEC 015 ---
+
+
+# --- decision log (issue 18) ---
+#: Version of the exported decision-log line (``edgepath log export``); readers accept this one.
+DECISION_LOG_FORMAT = "edgepath.decision-log/1"
+
+
+@dataclass(frozen=True)
+class LoggedDecision:
+    """One joined decision of the decision log: what was decided, with which propensity, and what came of it.
+
+    Written once per decision, when its first outcome is claimed (so a decision never reported on is
+    not in the log). One exported JSONL line is ``dataclasses.asdict`` of this record plus
+    ``"format": DECISION_LOG_FORMAT``; ``edgepath train-offline --decision-log`` and ``edgepath eval
+    ope`` read that format (:func:`edgepath.training.offline.read_decision_log`).
+
+    ``context`` is the request's ``interfaces`` as received (list of objects; absent measurements
+    absent), ``features`` the encoded vector of ``engines.features.FEATURE_NAMES`` the policy saw;
+    ``arms`` access types in policy order, ``arm_index`` the chosen one, ``propensity`` its exact
+    probability under ``policy`` (floored at ``propensity_floor``). Reward inputs: ``throughput_bps``
+    (bit/s), ``latency_ms`` (ms), ``loss`` (fraction) as reported, and ``reward`` (Bernoulli, the
+    wire's). ``decided_at``/``reported_at`` are Unix seconds. ``learner_arm_index`` is the arm an
+    apprentice learner would have chosen (None outside apprentice mode).
+    """
+
+    decision_id: str
+    device_id: str
+    decided_at: float
+    reported_at: float
+    model_version: int
+    policy: str
+    arms: tuple[str, ...]
+    arm_index: int
+    interface: str
+    propensity: float
+    features: tuple[float, ...]
+    context: tuple[dict[str, object], ...]
+    throughput_bps: float
+    latency_ms: float | None
+    loss: float | None
+    reward: int
+    learner_arm_index: int | None = None
+
+
+# --- end decision log ---
 
 
 @runtime_checkable
@@ -194,6 +244,26 @@ class StateStore(Protocol):
         """Every access type any device has reported (MEC 015 ``mtsAccessInfo``)."""
 
     # --- end MEC 015 ---
+
+    # --- decision log (issue 18) ---
+    async def append_decision_log(self, entry: LoggedDecision) -> None:
+        """Append a joined decision to the bounded decision log (oldest entries age out first).
+
+        Never raises for an unreachable store: the entry is then dropped and counted (the log is a
+        product for evaluation, not on the serving path's critical state).
+        """
+
+    async def read_decision_log(
+        self, since_s: float = 0.0, after: str | None = None, count: int = 1000
+    ) -> tuple[list[LoggedDecision], str | None]:
+        """One page of the decision log, oldest first: entries joined at/after ``since_s`` (Unix s).
+
+        ``after`` is the cursor returned by the previous page (None for the first); the second
+        element of the result is the next cursor, None when the log is exhausted. Pages are
+        bounded by ``count`` so that an export never holds the store for long.
+        """
+
+    # --- end decision log ---
 
     async def ping(self) -> bool:
         """True when the store is reachable."""

@@ -6,19 +6,28 @@ delivery cursor: entries are delivered once to the reader and stay
 *pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
 would do) delivers unacknowledged ones again. Everything is lost when the
 process exits: use the Redis store when that matters. SSMP server scores live in a
-``cachetools.LRUCache`` bounded by ``max_servers``.
+``cachetools.LRUCache`` bounded by ``max_servers``. The decision log (issue 18) is a deque of at
+most ``decision_log_max_entries`` joined decisions, none older than ``decision_log_retention_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import time
 from collections.abc import Sequence
 
 from cachetools import LRUCache, TTLCache
 
-from edgepath.state.base import ClaimResult, DecisionRecord, MtsSession, OutcomeRecord, ServerScore
+from edgepath.state.base import (
+    ClaimResult,
+    DecisionRecord,
+    LoggedDecision,
+    MtsSession,
+    OutcomeRecord,
+    ServerScore,
+)
 from edgepath.tasks import wait_event
 
 
@@ -26,7 +35,12 @@ class MemoryStore:
     """:class:`~edgepath.state.base.StateStore` in process memory (single event loop)."""
 
     def __init__(
-        self, max_decisions: int = 1_000_000, decision_ttl_s: float = 3600.0, max_servers: int = 100_000
+        self,
+        max_decisions: int = 1_000_000,
+        decision_ttl_s: float = 3600.0,
+        max_servers: int = 100_000,
+        decision_log_max_entries: int = 100_000,
+        decision_log_retention_s: float = 7 * 24 * 3600.0,
     ) -> None:
         self._decisions: TTLCache[str, DecisionRecord] = TTLCache(
             maxsize=max_decisions, ttl=decision_ttl_s, timer=time.monotonic
@@ -45,6 +59,12 @@ class MemoryStore:
         self._mts_sessions: dict[str, MtsSession] = {}
         self._device_accesses: LRUCache[str, tuple[str, ...]] = LRUCache(maxsize=max_decisions)
         self._access_types: set[str] = set()
+        # Decision log (issue 18): (sequence number, entry), oldest first, bounded in size and age.
+        self._decision_log: collections.deque[tuple[int, LoggedDecision]] = collections.deque(
+            maxlen=max(1, decision_log_max_entries)
+        )
+        self._decision_log_seq = itertools.count(1)
+        self.decision_log_retention_s = decision_log_retention_s
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
@@ -126,6 +146,29 @@ class MemoryStore:
         return set(self._access_types)
 
     # --- end MEC 015 ---
+
+    # --- decision log (issue 18) ---
+    def _trim_decision_log(self) -> None:
+        cutoff = time.time() - self.decision_log_retention_s
+        while self._decision_log and self._decision_log[0][1].reported_at < cutoff:
+            self._decision_log.popleft()
+
+    async def append_decision_log(self, entry: LoggedDecision) -> None:
+        self._decision_log.append((next(self._decision_log_seq), entry))
+        self._trim_decision_log()
+
+    async def read_decision_log(
+        self, since_s: float = 0.0, after: str | None = None, count: int = 1000
+    ) -> tuple[list[LoggedDecision], str | None]:
+        self._trim_decision_log()
+        start = int(after) if after else 0
+        since_s = max(since_s, time.time() - self.decision_log_retention_s)
+        page = [(n, e) for n, e in list(self._decision_log) if n > start and e.reported_at >= since_s][:count]
+        if len(page) < count:
+            return [e for _, e in page], None
+        return [e for _, e in page], str(page[-1][0])
+
+    # --- end decision log ---
 
     async def ping(self) -> bool:
         return True

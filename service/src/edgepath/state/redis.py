@@ -11,6 +11,12 @@ Keys (``ns`` = ``settings.redis_namespace``)
 ``{ns}:outcomes``
     Redis Stream: one entry (field ``o``, JSON :class:`OutcomeRecord`) per first outcome of a decision,
     read by the consumer group ``trainers``.
+``{ns}:decision_log``
+    Redis Stream of joined decisions (issue 18; field ``d``, JSON
+    :class:`~edgepath.state.base.LoggedDecision`), appended after each NEW claim, trimmed on every
+    append to about ``decision_log_max_entries`` (``XADD MAXLEN ~``) and to entries younger than
+    ``decision_log_retention_s`` (``XTRIM MINID ~``). ``edgepath log export`` reads it with paged
+    ``XRANGE`` (never ``KEYS``), so an export never blocks serving and sees every replica's entries.
 
 Exactly once into the log
     :meth:`RedisStore.claim_outcome` is one Lua script (atomic in Redis): marker exists → DUPLICATE;
@@ -69,6 +75,7 @@ from edgepath.metrics import Metrics
 from edgepath.state.base import (
     ClaimResult,
     DecisionRecord,
+    LoggedDecision,
     MtsSession,
     OutcomeRecord,
     ServerScore,
@@ -110,6 +117,22 @@ def decode_decision(raw: bytes) -> DecisionRecord:
     return DecisionRecord(**d)
 
 
+def encode_logged_decision(entry: LoggedDecision) -> bytes:
+    return json.dumps(dataclasses.asdict(entry), separators=(",", ":")).encode()
+
+
+_LOGGED_FIELDS = frozenset(f.name for f in dataclasses.fields(LoggedDecision))
+
+
+def decode_logged_decision(raw: bytes | str) -> LoggedDecision:
+    """A decision-log entry; unknown (newer) fields are ignored, missing optional ones take their defaults."""
+    d = {k: v for k, v in json.loads(raw).items() if k in _LOGGED_FIELDS}
+    d["arms"] = tuple(d["arms"])
+    d["features"] = tuple(d["features"])
+    d["context"] = tuple(d.get("context", ()))
+    return LoggedDecision(**d)
+
+
 def encode_outcome(record: OutcomeRecord) -> bytes:
     return json.dumps(dataclasses.asdict(record), separators=(",", ":")).encode()
 
@@ -142,6 +165,8 @@ class RedisStore:
         Where drops and the degraded state are counted (optional).
     reconnect_interval_s:
         Period of the reconnect probe while degraded, s.
+    decision_log_max_entries, decision_log_retention_s:
+        Retention of the decision log stream (approximate entry count; age, s).
     """
 
     def __init__(
@@ -156,6 +181,8 @@ class RedisStore:
         claim_idle_ms: int = 30_000,
         metrics: Metrics | None = None,
         reconnect_interval_s: float = 0.2,
+        decision_log_max_entries: int = 100_000,
+        decision_log_retention_s: float = 7 * 24 * 3600.0,
     ) -> None:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
@@ -171,6 +198,9 @@ class RedisStore:
         self.metrics = metrics
         self.reconnect_interval_s = reconnect_interval_s
         self.stream = f"{namespace}:outcomes"
+        self.decision_log_stream = f"{namespace}:decision_log"
+        self.decision_log_max_entries = decision_log_max_entries
+        self.decision_log_retention_s = decision_log_retention_s
         self._claim = self.redis.register_script(_CLAIM_LUA)
 
         cache_size = max(1, outbox_max_decisions)
@@ -450,6 +480,62 @@ class RedisStore:
 
     async def stream_length(self) -> int:
         return int(await self.redis.xlen(self.stream))
+
+    # --- decision log (issue 18; semantics in StateStore) ---
+    async def append_decision_log(self, entry: LoggedDecision) -> None:
+        """``XADD MAXLEN ~`` plus ``XTRIM MINID ~`` in one pipeline; dropped (and counted) while degraded."""
+        if self._degraded:
+            self._drop_log_entry("degraded")
+            return
+        cutoff_ms = max(0, int((time.time() - self.decision_log_retention_s) * 1000))
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.xadd(
+                    self.decision_log_stream,
+                    {"d": encode_logged_decision(entry)},
+                    maxlen=self.decision_log_max_entries,
+                    approximate=True,
+                )
+                pipe.xtrim(self.decision_log_stream, minid=f"{cutoff_ms}-0", approximate=True)
+                await pipe.execute()
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            self._drop_log_entry("unreachable")
+
+    def _drop_log_entry(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.decision_log_dropped.labels(reason).inc()
+
+    async def read_decision_log(
+        self, since_s: float = 0.0, after: str | None = None, count: int = 1000
+    ) -> tuple[list[LoggedDecision], str | None]:
+        """One ``XRANGE`` page: from ``since_s`` (entry ids are append times, ms) or after the cursor.
+
+        Raises
+        ------
+        redis.exceptions.ConnectionError, redis.exceptions.TimeoutError
+            Redis unreachable (an export is an operator command: it fails loudly).
+        """
+        start = f"({after}" if after else f"{max(0, int(since_s * 1000))}-0"
+        raw: Any = await self.redis.xrange(self.decision_log_stream, min=start, max="+", count=count)
+        out: list[LoggedDecision] = []
+        for _entry_id, fields in raw:
+            try:
+                entry = decode_logged_decision(fields[b"d"])
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("undecodable decision-log entry %r skipped: %s", _entry_id, exc)
+                continue
+            if entry.reported_at >= since_s:
+                out.append(entry)
+        if len(raw) < count:
+            return out, None
+        last = raw[-1][0]
+        return out, last.decode() if isinstance(last, bytes) else str(last)
+
+    async def decision_log_length(self) -> int:
+        return int(await self.redis.xlen(self.decision_log_stream))
+
+    # --- end decision log ---
 
     # ---------------------------------------------------------------- misc
     # --- SSMP per-server state (issue 4; semantics in StateStore) ---
