@@ -354,6 +354,76 @@ def log_export(
 # --- end decision log ---
 
 
+# --- off-policy evaluation (issue 18): `edgepath eval ope` ---
+@eval_app.command("ope")
+def eval_ope(
+    log: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="Decision log (`edgepath log export`)")],
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Candidate policies, comma-separated: wifi_first, lte_first, uniform "
+            "or a registry policy (trained on the model part of the log)"
+        ),
+    ],
+    reward: Annotated[str, typer.Option(help="utility (default) or bernoulli")] = "utility",
+    n_bootstrap: Annotated[int, typer.Option(min=50, help="Bootstrap resamples of the 95% intervals")] = 500,
+    model_fraction: Annotated[float, typer.Option(min=0.1, max=0.9, help="Share of the log fitting DR's model")] = 0.5,
+    seed: Annotated[int, typer.Option(help="Seed of the split and the bootstrap")] = 0,
+    out: Annotated[Optional[Path], typer.Option(help="Write the JSON report here")] = None,
+) -> None:
+    """Estimate candidate policies' values on a decision log: IPS, SNIPS, doubly robust, bootstrap 95% CIs, ESS."""
+    from edgepath.evaluation.ope import FIXED_POLICIES, LogRefused, format_table, load_log, off_policy_evaluation
+
+    names = [p.strip() for p in policy.split(",") if p.strip()]
+    for name in names:
+        if name not in FIXED_POLICIES and name not in POLICIES:
+            raise typer.BadParameter(
+                f"unknown policy {name!r}; choose from {', '.join((*FIXED_POLICIES, *POLICIES))}", param_hint="--policy"
+            )
+    if reward not in ("utility", "bernoulli"):
+        raise typer.BadParameter("utility or bernoulli", param_hint="--reward")
+    try:
+        data = load_log(log, reward)
+        report = off_policy_evaluation(data, names, model_fraction=model_fraction, n_bootstrap=n_bootstrap, seed=seed)
+    except LogRefused as exc:
+        raise typer.BadParameter(f"log refused: {exc}", param_hint="--log") from exc
+    report["log"] = str(log)
+    report["reward"] = reward
+    typer.echo(format_table(report))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        typer.echo(f"report: {out}")
+
+
+@eval_app.command("ope-truth")
+def eval_ope_truth(
+    reps: Annotated[int, typer.Option(min=2, help="Repetitions (streams) per logging policy")] = 50,
+    n_bootstrap: Annotated[int, typer.Option(min=50, help="Bootstrap resamples per interval")] = 200,
+    out: Annotated[Path, typer.Option(help="JSON report")] = Path("out/ope-truth/report.json"),
+    wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV")] = Path(
+        "service/data/mobilebandwidth/wifi4.csv"
+    ),
+    cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV")] = Path(
+        "service/data/mobilebandwidth/4G.csv"
+    ),
+) -> None:
+    """IPS, SNIPS and DR against the true values of paired real data (bias, MAE, CI coverage per logging policy)."""
+    from edgepath.evaluation.ope_truth import format_truth_table, ground_truth
+    from edgepath.evaluation.primary import load_split
+
+    split = load_split(wifi, cellular, wifi, cellular)
+    report = ground_truth(split, n_reps=reps, n_bootstrap=n_bootstrap, progress=typer.echo)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report) + "\n")
+    (out.parent / "table.md").write_text(format_truth_table(report) + "\n")
+    typer.echo(format_truth_table(report))
+    typer.echo(f"report: {out}")
+
+
+# --- end off-policy evaluation ---
+
+
 # --- primary path warm start and evaluation (issue 8) ---
 _DATA = Path("service/data/mobilebandwidth")
 

@@ -1,0 +1,374 @@
+# ruff: noqa: N803  (X: design matrix, scikit-learn convention)
+"""Off-policy evaluation of primary-path policies on a decision log (issue 18, ``edgepath eval ope``).
+
+Why home-made: Open Bandit Pipeline (``obp`` 0.4.1) would install here only with PyTorch and the
+CUDA stack (> 2 GB) for estimators that are a few lines of numpy each; vw-estimators has no wheel
+for this Python. The estimators below follow their papers exactly; their formulas are in the
+docstrings.
+
+Protocol
+--------
+1. Read the log (the ``edgepath log export`` format, :func:`edgepath.training.offline.read_decision_log`);
+   refuse it when a propensity is missing, not in (0, 1], or when the log is *degenerate*: every
+   propensity is 1 (the logging policy never explored, so no other policy is identifiable).
+   Decisions whose arm set is not WiFi × LTE are left out and counted.
+2. Split the rows with ``numpy.random.default_rng(seed)`` into a *model* part (``model_fraction``,
+   default ½) and an *evaluation* part. The direct model of DR and every learned candidate policy
+   are fitted on the model part only; every estimate is computed on the evaluation part (Dudík et
+   al. 2011 fit the reward model on data disjoint from the evaluation rows to keep DR unbiased
+   when propensities are right).
+3. Each estimate gets a 95% percentile-bootstrap interval (``n_bootstrap`` resamples of the
+   evaluation rows, Efron & Tibshirani 1993 §13.3) and the effective sample size of its weights.
+
+Rewards: ``utility`` (default; :func:`edgepath.engines.reward.utility` of the reported throughput,
+latency and loss, what the ``ridge_*`` learners maximise) or ``bernoulli`` (the logged 0/1 reward).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgepath.engines.primary_path import POLICIES, TrainingSample, UtilityConfig
+from edgepath.training.offline import ARMS, DecisionLogError, OfflineConfig, read_decision_log, train_offline
+
+#: Candidate policies that need no training (π(a|x) fixed); every registry policy is also a candidate.
+FIXED_POLICIES: tuple[str, ...] = ("wifi_first", "lte_first", "uniform")
+ESTIMATORS: tuple[str, ...] = ("ips", "snips", "dr")
+
+
+class LogRefused(ValueError):
+    """The log cannot support off-policy evaluation (the message says why and where)."""
+
+
+@dataclass(frozen=True)
+class BanditLog:
+    """Logged bandit data on the WiFi × LTE arm set.
+
+    ``X`` features ``(n, d)``; ``actions`` chosen arm index ``(n,)`` in :data:`ARMS` order;
+    ``propensity`` ``(n,)`` in (0, 1]; ``reward`` ``(n,)``; ``samples`` the rows as read (training
+    learned candidates).
+    """
+
+    X: np.ndarray
+    actions: np.ndarray
+    propensity: np.ndarray
+    reward: np.ndarray
+    samples: tuple[TrainingSample, ...]
+    skipped_other_arm_sets: int = 0
+
+    def __len__(self) -> int:
+        return int(self.actions.shape[0])
+
+    def subset(self, idx: np.ndarray) -> BanditLog:
+        return BanditLog(
+            self.X[idx],
+            self.actions[idx],
+            self.propensity[idx],
+            self.reward[idx],
+            tuple(self.samples[i] for i in idx) if self.samples else (),
+        )
+
+
+def check_propensities(path: Path) -> None:
+    """Refuse a log with a missing propensity (naming the line) before the general reader runs.
+
+    Raises
+    ------
+    LogRefused
+    """
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise LogRefused(f"line {lineno}: not JSON ({exc})") from exc
+        if not isinstance(obj, dict) or obj.get("propensity") is None:
+            raise LogRefused(
+                f"line {lineno}: no propensity. Off-policy evaluation needs the probability the logging "
+                "policy gave the chosen arm (EdgePath's decision log records it)"
+            )
+
+
+def samples_to_log(samples: Sequence[TrainingSample], reward: str = "utility", skipped: int = 0) -> BanditLog:
+    """A :class:`BanditLog` from WiFi × LTE samples; ``reward`` is ``utility`` or ``bernoulli``.
+
+    Raises
+    ------
+    LogRefused
+        No usable row, or every propensity is 1 (degenerate: the logging policy never explored).
+    """
+    if reward not in ("utility", "bernoulli"):
+        raise ValueError("reward must be 'utility' or 'bernoulli'")
+    if not samples:
+        raise LogRefused("no WiFi × LTE decision in the log")
+    utility = UtilityConfig()
+    X = np.asarray([s.features for s in samples], dtype=np.float64)
+    a = np.asarray([s.arm_index for s in samples], dtype=np.int64)
+    p = np.asarray([s.propensity for s in samples], dtype=np.float64)
+    if reward == "utility":
+        r = np.asarray(
+            [
+                utility(s.throughput_bps, s.latency_ms, s.loss) if s.throughput_bps is not None else float(s.reward)
+                for s in samples
+            ],
+            dtype=np.float64,
+        )
+    else:
+        r = np.asarray([s.reward for s in samples], dtype=np.float64)
+    if not np.all((p > 0.0) & (p <= 1.0)):
+        raise LogRefused("propensities must be in (0, 1]")
+    if np.all(p >= 1.0 - 1e-12):
+        raise LogRefused(
+            "degenerate propensities: every one is 1, so the logging policy never explored and no other "
+            "policy's value is identifiable from this log (log with an exploring policy, e.g. ridge_squarecb "
+            "or apprentice mode with --explore > 0)"
+        )
+    return BanditLog(X, a, p, r, tuple(samples), skipped)
+
+
+def load_log(path: Path, reward: str = "utility") -> BanditLog:
+    """Read and check a decision log (see module docstring).
+
+    Raises
+    ------
+    LogRefused
+        Missing, out-of-range or degenerate propensities, malformed lines (message names the line).
+    """
+    check_propensities(path)
+    try:
+        samples = read_decision_log(path)
+    except DecisionLogError as exc:
+        raise LogRefused(str(exc)) from exc
+    used = [s for s in samples if tuple(s.arms) == ARMS]
+    return samples_to_log(used, reward, skipped=len(samples) - len(used))
+
+
+# --------------------------------------------------------------------------------------------- policies
+PolicyFn = Callable[[np.ndarray], np.ndarray]
+"""Candidate policy: features ``(n, d)`` → action probabilities ``(n, K)`` (rows sum to 1)."""
+
+
+def one_hot(actions: np.ndarray, k: int = len(ARMS)) -> np.ndarray:
+    """``(n,)`` arm indices → ``(n, k)`` deterministic policy matrix."""
+    out = np.zeros((actions.shape[0], k))
+    out[np.arange(actions.shape[0]), actions] = 1.0
+    return out
+
+
+def fixed_policy(name: str) -> PolicyFn:
+    """``wifi_first``, ``lte_first`` (always that arm) or ``uniform`` (½, ½)."""
+    if name == "wifi_first":
+        return lambda X: one_hot(np.zeros(X.shape[0], dtype=np.int64))
+    if name == "lte_first":
+        return lambda X: one_hot(np.ones(X.shape[0], dtype=np.int64))
+    if name == "uniform":
+        return lambda X: np.full((X.shape[0], len(ARMS)), 1.0 / len(ARMS))
+    raise ValueError(f"unknown fixed policy {name!r}")
+
+
+def learned_policy(name: str, train: BanditLog, seed: int = 0) -> PolicyFn:
+    """Registry policy ``name`` trained offline on ``train`` (IPS-weighted rows, :func:`train_offline`),
+    evaluated as its *greedy* choice (argmax of its estimates: what it serves once exploration is small)."""
+    model = train_offline([], list(train.samples), OfflineConfig(policy=name, seed=seed))
+    return lambda X: one_hot(model.greedy_arms(X))
+
+
+def candidate(name: str, train: BanditLog, seed: int = 0) -> PolicyFn:
+    """A fixed policy or a registry policy trained on ``train``.
+
+    Raises
+    ------
+    ValueError
+        Unknown name.
+    """
+    if name in FIXED_POLICIES:
+        return fixed_policy(name)
+    if name in POLICIES:
+        return learned_policy(name, train, seed)
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join((*FIXED_POLICIES, *POLICIES))}")
+
+
+# ---------------------------------------------------------------------------------------- reward model
+@dataclass(frozen=True)
+class DirectModel:
+    """Per-arm ridge regression q̂(x, a) of the reward on the features (the DM/DR reward model).
+
+    Closed form ``β_a = (X_aᵀX_a + λI)⁻¹ X_aᵀ r_a`` with an unpenalised intercept (centred columns),
+    fitted on the rows where arm ``a`` was chosen.
+    """
+
+    coef: np.ndarray  # (K, d)
+    intercept: np.ndarray  # (K,)
+
+    @classmethod
+    def fit(cls, log: BanditLog, ridge_lambda: float = 1.0) -> DirectModel:
+        k, d = len(ARMS), log.X.shape[1]
+        coef, intercept = np.zeros((k, d)), np.zeros(k)
+        overall = float(log.reward.mean()) if len(log) else 0.0
+        for a in range(k):
+            rows = log.actions == a
+            if rows.sum() < 2:
+                intercept[a] = overall
+                continue
+            Xa, ra = log.X[rows], log.reward[rows]
+            mx, mr = Xa.mean(axis=0), ra.mean()
+            Xc = Xa - mx
+            coef[a] = np.linalg.solve(Xc.T @ Xc + ridge_lambda * np.eye(d), Xc.T @ (ra - mr))
+            intercept[a] = mr - mx @ coef[a]
+        return cls(coef, intercept)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """q̂ ``(n, K)``."""
+        return X @ self.coef.T + self.intercept
+
+
+# ------------------------------------------------------------------------------------------ estimators
+def ips_terms(pi: np.ndarray, log: BanditLog) -> tuple[np.ndarray, np.ndarray]:
+    """Importance weights ``w_i = π(a_i|x_i) / p_i`` and ``w_i r_i``, each ``(n,)``."""
+    n = len(log)
+    w = pi[np.arange(n), log.actions] / log.propensity
+    return w, w * log.reward
+
+
+def dr_terms(pi: np.ndarray, log: BanditLog, q: np.ndarray) -> np.ndarray:
+    """Per-row doubly robust terms ``Σ_a π(a|x_i) q̂(x_i,a) + w_i (r_i − q̂(x_i,a_i))``, ``(n,)``.
+
+    Dudík, Langford & Li, "Doubly Robust Policy Evaluation and Learning", ICML 2011, Eq. (2): unbiased
+    when either the propensities or the reward model q̂ are correct.
+    """
+    n = len(log)
+    w, _ = ips_terms(pi, log)
+    return (pi * q).sum(axis=1) + w * (log.reward - q[np.arange(n), log.actions])
+
+
+def estimate(name: str, pi: np.ndarray, log: BanditLog, q: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+    """Estimator ``name`` on the rows ``idx`` (``(B, n)`` bootstrap indices, or all rows); shape ``(B,)`` or ``()``.
+
+    * ``ips``: V̂ = (1/n) Σ w_i r_i (Horvitz & Thompson 1952; for bandits, Li et al. WSDM 2011).
+    * ``snips``: V̂ = Σ w_i r_i / Σ w_i (Swaminathan & Joachims, "The Self-Normalized Estimator for
+      Counterfactual Learning", NeurIPS 2015, Eq. 3).
+    * ``dr``: V̂ = (1/n) Σ DR_i (:func:`dr_terms`).
+    """
+    w, wr = ips_terms(pi, log)
+    if name == "ips":
+        terms = wr
+    elif name == "dr":
+        terms = dr_terms(pi, log, q)
+    elif name == "snips":
+        if idx is None:
+            return np.asarray(wr.sum() / w.sum() if w.sum() > 0 else 0.0)
+        den = w[idx].sum(axis=-1)
+        return np.where(den > 0, wr[idx].sum(axis=-1) / np.where(den > 0, den, 1.0), 0.0)
+    else:
+        raise ValueError(f"unknown estimator {name!r}")
+    return np.asarray(terms.mean()) if idx is None else terms[idx].mean(axis=-1)
+
+
+def effective_sample_size(w: np.ndarray) -> float:
+    """Kish's effective sample size ``(Σ w)² / Σ w²`` of importance weights (Kish 1965, §11.7)."""
+    s2 = float((w * w).sum())
+    return float(w.sum() ** 2 / s2) if s2 > 0 else 0.0
+
+
+def bootstrap_indices(n: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n_bootstrap, n)`` row indices drawn with replacement."""
+    return rng.integers(0, n, size=(n_bootstrap, n))
+
+
+def evaluate_policy(
+    pi: np.ndarray, log: BanditLog, q: np.ndarray, idx: np.ndarray, alpha: float = 0.05
+) -> dict[str, Any]:
+    """Every estimator with its percentile bootstrap interval, plus ESS and support, for one policy on ``log``.
+
+    ``pi`` ``(n, K)``; ``q`` the direct model's ``(n, K)`` predictions; ``idx`` ``(B, n)`` bootstrap rows.
+    """
+    w, _ = ips_terms(pi, log)
+    out: dict[str, Any] = {
+        "effective_sample_size": effective_sample_size(w),
+        "n": len(log),
+        "max_weight": float(w.max()) if w.size else 0.0,
+        "matched_fraction": float((w > 0).mean()) if w.size else 0.0,
+    }
+    for est in ESTIMATORS:
+        boots = estimate(est, pi, log, q, idx)
+        lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+        out[est] = {"estimate": float(estimate(est, pi, log, q)), "ci95": [float(lo), float(hi)]}
+    out["dm"] = {"estimate": float((pi * q).sum(axis=1).mean())}
+    return out
+
+
+def split(n: int, model_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint model / evaluation row indices (seeded permutation)."""
+    order = rng.permutation(n)
+    cut = round(n * model_fraction)
+    return np.sort(order[:cut]), np.sort(order[cut:])
+
+
+def off_policy_evaluation(
+    log: BanditLog,
+    policies: Sequence[str],
+    *,
+    model_fraction: float = 0.5,
+    n_bootstrap: int = 500,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """OPE report of ``policies`` on ``log`` (see module docstring); JSON-ready.
+
+    Raises
+    ------
+    LogRefused
+        Fewer than 20 rows, or a part of the split without both arms.
+    ValueError
+        Unknown policy name.
+    """
+    if len(log) < 20:
+        raise LogRefused(f"{len(log)} usable decisions: too few for off-policy evaluation (need ≥ 20)")
+    rng = np.random.default_rng(seed)
+    model_idx, eval_idx = split(len(log), model_fraction, rng)
+    train, ev = log.subset(model_idx), log.subset(eval_idx)
+    dm = DirectModel.fit(train)
+    q = dm.predict(ev.X)
+    idx = bootstrap_indices(len(ev), n_bootstrap, rng)
+    w_min = float(log.propensity.min())
+    report: dict[str, Any] = {
+        "n_log": len(log),
+        "n_model_part": len(train),
+        "n_evaluation_part": len(ev),
+        "skipped_other_arm_sets": log.skipped_other_arm_sets,
+        "min_propensity": w_min,
+        "logged_policy_value": {
+            "estimate": float(ev.reward.mean()),
+            "ci95": [float(v) for v in np.quantile(ev.reward[idx].mean(axis=1), [0.025, 0.975])],
+        },
+        "n_bootstrap": n_bootstrap,
+        "seed": seed,
+        "policies": {},
+    }
+    for name in policies:
+        pi = candidate(name, train, seed)(ev.X)
+        report["policies"][name] = evaluate_policy(pi, ev, q, idx)
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """Plain-text table of a report (one line per policy and estimator)."""
+    lines = [
+        f"log: {report['n_log']} decisions (model part {report['n_model_part']}, evaluation part "
+        f"{report['n_evaluation_part']}), min propensity {report['min_propensity']:.3f}",
+        f"logged policy: {report['logged_policy_value']['estimate']:.4f} "
+        f"[{report['logged_policy_value']['ci95'][0]:.4f}, {report['logged_policy_value']['ci95'][1]:.4f}]",
+        f"{'policy':<24}{'estimator':<10}{'value':>9}{'95% CI':>22}{'ESS':>9}",
+    ]
+    for name, row in report["policies"].items():
+        for est in ESTIMATORS:
+            lo, hi = row[est]["ci95"]
+            ess = f"{row['effective_sample_size']:.0f}" if est != "dr" else ""
+            lines.append(f"{name:<24}{est:<10}{row[est]['estimate']:>9.4f}   [{lo:.4f}, {hi:.4f}]{ess:>9}")
+    return "\n".join(lines)

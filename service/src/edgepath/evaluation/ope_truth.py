@@ -1,0 +1,199 @@
+# ruff: noqa: N803  (X, T, U: design, throughput and utility matrices, scikit-learn convention)
+"""The OPE estimators against ground truth on paired real data (issue 18, ``edgepath eval ope-truth``).
+
+A paired situation (:mod:`edgepath.datasets.mobilebandwidth`) knows both arms' measured throughput,
+so the true value of any policy π on a stream is ``(1/n) Σ_i Σ_a π(a|x_i) U(x_i, a)`` with ``U`` the
+utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, default 50):
+
+1. the test users' situations are paired and shuffled with seed ``1000 + r`` (one stream,
+   :func:`edgepath.evaluation.primary.test_stream`; the test users are unseen by any trained model);
+2. each logging policy runs on the stream, drawing arms with its exact propensities, and the log
+   keeps (features, arm, propensity, the chosen arm's utility) — nothing else;
+3. :func:`edgepath.evaluation.ope.off_policy_evaluation`'s protocol runs on that log (model part /
+   evaluation part split, DR's reward model and the learned candidates fitted on the model part, 95%
+   percentile bootstrap on the evaluation part);
+4. truth = the candidate's true value on the evaluation part's situations (both arms known).
+
+Reported per logging policy × candidate × estimator: bias (mean of estimate − truth), mean absolute
+error, RMSE and the share of repetitions whose 95% interval covers the truth.
+
+Logging policies: ``uniform`` (½, ½); ``epsilon_greedy`` (WiFi-first with ε = 0.2 uniform
+exploration: WiFi 0.9, LTE 0.1 — what apprentice mode logs around a WiFi-first baseline); ``service``
+(the default learner ``ridge_squarecb`` from a cold start, refit every 50 outcomes, with the
+propensity the service logs — exact, floored at 0.01). Candidates: ``wifi_first``, ``lte_first``,
+``offline_classifier`` (the cost-sensitive better-arm classifier trained on the training users,
+fixed) and ``ridge_squarecb`` (greedy, trained on the log's model part).
+
+The situations are paired (two real single-arm tests of one city), not simultaneous measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgepath.datasets.mobilebandwidth import pair_situations
+from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample, UtilityConfig
+from edgepath.evaluation.ope import (
+    ESTIMATORS,
+    BanditLog,
+    DirectModel,
+    bootstrap_indices,
+    candidate,
+    estimate,
+    one_hot,
+    split,
+)
+from edgepath.evaluation.primary import PAIRING_TEXT, Split, test_stream
+from edgepath.training.offline import ARMS, BetterArmPolicy, OfflineConfig, situation_matrix, train_offline
+
+LOGGING_POLICIES: tuple[str, ...] = ("uniform", "epsilon_greedy", "service")
+CANDIDATES: tuple[str, ...] = ("wifi_first", "lte_first", "offline_classifier", "ridge_squarecb")
+EPSILON = 0.2
+
+
+def _log_fixed(X: np.ndarray, U: np.ndarray, T: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> BanditLog:
+    """Draw one arm per row from ``probs`` ``(n, K)``; log the chosen arm's utility and its propensity."""
+    n = X.shape[0]
+    a = (rng.random(n) >= probs[:, 0]).astype(np.int64)  # two arms
+    p = probs[np.arange(n), a]
+    return _as_log(X, a, p, U, T)
+
+
+def _as_log(X: np.ndarray, a: np.ndarray, p: np.ndarray, U: np.ndarray, T: np.ndarray) -> BanditLog:
+    n = X.shape[0]
+    r = U[np.arange(n), a]
+    samples = tuple(
+        TrainingSample(X[i].tolist(), ARMS, int(a[i]), int(T[i, a[i]] >= 25.0), float(p[i]), float(T[i, a[i]]) * 1e6)
+        for i in range(n)
+    )
+    return BanditLog(X, a, p, r, samples)
+
+
+def _log_service(stream: Sequence[Any], U: np.ndarray, T: np.ndarray, seed: int) -> BanditLog:
+    """The default learner from a cold start, refit every 50 outcomes, logging its floored propensity."""
+    bandit = PrimaryPathBandit(BanditConfig(seed=seed))
+    X, a, p, buffer = [], [], [], []
+    for i, s in enumerate(stream):
+        choice = bandit.decide(s.interfaces)
+        arm = ARMS.index(choice.access_type)
+        X.append(choice.features)
+        a.append(arm)
+        p.append(choice.propensity)
+        mbps = float(T[i, arm])
+        buffer.append(
+            TrainingSample(
+                choice.features.tolist(),
+                choice.arms,
+                choice.arm_index,
+                int(mbps >= 25.0),
+                choice.propensity,
+                mbps * 1e6,
+            )
+        )
+        if len(buffer) >= 50:
+            bandit.update(buffer)
+            buffer = []
+    return _as_log(np.vstack(X), np.asarray(a), np.asarray(p), U, T)
+
+
+def ground_truth(
+    split_: Split,
+    n_reps: int = 50,
+    n_bootstrap: int = 200,
+    logging: Sequence[str] = LOGGING_POLICIES,
+    candidates: Sequence[str] = CANDIDATES,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the protocol of the module docstring; JSON-ready report with per-repetition rows and summaries."""
+    say = progress or (lambda _m: None)
+    utility = UtilityConfig()
+    situations = pair_situations(split_.train_wifi, split_.train_cellular, 0)
+    train = train_offline(situations, (), OfflineConfig(policy="active_explorer"))
+    classifier = BetterArmPolicy(train.classifier)
+    rows: dict[str, dict[str, dict[str, list[tuple[float, float, float, float]]]]] = {}
+    truths: dict[str, dict[str, list[float]]] = {}
+    for rep in range(n_reps):
+        seed = 1000 + rep
+        stream = test_stream(split_, seed)
+        X, T = situation_matrix(stream)
+        U = np.vectorize(lambda t: utility(t * 1e6, None, None))(T)
+        rng = np.random.default_rng(seed)
+        for lp in logging:
+            if lp == "uniform":
+                log = _log_fixed(X, U, T, np.full((len(stream), 2), 0.5), rng)
+            elif lp == "epsilon_greedy":
+                probs = np.tile([1 - EPSILON / 2, EPSILON / 2], (len(stream), 1))
+                log = _log_fixed(X, U, T, probs, rng)
+            else:
+                log = _log_service(stream, U, T, seed)
+            model_idx, eval_idx = split(len(log), 0.5, rng)
+            tr, ev = log.subset(model_idx), log.subset(eval_idx)
+            q = DirectModel.fit(tr).predict(ev.X)
+            idx = bootstrap_indices(len(ev), n_bootstrap, rng)
+            U_ev = U[eval_idx]
+            for cand in candidates:
+                if cand == "offline_classifier":
+                    pi = one_hot(classifier.choose(ev.X))
+                else:
+                    pi = candidate(cand, tr, seed)(ev.X)
+                truth = float((pi * U_ev).sum(axis=1).mean())
+                truths.setdefault(lp, {}).setdefault(cand, []).append(truth)
+                for est in ESTIMATORS:
+                    value = float(estimate(est, pi, ev, q))
+                    lo, hi = np.quantile(estimate(est, pi, ev, q, idx), [0.025, 0.975])
+                    rows.setdefault(lp, {}).setdefault(cand, {}).setdefault(est, []).append(
+                        (value, truth, float(lo), float(hi))
+                    )
+        say(f"repetition {rep + 1}/{n_reps} done")
+    summary: dict[str, Any] = {}
+    for lp, by_cand in rows.items():
+        for cand, by_est in by_cand.items():
+            for est, reps in by_est.items():
+                arr = np.asarray(reps)
+                err = arr[:, 0] - arr[:, 1]
+                covered = (arr[:, 2] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 3])
+                summary.setdefault(lp, {}).setdefault(cand, {})[est] = {
+                    "bias": float(err.mean()),
+                    "mean_abs_error": float(np.abs(err).mean()),
+                    "rmse": float(np.sqrt((err**2).mean())),
+                    "ci95_coverage": float(covered.mean()),
+                    "mean_ci95_width": float((arr[:, 3] - arr[:, 2]).mean()),
+                }
+            summary[lp][cand]["true_value_mean"] = float(np.mean(truths[lp][cand]))
+    return {
+        "what": "OPE estimates vs the true value on paired real situations (both arms measured)",
+        "pairing": PAIRING_TEXT,
+        "value": "mean utility per decision (utility of the chosen arm's measured downlink; no latency/loss data)",
+        "n_reps": n_reps,
+        "n_bootstrap": n_bootstrap,
+        "situations_per_stream": len(X),
+        "logging_policies": {
+            "uniform": "WiFi 0.5 / LTE 0.5",
+            "epsilon_greedy": f"WiFi-first with epsilon {EPSILON}: WiFi {1 - EPSILON / 2}, LTE {EPSILON / 2}",
+            "service": "ridge_squarecb cold start, refit every 50, logged (floored) propensity",
+        },
+        "summary": summary,
+        "per_rep": {
+            lp: {c: {e: [list(r) for r in v] for e, v in by.items()} for c, by in bc.items()} for lp, bc in rows.items()
+        },
+    }
+
+
+def format_truth_table(report: dict[str, Any]) -> str:
+    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage."""
+    lines = [
+        "| logging policy | candidate | true value | estimator | bias | MAE | 95% CI coverage | mean CI width |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for lp, by_cand in report["summary"].items():
+        for cand, by_est in by_cand.items():
+            for est in ESTIMATORS:
+                r = by_est[est]
+                lines.append(
+                    f"| {lp} | {cand} | {by_est['true_value_mean']:.4f} | {est} | {r['bias']:+.4f} | "
+                    f"{r['mean_abs_error']:.4f} | {100 * r['ci95_coverage']:.0f}% | {r['mean_ci95_width']:.4f} |"
+                )
+    return "\n".join(lines)
