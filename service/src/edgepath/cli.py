@@ -93,6 +93,22 @@ def serve(
             help="Serving processes sharing both ports (SO_REUSEPORT); more than 1 needs a redis:// store",
         ),
     ] = 1,
+    mode: Annotated[
+        Optional[str], typer.Option(help="learner (default: the bandit serves) or apprentice (a baseline serves)")
+    ] = None,
+    baseline: Annotated[
+        Optional[str], typer.Option(help="Apprentice mode: wifi_first, lte_first or kernel (first-listed interface)")
+    ] = None,
+    explore: Annotated[
+        Optional[float], typer.Option(help="Apprentice mode: share of decisions drawn uniformly (default 0.05)")
+    ] = None,
+    promote: Annotated[
+        Optional[bool],
+        typer.Option("--promote/--no-promote", help="Apprentice mode: promote the learner when OPE says it is better"),
+    ] = None,
+    promote_margin: Annotated[
+        Optional[float], typer.Option(help="Apprentice mode: utility margin the learner's lower 95% bound must clear")
+    ] = None,
 ) -> None:
     """Run the gRPC and REST servers (in-process state store by default)."""
     from edgepath.main import Service
@@ -115,6 +131,11 @@ def serve(
             tls_key_file=tls_key_file,
             tls_client_ca_file=tls_client_ca_file,
             model_path=model,
+            mode=mode,
+            apprentice_baseline=baseline,
+            apprentice_explore=explore,
+            apprentice_promote=promote,
+            apprentice_margin=promote_margin,
         )
         known_policy(settings.policy, param_hint=None)  # --policy, EDGEPATH_POLICY or the settings file
         if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving

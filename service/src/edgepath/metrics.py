@@ -164,8 +164,8 @@ class Metrics:
             ),
             apprentice_value=Gauge(
                 "edgepath_apprentice_value",
-                "Apprentice mode: estimated mean utility per decision (estimator: snips learner estimate, "
-                "its ci95 bounds, or the measured baseline)",
+                "Apprentice mode: estimated mean utility per decision (estimate: learner IPS, its ci95 bounds, "
+                "or the measured baseline)",
                 ["estimate"],
                 registry=reg,
             ),

@@ -16,7 +16,9 @@ log and the trainer (:mod:`edgepath.training.online`), not in the request.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import secrets
 import time
 from collections.abc import Sequence
@@ -24,7 +26,9 @@ from typing import Any
 
 from edgepath.adapters.base import DecisionInput, EngineAdapter, OutcomeInput
 from edgepath.adapters.registry import build_engines
-from edgepath.engines.reward import bernoulli_reward
+from edgepath.engines.apprentice import Apprentice, ApprenticeConfig
+from edgepath.engines.features import representative
+from edgepath.engines.reward import bernoulli_reward, utility
 from edgepath.errors import NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
 from edgepath.security.plausibility import OutcomeGuard, reported_link_speeds_mbps
@@ -39,6 +43,8 @@ from edgepath.types import (
     Recommendation,
     RecommendRequest,
 )
+
+log = logging.getLogger(__name__)
 
 #: Recommendation members the plane fills from the decision record; no engine section may take these names.
 _RECORD_MEMBERS = frozenset({"decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms"})
@@ -113,6 +119,21 @@ class DecisionPlane:
         required = {n for n, f in Recommendation.model_fields.items() if f.is_required()} - _RECORD_MEMBERS
         if missing := sorted(required - sections):
             raise ValueError(f"no engine adapter fills the required section(s) {missing}")
+        # apprentice mode (issue 18): a baseline serves, the bandit learns and is promoted on evidence
+        self.apprentice: Apprentice | None = None
+        if settings.mode == "apprentice":
+            self.apprentice = Apprentice(
+                ApprenticeConfig(
+                    baseline=settings.apprentice_baseline,
+                    explore=settings.apprentice_explore,
+                    promote=settings.apprentice_promote,
+                    margin=settings.apprentice_margin,
+                    min_outcomes=settings.apprentice_min_outcomes,
+                    window=settings.apprentice_window,
+                    check_every=settings.apprentice_check_every,
+                    seed=settings.seed,
+                )
+            )
 
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
         """Decide the primary path for ``request``, log the decision, then add every engine's section.
@@ -127,13 +148,32 @@ class DecisionPlane:
         start = time.perf_counter()
         serving = self.registry.current
         choice = serving.model.decide(request.interfaces)
+        policy = serving.model.policy_name
+        learner_arm: int | None = None
+        baseline_arm: int | None = None
+        if self.apprentice is not None and len(choice.arms) > 1:
+            served = self.apprentice.serve(choice.arms, request.interfaces, choice.arm_index, choice.probability)
+            learner_arm, baseline_arm = choice.arm_index, served.baseline_arm_index
+            if not served.by_learner:
+                access = choice.arms[served.arm_index]
+                iface = representative(request.interfaces, access)
+                assert iface is not None  # arms come from the interfaces themselves
+                choice = dataclasses.replace(
+                    choice,
+                    arm_index=served.arm_index,
+                    access_type=access,
+                    interface=iface.name,
+                    propensity=max(self.settings.propensity_floor, served.propensity),
+                    probability=served.propensity,
+                )
+                policy = f"apprentice:{self.apprentice.config.baseline}"
         now = time.time()
         arms = tuple(a.value for a in choice.arms)
         record = DecisionRecord(
             decision_id=new_decision_id(),
             device_id=request.device_id,
             model_version=serving.version,
-            policy=serving.model.policy_name,
+            policy=policy,
             arms=arms,
             arm_index=choice.arm_index,
             interface=choice.interface,
@@ -142,6 +182,8 @@ class DecisionPlane:
             decided_at=now,
             link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
             context=_raw_context(request),
+            learner_arm_index=learner_arm,
+            baseline_arm_index=baseline_arm,
         )
         # Written before the reply, never behind it: an outcome may be reported to any replica at once
         # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
@@ -236,6 +278,7 @@ class DecisionPlane:
             raise NotFound("unknown or expired decision", field="decision_id")
         if result is ClaimResult.NEW:  # the engines learn once per decision
             await self.store.append_decision_log(_logged(decision, report, reward))
+            self._apprentice_observe(decision, report)
             lesson = OutcomeInput(report=report, decision=decision, store=self.store, now_s=time.time())
             for engine in self.engines:
                 await engine.learn(lesson)
@@ -245,6 +288,63 @@ class DecisionPlane:
             duplicate=result is ClaimResult.DUPLICATE,
             reward=reward,
         )
+
+    # --- apprentice mode (issue 18) ---
+    def _apprentice_observe(self, decision: DecisionRecord, report: OutcomeReport) -> None:
+        app = self.apprentice
+        if app is None or decision.learner_arm_index is None or decision.baseline_arm_index is None:
+            return
+        s = self.settings
+        u = utility(
+            report.throughput_bps,
+            report.latency_ms,
+            report.loss,
+            throughput_cap_bps=s.utility_throughput_cap_bps,
+            latency_cap_ms=s.utility_latency_cap_ms,
+            latency_weight=s.utility_latency_weight,
+            loss_weight=s.utility_loss_weight,
+        )
+        was = app.promoted
+        events = len(app.events)
+        app.observe(
+            decision.arm_index,
+            decision.propensity,
+            decision.learner_arm_index,
+            decision.baseline_arm_index,
+            u,
+            time.time(),
+        )
+        est = app.estimates
+        gauge = self.metrics.apprentice_value
+        for label, value in (
+            ("learner_ips", est.get("learner")),
+            ("baseline", est.get("baseline")),
+            ("learner_ci95_low", (est.get("learner_ci95") or [None, None])[0]),
+            ("learner_ci95_high", (est.get("learner_ci95") or [None, None])[1]),
+        ):
+            if value is not None:
+                gauge.labels(label).set(value)
+        self.metrics.apprentice_serving_learner.set(1 if app.promoted else 0)
+        if len(app.events) != events or app.promoted != was:
+            event = app.events[-1]
+            log.warning(
+                "apprentice: learner %s (learner %.4f, 95%% CI %s, baseline %s %.4f, %d outcomes)",
+                event["event"],
+                event["learner"],
+                event["learner_ci95"],
+                app.config.baseline,
+                event["baseline"],
+                event["after_outcomes_in_window"],
+            )
+
+    def status(self) -> dict[str, Any]:
+        """``GET /v1/status``: the serving mode, model version and (apprentice mode) the OPE estimates."""
+        out: dict[str, Any] = {
+            "model_version": self.registry.current.version,
+            "policy": self.registry.current.model.policy_name,
+        }
+        out.update(self.apprentice.status() if self.apprentice is not None else {"mode": "learner"})
+        return out
 
     # --- security: admin-only quarantine management -------------------------------------------------------------
     def _require_admin(self, principal: Principal) -> OutcomeGuard:

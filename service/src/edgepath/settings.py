@@ -62,6 +62,24 @@ class Settings(BaseSettings):
         7 * 24 * 3600.0, gt=0.0, description="Joined decisions older than this leave the decision log, s"
     )
     # --- end decision log ---
+    # --- apprentice mode (issue 18): edgepath.engines.apprentice ---
+    mode: Literal["learner", "apprentice"] = Field(
+        "learner", description="learner: the bandit serves; apprentice: a baseline serves while the bandit learns"
+    )
+    apprentice_baseline: Literal["wifi_first", "lte_first", "kernel"] = Field(
+        "wifi_first", description="What apprentice mode serves (kernel: the device's first-listed interface)"
+    )
+    apprentice_explore: float = Field(
+        0.05, gt=0.0, le=1.0, description="Share of apprentice decisions drawn uniformly (keeps the log evaluable)"
+    )
+    apprentice_promote: bool = Field(False, description="Switch to the learner when OPE says it beats the baseline")
+    apprentice_margin: float = Field(
+        0.0, ge=0.0, le=1.0, description="Learner's lower 95% bound must beat the baseline by this (utility units)"
+    )
+    apprentice_min_outcomes: int = Field(200, ge=1, description="Outcomes before promotion is considered")
+    apprentice_window: int = Field(5000, ge=10, description="Outcomes the online OPE estimate covers")
+    apprentice_check_every: int = Field(50, ge=1, description="Outcomes between re-estimates")
+    # --- end apprentice mode ---
 
     # --- SSMP server selection (issue 4): edgepath.engines.ssmp ---
     ssmp_mice_threshold_bytes: int = Field(

@@ -341,6 +341,15 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None
         return PlainTextResponse(generate_latest(plane.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+def add_status_route(router: FastAPI | APIRouter, plane: DecisionPlane) -> None:
+    """``GET /v1/status``: serving mode, model and (apprentice mode) the learner's OPE estimate vs the baseline."""
+
+    @router.get("/v1/status", tags=["health"])
+    async def status() -> Response:
+        """Serving mode and model version; in apprentice mode the estimates, who serves, promotion events."""
+        return json_body(plane.status())
+
+
 def create_app(
     plane: DecisionPlane, security: EdgeSecurity | None = None, admission: Admission | None = None
 ) -> FastAPI:
@@ -394,5 +403,6 @@ def create_app(
     add_decisions_routes(app, plane, gate)
     add_admin_routes(app, plane, gate)
     add_health_routes(app, plane)
+    add_status_route(app, plane)  # apprentice mode (issue 18)
     install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
     return app

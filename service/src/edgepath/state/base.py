@@ -52,6 +52,8 @@ class DecisionRecord:
     """The request's ``interfaces`` as received (JSON list of objects, fields the device sent), or ""."""
     learner_arm_index: int | None = None
     """Apprentice mode: the arm index the learner would have chosen (None otherwise)."""
+    baseline_arm_index: int | None = None
+    """Apprentice mode: the arm index the baseline chose (None otherwise)."""
 
 
 @dataclass(frozen=True)
