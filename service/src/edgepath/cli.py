@@ -442,6 +442,41 @@ def eval_ope_truth(
     typer.echo(f"report: {out}")
 
 
+@eval_app.command("policies")
+def eval_policies(
+    seeds: Annotated[str, typer.Option(help="Pairing seeds (>= 5 for the CI bands)")] = "1,2,3,4,5",
+    rounds: Annotated[int, typer.Option(min=100, help="Rounds (decisions) per stream")] = 3000,
+    out: Annotated[Path, typer.Option(help="JSON report (every curve)")] = Path("out/policies/report.json"),
+    plot_path: Annotated[Path, typer.Option("--plot", help="PNG plot")] = Path("out/policies/policies.png"),
+    wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV")] = Path(
+        "service/data/mobilebandwidth/wifi4.csv"
+    ),
+    cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV")] = Path(
+        "service/data/mobilebandwidth/4G.csv"
+    ),
+) -> None:
+    """The paper's six policies, the default learner and baselines on the same real streams: reward and regret."""
+    from edgepath.datasets.mobilebandwidth import read_measurements
+    from edgepath.evaluation.policies import compare, plot
+
+    seed_list = _seeds(seeds)
+    if len(seed_list) < 2:
+        raise typer.BadParameter("at least two seeds for the CI bands (five or more recommended)", param_hint="--seeds")
+    report = compare(
+        read_measurements(wifi, "wifi"), read_measurements(cellular, "cellular"), seed_list, rounds, progress=typer.echo
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report) + "\n")
+    plot(report, plot_path)
+    typer.echo(f"oracle mean reward {report['oracle_mean_reward']:.3f}")
+    for name, c in sorted(report["curves"].items(), key=lambda kv: -kv[1]["final_mean_reward"]):
+        typer.echo(
+            f"{name:<24}{c['family']:<10} mean reward {c['final_mean_reward']:.3f} ± {c['final_mean_reward_ci95']:.3f}"
+            f"   regret {c['final_regret']:.0f}"
+        )
+    typer.echo(f"report: {out}  plot: {plot_path}")
+
+
 # --- end off-policy evaluation ---
 
 
