@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from edgepath.datasets.mobilebandwidth import pair_situations, read_measurements
+from edgepath.evaluation.ope import load_log, off_policy_evaluation
 from edgepath.state.base import DECISION_LOG_FORMAT, LoggedDecision
 from edgepath.state.export import export_decision_log
 from edgepath.state.memory import MemoryStore
@@ -113,7 +114,9 @@ def _contexts(n: int) -> list[tuple[dict[str, Any], float, float]]:
 
 
 @pytest.mark.redis
-@pytest.mark.timeout(120, method="thread")  # reason: a child `edgepath log export` process (~5 s import) + 300 requests
+@pytest.mark.timeout(
+    180, method="thread"
+)  # reason: a child `edgepath log export` process, 300 REST round trips, offline training and OPE on the export (65 s on a loaded 2-core box)
 def test_export_from_a_running_service_on_redis_feeds_training(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
@@ -168,6 +171,11 @@ def test_export_from_a_running_service_on_redis_feeds_training(
     assert len(samples) == len(lines)
     model = train_offline([], samples, OfflineConfig())
     assert model.n_logged == len(lines)
+    # ... and evaluate three policies on it off-policy (the `edgepath eval ope` code path)
+    report = off_policy_evaluation(load_log(out), ["wifi_first", "lte_first", "ridge_squarecb"], n_bootstrap=100)
+    for row in report["policies"].values():
+        for est in ("ips", "snips", "dr"):
+            assert row[est]["ci95"][0] <= row[est]["ci95"][1] and 0.0 <= row["matched_fraction"] <= 1.0
 
 
 def test_export_writes_nothing_half_done_and_counts(tmp_path: Path) -> None:
