@@ -114,9 +114,8 @@ def _contexts(n: int) -> list[tuple[dict[str, Any], float, float]]:
 
 
 @pytest.mark.redis
-@pytest.mark.timeout(
-    180, method="thread"
-)  # reason: a child `edgepath log export` process, 300 REST round trips, offline training and OPE on the export (65 s on a loaded 2-core box)
+# reason: a child `edgepath log export` process, 300 REST round trips, training and OPE on the export (65 s loaded)
+@pytest.mark.timeout(180, method="thread")
 def test_export_from_a_running_service_on_redis_feeds_training(
     redis_server: RedisServer, namespace: str, tmp_path: Path
 ) -> None:
