@@ -30,11 +30,12 @@ import os
 import socket
 import time
 
+from redis.exceptions import LockError
+
 from edgepath.state.redis import UNREACHABLE, RedisStore
 from edgepath.tasks import wait_event
 from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError
 from edgepath.training.snapshots import SnapshotRejectedError, SnapshotStore
-from redis.exceptions import LockError
 
 log = logging.getLogger(__name__)
 

@@ -44,12 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
+from redis.asyncio import Redis
+
 from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.metrics import Metrics
 from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
 from edgepath.tasks import stop_task, wait_event
 from edgepath.training.online import ModelRegistry, PublishConflictError
-from redis.asyncio import Redis
 
 log = logging.getLogger(__name__)
 
