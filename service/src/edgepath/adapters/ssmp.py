@@ -19,14 +19,18 @@ from edgepath.settings import Settings
 from edgepath.state.base import StateStore
 
 
+def ssmp_config(settings: Settings) -> ssmp.SsmpConfig:
+    """The SSMP engine's parameters from ``settings.ssmp`` (``EDGEPATH_SSMP__*``)."""
+    return ssmp.SsmpConfig(
+        mice_threshold_bytes=settings.ssmp.mice_threshold_bytes,
+        alpha=settings.ssmp.alpha,
+        stale_age_s=settings.ssmp.stale_age_s,
+    )
+
+
 def ssmp_selector(settings: Settings) -> ssmp.SsmpSelector:
     """The SSMP engine configured from settings (seeded RNG for its random picks)."""
-    config = ssmp.SsmpConfig(
-        mice_threshold_bytes=settings.ssmp_mice_threshold_bytes,
-        alpha=settings.ssmp_alpha,
-        stale_age_s=settings.ssmp_stale_age_s,
-    )
-    return ssmp.SsmpSelector(config, np.random.default_rng(settings.seed))
+    return ssmp.SsmpSelector(ssmp_config(settings), np.random.default_rng(settings.seed))
 
 
 async def select_server(
