@@ -187,7 +187,10 @@ class _FlatEnv(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         env = {k.upper(): v for k, v in os.environ.items()}
-        found = {name: env[ENV_PREFIX + name.upper()] for name in FLAT_ALIASES if ENV_PREFIX + name.upper() in env}
+        found: dict[str, Any] = {
+            name: env[ENV_PREFIX + name.upper()] for name in FLAT_ALIASES if ENV_PREFIX + name.upper() in env
+        }
+        found = {name: None if value == "null" else value for name, value in found.items()}
         return nest_flat_names(found)
 
 
@@ -214,7 +217,10 @@ def describe_errors(exc: ValidationError) -> str:
 class Settings(BaseSettings):
     """All service settings, with units in the names."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER, extra="forbid")
+    # env_parse_none_str: ``EDGEPATH_BANDIT__EPSILON_DECAY=null`` sets None (no decay).
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER, env_parse_none_str="null", extra="forbid"
+    )
 
     host: str = Field("127.0.0.1", description="Address both servers bind")
     grpc_port: int = Field(50051, ge=0, le=65535)
