@@ -1,4 +1,4 @@
-"""Settings grouped per engine (``EDGEPATH_BANDIT__*``, ``EDGEPATH_SSMP__*``, ``EDGEPATH_MLPM__*``), old flat names kept."""
+"""Settings grouped per engine (``EDGEPATH_BANDIT__*``, ``EDGEPATH_SSMP__*``, ...), old flat names kept."""
 
 from __future__ import annotations
 
