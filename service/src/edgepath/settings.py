@@ -26,7 +26,7 @@ import os
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic.fields import FieldInfo
@@ -234,6 +234,25 @@ class Settings(BaseSettings):
     bandit: BanditSettings = Field(default_factory=BanditSettings, description="Primary-path bandit")
     ssmp: SsmpSettings = Field(default_factory=SsmpSettings, description="SSMP server selection")
     mlpm: MlpmSettings = Field(default_factory=MlpmSettings, description="MLPM scheduler weights")
+
+    if TYPE_CHECKING:  # the flat names of FLAT_ALIASES, read-only properties set below the class
+        policy: str
+        propensity_floor: float
+        reward_throughput_bps: float
+        reward_latency_ms: float
+        utility_throughput_cap_bps: float
+        utility_latency_cap_ms: float
+        utility_latency_weight: float
+        utility_loss_weight: float
+        forgetting: float
+        ssmp_mice_threshold_bytes: int
+        ssmp_alpha: float
+        ssmp_stale_age_s: float
+        ssmp_max_servers: int
+        mlpm_window: int
+        mlpm_horizon_s: float
+        mlpm_gain: float
+        mlpm_bias: float | None
 
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
