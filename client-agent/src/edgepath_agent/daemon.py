@@ -74,6 +74,7 @@ from edgepath_agent.collector import (
     WifiCollector,
     merge_contexts,
 )
+from edgepath_agent.iperf import Iperf3, IperfMissing, detect_iperf3, iperf3_transfer
 from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
@@ -151,6 +152,11 @@ class AgentConfig(BaseSettings):
     )
     interval_s: float = Field(30.0, gt=0)
     probe: str | None = Field(None, description="HOST:PORT of a transfer server for active measurements")
+    probe_tool: Literal["iperf3", "builtin"] = Field(
+        "iperf3",
+        description="iperf3: an iperf3 server at probe (iperf.py; MPTCP via --mptcp or mptcpize); builtin: the "
+        "agent's own meter (meter.py TransferServer at probe; the testbed, or devices without iperf3)",
+    )
     probe_bytes: int = Field(256 * 1024, ge=1)
     timeout_s: float = Field(2.0, gt=0, description="Per-call deadline, s")
     attempts: int = Field(3, ge=1, description="Tries per transport")
@@ -348,6 +354,9 @@ class Agent:
         self.client = client
         self.applier = applier
         self.collectors = list(collectors)
+        self.iperf3: Iperf3 | None = None
+        if measure is None and config.probe and config.probe_tool == "iperf3":
+            self.iperf3 = _require_iperf3()
         self.measure = measure or self._default_measure
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
         self.last_recommendation: dict[str, Any] | None = None
@@ -497,6 +506,8 @@ class Agent:
     def _default_measure(self, primary: str) -> TransferResult | None:
         if self.config.probe:
             host, _, port = self.config.probe.rpartition(":")
+            if self.iperf3 is not None:
+                return iperf3_transfer(self.iperf3, host, int(port), self.config.probe_bytes, netns=self.config.netns)
             return transfer(host, int(port), self.config.probe_bytes)
         # Passive: bytes received on the primary interface since the previous step.
         now = time.monotonic()
@@ -590,6 +601,12 @@ class Agent:
                 "reachable": self.service_reachable,
                 "last_error": self.service_error,
                 "last_ok_unix_ms": self.service_ok_unix_ms,
+            },
+            "probe": {
+                "target": self.config.probe,
+                "tool": "iperf3" if self.iperf3 is not None else ("builtin" if self.config.probe else "passive"),
+                "mptcp_mode": self.iperf3.mode if self.iperf3 is not None else None,
+                "version": self.iperf3.version if self.iperf3 is not None else None,
             },
             "recommendation": None
             if rec is None
@@ -755,6 +772,30 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
         )
     client = connect_failover(config.service, config.timeout_s, config.attempts, credentials=config.credentials())
     return Agent(config, client, applier, collectors)
+
+
+def _require_iperf3() -> Iperf3:
+    """The device's iperf3 client (logged once with its MPTCP mode).
+
+    Raises
+    ------
+    IperfMissing
+        No ``iperf3`` on ``PATH`` while ``probe_tool = "iperf3"``.
+    """
+    tool = detect_iperf3()
+    if tool is None:
+        raise IperfMissing(
+            "probe_tool = iperf3 but no iperf3 binary is on PATH: install iperf3 (and mptcpize for MPTCP on "
+            "iperf3 < 3.16), or set probe_tool = builtin with an edgepath meter server at probe"
+        )
+    if tool.mptcp:
+        log.info("active probe: %s over MPTCP (%s)", tool.version, tool.mode)
+    else:
+        log.warning(
+            "active probe: %s without MPTCP (no --mptcp and no mptcpize): outcomes measure the primary path alone",
+            tool.version,
+        )
+    return tool
 
 
 def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> None:
