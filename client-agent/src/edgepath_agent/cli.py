@@ -155,7 +155,7 @@ def run(
     from pydantic import ValidationError
 
     from edgepath_agent.collector import parse_interface_map
-    from edgepath_agent.daemon import load_config, run_daemon
+    from edgepath_agent.daemon import LaminarUnavailable, load_config, run_daemon
     from edgepath_agent.iperf import IperfMissing
     from edgepath_agent.journal_log import setup_logging
     from edgepath_agent.netmanager import NetworkConflict
@@ -187,7 +187,7 @@ def run(
         raise typer.BadParameter(str(exc)) from exc
     try:
         done = run_daemon(cfg, max_steps=steps)
-    except IperfMissing as exc:
+    except (IperfMissing, LaminarUnavailable) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from exc
     except NetworkConflict as exc:

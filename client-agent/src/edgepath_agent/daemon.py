@@ -33,6 +33,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections import deque
@@ -66,6 +67,7 @@ from edgepath_agent.client import ServiceClient, ServiceError, connect_failover,
 from edgepath_agent.collector import (
     Collector,
     DiagPathCollector,
+    KernelCapabilities,
     KernelCollector,
     ModemCollector,
     Nl80211WifiCollector,
@@ -170,8 +172,13 @@ class AgentConfig(BaseSettings):
     restore_on_exit: bool = True
     cc_profile: Literal["throughput", "latency", "coupled", "default"] = "default"
     manage_cc: bool = True
-    endpoint_flags: list[Literal["signal", "subflow", "backup", "fullmesh"]] = Field(
+    endpoint_flags: list[Literal["signal", "subflow", "laminar", "backup", "fullmesh"]] = Field(
         default_factory=lambda: ["subflow"]
+    )
+    laminar: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Add the laminar endpoint flag (Linux >= 6.18): addresses the server announces are reached "
+        "from an interface of their own, not from the primary path's; auto = where kernel and backend support it",
     )
     limits_subflows: int = Field(2, ge=0, le=8)
     limits_add_addr_accepted: int = Field(2, ge=0, le=8)
@@ -752,9 +759,62 @@ def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Any:
     return Applier(backend, journal, config.applier_config(), allowed_cc=allowed_cc)
 
 
+class LaminarUnavailable(ValueError):
+    """``laminar = "on"`` where the kernel or the applier backend cannot set the flag."""
+
+
+def laminar_support(config: AgentConfig, caps: KernelCapabilities, ip_help: str | None = None) -> str | None:
+    """Why the ``laminar`` endpoint flag cannot be applied here, or ``None`` when it can.
+
+    ``ip_help``: the output of ``ip mptcp help`` (read when ``None``), for the command and dry-run
+    backends, which can set and read back only the flags the installed iproute2 knows (6.18+).
+    """
+    if not caps.laminar_endpoints:
+        return f"kernel {caps.kernel_release or '?'} has no laminar endpoint flag (Linux >= 6.18)"
+    if config.backend == "networkmanager":
+        return "NetworkManager's connection.mptcp-flags has no laminar flag"
+    if config.backend in ("command", "dry-run"):
+        if ip_help is None:
+            try:
+                done = subprocess.run(["ip", "mptcp", "help"], capture_output=True, text=True, timeout=5)
+                ip_help = done.stdout + done.stderr
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"ip mptcp help failed: {exc}"
+        if "laminar" not in ip_help:
+            return "the installed iproute2 does not know laminar (>= 6.18 does); backend = netlink sets it"
+    return None
+
+
+def with_laminar(config: AgentConfig, caps: KernelCapabilities, ip_help: str | None = None) -> AgentConfig:
+    """``config`` with ``laminar`` added to ``endpoint_flags`` where ``config.laminar`` asks and it is supported.
+
+    Raises
+    ------
+    LaminarUnavailable
+        ``laminar = "on"`` where it cannot be applied (the message says why).
+    """
+    if config.laminar == "off" or "laminar" in config.endpoint_flags:
+        return config
+    reason = laminar_support(config, caps, ip_help)
+    if reason is not None:
+        if config.laminar == "on":
+            raise LaminarUnavailable(f"laminar = on, but {reason}")
+        log.info("laminar endpoint flag not used: %s", reason)
+        return config
+    log.info("MPTCP endpoints carry the laminar flag (kernel %s)", caps.kernel_release)
+    return config.model_copy(update={"endpoint_flags": [*config.endpoint_flags, "laminar"]})
+
+
 def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ()) -> Agent:
-    """Agent with the real collectors (absent sources report nothing) and a failover client."""
+    """Agent with the real collectors (absent sources report nothing) and a failover client.
+
+    Raises
+    ------
+    LaminarUnavailable
+        ``laminar = "on"`` where the kernel or the backend cannot apply it.
+    """
     kernel = KernelCollector()
+    config = with_laminar(config, kernel.capabilities)
     applier = build_applier(config, kernel.capabilities.allowed_cc)
     netlink = importlib.util.find_spec("pyroute2") is not None  # a base dependency; text tools as fallback
     collectors: list[Collector] = [
