@@ -1,8 +1,8 @@
 """Contract cases for SSMP server selection (issue 4), identical over REST and gRPC.
 
-A real service (tests/conftest.py) on loopback; the cases talk to the transports directly: httpx for REST, the generated stub for gRPC (protobuf's
-JSON mapping turns the REST-shaped bodies into messages). Server scores live in the service's state store:
-each test gets a fresh service.
+A real service (tests/conftest.py) on loopback; the cases talk to the transports directly: httpx for
+REST, the generated stub for gRPC (protobuf's JSON mapping turns the REST-shaped bodies into messages).
+Server scores live in the service's state store: each test gets a fresh service.
 """
 
 from __future__ import annotations
