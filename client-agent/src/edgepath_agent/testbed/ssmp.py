@@ -394,6 +394,9 @@ def run_inside(p: SsmpParams, report: Path, plot: Path | None) -> dict[str, Any]
                         dl = res.download
                         sel = res.recommendation.get("server_selection") or {}
                         picked, rule = dl.address, sel.get("rule")
+                        named = sel.get("initial_subflow_interface")
+                        row["ssmp_initial_subflow_interface"] = named
+                        row["initial_subflow_check"] = named is None or dl.local_addr == f"{ACCESS[named][0]}.2"
                         t_dl = t0  # the fetch's own steps precede the download
                         overhead_ms = (time.time() - t0) * 1000.0 - dl.duration_ms
                     servers = served_by(t_dl, size)
@@ -477,6 +480,9 @@ def build_report(
         "paper_reduction_pct": PAPER_REDUCTION_PCT,
         "server_side_check": {"downloads": len(checks), "matching": int(sum(checks))},
         "ssmp_rules": rules,
+        "initial_subflow_on_named_interface_share": float(
+            np.mean([r.get("initial_subflow_check", False) for r in rows])
+        ),
         "warmup_rules": warmup_rules,
         "ssmp_decision_overhead_ms": mean_ci([r["ssmp"]["decision_overhead_ms"] for r in rows]),
         "two_subflows_share": float(np.mean([len(r[pol]["subflows"]) == 2 for r in rows for pol in ("dss", "ssmp")])),
