@@ -138,3 +138,37 @@ def test_fetch_end_to_end_with_a_real_service(dns_pair: Any, cdn: CdnServer, tra
             assert stored.paths["wlan0"].bandwidth_bps is not None and stored.paths["wlan0"].bandwidth_bps > 0
         finally:
             service.close()
+
+
+def test_daemon_step_sends_content_downloads_the_pick_and_reports_the_transfer(dns_pair: Any, cdn: CdnServer) -> None:
+    """The daemon's hook (Agent(ssmp=SsmpStep)): one step = content in the request, the pick downloaded,
+    ``server_transfer`` in the outcome. The applier is the dry-run backend (no root needed here)."""
+    from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
+    from edgepath_agent.collector import StaticCollector
+    from edgepath_agent.daemon import Agent, AgentConfig
+    from edgepath_agent.ssmp import SsmpStep
+
+    routes = NetState(
+        limits=(("add_addr_accepted", 0), ("subflows", 0)),
+        default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0", "10.1.2.1", 200)),
+        sysctls=(("net.ipv4.tcp_congestion_control", "reno"),),
+    )
+    with running_service() as svc:
+        config = AgentConfig(device_id="dev-ssmp", service=[svc.grpc_url], interfaces={"wlan0": "WIFI", "wwan0": "LTE"})
+        backend = DryRunBackend(routes, {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}, out=None)
+        applier = Applier(backend, Journal(), config.applier_config(), allowed_cc=("reno", "cubic"))
+        step = SsmpStep(SsmpClient(specs(dns_pair), cdn.port, probe_bytes=50_000), HOST, 20_000)
+        agent = Agent(
+            config, connect(svc.grpc_url, 5.0), applier, [StaticCollector(config.interfaces)], ssmp=step, guard=None
+        )
+        try:
+            result = agent.step()
+            assert [c["address"] for c in result.request["content"]["candidates"]] == ["127.0.0.2", "127.0.0.3"]
+            sel = result.recommendation["server_selection"]
+            assert sel["flow_class"] == "MICE"
+            assert result.measurement is not None and result.measurement.bytes == 20_000
+            assert result.outcome["server_transfer"]["address"] == sel["address"]
+            assert result.ack is not None and result.ack["accepted"] is True
+            assert cdn.served[-1].size_bytes == 20_000
+        finally:
+            agent.close(restore=True)

@@ -531,3 +531,95 @@ def fetch(ssmp: SsmpClient, client: Any, request: Mapping[str, Any], host: str, 
         }
         ack = client.report_outcome(outcome)
     return FetchResult(content, rec, probed, dl, ack)
+
+
+SIOCGIFADDR = 0x8915
+
+
+def interface_ipv4(name: str) -> str:
+    """The IPv4 address of interface ``name`` (``SIOCGIFADDR``, netdevice(7)). Raises ``OSError`` without one."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+    return socket.inet_ntoa(raw[20:24])
+
+
+class SsmpStep:
+    """The daemon's SSMP hook: adds ``content`` to a step's request and measures the step on the pick.
+
+    Parameters
+    ----------
+    client: the :class:`SsmpClient` (interfaces, DNS servers, content port).
+    host: the content's host name (or address).
+    size_bytes: how much to download per step, bytes.
+    """
+
+    def __init__(self, client: SsmpClient, host: str, size_bytes: int) -> None:
+        self.client = client
+        self.host = host
+        self.size_bytes = size_bytes
+
+    @classmethod
+    def from_config(
+        cls, interfaces: Sequence[str], content: str, size_bytes: int, dns: Mapping[str, str], timeout_s: float
+    ) -> SsmpStep:
+        """From the agent's settings: ``content`` = ``HOST:PORT``, ``dns`` = interface → its DNS server.
+
+        Interfaces without a DNS server or an IPv4 address are left out (logged). Raises ``ValueError``
+        when none is left or ``content`` has no port.
+        """
+        host, sep, port = content.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"content must be HOST:PORT, got {content!r}")
+        specs = []
+        for name in interfaces:
+            if name not in dns:
+                log.warning("SSMP: no DNS server configured for %s: left out", name)
+                continue
+            try:
+                specs.append(PathSpec(name, interface_ipv4(name), dns[name]))
+            except OSError as exc:
+                log.warning("SSMP: %s has no IPv4 address (%s): left out", name, exc)
+        if not specs:
+            raise ValueError("SSMP needs at least one interface with an IPv4 address and a DNS server")
+        return cls(SsmpClient(specs, int(port), timeout_s=timeout_s), host, size_bytes)
+
+    def with_content(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """``request`` plus the ``content`` block; unchanged (logged) when no interface resolved the host."""
+        try:
+            return {**request, "content": self.client.content(self.host, self.size_bytes)}
+        except (LookupError, OSError) as exc:
+            log.warning("SSMP: no candidates for %s (%s): asking without content", self.host, exc)
+            return dict(request)
+
+    def measure(self, rec: Mapping[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+        """Probe the answer's stale servers, download from its pick: (``TransferResult`` or None, ``server_transfer``).
+
+        Returns ``(None, None)`` when the answer has no ``server_selection`` or the download failed (logged).
+        """
+        from edgepath_agent.meter import TransferResult
+
+        sel = rec.get("server_selection")
+        if not sel:
+            return None, None
+        self.client.probe(sel.get("stale_servers") or [])
+        try:
+            dl = self.client.download(sel["address"], self.size_bytes, sel.get("initial_subflow_interface") or None)
+        except (OSError, ValueError) as exc:
+            log.warning("SSMP download from %s failed: %s", sel.get("address"), exc)
+            return None, None
+        first = dl.paths.get(self.client._interface_of(dl.local_addr) or "")
+        losses = [p.loss for p in dl.paths.values() if p.loss is not None]
+        result = TransferResult(
+            bytes=dl.size_bytes,
+            completion_s=dl.duration_ms / 1000.0,
+            throughput_bps=dl.throughput_bps,
+            local_addr=dl.local_addr,
+            mptcp=dl.mptcp,
+            rtt_ms=first.rtt_ms if first is not None else None,
+            loss=max(losses) if losses else None,
+            subflows=len(dl.paths) or None,
+            server_counters=dl.server,
+        )
+        return result, SsmpClient.server_transfer(dl)
