@@ -38,7 +38,7 @@ def test_ssmp_testbed_run_end_to_end(tmp_path: Path) -> None:
     check = r["server_side_check"]
     assert check["downloads"] == 12 and check["matching"] == 12  # every pick served by that very server
     assert r["initial_subflow_on_named_interface_share"] == 1.0
-    assert r["two_subflows_share"] == 1.0
+    assert r["two_subflows_share_elephant"] == 1.0  # a 1 KB download may end before the second subflow joins
     elephant_rules = {t["ssmp"]["rule"] for t in r["per_trial"] if t["flow"] == "elephant"}
     assert elephant_rules <= {"elephant_q", "elephant_q_tie_random", "elephant_identical_random", "single_candidate"}
     assert r["kernel"].startswith("Linux ")
