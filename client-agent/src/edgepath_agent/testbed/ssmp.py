@@ -15,7 +15,8 @@ paper's "random server selection strategy to return the single-port optimal serv
 routes per source address (``ip rule`` tables 101/102) and has both addresses as MPTCP ``subflow``
 endpoints, so every download uses both paths.
 
-**Not emulated: propagation delay.** This kernel has tbf/htb but no netem, so the paper's per-path
+**Not emulated: propagation delay.** This kernel has tbf/htb but no netem (nor fq/etf, which could
+hold packets to a departure time a tc BPF program sets), so the paper's per-path
 RTTs (5–30 ms) cannot be built; RTTs here are the veths' (≈0.05 ms) plus tbf queueing. The mice rule
 (smallest mean RTT) therefore sees only queueing and loss-induced SYN retransmissions, and the
 paper's mice scenario (servers differing *only* in delay) stays in the model
@@ -625,7 +626,8 @@ def build_report(
             "(edgepath serve) deciding on the device's loopback."
         ),
         "not_emulated": (
-            "Propagation delay (no netem on this kernel): the paper's 5–30 ms per-path RTTs are absent, RTTs are "
+            "Propagation delay (no netem on this kernel, nor fq/etf for BPF-set departure times; only tbf and htb): "
+            "the paper's 5–30 ms per-path RTTs are absent, RTTs are "
             "veth + tbf queueing only, so the mice rule has no delay differences to exploit and the paper's "
             "delay-only mice scenario stays in the model (edgepath eval ssmp --paper). Sizes scaled down "
             "(elephants 8 and 32 MB instead of 100–1000 MB). Download time excludes "
