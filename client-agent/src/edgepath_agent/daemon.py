@@ -81,6 +81,7 @@ from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.safety import ClientCredentials, check_key_file
+from edgepath_agent.ssmp import SsmpStep
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
 from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
 
@@ -216,6 +217,12 @@ class AgentConfig(BaseSettings):
     )
     status_file: Path | None = Field(
         DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
+    )
+    # SSMP (issue 20, edgepath_agent.ssmp): the content fetched each step from the server the service picks.
+    content: str | None = Field(None, description="HOST:PORT of the content to fetch with SSMP (meter protocol)")
+    content_bytes: int = Field(1_048_576, ge=1, description="Bytes fetched per step with SSMP")
+    content_dns: dict[str, str] = Field(
+        default_factory=dict, description="Interface → IPv4 address of its network's DNS server (SSMP)"
     )
 
     def credentials(self) -> ClientCredentials | None:
@@ -356,8 +363,11 @@ class Agent:
         collectors: Sequence[Collector],
         measure: Callable[[str], TransferResult | None] | None = None,
         guard: PrimaryGuard | None = None,
+        ssmp: SsmpStep | None = None,
     ) -> None:
         self.config = config
+        #: SSMP (issue 20): content block per request, download from the pick (``config.content``).
+        self.ssmp = ssmp
         self.client = client
         self.applier = applier
         self.collectors = list(collectors)
@@ -528,6 +538,8 @@ class Agent:
     def step(self, primary: str | None = None) -> StepResult:
         """One round. ``primary`` forces a fixed policy (no service call, no outcome report)."""
         request = self.context()
+        if self.ssmp is not None and primary is None:
+            request = self.ssmp.with_content(request)
         self.flush_outcomes()
         rec: dict[str, Any] | None
         if primary is not None:
@@ -552,7 +564,9 @@ class Agent:
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
         self.override_reason = override
-        measured = self.measure(applied.primary)
+        measured, server_transfer = self.ssmp.measure(rec) if self.ssmp is not None else (None, None)
+        if measured is None:
+            measured = self.measure(applied.primary)
         if measured is not None:
             self._remember(applied.primary, measured)
         outcome = ack = None
@@ -560,6 +574,8 @@ class Agent:
         # bandit on the wrong arm: none is reported when the guard overrode the primary.
         if measured is not None and rec.get("decision_id") and override is None:
             outcome = outcome_from(measured, self.config.device_id, str(rec["decision_id"]))
+            if server_transfer is not None:
+                outcome["server_transfer"] = server_transfer
             ack = self._report(outcome)
         return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
 
@@ -831,7 +847,12 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
             "this agent sets are not used by the kernel; routes (the initial subflow) still are"
         )
     client = connect_failover(config.service, config.timeout_s, config.attempts, credentials=config.credentials())
-    return Agent(config, client, applier, collectors)
+    ssmp = None
+    if config.content:
+        ssmp = SsmpStep.from_config(
+            list(config.interfaces), config.content, config.content_bytes, config.content_dns, config.timeout_s
+        )
+    return Agent(config, client, applier, collectors, ssmp=ssmp)
 
 
 def _require_iperf3() -> Iperf3:

@@ -42,8 +42,12 @@ def run(
     batch_size: Annotated[Optional[int], typer.Option(help="Service outcomes per refit (default: its own)")] = None,
     loss_wlan0: Annotated[float, typer.Option(min=0.0, max=1.0, help="Random loss on wlan0, both ways")] = 0.0,
     loss_wwan0: Annotated[float, typer.Option(min=0.0, max=1.0, help="Random loss on wwan0, both ways")] = 0.0,
+    scenario_name: Annotated[
+        str, typer.Option("--scenario", help="primary (default) or ssmp (testbed/ssmp.py)")
+    ] = "primary",
+    trials: Annotated[int, typer.Option(min=1, help="--scenario ssmp: trials per download size")] = 10,
 ) -> None:
-    """Learned policy vs wifi_first vs lte_first on real MPTCP transfers; writes the report (and plot)."""
+    """Learned policy vs wifi_first vs lte_first (or ``--scenario ssmp``: SSMP vs DSS) on real MPTCP transfers."""
     from edgepath_agent.cli import require_extra
     from edgepath_agent.testbed.netns import netns_supported
 
@@ -55,6 +59,15 @@ def run(
         typer.echo(f"testbed unavailable: {reason}", err=True)
         raise typer.Exit(2)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if scenario_name == "ssmp":
+        from edgepath_agent.testbed import ssmp
+
+        out = ssmp.run(ssmp.SsmpParams(trials=trials, seed=seed, command=["edgepath-testbed", *sys.argv[1:]]),
+                       report.resolve(), plot.resolve() if plot else None)  # fmt: skip
+        typer.echo(f"report: {report}  reduction_pct: {json.dumps(out['reduction_pct'])}")
+        return
+    if scenario_name != "primary":
+        raise typer.BadParameter(f"unknown scenario {scenario_name!r}", param_hint="--scenario")
     params = ScenarioParams(
         wifi=str(wifi.resolve()),
         cellular=str(cellular.resolve()),
