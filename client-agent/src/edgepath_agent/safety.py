@@ -131,6 +131,8 @@ class SafeDecision:
     congestion_control: str | None = None
     address: str | None = None
     steering: SteeringPlan | None = None
+    #: MLPM's ``scheduler.prioritised_subflow`` (one of the device's interfaces), ``None`` when absent.
+    prioritised: str | None = None
 
 
 #: ATSSS steering modes the service may send (3GPP TS 23.501 §5.32.8).
@@ -254,7 +256,12 @@ def safe_decision(
         value = check_sysctl("net.ipv4.tcp_congestion_control", candidate)[1]  # malformed: refuse
         if cc is None and (allowed is None or value in allowed):
             cc = value
-    return SafeDecision(primary, weights, cc, address, _steering_plan(recommendation, own))
+    prioritised = None
+    scheduler = recommendation.get("scheduler")
+    if isinstance(scheduler, Mapping) and scheduler.get("prioritised_subflow"):
+        name = validate_interface_name(scheduler.get("prioritised_subflow"))
+        prioritised = name if name in own else None  # a subflow the device lacks: nothing to prioritise
+    return SafeDecision(primary, weights, cc, address, _steering_plan(recommendation, own), prioritised)
 
 
 def check_key_file(path: Path | str) -> Path:
