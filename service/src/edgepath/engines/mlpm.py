@@ -116,6 +116,29 @@ class FittedClassifier:
     source: str = ""
 
 
+#: Classifiers fitted by ``scripts/fit_mlpm.py`` (edgepath.evaluation.mlpm_fit: logistic regression on the
+#: training traces only: 5Gophers driving-trace-1 and three UCC driving pairs of 2019-12..2020-01; held-back
+#: results in README "MLPM and CC measured"). Feature order: [rtt_now, rtt_forecast, tput_now, tput_forecast].
+FITTED_SOURCE = "scripts/fit_mlpm.py on 5Gophers driving-trace-1 + UCC driving pairs 2019-12..2020-01 (issue 20)"
+FITTED: dict[Priority, FittedClassifier] = {
+    Priority.LATENCY: FittedClassifier(
+        weights={"rtt+tput": (17.2143, 17.1627, 0.3803, -0.1466), "tput": (3.1475, 1.8671)},
+        bias={"rtt+tput": -33.0824, "tput": -3.8491},
+        source=FITTED_SOURCE,
+    ),
+    Priority.BALANCED: FittedClassifier(
+        weights={"rtt+tput": (1.8843, 1.8963, 1.5098, 1.5215), "tput": (3.2775, 1.6903)},
+        bias={"rtt+tput": -5.5939, "tput": -3.8143},
+        source=FITTED_SOURCE,
+    ),
+    Priority.THROUGHPUT: FittedClassifier(
+        weights={"rtt+tput": (0.9237, 0.9367, 1.605, 1.5857), "tput": (3.2775, 1.6903)},
+        bias={"rtt+tput": -3.9292, "tput": -3.8143},
+        source=FITTED_SOURCE,
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Sample:
     """One timed measurement: ``t_s`` seconds (any origin), ``value`` in the feature's unit."""
