@@ -43,8 +43,9 @@ the same shaped, lossy MPTCP paths (Linux 6.18, :data:`MAINLINE_MEASURED`); on t
 fallback the ranking uses those measurements for the profile's deciding metric and Table 3's
 averages only for algorithms not measured there. Measured: Table 3's averages advised bbr
 for bulk (the testbed's worst: 11.2 vs 15.9 Mbit/s) and reno for loss-sensitive (drop rate
-2.5 % vs cubic's 1.2 %, outside cubic's CI); streaming and interactive (cubic) held. Now bulk
-gets reno (cubic within its CI), loss-sensitive cubic.
+2.5 % vs cubic's 1.2 %, outside cubic's CI); streaming and interactive (cubic) held. On the
+two runs pooled, cubic is best for all four profiles, so the mainline advice is now cubic
+(bulk: cubic 15.98 vs reno 15.49 Mbit/s; reno won the first run by 0.03, cubic the second by 1.0).
 
 Edge measurements (:func:`advise_with_edge`)
 --------------------------------------------
@@ -74,14 +75,15 @@ SUBFLOW_LEVEL = ("reno", "cubic", "bbr")
 MAINLINE_DEFAULT = ("reno", "cubic")
 
 #: Mainline (uncoupled) subflow algorithms measured by the testbed's ``cc`` scenario (issue 20): per metric,
-#: the mean per algorithm. Source: out/testbed-cc.json of `edgepath-testbed run --scenario cc --steps 15 --seed 11`,
-#: Linux 6.18, two veths tbf-shaped to 12 and 6 Mbit/s with 60 kB queues, 1 % random loss per direction on
-#: both paths, 15 × 2 MiB MPTCP downloads per algorithm (means with 95 % CIs in README "MLPM and CC measured").
+#: the mean per algorithm over two runs (seeds 11 and 23: reports/issue-20/testbed-cc.json and
+#: testbed-cc-confirm.json of `edgepath-testbed run --scenario cc --steps 15 --seed N`), Linux 6.18, two veths
+#: tbf-shaped to 12 and 6 Mbit/s with 60 kB queues, 1 % random loss per direction on both paths, 30 × 2 MiB
+#: MPTCP downloads per algorithm (per-run means with 95 % CIs in README "MLPM and CC measured").
 MAINLINE_MEASURED: dict[str, dict[str, float]] = {
-    "hol_degree_avg_ms": {"reno": 187.8, "cubic": 143.8, "bbr": 960.3},
-    "protocol_delay_avg_ms": {"reno": 217.8, "cubic": 174.7, "bbr": 1007.0},
-    "drop_rate_mean_seg_s": {"reno": 37.58, "cubic": 18.28, "bbr": 977.58},  # Eq. 12 %: 2.54, 1.24, 27.08
-    "throughput_avg_mbps": {"reno": 15.94, "cubic": 15.91, "bbr": 11.16},
+    "hol_degree_avg_ms": {"reno": 203.84, "cubic": 162.93, "bbr": 846.64},
+    "protocol_delay_avg_ms": {"reno": 233.67, "cubic": 194.55, "bbr": 894.12},
+    "drop_rate_mean_seg_s": {"reno": 34.31, "cubic": 20.32, "bbr": 2209.41},  # Eq. 12 %: 2.36, 1.38, 33.13
+    "throughput_avg_mbps": {"reno": 15.49, "cubic": 15.98, "bbr": 11.63},
 }
 MAINLINE_MEASURED_SOURCE = "EdgePath testbed, scenario cc (issue 20), Linux 6.18, shaped lossy veths"
 #: Transfers per algorithm an edge measurement needs before it can override the advice.
