@@ -103,3 +103,23 @@ def test_real_transfer_reports_paper_metrics_and_the_senders_algorithm(algorithm
     assert pm["samples"] >= 2
     assert pm["drop_rate_pct"] is not None and 0.0 <= pm["drop_rate_pct"] <= 100.0
     assert pm["path_delay_avg_ms"] is not None and pm["path_delay_avg_ms"] >= 0.0
+
+
+def test_testbed_refuses_an_unknown_scenario_with_a_usage_error(tmp_path) -> None:
+    from edgepath_agent.testbed.cli import app
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["run", "--report", str(tmp_path / "r.json"), "--scenario", "ssmpx"])
+    assert r.exit_code == 2 and "scenario" in r.output
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_cc_verdict_within_ci_of_the_best() -> None:
+    from edgepath_agent.testbed.cc import verdict
+
+    per = {"reno": {"mean": 15.0, "ci95": [14.0, 16.0]}, "cubic": {"mean": 15.5, "ci95": [15.2, 15.8]},
+           "bbr": {"mean": 11.0, "ci95": [10.0, 12.0]}}  # fmt: skip
+    assert verdict(per, "cubic", True) == {"best": "cubic", "advised_within_ci_of_best": True}
+    assert verdict(per, "reno", True) == {"best": "cubic", "advised_within_ci_of_best": False}  # 15.0 < 15.2
+    assert verdict(per, "bbr", False) == {"best": "bbr", "advised_within_ci_of_best": True}
+    assert verdict(per, "vegas", True)["advised_within_ci_of_best"] is None

@@ -55,6 +55,7 @@ def run(
     from edgepath_agent.testbed.netns import netns_supported
 
     if scenario in ("mlpm", "cc"):
+        require_extra(f"edgepath_agent.testbed.{scenario}", f"edgepath-testbed run --scenario {scenario}")
         from edgepath_agent.testbed.extra import run_extra
 
         reason = netns_supported()
