@@ -206,7 +206,8 @@ def safe_decision(
 
     Reads ``primary_path.{interface, address}``, the scheduler weights
     (``scheduler.weights[]`` / ``scheduler.subflows[]`` of ``{interface, weight}``,
-    or ``scheduler_weights`` as such a list or a mapping), ``sysctls`` (a mapping),
+    or ``scheduler_weights`` as such a list or a mapping), ``scheduler.prioritised_subflow``
+    (a valid interface name; ignored when it is not one of the device's), ``sysctls`` (a mapping),
     and ``congestion.{mptcp_level, subflow_level}`` / ``congestion_control``;
     ignores everything else. Interfaces must be the device's own, an address one
     of ``own_addresses`` on the primary interface, weights finite in [0, 1],
