@@ -103,7 +103,7 @@ def _transfer_row(result: Any) -> dict[str, Any]:
     pm = counters.get("paper_metrics") or {}
     return {
         "throughput_mbps": result.throughput_bps / 1e6,
-        "rtt_ms": pm.get("path_delay_avg_ms", result.rtt_ms),
+        "rtt_ms": pm.get("path_delay_avg_ms") or result.rtt_ms,
         "protocol_delay_ms": pm.get("protocol_delay_avg_ms"),
         "local_addr": result.local_addr,
         "subflow_rtt_ms": counters.get("subflow_rtt_ms"),
