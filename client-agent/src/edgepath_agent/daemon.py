@@ -186,6 +186,11 @@ class AgentConfig(BaseSettings):
     primary_metric: int = Field(10, ge=0)
     secondary_metric: int = Field(20, ge=0)
     backup_weight_threshold: float = Field(0.2, ge=0.0, le=1.0)
+    follow_mlpm: bool = Field(
+        False,
+        description="Apply MLPM's prioritised subflow (initial subflow) and its low weights as backup endpoints "
+        "instead of the ATSSS steering rule (applier.core.mlpm_subflow_set)",
+    )
     max_pending_outcomes: int = Field(1000, ge=0)
     application_profile: Literal["UNSPECIFIED", "STREAMING", "BULK", "LOSS_SENSITIVE", "INTERACTIVE"] = Field(
         "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
@@ -277,6 +282,7 @@ class AgentConfig(BaseSettings):
             backup_weight_threshold=self.backup_weight_threshold,
             cc_profile=self.cc_profile,
             manage_cc=self.manage_cc,
+            follow_mlpm=self.follow_mlpm,
         )
 
 

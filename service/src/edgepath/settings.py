@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     # --- MLPM scheduler weights (issue 3): see edgepath.engines.mlpm ---
     mlpm_window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
     mlpm_horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
+    mlpm_classifier: Literal["fitted", "hand_set"] = Field(
+        "fitted",
+        description="MLPM classifier: weights fitted on traces (engines.mlpm.FITTED, issue 20) or the hand-set "
+        "gain/bias/profile split",
+    )
     mlpm_gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
     mlpm_bias: float | None = Field(
         None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -mlpm_gain/2)"
