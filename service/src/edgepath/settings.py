@@ -110,6 +110,11 @@ class MlpmSettings(BaseModel):
 
     window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
     horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
+    classifier: Literal["fitted", "hand_set"] = Field(
+        "fitted",
+        description="MLPM classifier: weights fitted on traces (engines.mlpm.FITTED, issue 20) or the hand-set "
+        "gain/bias/profile split",
+    )
     gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
     bias: float | None = Field(None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -gain/2)")
 
@@ -132,7 +137,7 @@ FLAT_ALIASES: dict[str, tuple[str, str]] = {
         )
     },
     **{f"ssmp_{name}": ("ssmp", name) for name in ("mice_threshold_bytes", "alpha", "stale_age_s", "max_servers")},
-    **{f"mlpm_{name}": ("mlpm", name) for name in ("window", "horizon_s", "gain", "bias")},
+    **{f"mlpm_{name}": ("mlpm", name) for name in ("window", "horizon_s", "classifier", "gain", "bias")},
 }
 
 
@@ -251,6 +256,7 @@ class Settings(BaseSettings):
         ssmp_max_servers: int
         mlpm_window: int
         mlpm_horizon_s: float
+        mlpm_classifier: Literal["fitted", "hand_set"]
         mlpm_gain: float
         mlpm_bias: float | None
 
