@@ -40,6 +40,7 @@ def test_nested_environment_variables_set_the_bandit(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("EDGEPATH_BANDIT__EPSILON_DECAY", "null")
     monkeypatch.setenv("EDGEPATH_SSMP__ALPHA", "0.25")
     monkeypatch.setenv("EDGEPATH_MLPM__WINDOW", "12")
+    monkeypatch.setenv("EDGEPATH_MLPM__CLASSIFIER", "hand_set")
     settings = load_settings()
     assert settings.bandit.explore_prob == 0.3 and settings.forgetting == 0.99
     assert settings.bandit.epsilon_decay is None
@@ -51,6 +52,7 @@ def test_nested_environment_variables_set_the_bandit(monkeypatch: pytest.MonkeyP
         None,
     )
     assert ssmp_config(settings).alpha == 0.25 and mlpm_parameters(settings)["window"] == 12
+    assert settings.mlpm.classifier == "hand_set" == settings.mlpm_classifier
 
 
 def test_flat_names_of_earlier_releases_still_work(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
