@@ -120,3 +120,12 @@ def test_serve_refuses_a_bad_nested_variable_naming_it() -> None:
     )
     assert proc.returncode == 2
     assert "EDGEPATH_BANDIT__FORGETTING" in proc.stderr
+
+
+def test_env_names_list_every_spelling_a_deployment_may_use() -> None:
+    from edgepath.settings import env_names
+
+    names = env_names()
+    assert {"EDGEPATH_HOST", "EDGEPATH_BANDIT__EXPLORE_PROB", "EDGEPATH_SSMP__ALPHA", "EDGEPATH_POLICY"} <= names
+    assert {"EDGEPATH_MLPM_WINDOW", "EDGEPATH_MLPM__WINDOW", "EDGEPATH_FORGETTING"} <= names
+    assert "EDGEPATH_BANDIT__EXPLORE_PROBABILITY" not in names and "EDGEPATH_EXPLORE_PROB" not in names

@@ -199,6 +199,18 @@ class _FlatEnv(PydanticBaseSettingsSource):
         return nest_flat_names(found)
 
 
+def env_names() -> set[str]:
+    """Every environment variable the settings read: top-level fields, group fields (``EDGEPATH_BANDIT__EPSILON``)
+    and the flat names of earlier releases (``EDGEPATH_POLICY``). What a deployment may set; nothing else is read."""
+    names = set()
+    for name, field in Settings.model_fields.items():
+        names.add(ENV_PREFIX + name.upper())
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            names |= {ENV_PREFIX + f"{name}{NESTED_DELIMITER}{sub}".upper() for sub in group.model_fields}
+    return names | {ENV_PREFIX + flat.upper() for flat in FLAT_ALIASES}
+
+
 def env_var(loc: tuple[int | str, ...]) -> str:
     """The environment variable of a settings field, from a validation error's ``loc``: ``EDGEPATH_BANDIT__EPSILON``."""
     return ENV_PREFIX + NESTED_DELIMITER.join(str(part).upper() for part in loc if isinstance(part, str))
