@@ -75,6 +75,16 @@ async def test_decision_round_trip(harness: Harness) -> None:
     assert await store.get_decision("nope") is None
 
 
+async def test_decisions_written_in_one_call_round_trip(harness: Harness) -> None:
+    """RecommendBatch writes its records with one put_decisions call (Redis: one pipeline)."""
+    store = harness.make()
+    records = [decision(f"b-{i}") for i in range(64)]
+    await store.put_decisions(records, 60.0)
+    for d in records:
+        assert await store.get_decision(d.decision_id) == d
+    await store.put_decisions([], 60.0)
+
+
 def test_decision_records_of_older_and_newer_replicas_decode() -> None:
     # Rolling upgrade: a record without link_speed_mbps (older replica) reads as "none reported";
     # a field this version does not know (newer replica) is ignored rather than refused.

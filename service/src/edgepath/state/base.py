@@ -118,6 +118,9 @@ class StateStore(Protocol):
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         """Store a decision for ``ttl_s`` seconds."""
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        """Store many decisions for ``ttl_s`` seconds in one store call (``RecommendBatch``; Redis: one pipeline)."""
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         """The decision, or None when unknown or expired."""
 

@@ -50,6 +50,10 @@ class MemoryStore:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
         self._decisions[record.decision_id] = record
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        for record in records:
+            self._decisions[record.decision_id] = record
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return self._decisions.get(decision_id)
 

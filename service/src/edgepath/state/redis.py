@@ -292,6 +292,23 @@ class RedisStore:
                 self._enter_degraded(exc)
         self._keep_unsynced(record)
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        """:meth:`put_decision` of every record in one pipeline (one round trip); unreachable: all kept unsynced."""
+        for record in records:
+            self._recent[record.decision_id] = record
+        if not self._degraded:
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    px = max(1, int(ttl_s * 1000))
+                    for record in records:
+                        pipe.set(self.decision_key(record.decision_id), encode_decision(record), px=px)
+                    await pipe.execute()
+                return
+            except UNREACHABLE as exc:
+                self._enter_degraded(exc)
+        for record in records:
+            self._keep_unsynced(record)
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         if not self._degraded:
             try:
