@@ -16,6 +16,7 @@ log and the trainer (:mod:`edgepath.training.online`), not in the request.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 from collections.abc import Sequence
@@ -46,6 +47,12 @@ _RECORD_MEMBERS = frozenset({"decision_id", "model_version", "policy", "primary_
 def new_decision_id() -> str:
     """128 random bits, URL-safe: unguessable, so a decision id cannot be forged."""
     return secrets.token_urlsafe(16)
+
+
+def new_decision_ids(n: int) -> list[str]:
+    """``n`` ids of :func:`new_decision_id`'s form (128 random bits each) from one read of the OS generator."""
+    raw = secrets.token_bytes(16 * n)
+    return [base64.urlsafe_b64encode(raw[i : i + 16]).rstrip(b"=").decode("ascii") for i in range(0, 16 * n, 16)]
 
 
 class DecisionPlane:
@@ -169,11 +176,11 @@ class DecisionPlane:
         now = time.time()
         policy = model.policy_name
         records = []
-        for request, choice in zip(requests, choices, strict=True):
+        for request, choice, decision_id in zip(requests, choices, new_decision_ids(len(requests)), strict=True):
             arms = tuple(a.value for a in choice.arms)
             records.append(
                 DecisionRecord(
-                    decision_id=new_decision_id(),
+                    decision_id=decision_id,
                     device_id=request.device_id,
                     model_version=serving.version,
                     policy=policy,
