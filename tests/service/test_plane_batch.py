@@ -13,6 +13,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
 from edgepath.main import Service
 from edgepath.settings import Settings
 from edgepath.types import Principal, RecommendRequest
@@ -67,11 +68,8 @@ def test_a_batch_decides_what_single_recommends_decide() -> None:
         bd, sd = b.model_dump(), s.model_dump()
         for member in ("decision_id", "decided_at_unix_ms"):
             bd.pop(member), sd.pop(member)
-        assert (
-            bd["primary_path"]["propensity"] == sd["primary_path"]["propensity"]
-            or abs(bd["primary_path"]["propensity"] - sd["primary_path"]["propensity"]) < 1e-12
-        )
-        bd["primary_path"].pop("propensity"), sd["primary_path"].pop("propensity")
+        batch_propensity, single_propensity = bd["primary_path"].pop("propensity"), sd["primary_path"].pop("propensity")
+        assert batch_propensity == pytest.approx(single_propensity, rel=1e-12)
         assert bd == sd
         assert (req.content is None) == (b.server_selection is None)
         propensities.add(round(b.primary_path.propensity, 6))
