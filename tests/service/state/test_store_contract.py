@@ -202,6 +202,24 @@ async def test_mts_sessions_crud_and_per_device_lookup(harness: Harness) -> None
     assert await store.device_mts_sessions("nobody") == []
 
 
+async def test_many_devices_sessions_in_one_call_match_the_per_device_lookup(harness: Harness) -> None:
+    """RecommendBatch reads every item's MEC 015 sessions with one devices_mts_sessions call (Redis: a pipeline)."""
+    from edgepath.state.base import MtsSession
+
+    store = harness.make()
+    assert await store.devices_mts_sessions(["dev-1", "dev-2"]) == [[], []]
+    for session in (
+        MtsSession("s-b", "dev-1", json.dumps({"mtsMode": 3}), 2.0),
+        MtsSession("s-a", "dev-1", json.dumps({"mtsMode": 1}), 1.0),
+        MtsSession("s-c", "dev-2", json.dumps({"mtsMode": 0}), 3.0),
+    ):
+        await store.put_mts_session(session)
+    devices = ["dev-2", "nobody", "dev-1", "dev-2"]
+    assert await store.devices_mts_sessions(devices) == [await store.device_mts_sessions(d) for d in devices]
+    assert [s.session_id for s in (await store.devices_mts_sessions(["dev-1"]))[0]] == ["s-a", "s-b"]
+    assert await store.devices_mts_sessions([]) == []
+
+
 async def test_mts_sessions_survive_a_restart(harness: Harness) -> None:
     from edgepath.state.base import MtsSession
 

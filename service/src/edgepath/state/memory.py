@@ -119,6 +119,11 @@ class MemoryStore:
         mine = (s for s in self._mts_sessions.values() if s.device_id == device_id)
         return sorted(mine, key=lambda s: (s.created_at, s.session_id))
 
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        if not self._mts_sessions:
+            return [[] for _ in device_ids]
+        return [await self.device_mts_sessions(d) for d in device_ids]
+
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         self._device_accesses[device_id] = tuple(access_types)
         self._access_types.update(access_types)

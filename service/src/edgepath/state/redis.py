@@ -588,6 +588,23 @@ class RedisStore:
             return []
         return sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
 
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        """HVALS of each device's hash in one pipeline; while degraded none."""
+        if self._degraded or not device_ids:
+            return [[] for _ in device_ids]
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for device_id in device_ids:
+                    pipe.hvals(self._mts_key(f"device:{device_id}"))
+                replies = await pipe.execute()
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return [[] for _ in device_ids]
+        return [
+            sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
+            for raws in replies
+        ]
+
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         """SET with a TTL plus SADD to the reported types; dropped while degraded."""
         if self._degraded:
