@@ -187,8 +187,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
             return [principal] * len(declared_device_ids)
         declared = {d: Principal(device_id=d[:128]) for d in declared_device_ids}
         if self.security is not None:
-            for p in declared.values():
-                await self.security.admit(p)
+            await self.security.admit_all(list(declared.values()))
         return [declared[d] for d in declared_device_ids]
 
     async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:
