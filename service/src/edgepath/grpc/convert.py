@@ -107,9 +107,9 @@ class _ProtoMemo:
     """Proto form of the immutable section objects the engine adapters share, converted once per object.
 
     The MLPM, congestion and steering adapters hand out the *same* frozen object for the same context from
-    their per-context caches (issue 16), so its proto form is kept by identity (bounded LRU; each entry holds
-    the object, so its ``id`` cannot be reused while cached). The memo's messages are only ever copied into
-    a reply (a proto constructor copies sub-messages), never handed out.
+    their per-context caches (issue 16), so its proto form is kept by identity (bounded, oldest out first;
+    each entry holds the object, so its ``id`` cannot be reused while cached). The memo's messages are only
+    ever copied into a reply (a proto constructor copies sub-messages), never handed out.
     """
 
     def __init__(self, convert: Any, maxsize: int = 4096) -> None:
