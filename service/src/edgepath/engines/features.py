@@ -267,6 +267,13 @@ _DERIVED: dict[object, tuple[tuple[str, ...], Callable[[dict[str, np.ndarray]], 
 }
 
 
+def _raw_column(attr: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    def column(raw: dict[str, np.ndarray]) -> np.ndarray:
+        return raw[attr]
+
+    return column
+
+
 def _slot_plan(slot: AccessType) -> tuple[tuple[str, ...], tuple[Callable[[dict[str, np.ndarray]], np.ndarray], ...]]:
     """The attributes the batch encoder reads of a slot's interface, and per feature its raw column's array form."""
     names: list[str] = []
@@ -276,7 +283,7 @@ def _slot_plan(slot: AccessType) -> tuple[tuple[str, ...], tuple[Callable[[dict[
             needs, column = _DERIVED[extract]
         else:
             attr = "frequency_mhz" if fname == "band_5ghz" else fname
-            needs, column = (attr,), (lambda raw, attr=attr: raw[attr])
+            needs, column = (attr,), _raw_column(attr)
         names.extend(n for n in needs if n not in names)
         columns.append(column)
     return tuple(names), tuple(columns)
@@ -313,7 +320,7 @@ def context_features_batch(
     out = np.zeros((n, N_FEATURES), dtype=np.float64)
     if n == 0:
         return out, reps
-    blocks = []
+    blocks: list[np.ndarray] = []
     for slot in SLOTS:
         names, columns = _SLOT_PLANS[slot]
         rows = [i for i, r in enumerate(reps) if slot in r]

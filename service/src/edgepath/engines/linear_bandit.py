@@ -242,7 +242,7 @@ class LinearBandit:
         """
         p = self.probabilities_batch(X)
         m = p.shape[0]
-        draws = self.rng.random(m)
+        draws: np.ndarray = np.asarray(self.rng.random(size=m), dtype=np.float64)
         below = draws[:, None] < np.cumsum(p, axis=1)
         arms = np.where(below.any(axis=1), below.argmax(axis=1), self.k - 1)
         rows = np.arange(m)
