@@ -145,6 +145,15 @@ class SsmpAdapter(EngineAdapter):
             return None
         return await select_server(self.selector, decision.store, content, decision.now_s)
 
+    async def recommend_batch(self, decisions: Sequence[DecisionInput]) -> list[ep_types.ServerSelection | None]:
+        """:meth:`recommend` of every item of a ``RecommendBatch``, in order (only items with content await)."""
+        return [
+            None
+            if d.request.content is None
+            else await select_server(self.selector, d.store, d.request.content, d.now_s)
+            for d in decisions
+        ]
+
     async def learn(self, outcome: OutcomeInput) -> None:
         if outcome.report.server_transfer is not None:
             await record_server_transfer(self.selector, outcome.store, outcome.report.server_transfer, outcome.now_s)

@@ -109,7 +109,7 @@ from sklearn.linear_model import SGDClassifier
 
 from edgepath.engines import reward as rewards
 from edgepath.engines.active_explorer import PaperActiveExplorer
-from edgepath.engines.features import N_FEATURES, SLOTS, context_features, representative
+from edgepath.engines.features import N_FEATURES, SLOTS, context_features, context_features_batch, representative
 from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
 from edgepath.types import AccessType, InterfaceContext
 
@@ -243,6 +243,10 @@ class RidgePolicy:
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         return self.model.probabilities(x)
+
+    def decide_batch(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`decide` for the rows of ``X`` ``(m, N_FEATURES)``: arm indices ``(m,)``, propensities ``(m,)``."""
+        return self.model.decide_batch(X)
 
     def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
         self.model.update(X, a, r, w)
@@ -804,6 +808,51 @@ class PrimaryPathBandit:
             features=x,
             probability=probability,
         )
+
+    def decide_batch(self, contexts: Sequence[Sequence[InterfaceContext]]) -> list[ArmChoice]:
+        """:meth:`decide` for many contexts (``RecommendBatch``), in order.
+
+        The features of all contexts are encoded into one ``(n, N_FEATURES)`` matrix
+        (:func:`~edgepath.engines.features.context_features_batch`); the contexts of one arm set are decided by
+        that arm set's policy together when it has a ``decide_batch`` (the ridge policies: one matrix product,
+        one vector of draws from the policy's generator in context order, see
+        :meth:`~edgepath.engines.linear_bandit.LinearBandit.decide_batch`), else one by one in order (the
+        SGD-oracle policies). Each arm set's policy consumes its own random generator in the same order as
+        ``n`` calls of :meth:`decide` would, so the choices and exact propensities are those of the single path.
+        """
+        X, reps = context_features_batch(contexts)
+        n = len(contexts)
+        arm_sets: list[ArmSet] = [tuple(s for s in SLOTS if s in r) for r in reps]
+        index = np.zeros(n, dtype=np.int64)
+        probability = np.ones(n)
+        groups: dict[ArmSet, list[int]] = {}
+        for i, arms in enumerate(arm_sets):
+            if len(arms) > 1:
+                groups.setdefault(arms, []).append(i)
+        for arms, rows in groups.items():
+            policy = self._policy(arms)
+            batch = getattr(policy, "decide_batch", None)
+            if batch is not None:
+                index[rows], probability[rows] = batch(X[rows])
+            else:
+                for i in rows:
+                    index[i], probability[i] = policy.decide(X[i])
+        floor = self.config.propensity_floor
+        out = []
+        for i, (arms, arm, p) in enumerate(zip(arm_sets, index.tolist(), probability.tolist(), strict=True)):
+            chosen = arms[arm]
+            out.append(
+                ArmChoice(
+                    arms=arms,
+                    arm_index=arm,
+                    access_type=chosen,
+                    interface=reps[i][chosen].name,
+                    propensity=max(floor, min(1.0, p)),
+                    features=X[i],
+                    probability=p,
+                )
+            )
+        return out
 
     def probabilities(self, interfaces: Sequence[InterfaceContext]) -> np.ndarray:
         """Exact probability of each arm of ``arm_set(interfaces)`` now, without deciding; shape ``(K,)``."""

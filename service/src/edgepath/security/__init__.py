@@ -7,6 +7,8 @@ calling, request budget) and to the decision plane (outcome guard).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from edgepath.security.auth import Authenticator, TokenFile
@@ -34,6 +36,23 @@ class EdgeSecurity:
     async def admit(self, principal: Principal) -> None:
         """Take one request token for ``principal``; raises ``RateLimited`` when its bucket is empty."""
         await enforce(self.request_limiter, principal.device_id, "requests")
+
+    async def admit_all(self, principals: Sequence[Principal]) -> None:
+        """One request token for each of ``principals`` (the distinct devices of a ``RecommendBatch``).
+
+        With a shared (Redis) limiter the token calls run concurrently, so their round trips overlap instead of
+        queueing one after the other (issue 16: 64 sequential round trips were a third of a Redis batch); the
+        in-process limiter takes them in order. Raises ``RateLimited`` when any bucket is empty (tokens taken by
+        the others stay taken, as in a sequential loop that stops at the first refusal).
+        """
+        if self.request_limiter is None or isinstance(self.request_limiter, MemoryRateLimiter):
+            for principal in principals:
+                await self.admit(principal)
+            return
+        outcomes = await asyncio.gather(*(self.admit(p) for p in principals), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
 
 def build_outcome_guard(settings: Settings, backend: StateBackend | None = None) -> OutcomeGuard:

@@ -133,6 +133,9 @@ class StateStore(Protocol):
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         """Store a decision for ``ttl_s`` seconds."""
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        """Store many decisions for ``ttl_s`` seconds in one store call (``RecommendBatch``; Redis: one pipeline)."""
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         """The decision, or None when unknown or expired."""
 
@@ -196,6 +199,10 @@ class StateStore(Protocol):
 
     async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
         """The device's sessions, oldest first (read on every recommendation: one round trip)."""
+
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        """:meth:`device_mts_sessions` of each of ``device_ids``, in order, in one store call (``RecommendBatch``;
+        Redis: one pipeline)."""
 
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         """Remember the access types (``AccessType`` values) ``device_id`` reported last.

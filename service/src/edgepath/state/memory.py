@@ -50,6 +50,10 @@ class MemoryStore:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
         self._decisions[record.decision_id] = record
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        for record in records:
+            self._decisions[record.decision_id] = record
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return self._decisions.get(decision_id)
 
@@ -116,6 +120,11 @@ class MemoryStore:
             return []
         mine = (s for s in self._mts_sessions.values() if s.device_id == device_id)
         return sorted(mine, key=lambda s: (s.created_at, s.session_id))
+
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        if not self._mts_sessions:
+            return [[] for _ in device_ids]
+        return [await self.device_mts_sessions(d) for d in device_ids]
 
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         self._device_accesses[device_id] = tuple(access_types)

@@ -95,11 +95,13 @@ return 'new'
 MAX_BLOCK_MS = 5000
 
 
+_DECISION_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(DecisionRecord))
+_DECISION_FIELDS = frozenset(_DECISION_FIELD_NAMES)
+
+
 def encode_decision(record: DecisionRecord) -> bytes:
-    return json.dumps(dataclasses.asdict(record), separators=(",", ":")).encode()
-
-
-_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(DecisionRecord))
+    """The record as compact JSON (what ``dataclasses.asdict`` gives, without its deep copy: ~50 µs a record)."""
+    return json.dumps({name: getattr(record, name) for name in _DECISION_FIELD_NAMES}, separators=(",", ":")).encode()
 
 
 def decode_decision(raw: bytes) -> DecisionRecord:
@@ -292,6 +294,23 @@ class RedisStore:
             except UNREACHABLE as exc:
                 self._enter_degraded(exc)
         self._keep_unsynced(record)
+
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        """:meth:`put_decision` of every record in one pipeline (one round trip); unreachable: all kept unsynced."""
+        for record in records:
+            self._recent[record.decision_id] = record
+        if not self._degraded:
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    px = max(1, int(ttl_s * 1000))
+                    for record in records:
+                        pipe.set(self.decision_key(record.decision_id), encode_decision(record), px=px)
+                    await pipe.execute()
+                return
+            except UNREACHABLE as exc:
+                self._enter_degraded(exc)
+        for record in records:
+            self._keep_unsynced(record)
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         if not self._degraded:
@@ -579,6 +598,23 @@ class RedisStore:
             self._enter_degraded(exc)
             return []
         return sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
+
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        """HVALS of each device's hash in one pipeline; while degraded none."""
+        if self._degraded or not device_ids:
+            return [[] for _ in device_ids]
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for device_id in device_ids:
+                    pipe.hvals(self._mts_key(f"device:{device_id}"))
+                replies = await pipe.execute()
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return [[] for _ in device_ids]
+        return [
+            sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
+            for raws in replies
+        ]
 
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         """SET with a TTL plus SADD to the reported types; dropped while degraded."""
