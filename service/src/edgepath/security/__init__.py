@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from edgepath.security.auth import Authenticator, TokenFile
 from edgepath.security.plausibility import OutcomeGuard
-from edgepath.security.ratelimit import RateLimiter, enforce
+from edgepath.security.ratelimit import MemoryRateLimiter, RateLimiter, enforce
 from edgepath.settings import Settings
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.types import Principal
