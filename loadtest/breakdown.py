@@ -179,7 +179,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from edgepath.engines.reward import bernoulli_reward
     from edgepath.grpc import convert
     from edgepath.grpc.server import PathServicer
-    from edgepath.main import Service, shared_redis
+    from edgepath.main import Service
     from edgepath.plane import new_decision_id
     from edgepath.rest.app import create_app, json_response, parse_body
     from edgepath.security import build_security
@@ -204,7 +204,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     service = Service.build(settings)
     plane = service.plane
-    security = build_security(settings, shared_redis(service.store), guard=plane.guard)
+    security = build_security(settings, service.backend, guard=plane.guard)
     app = create_app(plane, security)
     servicer = PathServicer(plane, security)
     context = FakeContext(token)
@@ -377,6 +377,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             rec, _ = await recommend_stages(rec_t[transport], transport, i)
             await outcome_stages(out_t[transport], transport, rec, pool[i])
 
+    batch_rows = await batch_stages(args, servicer, context, plane, pool, convert, pb) if args.batch else None
+
     profiles: dict[str, str] = {}
     if args.profile:
         from pyinstrument import Profiler
@@ -392,11 +394,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "recommend": {tr: rec_t[tr].table("whole handler") for tr in ("rest", "grpc")},
         "report_outcome": {tr: out_t[tr].table("whole handler") for tr in ("rest", "grpc")},
+        "recommend_batch": batch_rows,
         "profiles": profiles,
         "setup": {
             "n": args.n,
             "store": args.store_url,
             "model": args.model,
+            "batch_size": args.batch_size,
             "policy": plane.registry.current.model.policy_name,
             "engines": [e.section for e in plane.engines],
             "cpu_count": os.cpu_count(),
@@ -405,6 +409,86 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no histories/content",
         },
     }
+
+
+async def batch_stages(
+    args: argparse.Namespace, servicer: Any, context: Any, plane: Any, pool: Any, convert: Any, pb: Any
+) -> list[dict[str, Any]]:
+    """``RecommendBatch`` of ``--batch-size`` contexts through the gRPC servicer, per stage, CPU µs per *decision*.
+
+    Stages: decode + validation (proto → models), callers (authentication + one rate-limit token per batch
+    with a device token), the plane's batch decide (``DecisionPlane.recommend_batch``) and within it the bandit
+    (``decide_batch`` timed on its own on the same contexts), encode (models → proto → bytes); the whole handler
+    is ``PathServicer.RecommendBatch`` plus serialisation. The baseline row is the same items decided the way
+    the batch was before issue 16's vectorisation: one ``DecisionPlane.recommend`` per item, in order.
+    """
+    import workload
+    from edgepath.types import Principal, RecommendBatch
+
+    size = args.batch_size
+    requests = []
+    for b in range(16):
+        items = [workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], DEVICE) for j in range(size)]
+        requests.append(pb.RecommendBatchRequest(requests=items).SerializeToString())
+    model = plane.registry.current.model
+    t, wall = Timers(), Timers()
+    clock = time.thread_time_ns  # CPU time of this thread: a shared machine's preemptions are not counted
+
+    async def timed(stage: str, fn: Any) -> Any:
+        t0, w0 = clock(), time.perf_counter_ns()
+        out = fn()
+        if asyncio.iscoroutine(out):
+            out = await out
+        t.add(stage, clock() - t0)
+        wall.add(stage, time.perf_counter_ns() - w0)
+        return out
+
+    for k in range(args.batch + 5):  # the first 5 warm up
+        wire = requests[k % len(requests)]
+        t0, w0 = clock(), time.perf_counter_ns()
+        reply = await servicer.RecommendBatch(pb.RecommendBatchRequest.FromString(wire), context)
+        reply.SerializeToString()
+        whole, whole_wall = clock() - t0, time.perf_counter_ns() - w0
+        msg = pb.RecommendBatchRequest.FromString(wire)
+        batch = await timed("transport decode + validation", lambda msg=msg: convert.recommend_batch_request(msg))
+        principals = await timed("authentication + rate limit", lambda: servicer.principals(context, [DEVICE] * size))
+        items = list(zip(principals, batch.requests, strict=True))
+        await timed(
+            "bandit (decide_batch)", lambda batch=batch: model.decide_batch([r.interfaces for r in batch.requests])
+        )
+        recs = await timed("plane batch decide (incl. bandit)", lambda items=items: plane.recommend_batch(items))
+        await timed(
+            "encode",
+            lambda recs=recs: convert.recommendation_batch_to_proto(
+                RecommendBatch(recommendations=recs)
+            ).SerializeToString(),
+        )
+        caller = Principal(device_id=DEVICE)
+        t0, w0 = clock(), time.perf_counter_ns()
+        for r in batch.requests:
+            await plane.recommend(caller, r)
+        t.add("baseline: one plane.recommend per item", clock() - t0)
+        wall.add("baseline: one plane.recommend per item", time.perf_counter_ns() - w0)
+        t.add("whole handler", whole)
+        wall.add("whole handler", whole_wall)
+        if k < 5:
+            for ns in (*t.samples.values(), *wall.samples.values()):
+                ns.clear()
+    rows = []
+    whole_median = statistics.median(t.samples["whole handler"])
+    for stage, ns in t.samples.items():
+        median = statistics.median(ns)
+        rows.append(
+            {
+                "stage": stage,
+                "median_us_per_decision": round(median / 1000.0 / size, 2),
+                "share": round(median / whole_median, 3),
+                "decisions_per_cpu_s": round(size / (median / 1e9), 0),
+                # wall clock: includes waiting for the store (Redis round trips) and a shared machine's preemptions
+                "wall_median_us_per_decision": round(statistics.median(wall.samples[stage]) / 1000.0 / size, 2),
+            }
+        )
+    return rows
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -421,6 +505,18 @@ def markdown(report: dict[str, Any]) -> str:
             r, g = rest.get(s), grpc.get(s)
             fmt = lambda x: ("—", "—") if x is None else (f"{x['median_us']:.1f}", f"{100 * x['share']:.0f}%")  # noqa: E731
             lines.append(f"| {s} | {fmt(r)[0]} | {fmt(r)[1]} | {fmt(g)[0]} | {fmt(g)[1]} |")
+    if report.get("recommend_batch"):
+        size = report["setup"]["batch_size"]
+        lines.append(f"\nrecommend_batch (gRPC, {size} contexts per call): median CPU µs per decision\n")
+        lines.append(
+            "| stage | CPU µs per decision | share of the whole handler | decisions per CPU second | wall µs |"
+        )
+        lines.append("|---|---:|---:|---:|---:|")
+        for r in report["recommend_batch"]:
+            lines.append(
+                f"| {r['stage']} | {r['median_us_per_decision']:.1f} | {100 * r['share']:.0f}% "
+                f"| {r['decisions_per_cpu_s']:,.0f} | {r['wall_median_us_per_decision']:.1f} |"
+            )
     return "\n".join(lines)
 
 
@@ -430,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", dest="store_url", default="memory://", help="memory:// or redis://HOST:PORT/DB")
     p.add_argument("--model", default=None, help="Warm-start artefact directory (default: cold bandit)")
     p.add_argument("--profile", action="store_true", help="Also print pyinstrument profiles of the whole handlers")
+    p.add_argument("--batch", type=int, default=0, help="Also time N RecommendBatch calls (gRPC servicer) per stage")
+    p.add_argument("--batch-size", type=int, default=64, help="Contexts per RecommendBatch call (--batch)")
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args(argv)
     report = asyncio.run(run(args))

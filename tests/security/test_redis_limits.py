@@ -94,3 +94,32 @@ def test_two_service_replicas_share_a_devices_budget(redis_url: str) -> None:
             with httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http:
                 statuses.append(http.post("/v1/recommendations", json=context_body("dev-shared")).status_code)
         assert statuses == [200, 200, 200, 200, 429, 429]
+
+
+async def test_a_batch_takes_one_shared_token_per_distinct_device(redis_url: str) -> None:
+    """RecommendBatch's callers (EdgeSecurity.admit_all): the Redis token calls run concurrently, each device
+    pays one token, and an empty bucket refuses with RateLimited (as the sequential loop did)."""
+    from edgepath.errors import RateLimited
+    from edgepath.security import EdgeSecurity
+    from edgepath.security.auth import Authenticator
+    from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard
+    from edgepath.types import Principal
+
+    client = Redis.from_url(redis_url)
+    try:
+        limiter = RedisRateLimiter(client, rate_per_s=0.01, burst=2, prefix="t-batch:")
+        security = EdgeSecurity(
+            auth=Authenticator(),
+            request_limiter=FallbackRateLimiter(limiter, MemoryRateLimiter(0.01, 2)),
+            guard=OutcomeGuard(10.0, MemoryRateLimiter(1.0, 1), MemoryQuarantine(())),
+        )
+        devices = [Principal(device_id=f"gw-{i}") for i in range(20)]
+        await security.admit_all(devices)
+        await security.admit_all(devices)  # burst 2: a second token each
+        assert await limiter.acquire("gw-0") > 0.0 and await limiter.acquire("gw-19") > 0.0  # both buckets empty
+        with pytest.raises(RateLimited):
+            await security.admit_all([Principal(device_id="fresh"), devices[3]])
+        assert await limiter.acquire("fresh") == 0.0  # burst 2: one token left after the batch took one
+        assert await limiter.acquire("fresh") > 0.0
+    finally:
+        await client.aclose()

@@ -75,6 +75,16 @@ async def test_decision_round_trip(harness: Harness) -> None:
     assert await store.get_decision("nope") is None
 
 
+async def test_decisions_written_in_one_call_round_trip(harness: Harness) -> None:
+    """RecommendBatch writes its records with one put_decisions call (Redis: one pipeline)."""
+    store = harness.make()
+    records = [decision(f"b-{i}") for i in range(64)]
+    await store.put_decisions(records, 60.0)
+    for d in records:
+        assert await store.get_decision(d.decision_id) == d
+    await store.put_decisions([], 60.0)
+
+
 def test_decision_records_of_older_and_newer_replicas_decode() -> None:
     # Rolling upgrade: a record without link_speed_mbps (older replica) reads as "none reported";
     # a field this version does not know (newer replica) is ignored rather than refused.
@@ -190,6 +200,24 @@ async def test_mts_sessions_crud_and_per_device_lookup(harness: Harness) -> None
     assert await store.delete_mts_session("s-a") is False
     assert await store.device_mts_sessions("dev-2") == [c]
     assert await store.device_mts_sessions("nobody") == []
+
+
+async def test_many_devices_sessions_in_one_call_match_the_per_device_lookup(harness: Harness) -> None:
+    """RecommendBatch reads every item's MEC 015 sessions with one devices_mts_sessions call (Redis: a pipeline)."""
+    from edgepath.state.base import MtsSession
+
+    store = harness.make()
+    assert await store.devices_mts_sessions(["dev-1", "dev-2"]) == [[], []]
+    for session in (
+        MtsSession("s-b", "dev-1", json.dumps({"mtsMode": 3}), 2.0),
+        MtsSession("s-a", "dev-1", json.dumps({"mtsMode": 1}), 1.0),
+        MtsSession("s-c", "dev-2", json.dumps({"mtsMode": 0}), 3.0),
+    ):
+        await store.put_mts_session(session)
+    devices = ["dev-2", "nobody", "dev-1", "dev-2"]
+    assert await store.devices_mts_sessions(devices) == [await store.device_mts_sessions(d) for d in devices]
+    assert [s.session_id for s in (await store.devices_mts_sessions(["dev-1"]))[0]] == ["s-a", "s-b"]
+    assert await store.devices_mts_sessions([]) == []
 
 
 async def test_mts_sessions_survive_a_restart(harness: Harness) -> None:

@@ -50,6 +50,11 @@ class PathServiceStub:
                 request_serializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchRequest.SerializeToString,
                 response_deserializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchResponse.FromString,
                 _registered_method=True)
+        self.RecommendStream = channel.stream_stream(
+                '/edgepath.v1.PathService/RecommendStream',
+                request_serializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendRequest.SerializeToString,
+                response_deserializer=edgepath_dot_v1_dot_edgepath__pb2.Recommendation.FromString,
+                _registered_method=True)
 
 
 class PathServiceServicer:
@@ -77,6 +82,19 @@ class PathServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecommendStream(self, request_iterator, context):
+        """Radio contexts sent continuously on one stream, one recommendation out per context, in order
+        (issue 16; gRPC only, REST has no stream). Each message is handled exactly as a Recommend call:
+        same validation, authentication (the call's credential, once per stream), one rate-limit token and
+        one admission slot per message, same decision record. An invalid message, a refused caller, a rate
+        limit or shedding ends the stream with that status (INVALID_ARGUMENT naming the field, as Recommend;
+        trailing metadata "message-index" = the 0-based index of the message that ended it); the replies
+        already sent stand and their decisions are logged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PathServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +112,11 @@ def add_PathServiceServicer_to_server(servicer, server):
                     servicer.RecommendBatch,
                     request_deserializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchRequest.FromString,
                     response_serializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchResponse.SerializeToString,
+            ),
+            'RecommendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RecommendStream,
+                    request_deserializer=edgepath_dot_v1_dot_edgepath__pb2.RecommendRequest.FromString,
+                    response_serializer=edgepath_dot_v1_dot_edgepath__pb2.Recommendation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +201,33 @@ class PathService:
             '/edgepath.v1.PathService/RecommendBatch',
             edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchRequest.SerializeToString,
             edgepath_dot_v1_dot_edgepath__pb2.RecommendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecommendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/edgepath.v1.PathService/RecommendStream',
+            edgepath_dot_v1_dot_edgepath__pb2.RecommendRequest.SerializeToString,
+            edgepath_dot_v1_dot_edgepath__pb2.Recommendation.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,9 @@ shape, :class:`EngineAdapter`:
     What it reads — the validated request, the state store, the primary-path decision
     just logged (:class:`DecisionInput`) — and the section it returns: a pydantic model,
     or None to leave the section unset.
+``recommend_batch(decisions)`` (optional)
+    The sections of every item of a ``RecommendBatch``, in order — what ``recommend`` per item would
+    return, computed without one await per item. Adapters without it are called per item.
 ``learn(outcome)``
     What it learns from an outcome (:class:`OutcomeInput`). The plane calls it once per
     decision, for the first accepted outcome only (never for a duplicate, an unknown

@@ -6,6 +6,7 @@ mainline kernel is assumed; :mod:`edgepath.engines.congestion`); learns nothing 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from edgepath import types as ep_types
@@ -73,3 +74,7 @@ class CongestionAdapter(EngineAdapter):
 
     async def recommend(self, decision: DecisionInput) -> ep_types.CongestionAdvice:
         return congestion_advice(decision.request)
+
+    async def recommend_batch(self, decisions: Sequence[DecisionInput]) -> list[ep_types.CongestionAdvice]:
+        """:meth:`recommend` of every item of a ``RecommendBatch`` (no await per item)."""
+        return [congestion_advice(d.request) for d in decisions]

@@ -7,6 +7,8 @@ the profile and settings, Eq. 2–4).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cachetools import LRUCache
 
 from edgepath import types as ep_types
@@ -42,6 +44,9 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         horizon_s=settings.mlpm_horizon_s,
         gain=settings.mlpm_gain,
         bias=settings.mlpm_bias,
+        fitted=mlpm.FITTED.get(mlpm.PROFILE_PRIORITY[request.application_profile])
+        if settings.mlpm_classifier == "fitted"
+        else None,
     )
     weights = []
     for s in d.subflows:
@@ -91,7 +96,14 @@ class MlpmAdapter(EngineAdapter):
         self._cache: LRUCache[tuple[object, ...], ep_types.SchedulerAdvice] = LRUCache(maxsize=cache_size)
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SchedulerAdvice:
-        request = decision.request
+        return self.advice(decision.request)
+
+    async def recommend_batch(self, decisions: Sequence[DecisionInput]) -> list[ep_types.SchedulerAdvice]:
+        """:meth:`recommend` of every item of a ``RecommendBatch`` (no await per item)."""
+        return [self.advice(d.request) for d in decisions]
+
+    def advice(self, request: ep_types.RecommendRequest) -> ep_types.SchedulerAdvice:
+        """The section for ``request`` (cached per context without histories)."""
         if request.subflow_histories:
             return scheduler_advice(request, self.settings)
         k = request.kernel

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,17 +228,34 @@ class SteeringAdapter(EngineAdapter):
         self._default_rules: LRUCache[tuple[object, ...], ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SteeringAdvice:
-        request, store = decision.request, decision.store
+        await self._record_accesses(decision)
+        return self._advice(decision, await decision.store.device_mts_sessions(decision.request.device_id))
+
+    async def recommend_batch(self, decisions: Sequence[DecisionInput]) -> list[ep_types.SteeringAdvice]:
+        """:meth:`recommend` of every item of a ``RecommendBatch``, in order: the devices' sessions are read in one
+        store call (``StateStore.devices_mts_sessions``)."""
+        if not decisions:
+            return []
+        for decision in decisions:
+            await self._record_accesses(decision)
+        sessions = await decisions[0].store.devices_mts_sessions([d.request.device_id for d in decisions])
+        return [self._advice(d, s) for d, s in zip(decisions, sessions, strict=True)]
+
+    async def _record_accesses(self, decision: DecisionInput) -> None:
+        """Remember the device's access types (written only when they change, or once per ACCESS_REFRESH_S)."""
+        request = decision.request
         accesses = tuple(sorted({i.access_type.value for i in request.interfaces}))
         last = self._recorded.get(request.device_id)
         now = time.monotonic()
         if last is None or last[0] != accesses or now - last[1] > ACCESS_REFRESH_S:
-            await store.record_device_accesses(request.device_id, accesses)
+            await decision.store.record_device_accesses(request.device_id, accesses)
             self._recorded[request.device_id] = (accesses, now)
+
+    def _advice(self, decision: DecisionInput, sessions: list[MtsSession]) -> ep_types.SteeringAdvice:
+        request = decision.request
         scheduler = decision.sections.get("scheduler")
         if not isinstance(scheduler, ep_types.SchedulerAdvice):
             scheduler = scheduler_advice(request, self.settings)
-        sessions = await store.device_mts_sessions(request.device_id)
         if sessions:
             return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)
         key = _default_rule_key(request, decision.record.interface, scheduler)

@@ -62,7 +62,9 @@ the one :func:`representative` picks (the strongest signal).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -77,12 +79,33 @@ def _attr(name: str) -> Extractor:
     return lambda i: getattr(i, name, None)
 
 
-def _lin(centre: float, scale: float) -> Callable[[float], float]:
-    return lambda x: (x - centre) / scale
+class Transform(Protocol):
+    """A fixed feature transform: called on one float; ``kind``/``centre``/``scale`` describe it to the batch
+    encoder (``lin``: ``(x − centre)/scale``; ``log``: ``(log10(1 + max(x, 0)) − centre)/scale``; ``band``: 5/6 GHz
+    flag, centre 0, scale 1)."""
+
+    kind: str
+    centre: float
+    scale: float
+
+    def __call__(self, x: float, /) -> float: ...
 
 
-def _log(centre: float, scale: float) -> Callable[[float], float]:
-    return lambda x: (math.log10(1.0 + max(x, 0.0)) - centre) / scale
+def _described(f: Callable[[float], float], kind: str, centre: float, scale: float) -> Transform:
+    f.kind, f.centre, f.scale = kind, centre, scale  # type: ignore[attr-defined]
+    return f  # type: ignore[return-value]
+
+
+def _lin(centre: float, scale: float) -> Transform:
+    return _described(lambda x: (x - centre) / scale, "lin", centre, scale)
+
+
+def _log(centre: float, scale: float) -> Transform:
+    return _described(lambda x: (math.log10(1.0 + max(x, 0.0)) - centre) / scale, "log", centre, scale)
+
+
+def _band_5ghz() -> Transform:
+    return _described(lambda f: 1.0 if f >= 4900.0 else 0.0, "band", 0.0, 1.0)
 
 
 def _shannon_capacity_mbps(i: InterfaceContext) -> float | None:
@@ -97,8 +120,8 @@ def _carrier_ghz(i: InterfaceContext) -> float | None:
     return None if i.frequency_mhz is None else i.frequency_mhz / 1000.0
 
 
-# (feature name, extractor, transform, group)
-Spec = tuple[str, Extractor, Callable[[float], float], str]
+# (feature name, extractor, transform (scalar call and ``.array``), group)
+Spec = tuple[str, Extractor, Transform, str]
 
 _PATH: tuple[Spec, ...] = (
     ("rtt_ms", _attr("rtt_ms"), _log(1.7, 0.5), "path"),
@@ -109,7 +132,7 @@ _WIFI: tuple[Spec, ...] = (
     ("wifi_rssi_spread_db", _attr("wifi_rssi_spread_db"), _lin(1.0, 2.0), "spread"),
     ("link_speed_mbps", _attr("link_speed_mbps"), _log(2.0, 0.5), "link_speed"),
     ("max_link_speed_mbps", _attr("max_link_speed_mbps"), _log(2.2, 0.3), "link_speed"),
-    ("band_5ghz", _attr("frequency_mhz"), lambda f: 1.0 if f >= 4900.0 else 0.0, "band"),
+    ("band_5ghz", _attr("frequency_mhz"), _band_5ghz(), "band"),
     *_PATH,
 )
 _CELL: tuple[Spec, ...] = (
@@ -205,6 +228,120 @@ def context_features(interfaces: Sequence[InterfaceContext]) -> np.ndarray:
                 out[k] = min(max(value, -_CLIP), _CLIP) if math.isfinite(value) else 0.0
             k += 2
     return out
+
+
+def _representatives(interfaces: Sequence[InterfaceContext]) -> dict[AccessType, InterfaceContext]:
+    """:func:`representative` of every access type the device offers, in one pass (first of equals kept)."""
+    best: dict[AccessType, tuple[float, InterfaceContext]] = {}
+    for i in interfaces:
+        t = i.access_type
+        value = i.wifi_rssi_dbm if t == AccessType.WIFI else i.rsrp_dbm if t in _CELLULAR else i.link_speed_mbps
+        strength = -math.inf if value is None else value
+        held = best.get(t)
+        if held is None or strength > held[0]:
+            best[t] = (strength, i)
+    return {t: i for t, (_, i) in best.items()}
+
+
+_CELLULAR = (AccessType.LTE, AccessType.NR)
+_RAW_SPECS: tuple[Spec, ...] = tuple(spec for slot in SLOTS for spec in _SLOT_FEATURES[slot])
+_PRESENT_COLUMNS = np.asarray(FEATURE_GROUPS["presence"])
+_VALUE_COLUMNS = np.asarray(
+    [FEATURE_NAMES.index(n[: -len(".missing")]) for n in FEATURE_NAMES if n.endswith(".missing")]
+)
+
+
+def _carrier_ghz_array(raw: dict[str, np.ndarray]) -> np.ndarray:
+    return raw["frequency_mhz"] / 1000.0
+
+
+def _shannon_capacity_mbps_array(raw: dict[str, np.ndarray]) -> np.ndarray:
+    """:func:`_shannon_capacity_mbps` on arrays (nan where B or SINR is missing)."""
+    return raw["channel_bandwidth_mhz"] * np.log2(1.0 + 10.0 ** (raw["sinr_db"] / 10.0))
+
+
+#: The batch encoder's view of each derived extractor: the raw attributes it reads, its array form.
+_DERIVED: dict[object, tuple[tuple[str, ...], Callable[[dict[str, np.ndarray]], np.ndarray]]] = {
+    _carrier_ghz: (("frequency_mhz",), _carrier_ghz_array),
+    _shannon_capacity_mbps: (("channel_bandwidth_mhz", "sinr_db"), _shannon_capacity_mbps_array),
+}
+
+
+def _raw_column(attr: str) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    def column(raw: dict[str, np.ndarray]) -> np.ndarray:
+        return raw[attr]
+
+    return column
+
+
+def _slot_plan(slot: AccessType) -> tuple[tuple[str, ...], tuple[Callable[[dict[str, np.ndarray]], np.ndarray], ...]]:
+    """The attributes the batch encoder reads of a slot's interface, and per feature its raw column's array form."""
+    names: list[str] = []
+    columns: list[Callable[[dict[str, np.ndarray]], np.ndarray]] = []
+    for fname, extract, _, _ in _SLOT_FEATURES[slot]:
+        if extract in _DERIVED:
+            needs, column = _DERIVED[extract]
+        else:
+            attr = "frequency_mhz" if fname == "band_5ghz" else fname
+            needs, column = (attr,), _raw_column(attr)
+        names.extend(n for n in needs if n not in names)
+        columns.append(column)
+    return tuple(names), tuple(columns)
+
+
+_SLOT_PLANS = {slot: _slot_plan(slot) for slot in SLOTS}
+_SLOT_GETTERS = {slot: operator.attrgetter(*names) for slot, (names, _) in _SLOT_PLANS.items()}
+#: The transforms of every raw column as arrays: log columns, band-flag columns, then (x − centre)/scale.
+_LOG = np.asarray([spec[2].kind == "log" for spec in _RAW_SPECS])
+_BAND = np.asarray([spec[2].kind == "band" for spec in _RAW_SPECS])
+_CENTRE = np.asarray([spec[2].centre for spec in _RAW_SPECS])
+_SCALE = np.asarray([spec[2].scale for spec in _RAW_SPECS])
+
+
+def context_features_batch(
+    contexts: Sequence[Sequence[InterfaceContext]],
+) -> tuple[np.ndarray, list[dict[AccessType, InterfaceContext]]]:
+    """:func:`context_features` of many contexts at once: raw attributes gathered per slot, transforms per column.
+
+    Parameters
+    ----------
+    contexts:
+        ``n`` contexts, each the validated interfaces of one request.
+
+    Returns
+    -------
+    (numpy.ndarray, list)
+        Features of shape ``(n, N_FEATURES)``, float64 (row ``i`` equals ``context_features(contexts[i])``
+        up to the last bits of numpy's ``log10``/``log2``), and each context's representative interface per
+        offered access type (:func:`representative`).
+    """
+    reps = [_representatives(c) for c in contexts]
+    n = len(contexts)
+    out = np.zeros((n, N_FEATURES), dtype=np.float64)
+    if n == 0:
+        return out, reps
+    blocks: list[np.ndarray] = []
+    for slot in SLOTS:
+        names, columns = _SLOT_PLANS[slot]
+        rows = [i for i, r in enumerate(reps) if slot in r]
+        raw_block = np.full((n, len(names)), np.nan)
+        if rows:
+            getter = _SLOT_GETTERS[slot]
+            raw_block[rows] = np.asarray([getter(reps[i][slot]) for i in rows], dtype=np.float64)  # None → nan
+        raw = {a: raw_block[:, j] for j, a in enumerate(names)}
+        with np.errstate(invalid="ignore", over="ignore"):
+            blocks.extend(column(raw) for column in columns)
+    raw_values = np.column_stack(blocks)  # (n, features per slot summed): the raw value of each feature
+    out[:, _PRESENT_COLUMNS] = np.asarray([[slot in r for slot in SLOTS] for r in reps], dtype=np.float64)
+    missing = ~np.isfinite(raw_values)
+    values = raw_values.copy()
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        values[:, _LOG] = np.log10(1.0 + np.maximum(values[:, _LOG], 0.0))
+        values[:, _BAND] = np.where(values[:, _BAND] >= 4900.0, 1.0, 0.0)
+        values = (values - _CENTRE) / _SCALE
+    out[:, _VALUE_COLUMNS] = np.where(missing | ~np.isfinite(values), 0.0, np.clip(values, -_CLIP, _CLIP))
+    out[:, _VALUE_COLUMNS + 1] = missing
+    return out, reps
 
 
 def feature_mask(drop_groups: Sequence[str] = ()) -> np.ndarray:

@@ -200,6 +200,57 @@ class LinearBandit:
             arm -= 1
         return arm, p[arm]
 
+    def probabilities_batch(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`probabilities` of many contexts: ``X`` shape ``(m, d)`` → shape ``(m, K)``, rows sum to 1.
+
+        One ``(m, d) @ (d, K)`` product for the estimates (plus, for LinTS/LinUCB, one batched quadratic form);
+        the same rules as :meth:`probabilities`, row by row (LinTS with K > 2 falls back to its quadrature per row).
+        """
+        cfg, k = self.config, self.k
+        X = np.asarray(X, dtype=np.float64).reshape(-1, self.d)
+        m = X.shape[0]
+        if not self.is_fitted:
+            return np.full((m, k), 1.0 / k)
+        mu = X @ self.coef.T + self.intercept  # (m, K)
+        rows = np.arange(m)
+        if cfg.mode == "squarecb":
+            best = mu.argmax(axis=1)
+            p = 1.0 / (k + self.gamma_t() * (mu[rows, best][:, None] - mu))
+            p[rows, best] = 0.0
+            p[rows, best] = 1.0 - p.sum(axis=1)
+            return p
+        if cfg.mode == "egreedy":
+            p = np.full((m, k), cfg.epsilon / k)
+            p[rows, mu.argmax(axis=1)] += 1.0 - cfg.epsilon
+            return p
+        xt = np.hstack([X, np.ones((m, 1))])
+        sd = np.sqrt(np.maximum(np.einsum("mi,kij,mj->mk", xt, self.cov, xt), 0.0))
+        if cfg.mode == "linucb":
+            p = np.zeros((m, k))
+            p[rows, (mu + cfg.ucb_alpha * sd).argmax(axis=1)] = 1.0
+            return p
+        return np.vstack([_thompson_probabilities(mu[i], cfg.ts_scale * sd[i]) for i in range(m)])
+
+    def decide_batch(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`decide` for the rows of ``X`` (shape ``(m, d)``), in row order: arm indices ``(m,)`` (int) and
+        exact propensities ``(m,)``.
+
+        The draws are ``m`` uniform numbers from the same generator, in row order (``rng.random(m)`` yields the
+        numbers ``m`` calls of ``rng.random()`` would), and each row's arm is picked from its probability vector
+        by the same cumulative rule, so a batch decides what the same rows decided one by one would (up to the
+        last bit of the matrix product's rounding).
+        """
+        p = self.probabilities_batch(X)
+        m = p.shape[0]
+        draws: np.ndarray = np.asarray(self.rng.random(size=m), dtype=np.float64)
+        below = draws[:, None] < np.cumsum(p, axis=1)
+        arms = np.where(below.any(axis=1), below.argmax(axis=1), self.k - 1)
+        rows = np.arange(m)
+        for i in np.flatnonzero(p[rows, arms] <= 0.0):  # a draw at a float boundary never lands on an impossible arm
+            while p[i, arms[i]] <= 0.0:
+                arms[i] -= 1
+        return arms, p[rows, arms]
+
     # --- learning ----------------------------------------------------------------------------------------------
     def update(
         self,

@@ -7,6 +7,7 @@ Optional proto3 fields are copied only when present (``HasField``).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from edgepath.types import (
@@ -102,6 +103,31 @@ def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
     return OutcomeReport.model_validate(d)
 
 
+class _ProtoMemo:
+    """Proto form of the immutable section objects the engine adapters share, converted once per object.
+
+    The MLPM, congestion and steering adapters hand out the *same* frozen object for the same context from
+    their per-context caches (issue 16), so its proto form is kept by identity (bounded, oldest out first;
+    each entry holds the object, so its ``id`` cannot be reused while cached). The memo's messages are only
+    ever copied into a reply (a proto constructor copies sub-messages), never handed out.
+    """
+
+    def __init__(self, convert: Any, maxsize: int = 4096) -> None:
+        self.convert, self.maxsize = convert, maxsize
+        self.cache: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+
+    def __call__(self, obj: Any) -> Any:
+        if obj is None:
+            return None
+        hit = self.cache.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        msg = self.cache[id(obj)] = (obj, self.convert(obj))
+        if len(self.cache) > self.maxsize:
+            self.cache.popitem(last=False)
+        return msg[1]
+
+
 def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
     p = rec.primary_path
     return pb.Recommendation(
@@ -115,10 +141,10 @@ def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
             arms=[ACCESS_TO_PROTO[a] for a in p.arms],
         ),
         decided_at_unix_ms=rec.decided_at_unix_ms,
-        scheduler=scheduler_to_proto(rec.scheduler),  # issue 3
-        congestion=congestion_to_proto(rec.congestion),  # issue 3
+        scheduler=_SCHEDULER_PB(rec.scheduler),  # issue 3
+        congestion=_CONGESTION_PB(rec.congestion),  # issue 3
         server_selection=server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
-        steering=steering_to_proto(rec.steering),  # issue 19 (None leaves it unset)
+        steering=_STEERING_PB(rec.steering),  # issue 19 (None leaves it unset)
     )
 
 
@@ -263,3 +289,9 @@ def steering_to_proto(s: SteeringAdvice | None) -> pb.SteeringAdvice | None:
             )
         )
     return pb.SteeringAdvice(rules=rules, source=s.source)
+
+
+# issue 16: shared section objects are converted once (see _ProtoMemo)
+_SCHEDULER_PB = _ProtoMemo(scheduler_to_proto)
+_CONGESTION_PB = _ProtoMemo(congestion_to_proto)
+_STEERING_PB = _ProtoMemo(steering_to_proto)

@@ -7,6 +7,7 @@ with the offending field named in the details (``interfaces[0].rsrp_dbm: ...``).
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -24,6 +25,8 @@ from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 
 SERVICE_NAME = "edgepath.v1.PathService"
+#: Trailing metadata of a ``RecommendStream`` ended by an error: 0-based index of the message that ended it.
+MESSAGE_INDEX_KEY = "message-index"
 
 #: The one table from error kinds to gRPC status codes.
 GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
@@ -42,11 +45,14 @@ def validation_message(exc: ValidationError) -> str:
     return f"{field_path(first['loc'])}: {first['msg']}"
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: EdgePathError) -> None:
-    """Abort the call with the kind's status; RESOURCE_EXHAUSTED carries ``retry-after-ms`` trailing metadata."""
-    trailing: tuple[tuple[str, str], ...] = ()
+async def abort_with(
+    context: grpc.aio.ServicerContext, exc: EdgePathError, extra_trailing: tuple[tuple[str, str], ...] = ()
+) -> None:
+    """Abort the call with the kind's status; RESOURCE_EXHAUSTED carries ``retry-after-ms`` trailing metadata
+    (``extra_trailing`` is added to any call's trailing metadata)."""
+    trailing: tuple[tuple[str, str], ...] = extra_trailing
     if isinstance(exc, RateLimited):
-        trailing = (("retry-after-ms", str(max(1, math.ceil(exc.retry_after_s * 1000)))),)
+        trailing = (("retry-after-ms", str(max(1, math.ceil(exc.retry_after_s * 1000)))), *extra_trailing)
     await context.abort(GRPC_STATUS[exc.kind], str(exc), trailing_metadata=trailing)
 
 
@@ -69,6 +75,8 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     grpc answers a request its deserializer rejects with INTERNAL; parsing in
     the handler turns malformed protobuf bytes into INVALID_ARGUMENT instead.
     """
+    if handler.stream_stream is not None and handler.request_deserializer is not None:
+        return _parse_stream_in_handler(handler)
     if handler.unary_unary is None or handler.request_deserializer is None:
         return handler
     parse, behavior = handler.request_deserializer, handler.unary_unary
@@ -81,6 +89,32 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         return await behavior(request, context)
 
     return grpc.unary_unary_rpc_method_handler(call, response_serializer=handler.response_serializer)
+
+
+def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Same stream-stream handler, each request message parsed inside the call (malformed bytes end the stream
+    with INVALID_ARGUMENT and trailing metadata ``message-index``, as :func:`_parse_in_handler` for unary calls)."""
+    parse, behavior = handler.request_deserializer, handler.stream_stream
+
+    async def call(raw_messages: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def parsed() -> Any:
+            index = 0
+            async for raw in raw_messages:
+                try:
+                    message = parse(raw)
+                except Exception:  # protobuf DecodeError, or anything a corrupt buffer provokes in the parser
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "malformed protobuf message",
+                        trailing_metadata=((MESSAGE_INDEX_KEY, str(index)),),
+                    )
+                index += 1
+                yield message
+
+        async for reply in behavior(parsed(), context):
+            yield reply
+
+    return grpc.stream_stream_rpc_method_handler(call, response_serializer=handler.response_serializer)
 
 
 def add_servicer(add_to_server: Any, servicer: object, server: grpc.aio.Server) -> None:
@@ -105,16 +139,16 @@ class PathServicer(pb_grpc.PathServiceServicer):
         self.admission = admission or Admission()
         self.inflight = 0
 
-    async def admit_call(self, context: grpc.aio.ServicerContext) -> None:
+    async def admit_call(self, context: grpc.aio.ServicerContext, trailing: tuple[tuple[str, str], ...] = ()) -> None:
         """Take a slot of the bounded in-flight window, or shed the call: RESOURCE_EXHAUSTED with
         ``retry-after-ms`` trailing metadata (past capacity the queue stays bounded instead of latency growing).
-        The caller releases the slot with ``self.inflight -= 1``."""
+        The caller releases the slot with ``self.inflight -= 1``. ``trailing``: more trailing metadata on shedding."""
         if self.admission.shed(self.inflight):
             self.plane.metrics.shed.labels("grpc").inc()
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"overloaded: past capacity; retry after {RETRY_AFTER_MS} ms",
-                trailing_metadata=(("retry-after-ms", str(RETRY_AFTER_MS)),),
+                trailing_metadata=(("retry-after-ms", str(RETRY_AFTER_MS)), *trailing),
             )
         self.inflight += 1
 
@@ -153,8 +187,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
             return [principal] * len(declared_device_ids)
         declared = {d: Principal(device_id=d[:128]) for d in declared_device_ids}
         if self.security is not None:
-            for p in declared.values():
-                await self.security.admit(p)
+            await self.security.admit_all(list(declared.values()))
         return [declared[d] for d in declared_device_ids]
 
     async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:
@@ -190,6 +223,46 @@ class PathServicer(pb_grpc.PathServiceServicer):
             return convert.recommendation_batch_to_proto(RecommendBatch(recommendations=recs))
         finally:
             self.inflight -= 1
+
+    async def RecommendStream(
+        self, requests: AsyncIterator[pb.RecommendRequest], context: grpc.aio.ServicerContext
+    ) -> Any:
+        """One Recommend per message of the stream, replies in order (proto: ``RecommendStream``).
+
+        The credential is the call's (checked once, when the stream opens); each message takes one rate-limit
+        token of its caller and one admission slot, is validated and decided exactly as :meth:`Recommend`.
+        Any error ends the stream with Recommend's status and details plus trailing metadata
+        ``message-index`` (0-based); the replies already sent stand.
+        """
+        authenticated: Principal | None = None
+        if self.security is not None:
+            try:
+                authenticated = self.authenticated(context)
+            except EdgePathError as exc:
+                await abort_with(context, exc, ((MESSAGE_INDEX_KEY, "0"),))
+        index = 0
+        async for request in requests:
+            where = ((MESSAGE_INDEX_KEY, str(index)),)
+            await self.admit_call(context, where)
+            try:
+                try:
+                    if self.security is None:
+                        principal = Principal(device_id=request.device_id)
+                    else:  # as principal(): the call's credential, else (auth off) the self-declared device
+                        principal = authenticated or Principal(device_id=request.device_id[:128])
+                        await self.security.admit(principal)
+                    rec = await self.plane.recommend(principal, convert.recommend_request(request))
+                except ValidationError as exc:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc), trailing_metadata=where
+                    )
+                except EdgePathError as exc:
+                    await abort_with(context, exc, where)
+                reply = convert.recommendation_to_proto(rec)
+            finally:
+                self.inflight -= 1
+            index += 1
+            yield reply
 
     async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:
         await self.admit_call(context)

@@ -232,8 +232,7 @@ class Gate:
             return [principal] * len(declared_device_ids)
         declared = {d: Principal(device_id=d) for d in declared_device_ids}
         if self.security is not None:
-            for p in declared.values():
-                await self.security.admit(p)
+            await self.security.admit_all(list(declared.values()))
         return [declared[d] for d in declared_device_ids]
 
     async def admin(self, request: Request) -> Principal:

@@ -19,7 +19,7 @@ Records
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -85,15 +85,30 @@ class ClaimResult(enum.Enum):
 
 # --- SSMP per-server state (issue 4) ---
 @dataclass(frozen=True)
+class PathEstimate:
+    """SSMP per-path inputs of Eq. 1–2 learned from past transfers from one server over one interface.
+
+    ``bandwidth_bps``: achievable bandwidth B (bit/s, EWMA of the measured per-subflow rates);
+    ``loss``: loss rate p (fraction, EWMA of the measured retransmission ratios); None = never measured.
+    """
+
+    bandwidth_bps: float | None = None
+    loss: float | None = None
+
+
+@dataclass(frozen=True)
 class ServerScore:
-    """SSMP state of one CDN server: its smoothed score and when it was last updated.
+    """SSMP state of one CDN server: its smoothed score, per-path B and p, and when it was last updated.
 
     ``q_bps`` is Q of Yang et al., SSMP, Eq. 2 smoothed by Eq. 3 (bit/s); ``updated_at``
-    is Unix seconds. The plane computes both; stores only keep them.
+    is Unix seconds; ``paths`` maps a device interface name to the server's :class:`PathEstimate`
+    over it (B and p of Eq. 1–2, "based on the previous transmission", §IV-B-1). The plane
+    computes all of them; stores only keep them.
     """
 
     q_bps: float
     updated_at: float
+    paths: Mapping[str, PathEstimate] = field(default_factory=dict)
 
 
 # --- end SSMP ---
@@ -170,6 +185,9 @@ class StateStore(Protocol):
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         """Store a decision for ``ttl_s`` seconds."""
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        """Store many decisions for ``ttl_s`` seconds in one store call (``RecommendBatch``; Redis: one pipeline)."""
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         """The decision, or None when unknown or expired."""
 
@@ -199,8 +217,10 @@ class StateStore(Protocol):
         result; never raises for unknown keys.
         """
 
-    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
-        """Store ``ServerScore(q_bps, updated_at)`` under ``key``, replacing any previous value.
+    async def update_server_score(
+        self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
+    ) -> None:
+        """Store ``ServerScore(q_bps, updated_at, paths or {})`` under ``key``, replacing any previous value.
 
         Last writer wins: the plane reads, smooths (Eq. 3) and writes, so two concurrent
         outcomes for one server may lose one smoothing step (harmless for an EWMA). A store
@@ -231,6 +251,10 @@ class StateStore(Protocol):
 
     async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
         """The device's sessions, oldest first (read on every recommendation: one round trip)."""
+
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        """:meth:`device_mts_sessions` of each of ``device_ids``, in order, in one store call (``RecommendBatch``;
+        Redis: one pipeline)."""
 
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         """Remember the access types (``AccessType`` values) ``device_id`` reported last.

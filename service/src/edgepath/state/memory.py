@@ -16,7 +16,7 @@ import asyncio
 import collections
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cachetools import LRUCache, TTLCache
 
@@ -26,6 +26,7 @@ from edgepath.state.base import (
     LoggedDecision,
     MtsSession,
     OutcomeRecord,
+    PathEstimate,
     ServerScore,
 )
 from edgepath.tasks import wait_event
@@ -70,6 +71,10 @@ class MemoryStore:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
         self._decisions[record.decision_id] = record
 
+    async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
+        for record in records:
+            self._decisions[record.decision_id] = record
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return self._decisions.get(decision_id)
 
@@ -111,8 +116,10 @@ class MemoryStore:
     async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
         return {k: s for k in keys if (s := self._server_scores.get(k)) is not None}
 
-    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
-        self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at)
+    async def update_server_score(
+        self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
+    ) -> None:
+        self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at, paths=dict(paths or {}))
 
     # --- end SSMP ---
 
@@ -134,6 +141,11 @@ class MemoryStore:
             return []
         mine = (s for s in self._mts_sessions.values() if s.device_id == device_id)
         return sorted(mine, key=lambda s: (s.created_at, s.session_id))
+
+    async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
+        if not self._mts_sessions:
+            return [[] for _ in device_ids]
+        return [await self.device_mts_sessions(d) for d in device_ids]
 
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         self._device_accesses[device_id] = tuple(access_types)
