@@ -99,6 +99,11 @@ def serve_worker(settings: Settings, ready: Any) -> None:
         raise
 
 
+def seconds_to_ms(seconds: float | None) -> int | None:
+    """A duration setting in s as the whole ms gRPC core options take (None stays None)."""
+    return None if seconds is None else max(1, round(seconds * 1000))
+
+
 def http_protocol() -> str:
     """uvicorn's HTTP parser: ``httptools`` (llhttp, C) when installed, else the pure-Python ``h11``."""
     try:
@@ -269,7 +274,13 @@ class Service:
         self.security = build_security(s, shared_redis(self.store), guard=self.plane.guard)
         admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
         grpc_server, health_servicer, self.grpc_port = create_server(
-            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s), admission
+            self.plane,
+            f"{s.host}:{s.grpc_port}",
+            self.security,
+            grpc_server_credentials(s),
+            admission,
+            max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
+            max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),
         )
         await grpc_server.start()
         await set_serving(health_servicer, True)

@@ -41,11 +41,14 @@ from fastapi.responses import PlainTextResponse, Response
 from fastapi.security import HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_fastapi_instrumentator import Instrumentator
+from prometheus_fastapi_instrumentator import metrics as rest_metrics
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
+from edgepath.metrics import REQUEST_SECONDS_BUCKETS
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
 from edgepath.rest.problem import declare_problems, problem_body, problem_bytes, problem_response
@@ -459,6 +462,20 @@ def create_app(
     app.add_middleware(
         CorrelationIdMiddleware, header_name=REQUEST_ID_HEADER, validator=valid_request_id, transformer=None
     )
+    # Per-request count, status and latency (prometheus-fastapi-instrumentator), outermost: shed 503s and 413s count.
+    instrumentator = Instrumentator(
+        should_group_status_codes=False, excluded_handlers=["/metrics"], registry=plane.metrics.registry
+    )
+    instrumentator.add(rest_metrics.requests(metric_namespace="edgepath", registry=plane.metrics.registry))
+    instrumentator.add(
+        rest_metrics.latency(
+            metric_namespace="edgepath",
+            should_include_status=False,
+            buckets=REQUEST_SECONDS_BUCKETS,
+            registry=plane.metrics.registry,
+        )
+    )
+    instrumentator.instrument(app)
     gate = Gate(security)
     # One line per group of routes (registered on the app itself: no included-router indirection per request).
     add_decisions_routes(app, plane, gate)
