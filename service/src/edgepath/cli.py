@@ -15,6 +15,7 @@ import typer
 from pydantic import ValidationError
 
 from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
+from edgepath.logs import configure_logging
 from edgepath.settings import load_settings
 
 #: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
@@ -139,7 +140,7 @@ def serve(
             )
         serve_workers(settings, workers, ready_file)
         return
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
 
     async def run() -> None:
         service = Service.build(settings)
@@ -245,7 +246,7 @@ def train(
     if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
     known_policy(settings.policy, param_hint=None)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
 
     async def run() -> None:
         from edgepath.main import build_model, build_store, hmac_key_bytes

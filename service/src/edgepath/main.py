@@ -32,6 +32,7 @@ import uvicorn
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
+from edgepath.logs import configure_logging
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
@@ -78,7 +79,7 @@ def serve_worker(settings: Settings, ready: Any) -> None:
     ``ready`` (a ``multiprocessing`` queue) receives ``os.getpid()`` once both servers listen, or the
     error that stopped the start.
     """
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
 
     async def main() -> None:
         service = Service.build(settings)
@@ -226,6 +227,7 @@ class Service:
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
     reuse_port: bool = False  # one of several worker processes sharing the ports (SO_REUSEPORT)
+    tracer_provider: Any = None  # OpenTelemetry TracerProvider when settings.otel_tracing (edgepath.tracing)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -273,6 +275,10 @@ class Service:
                 )
         self.security = build_security(s, shared_redis(self.store), guard=self.plane.guard)
         admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
+        if s.otel_tracing and self.tracer_provider is None:  # off by default (issue 22)
+            from edgepath.tracing import build_tracer_provider
+
+            self.tracer_provider = build_tracer_provider()
         grpc_server, health_servicer, self.grpc_port = create_server(
             self.plane,
             f"{s.host}:{s.grpc_port}",
@@ -281,12 +287,13 @@ class Service:
             admission,
             max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
             max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),
+            tracer_provider=self.tracer_provider,
         )
         await grpc_server.start()
         await set_serving(health_servicer, True)
 
         config = uvicorn.Config(
-            create_app(self.plane, self.security, admission),
+            create_app(self.plane, self.security, admission, self.tracer_provider),
             host=s.host,
             port=s.http_port,
             log_level="warning",
@@ -347,6 +354,8 @@ class Service:
             await http_task
             await grpc_server.stop(grace=2.0)
             await self.store.close()
+            if self.tracer_provider is not None:
+                self.tracer_provider.shutdown()  # flushes the spans still batched
             log.info("EdgePath stopped")
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:

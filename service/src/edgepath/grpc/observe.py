@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import inspect
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +28,8 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 REQUEST_ID_KEY = "x-request-id"
+log = logging.getLogger("edgepath.grpc")
+_SERVER_FAULTS = frozenset({"UNKNOWN", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "DEADLINE_EXCEEDED"})
 _REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:/+=")
 
 
@@ -117,7 +120,11 @@ class CallObserver(grpc.aio.ServerInterceptor):
                 name = "UNKNOWN" if failed else "OK" if not code else grpc.StatusCode(code).name
             else:
                 name = code.name
-            on_call(method, name, time.perf_counter() - start)
+            elapsed_s = time.perf_counter() - start
+            if name != "OK":
+                level = logging.WARNING if name in _SERVER_FAULTS else logging.DEBUG
+                log.log(level, "%s -> %s", method, name, extra={"grpc_code": name, "elapsed_ms": elapsed_s * 1e3})
+            on_call(method, name, elapsed_s)
 
         def wrap_unary(behavior: Any) -> Any:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -242,6 +242,7 @@ def create_server(
     admission: Admission | None = None,
     max_connection_age_ms: int | None = None,
     max_connection_age_grace_ms: int | None = None,
+    tracer_provider: Any = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """Build (not start) the gRPC server on ``address`` ("host:port"; port 0 = any free).
 
@@ -256,6 +257,7 @@ def create_server(
     ``max_connection_age_ms`` (gRPC core's ``grpc.max_connection_age_ms``: a GOAWAY after that age, ±10 %
     jitter) makes long-lived device channels reconnect, so replicas an autoscaler adds get their share;
     calls in flight then have ``max_connection_age_grace_ms`` to finish. None leaves connections open.
+    ``tracer_provider`` (OpenTelemetry) traces every call (:mod:`edgepath.tracing`).
 
     Returns the server, its health servicer (to flip serving status) and the bound port.
     """
@@ -268,7 +270,12 @@ def create_server(
         options.append(("grpc.max_connection_age_ms", max_connection_age_ms))
     if max_connection_age_grace_ms is not None:
         options.append(("grpc.max_connection_age_grace_ms", max_connection_age_grace_ms))
-    server = grpc.aio.server(options=options, interceptors=[CallObserver(plane.metrics.grpc_call)])
+    interceptors: list[Any] = [CallObserver(plane.metrics.grpc_call)]
+    if tracer_provider is not None:
+        from edgepath.tracing import grpc_interceptor
+
+        interceptors.insert(0, grpc_interceptor(tracer_provider))
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security, admission), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -25,6 +25,7 @@ API) is one more such line (or ``app.include_router(...)`` of its own ``APIRoute
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from enum import Enum
@@ -51,7 +52,8 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticat
 from edgepath.metrics import REQUEST_SECONDS_BUCKETS
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
-from edgepath.rest.problem import declare_problems, problem_body, problem_bytes, problem_response
+from edgepath.rest.problem import declare_problems, problem_body, problem_bytes
+from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.types import (
@@ -76,8 +78,22 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 }
 
 _JSON = "application/json"
+log = logging.getLogger("edgepath.rest")
 REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:/+=")
+
+
+def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    """The problem answer, logged (5xx as warnings, 4xx at debug level) with the request id of the call."""
+    log.log(
+        logging.WARNING if status >= 500 else logging.DEBUG,
+        "%s -> %d %s",
+        body.get("instance"),
+        status,
+        body.get("detail"),
+        extra={"status": status, "error": body.get("error"), "field": body.get("field")},
+    )
+    return _problem_response(status, body, headers)
 
 
 def valid_request_id(value: str) -> bool:
@@ -389,10 +405,14 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None
 
 
 def create_app(
-    plane: DecisionPlane, security: EdgeSecurity | None = None, admission: Admission | None = None
+    plane: DecisionPlane,
+    security: EdgeSecurity | None = None,
+    admission: Admission | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
     """Build the FastAPI application bound to ``plane`` (``security``: see :class:`Gate`; past capacity,
-    ``admission``, new ``/v1`` requests are shed: :class:`ShedPastCapacity`)."""
+    ``admission``, new ``/v1`` requests are shed: :class:`ShedPastCapacity`; ``tracer_provider``, an
+    OpenTelemetry ``TracerProvider``, traces every request: :mod:`edgepath.tracing`)."""
     app = FastAPIOffline(
         title="EdgePath",
         version="0.1.0",
@@ -476,6 +496,10 @@ def create_app(
         )
     )
     instrumentator.instrument(app)
+    if tracer_provider is not None:
+        from edgepath.tracing import instrument_rest
+
+        instrument_rest(app, tracer_provider)
     gate = Gate(security)
     # One line per group of routes (registered on the app itself: no included-router indirection per request).
     add_decisions_routes(app, plane, gate)
