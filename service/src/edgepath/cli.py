@@ -133,6 +133,11 @@ def serve(
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
     if workers > 1:
+        if settings.metrics_port is not None:
+            raise typer.BadParameter(
+                "metrics_port (EDGEPATH_METRICS_PORT) serves one process's metrics: not with --workers N",
+                param_hint="--workers",
+            )
         if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
             raise typer.BadParameter(
                 "more than one worker needs a shared store (--store redis://...): each process keeps its own memory",

@@ -227,6 +227,7 @@ class Service:
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
     reuse_port: bool = False  # one of several worker processes sharing the ports (SO_REUSEPORT)
+    metrics_port: int = 0  # the bound metrics port when settings.metrics_port is set
     tracer_provider: Any = None  # OpenTelemetry TracerProvider when settings.otel_tracing (edgepath.tracing)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -237,7 +238,13 @@ class Service:
         store = store or build_store(settings, metrics)
         registry = ModelRegistry(build_model(settings))
         metrics.model_version.set(registry.current.version)
-        registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
+        metrics.model_published.set_to_current_time()
+
+        def published(mv: Any) -> None:
+            metrics.model_version.set(mv.version)
+            metrics.model_published.set_to_current_time()
+
+        registry.on_publish(published)
         guard = build_outcome_guard(settings, shared_redis(store))  # security: bounded learning
         from edgepath.state.redis import RedisStore
 
@@ -293,7 +300,9 @@ class Service:
         await set_serving(health_servicer, True)
 
         config = uvicorn.Config(
-            create_app(self.plane, self.security, admission, self.tracer_provider),
+            create_app(
+                self.plane, self.security, admission, self.tracer_provider, serve_metrics=s.metrics_port is None
+            ),
             host=s.host,
             port=s.http_port,
             log_level="warning",
@@ -313,6 +322,12 @@ class Service:
             await asyncio.sleep(0.01)
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
 
+        metrics_server = None
+        if s.metrics_port is not None:  # GET /metrics on a port of its own (prometheus_client's threaded server)
+            from prometheus_client import start_http_server
+
+            metrics_server, _ = start_http_server(s.metrics_port, addr=s.host, registry=self.metrics.registry)
+            self.metrics_port = metrics_server.server_port
         background: list[asyncio.Task[None]] = []
         if self.trainer is not None and self.settings.trainer is not False:
             self.trainer.start()
@@ -354,6 +369,9 @@ class Service:
             await http_task
             await grpc_server.stop(grace=2.0)
             await self.store.close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             if self.tracer_provider is not None:
                 self.tracer_provider.shutdown()  # flushes the spans still batched
             log.info("EdgePath stopped")

@@ -124,6 +124,18 @@ class Metrics:
     shed: HotCounter
     grpc_handled: Counter
     grpc_handling_seconds: Histogram
+    #: Propensity of each chosen primary path under the serving policy (0-1].
+    propensity: HotHistogram
+    #: Decisions that did not take the policy's most likely arm (propensity < 0.5; with 2 arms exactly the
+    #: exploratory ones), by policy: exploration share = rate(this) / rate(edgepath_decisions_total).
+    explored: HotCounter
+    #: Reward (the paper's Bernoulli reward, 0 or 1) and EdgePath's utility [0, 1] of every outcome joined for
+    #: training: mean over a window = rate(_sum) / rate(_count).
+    reward: HotHistogram
+    utility: HotHistogram
+    #: Seconds from a decision to its joined outcome (late outcomes are the tail).
+    outcome_delay_seconds: HotHistogram
+    model_published: Gauge
 
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         """Count one finished gRPC call (``/edgepath.v1.PathService/Recommend``, status code name, latency in s)
@@ -143,7 +155,34 @@ class Metrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
         )
         shed = HotCounter("edgepath_shed", "Requests refused because the server was past capacity", ["transport"])
-        reg.register(_HotCollector(decisions, outcomes, decision_seconds, shed))
+        propensity = HotHistogram(
+            "edgepath_decision_propensity",
+            "Propensity of the chosen primary path under the serving policy",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0),
+        )
+        explored = HotCounter(
+            "edgepath_decisions_explored",
+            "Decisions that did not take the policy's most likely arm (propensity < 0.5)",
+            ["policy"],
+        )
+        reward = HotHistogram(
+            "edgepath_outcome_reward", "Bernoulli reward (0/1) of each outcome joined for training", buckets=(0.5,)
+        )
+        utility = HotHistogram(
+            "edgepath_outcome_utility",
+            "Utility [0, 1] of each outcome joined for training (edgepath.engines.reward.utility)",
+            buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+        )
+        outcome_delay = HotHistogram(
+            "edgepath_outcome_delay_seconds",
+            "Time from a decision to its joined outcome, s",
+            buckets=(1, 5, 15, 60, 300, 900, 3600),
+        )
+        reg.register(
+            _HotCollector(
+                decisions, outcomes, decision_seconds, shed, propensity, explored, reward, utility, outcome_delay
+            )
+        )
         return cls(
             registry=reg,
             decisions=decisions,
@@ -170,6 +209,16 @@ class Metrics:
                 "grpc_server_handled",
                 "gRPC calls completed on the server, by service, method and status code",
                 ["grpc_service", "grpc_method", "grpc_code"],
+                registry=reg,
+            ),
+            propensity=propensity,
+            explored=explored,
+            reward=reward,
+            utility=utility,
+            outcome_delay_seconds=outcome_delay,
+            model_published=Gauge(
+                "edgepath_model_published_timestamp_seconds",
+                "Unix time this process started serving its current model version (age = time() - this)",
                 registry=reg,
             ),
             grpc_handling_seconds=Histogram(

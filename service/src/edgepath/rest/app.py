@@ -377,8 +377,8 @@ def add_admin_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Ga
         return QuarantineList(devices=await plane.set_quarantine(await gate.admin(request), device_id, False))
 
 
-def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None:
-    """Liveness, readiness and Prometheus metrics."""
+def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane, metrics: bool = True) -> None:
+    """Liveness, readiness and (``metrics``: unless they have a port of their own) Prometheus metrics."""
     tags: list[str | Enum] = ["health"]
 
     @router.get("/healthz", tags=tags)
@@ -398,8 +398,11 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None
         problem = problem_body(503, message, kind=ErrorKind.UNAVAILABLE.value, instance=request.url.path, **body)
         return problem_response(503, problem)
 
+    if not metrics:
+        return
+
     @router.get("/metrics", tags=tags, response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
+    async def prometheus_metrics() -> PlainTextResponse:
         """Prometheus exposition of this process's metrics."""
         return PlainTextResponse(generate_latest(plane.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -409,10 +412,12 @@ def create_app(
     security: EdgeSecurity | None = None,
     admission: Admission | None = None,
     tracer_provider: Any = None,
+    serve_metrics: bool = True,
 ) -> FastAPI:
     """Build the FastAPI application bound to ``plane`` (``security``: see :class:`Gate`; past capacity,
     ``admission``, new ``/v1`` requests are shed: :class:`ShedPastCapacity`; ``tracer_provider``, an
-    OpenTelemetry ``TracerProvider``, traces every request: :mod:`edgepath.tracing`)."""
+    OpenTelemetry ``TracerProvider``, traces every request: :mod:`edgepath.tracing`; ``serve_metrics=False``
+    leaves ``GET /metrics`` to the metrics port of its own, settings ``metrics_port``)."""
     app = FastAPIOffline(
         title="EdgePath",
         version="0.1.0",
@@ -504,6 +509,6 @@ def create_app(
     # One line per group of routes (registered on the app itself: no included-router indirection per request).
     add_decisions_routes(app, plane, gate)
     add_admin_routes(app, plane, gate)
-    add_health_routes(app, plane)
+    add_health_routes(app, plane, metrics=serve_metrics)
     install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
     return app
