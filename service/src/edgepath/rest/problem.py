@@ -54,8 +54,14 @@ class Problem(BaseModel):
     request_id: str | None = Field(default=None, description="The request's x-request-id")
 
 
+#: RFC 9110 renamed these (§15.5.14, §15.5.21); Python's ``http.HTTPStatus`` keeps the RFC 7231 phrases.
+_RFC9110_PHRASES = {413: "Content Too Large", 422: "Unprocessable Content"}
+
+
 def reason(status: int) -> str:
     """The HTTP reason phrase of ``status`` (RFC 9110 §15), ``"Error"`` for an unregistered code."""
+    if status in _RFC9110_PHRASES:
+        return _RFC9110_PHRASES[status]
     try:
         return HTTPStatus(status).phrase
     except ValueError:
