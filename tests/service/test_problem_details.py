@@ -93,7 +93,8 @@ def test_every_error_status_is_a_declared_problem(
             assert_declared_problem(openapi, method.lower(), doc_path or path, resp)
             seen.add(status)
             body: dict[str, Any] = resp.json()
-            assert body["instance"] == path and body["request_id"] == resp.headers["x-request-id"]
+            assert body["instance"] == f"{service.http_url}{path}"
+            assert body["request_id"] == resp.headers["x-request-id"]
             return body
 
         # 400: a body that is not JSON (not FastAPI's 422)

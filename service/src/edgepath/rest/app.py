@@ -52,7 +52,7 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticat
 from edgepath.metrics import REQUEST_SECONDS_BUCKETS
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
-from edgepath.rest.problem import declare_problems, problem_body, problem_bytes
+from edgepath.rest.problem import declare_problems, instance_uri, problem_body, problem_bytes
 from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
@@ -395,7 +395,7 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane, metrics
         if ok:
             return json_body(body)
         message = "state store unreachable; deciding with the last model"
-        problem = problem_body(503, message, kind=ErrorKind.UNAVAILABLE.value, instance=request.url.path, **body)
+        problem = problem_body(503, message, kind=ErrorKind.UNAVAILABLE.value, instance=instance_uri(request), **body)
         return problem_response(503, problem)
 
     if not metrics:
@@ -437,7 +437,7 @@ def create_app(
             exc.message,
             kind=exc.kind.value,
             field=exc.field,
-            instance=request.url.path,
+            instance=instance_uri(request),
             request_id=correlation_id.get(),
         )
         return problem_response(status, body, headers)
@@ -450,7 +450,7 @@ def create_app(
             exc.status_code,
             str(exc.detail),
             kind=kind.value,
-            instance=request.url.path,
+            instance=instance_uri(request),
             request_id=correlation_id.get(),
         )
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
@@ -469,7 +469,7 @@ def create_app(
             str(first.get("msg", "invalid request")),
             kind=ErrorKind.INVALID_INPUT.value,
             field=field_path(first.get("loc", ())) or ("body" if malformed else None),
-            instance=request.url.path,
+            instance=instance_uri(request),
             request_id=correlation_id.get(),
             errors=[{"field": field_path(e.get("loc", ())), "message": str(e.get("msg"))} for e in errors],
         )

@@ -42,7 +42,7 @@ from starlette.exceptions import HTTPException
 from edgepath.engines.steering import MTS_MODE_INTENT
 from edgepath.errors import EdgePathError, ErrorKind, field_path
 from edgepath.plane import DecisionPlane
-from edgepath.rest.problem import PROBLEM_JSON, problem_body, problem_response, reason
+from edgepath.rest.problem import PROBLEM_JSON, instance_uri, problem_body, problem_response, reason
 from edgepath.security import EdgeSecurity
 from edgepath.state.base import MtsSession
 from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, AccessType
@@ -111,7 +111,7 @@ class MtsRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
-            path = request.url.path
+            path = instance_uri(request)
             try:
                 return await handler(request)
             except RequestValidationError as exc:

@@ -3,8 +3,8 @@
 Every non-2xx answer of the service — the ``/v1`` routes, ``/mts/v1`` (ETSI MEC 015 ``ProblemDetails``, the
 same shape), ``/readyz`` while degraded, the body-size bound (413) and load shedding (503) — is one
 :class:`Problem` object: the RFC 9457 §3.1 members ``type`` (``about:blank``: the status says it all),
-``title`` (the HTTP reason phrase, RFC 9457 §4.2.1), ``status``, ``detail`` and ``instance`` (the request
-path), plus EdgePath's extension members (RFC 9457 §3.2), kept from the envelope clients read before:
+``title`` (the HTTP reason phrase, RFC 9457 §4.2.1), ``status``, ``detail`` and ``instance`` (the request's absolute
+URI without its query), plus EdgePath's extension members (RFC 9457 §3.2), kept from the envelope clients read before:
 
 - ``error``: the :class:`~edgepath.errors.ErrorKind` value (``invalid_input``, ``rate_limited``, ...);
 - ``field``: the offending request field (``interfaces[0].rsrp_dbm``), or null;
@@ -21,12 +21,15 @@ from __future__ import annotations
 
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 PROBLEM_JSON = "application/problem+json"
+#: Characters a URI path may carry unescaped (RFC 3986 §3.3 pchar and "/"; "%" is escaped again).
+URI_PATH_SAFE = "/:@!$&'()*+,;=-._~"
 PROBLEM_SCHEMA = "Problem"
 
 
@@ -92,6 +95,14 @@ def problem_body(
         body["instance"] = instance
     body.update({k: v for k, v in extensions.items() if v is not None})
     return body
+
+
+def instance_uri(request: Any) -> str:
+    """The absolute URI of the request without its query (RFC 9457 ``instance``; MEC 015 declares it
+    ``format: uri``, which a bare path does not satisfy): the path as received, percent-encoded again so
+    that any byte sequence yields a valid URI (RFC 3986 §2.1)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode("utf-8", "surrogateescape")
+    return f"{request.url.scheme}://{request.url.netloc}{quote(raw, safe=URI_PATH_SAFE)}"
 
 
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:

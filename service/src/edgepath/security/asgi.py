@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 from asgi_correlation_id.context import correlation_id
 from starlette.exceptions import HTTPException
 
 Scope = dict[str, Any]
+#: Characters a URI path may carry unescaped (RFC 3986 §3.3 pchar and "/"; "%" is escaped again).
+URI_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def request_uri(scope: Scope) -> str | None:
+    """The request's absolute URI without its query (scheme, Host header or server address, path)."""
+    host = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"host"), None)
+    if host is None and scope.get("server"):
+        host = f"{scope['server'][0]}:{scope['server'][1]}"
+    raw = scope.get("raw_path") or str(scope.get("path", "")).encode("utf-8", "surrogateescape")
+    return f"{scope.get('scheme', 'http')}://{host}{quote(raw, safe=URI_PATH_SAFE)}" if host else None
 
 
 class BodySizeLimit:
@@ -35,7 +47,7 @@ class BodySizeLimit:
             "error": "invalid_input",
             "field": None,
             "message": message,
-            "instance": scope.get("path"),
+            "instance": request_uri(scope),
             "request_id": correlation_id.get(),  # the x-request-id of the middleware outside this one
         }
         body = json.dumps(problem).encode()
