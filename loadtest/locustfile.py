@@ -12,8 +12,16 @@ gRPC follows locust's documented pattern for gRPC (examples/grpc in the locust
 repository): gevent-patched grpcio (``grpc.experimental.gevent.init_gevent``)
 and a client interceptor that fires ``events.request`` for every call.
 
-Run: ``loadtest/run.sh`` (headless, CSV + HTML into out/loadtest), or
-``locust -f loadtest/locustfile.py --host http://127.0.0.1:8080 --grpc-target 127.0.0.1:50051``.
+Against a production deployment (issue 22): ``--jwt-key-file`` mints one HS256 JWT per simulated device
+(``sub`` = its device id, signed with the chart's JWT key, the Secret's ``jwt-key``), so per-device rate limits
+and outcome caps behave as in the field; ``--ca-file`` verifies the service's TLS certificate on both
+transports (gRPC channels are then TLS; ``--grpc-tls`` uses TLS with the system roots) and
+``--tls-server-name`` overrides the name checked. ``loadtest/locust.conf`` holds the production run's
+settings (README, "Load-testing a deployment").
+
+Run: ``loadtest/run.py`` (headless, CSV + HTML into out/loadtest), or
+``locust -f loadtest/locustfile.py --host http://127.0.0.1:8080 --grpc-target 127.0.0.1:50051``, or
+``locust --config loadtest/locust.conf --host https://… --grpc-target … --jwt-key-file … --ca-file …``.
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gevent.ssl
 import grpc
 import grpc.experimental.gevent as grpc_gevent
+import jwt
 from locust import FastHttpUser, User, constant_throughput, events, task
 from locust.exception import LocustError
 
@@ -63,6 +73,20 @@ def _options(parser: Any) -> None:
         default=os.environ.get("EDGEPATH_DEVICE_ID", ""),
         help="Use this device_id for every request (the identity --edgepath-token authenticates); default: "
         "a fleet of generated ids (needs a service without authentication, e.g. on loopback)",
+    )
+    parser.add_argument(
+        "--jwt-key-file",
+        default=os.environ.get("EDGEPATH_JWT_KEY_FILE", ""),
+        help="File holding the service's HS256 JWT key (the chart Secret's jwt-key): one JWT per simulated device",
+    )
+    parser.add_argument(
+        "--ca-file",
+        default=os.environ.get("EDGEPATH_CA_FILE", ""),
+        help="CA (PEM) verifying the service's TLS certificate on both transports; gRPC channels use TLS",
+    )
+    parser.add_argument("--grpc-tls", action="store_true", help="gRPC over TLS with the system roots (no --ca-file)")
+    parser.add_argument(
+        "--tls-server-name", default="", help="Name the service's certificate is checked against (default: the host)"
     )
     parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
     parser.add_argument(
@@ -111,6 +135,7 @@ class _DeviceStream:
         opts = _options_of(self.environment)  # type: ignore[attr-defined]
         fixed = opts.device_id if opts else ""
         device_id = fixed or f"loadtest-{self._transport}-{os.getpid()}-{self._uid}-{self._generation}"
+        self._token = device_token(opts, device_id)
         return Device(device_id, random.Random(self._rng.random()), self._pool)
 
     def _current_device(self) -> Device:
@@ -118,6 +143,26 @@ class _DeviceStream:
             self._device = self._new_device()
         self._decisions += 1
         return self._device
+
+
+def jwt_key(opts: Any) -> str:
+    """The HS256 key of ``--jwt-key-file`` (surrounding whitespace stripped), or "" without one."""
+    path = opts.jwt_key_file if opts else ""
+    return Path(path).read_text().strip() if path else ""
+
+
+def device_token(opts: Any, device_id: str, ttl_s: int = 24 * 3600) -> str:
+    """The bearer token of ``device_id``: its own JWT (claims ``sub``, ``iat``, ``exp``, as
+    ``edgepath.security.auth.issue_jwt`` makes them) with ``--jwt-key-file``, else ``--edgepath-token``, else ""."""
+    key = jwt_key(opts)
+    if key:
+        now = int(time.time())
+        return jwt.encode({"sub": device_id, "iat": now, "exp": now + ttl_s}, key, algorithm="HS256")
+    return opts.edgepath_token if opts else ""
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _pace(user: Any) -> float:
@@ -132,10 +177,26 @@ class RestDevice(_DeviceStream, FastHttpUser):
     weight = 1
     wait_time = _pace
 
+    def __init__(self, environment: Any) -> None:
+        opts = _options_of(environment)
+        if opts and opts.ca_file:  # verify the service's certificate (locust's FastHttpUser skips it by default)
+            ca_file, server_name = opts.ca_file, opts.tls_server_name
+            self.insecure = False
+
+            def verified() -> Any:
+                context = gevent.ssl.create_default_context(cafile=ca_file)
+                context.check_hostname = not server_name  # a name override is checked by the CA chain only
+                return context
+
+            self.ssl_context_factory = verified
+        super().__init__(environment)
+
     def on_start(self) -> None:
         self._init_devices(self.environment, "rest")
-        token = _options_of(self.environment).edgepath_token if _options_of(self.environment) else ""
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return _bearer(self._token)
 
     @task
     def decide_and_report(self) -> None:
@@ -195,6 +256,15 @@ class LocustInterceptor(grpc.UnaryUnaryClientInterceptor):
         return response
 
 
+def grpc_channel(opts: Any, target: str) -> grpc.Channel:
+    """A TLS channel (``--ca-file``, or ``--grpc-tls`` with the system roots) or a plaintext one to ``target``."""
+    if opts and (opts.ca_file or opts.grpc_tls):
+        roots = Path(opts.ca_file).read_bytes() if opts.ca_file else None
+        options = [("grpc.ssl_target_name_override", opts.tls_server_name)] if opts.tls_server_name else []
+        return grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=roots), options=options)
+    return grpc.insecure_channel(target)
+
+
 class GrpcUser(User):
     """Abstract locust user with a gRPC stub (``stub_class``) on ``--grpc-target``."""
 
@@ -207,10 +277,8 @@ class GrpcUser(User):
             raise LocustError("You must specify the stub_class.")
         opts = _options_of(environment)
         target = opts.grpc_target if opts else "127.0.0.1:50051"
-        self._channel = grpc.intercept_channel(grpc.insecure_channel(target), LocustInterceptor(environment))
+        self._channel = grpc.intercept_channel(grpc_channel(opts, target), LocustInterceptor(environment))
         self.stub = self.stub_class(self._channel)
-        token = opts.edgepath_token if opts else ""
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
 
     def on_stop(self) -> None:
         self._channel.close()
@@ -225,6 +293,10 @@ class GrpcDevice(_DeviceStream, GrpcUser):
 
     def on_start(self) -> None:
         self._init_devices(self.environment, "grpc")
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...] | None:
+        return (("authorization", f"Bearer {self._token}"),) if self._token else None
 
     @task
     def decide_and_report(self) -> None:

@@ -51,6 +51,19 @@ if [ "$(id -u)" = 0 ] && [ ! -x .tools/bin/promtool ] && command -v apt-get >/de
   rm -rf "$pt_tmp"
 fi
 
+# buf for `buf lint` / `buf breaking` on proto/ (tests/test_proto_buf.py): built from its Go module into .tools/bin
+# with the Go toolchain (a few minutes, once); without Go the buf tests skip, saying so.
+BUF_VERSION=v1.75.0
+GO=$(command -v go || true)
+[ -z "$GO" ] && [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go
+if [ ! -x .tools/bin/buf ] || ! .tools/bin/buf --version 2>/dev/null | grep -qx "${BUF_VERSION#v}"; then
+  if [ -n "$GO" ] && GOBIN="$PWD/.tools/bin" "$GO" install "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION" >/dev/null 2>&1; then
+    echo "setup: buf $BUF_VERSION built into .tools/bin (proto lint/breaking tests only)"
+  else
+    echo "setup: could not build buf $BUF_VERSION (no Go toolchain or module download failed); the buf tests will skip" >&2
+  fi
+fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then

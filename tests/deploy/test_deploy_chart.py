@@ -81,7 +81,8 @@ def test_service_monitor_scrapes_the_metrics_endpoint(render: Any) -> None:
     sm = one(objects, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
     (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["path"] == "/metrics" and endpoint["port"] == "http"
+    # metrics on their own plain-HTTP port by default (settings.metricsPort; issue 22)
+    assert endpoint["path"] == "/metrics" and endpoint["port"] == "metrics" and endpoint["scheme"] == "http"
     svc = one(objects, "Service", "ep-edgepath")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["spec"]["selector"].items()
     assert not by_kind(render("defaults"), "ServiceMonitor"), "ServiceMonitor must be optional (off by default)"
@@ -92,14 +93,19 @@ def test_default_ports_match_the_service_settings(render: Any) -> None:
     deploy = one(objects, "Deployment", "ep-edgepath")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    config = one(objects, "ConfigMap", "-settings")["data"]
     assert ports == {
         "grpc": Settings.model_fields["grpc_port"].default,
         "http": Settings.model_fields["http_port"].default,
+        "metrics": int(config["EDGEPATH_METRICS_PORT"]),
     }
-    config = one(objects, "ConfigMap", "-settings")["data"]
     assert int(config["EDGEPATH_GRPC_PORT"]) == ports["grpc"] and int(config["EDGEPATH_HTTP_PORT"]) == ports["http"]
     svc = one(objects, "Service", "ep-edgepath")
-    assert {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]} == {"grpc": "grpc", "http": "http"}
+    targets = {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]}
+    assert targets == {"grpc": "grpc", "http": "http", "metrics": "metrics"}
+    # long-lived device channels re-balance: max_connection_age reaches the server (issue 22)
+    assert float(config["EDGEPATH_GRPC_MAX_CONNECTION_AGE_S"]) > 0
+    assert float(config["EDGEPATH_GRPC_MAX_CONNECTION_AGE_GRACE_S"]) >= 0
 
 
 def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
@@ -108,6 +114,7 @@ def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     config = one(objects, "ConfigMap", "-settings")["data"]
+    ports.pop("metrics", None)
     assert ports == {"grpc": int(config["EDGEPATH_GRPC_PORT"]), "http": int(config["EDGEPATH_HTTP_PORT"])}
     assert ports == {"grpc": 50052, "http": 8443}
 

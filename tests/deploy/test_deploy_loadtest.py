@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deploy_helpers import ROOT, VENV_BIN, served
+from service_harness import running_service
 
 sys.path.insert(0, str(ROOT / "loadtest"))
 import workload
@@ -146,3 +149,88 @@ def test_locust_users_authenticate_with_a_device_token(tmp_path: Path) -> None:
     final = json.loads((out / "edgepath_final.json").read_text())
     assert final["Aggregated"]["requests"] > 0 and final["Aggregated"]["failures"] == 0
     assert final["REST Recommend"]["requests"] > 0 and final["gRPC Recommend"]["requests"] > 0
+
+
+def _tls_pki(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 (cryptography), as a deployment's ``<release>-tls`` Secret."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(cn: str, key: Any, issuer: x509.Name, issuer_key: Any, ca: bool) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            san = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "EdgePath loadtest CA")])
+    ca_cert = cert("EdgePath loadtest CA", ca_key, ca_name, ca_key, ca=True)
+    server_cert = cert("127.0.0.1", server_key, ca_name, ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    paths = (directory / "ca.crt", directory / "server.crt", directory / "server.key")
+    paths[0].write_bytes(ca_cert.public_bytes(pem))
+    paths[1].write_bytes(server_cert.public_bytes(pem))
+    paths[2].write_bytes(server_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths[2].chmod(0o600)
+    return paths
+
+
+def docs_locust_command() -> str:
+    """The ``locust --config loadtest/locust.conf`` command of the README's "Load-testing a deployment"."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Load-testing a deployment", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```sh", 1)[1].split("```", 1)[0]
+    command = block[block.index(".venv/bin/locust --config loadtest/locust.conf") :].replace("\\\n", " ")
+    return command.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)  # locust starts gevent and loads the paired situations (~20 s) before its 8 s run
+def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tmp_path: Path) -> None:
+    """The README's command against a local service with TLS on both transports and JWT authentication:
+    no failures, and the service saw each simulated device as its own authenticated identity."""
+    ca, server_crt, server_key = _tls_pki(tmp_path)
+    key = "loadtest-jwt-key-" + "x" * 32
+    (tmp_path / "jwt.key").write_text(key + "\n")
+    command = docs_locust_command()
+    assert "--host" in command and "--grpc-target" in command
+    with running_service(auth_jwt_key=key, tls_cert_file=server_crt, tls_key_file=server_key) as svc:
+        env = {
+            **os.environ,
+            "EDGEPATH_HOST": "127.0.0.1",
+            "EDGEPATH_HTTP_PORT": str(svc.http_port),
+            "EDGEPATH_GRPC_PORT": str(svc.grpc_port),
+            "EDGEPATH_JWT_KEY_FILE": str(tmp_path / "jwt.key"),
+            "EDGEPATH_CA_FILE": str(ca),
+        }
+        overrides = (
+            f" --run-time 8s --users 6 --spawn-rate 6 --device-decisions-per-s 4 --situations 300"
+            f" --csv {tmp_path}/edgepath --html {tmp_path}/report.html --final-stats-file {tmp_path}/final.json"
+        )
+        proc = subprocess.run(
+            ["bash", "-c", command + overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=200
+        )
+        # which identities the service decided for (the in-process store's records; read after the run)
+        devices = {record.device_id for record in list(svc.service.store._decisions.values())}
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    final = json.loads((tmp_path / "final.json").read_text())
+    assert final["Aggregated"]["failures"] == 0 and final["Aggregated"]["requests"] > 0
+    assert final["gRPC Recommend"]["requests"] > 0 and final["REST Recommend"]["requests"] > 0
+    assert len(devices) >= 6 and all(d.startswith("loadtest-") for d in devices), devices

@@ -1,6 +1,8 @@
 """schemathesis against the real REST server's OpenAPI schema: every operation, and decision → outcome via its link.
 
-The check is schemathesis's ``not_a_server_error`` (no 5xx). The server runs
+The checks are schemathesis's ``not_a_server_error`` (no 5xx) and its response-conformance checks: every
+answer has a status the operation declares, the declared content type (``application/problem+json`` for
+errors, issue 22) and a body and headers that conform to the declared schema. The server runs
 with a hashed-tokens file and the tests call as an admin (so the admin routes
 are reached, and an admin may speak for any device); rate limits and outcome
 caps are raised so the fuzzer reaches the handlers. Bounded: Hypothesis
@@ -23,10 +25,23 @@ from fuzz_helpers import running_service
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 RUN_STATELESS = "rest-schemathesis-operations"
 RUN_STATEFUL = "rest-schemathesis-decision-outcome"
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 SETTINGS = settings(
     max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
 )
@@ -72,7 +87,7 @@ def test_no_operation_answers_a_server_error(api_schema: Any, fuzz_service: tupl
         def run(case: Any) -> None:
             response = case.call(headers={"Authorization": f"Bearer {admin}"})
             record(RUN_STATELESS, str(response.status_code))
-            case.validate_response(response, checks=[not_a_server_error])
+            case.validate_response(response, checks=CHECKS)
 
         try:
             run()
@@ -92,7 +107,7 @@ def test_decision_outcome_link_never_answers_a_server_error(api_schema: Any, fuz
             record(RUN_STATEFUL, str(response.status_code))
             if case.operation.path == "/v1/outcomes" and response.status_code == 200:
                 links_followed["outcome_accepted"] += 1
-            case.validate_response(response, checks=[not_a_server_error], transport_kwargs=kwargs)
+            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
 
     DecisionOutcome.run(
         settings=settings(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import signal
 import sys
@@ -15,6 +14,7 @@ import typer
 from pydantic import ValidationError
 
 from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
+from edgepath.logs import configure_logging
 from edgepath.settings import describe_errors, load_settings
 
 #: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
@@ -153,6 +153,11 @@ def serve(
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
     if workers > 1:
+        if settings.metrics_port is not None:
+            raise typer.BadParameter(
+                "metrics_port (EDGEPATH_METRICS_PORT) serves one process's metrics: not with --workers N",
+                param_hint="--workers",
+            )
         if not settings.store_is_shared:
             raise typer.BadParameter(
                 "more than one worker needs a shared store (--store redis://...): each process keeps its own memory",
@@ -160,7 +165,7 @@ def serve(
             )
         serve_workers(settings, workers, ready_file)
         return
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
 
     async def run() -> None:
         service = Service.build(settings)
@@ -264,7 +269,7 @@ def train(
     if not settings.store_is_shared:
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
     known_policy(settings.policy, param_hint=None)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
     from edgepath.main import run_trainer
 
     # Training never starves serving (issue 16): where the trainer shares cores with deciders, the

@@ -37,6 +37,7 @@ import uvicorn
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
+from edgepath.logs import configure_logging
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
@@ -84,7 +85,7 @@ def serve_worker(settings: Settings, ready: Any) -> None:
     ``ready`` (a ``multiprocessing`` queue) receives ``os.getpid()`` once both servers listen, or the
     error that stopped the start.
     """
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.log_format)
 
     async def main() -> None:
         service = Service.build(settings)
@@ -103,6 +104,11 @@ def serve_worker(settings: Settings, ready: Any) -> None:
     except BaseException as exc:
         ready.put(repr(exc))
         raise
+
+
+def seconds_to_ms(seconds: float | None) -> int | None:
+    """A duration setting in s as the whole ms gRPC core options take (None stays None)."""
+    return None if seconds is None else max(1, round(seconds * 1000))
 
 
 def http_protocol() -> str:
@@ -251,6 +257,8 @@ class Service:
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
     reuse_port: bool = False  # one of several worker processes sharing the ports (SO_REUSEPORT)
+    metrics_port: int = 0  # the bound metrics port when settings.metrics_port is set
+    tracer_provider: Any = None  # OpenTelemetry TracerProvider when settings.otel_tracing (edgepath.tracing)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -262,7 +270,13 @@ class Service:
         store = backend.store
         registry = ModelRegistry(build_model(settings))
         metrics.model_version.set(registry.current.version)
-        registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
+        metrics.model_published.set_to_current_time()
+
+        def published(mv: Any) -> None:
+            metrics.model_version.set(mv.version)
+            metrics.model_published.set_to_current_time()
+
+        registry.on_publish(published)
         guard = build_outcome_guard(settings, backend)  # security: bounded learning
         plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
 
@@ -300,14 +314,27 @@ class Service:
                 )
         self.security = build_security(s, self.backend, guard=self.plane.guard)
         admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
+        if s.otel_tracing and self.tracer_provider is None:  # off by default (issue 22)
+            from edgepath.tracing import build_tracer_provider
+
+            self.tracer_provider = build_tracer_provider()
         grpc_server, health_servicer, self.grpc_port = create_server(
-            self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s), admission
+            self.plane,
+            f"{s.host}:{s.grpc_port}",
+            self.security,
+            grpc_server_credentials(s),
+            admission,
+            max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
+            max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),
+            tracer_provider=self.tracer_provider,
         )
         await grpc_server.start()
         await set_serving(health_servicer, True)
 
         config = uvicorn.Config(
-            create_app(self.plane, self.security, admission),
+            create_app(
+                self.plane, self.security, admission, self.tracer_provider, serve_metrics=s.metrics_port is None
+            ),
             host=s.host,
             port=s.http_port,
             log_level="warning",
@@ -327,6 +354,12 @@ class Service:
             await asyncio.sleep(0.01)
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
 
+        metrics_server = None
+        if s.metrics_port is not None:  # GET /metrics on a port of its own (prometheus_client's threaded server)
+            from prometheus_client import start_http_server
+
+            metrics_server, _ = start_http_server(s.metrics_port, addr=s.host, registry=self.metrics.registry)
+            self.metrics_port = metrics_server.server_port
         background: list[asyncio.Task[None]] = []
         if self.trainer is not None and self.settings.trainer is not False:
             self.trainer.start()
@@ -368,6 +401,11 @@ class Service:
             await http_task
             await grpc_server.stop(grace=2.0)
             await (self.backend or self.store).close()
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
+            if self.tracer_provider is not None:
+                self.tracer_provider.shutdown()  # flushes the spans still batched
             log.info("EdgePath stopped")
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:

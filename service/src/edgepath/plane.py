@@ -203,6 +203,9 @@ class DecisionPlane:
         # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
         await self.store.put_decision(record, self.settings.decision_ttl_s)
         self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
+        self.metrics.propensity.observe(choice.propensity)
+        if choice.propensity < 0.5:
+            self.metrics.explored.labels(record.policy).inc()
         sections: dict[str, Any] = {}  # filled in registry order; later adapters may read earlier sections
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=sections)
         for engine in self.engines:
@@ -372,6 +375,7 @@ class DecisionPlane:
         if result is ClaimResult.NEW:  # the engines learn once per decision
             await self.store.append_decision_log(_logged(decision, report, reward))
             self._apprentice_observe(decision, report)
+            self.observe_joined(decision, report, reward)
             lesson = OutcomeInput(report=report, decision=decision, store=self.store, now_s=time.time())
             for engine in self.engines:
                 await engine.learn(lesson)
@@ -438,6 +442,23 @@ class DecisionPlane:
         }
         out.update(self.apprentice.status() if self.apprentice is not None else {"mode": "learner"})
         return out
+
+    def observe_joined(self, decision: DecisionRecord, report: OutcomeReport, reward: float) -> None:
+        """Domain metrics of an outcome joined for training: its reward, utility and delay since the decision."""
+        s = self.settings
+        self.metrics.reward.observe(reward)
+        self.metrics.utility.observe(
+            utility(
+                report.throughput_bps,
+                report.latency_ms,
+                report.loss,
+                throughput_cap_bps=s.utility_throughput_cap_bps,
+                latency_cap_ms=s.utility_latency_cap_ms,
+                latency_weight=s.utility_latency_weight,
+                loss_weight=s.utility_loss_weight,
+            )
+        )
+        self.metrics.outcome_delay_seconds.observe(max(0.0, time.time() - decision.decided_at))
 
     # --- security: admin-only quarantine management -------------------------------------------------------------
     def _require_admin(self, principal: Principal) -> OutcomeGuard:

@@ -244,6 +244,23 @@ class Settings(BaseSettings):
     http_port: int = Field(8080, ge=0, le=65535)
     profile: Literal["dev", "prod"] = "dev"
     log_level: str = "INFO"
+    # --- operations (issue 22): edgepath.logs, edgepath.grpc.observe, edgepath.tracing ---
+    log_format: Literal["text", "json"] = Field(
+        "text", description="json: one JSON object per line with the request id (x-request-id) of the call"
+    )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Serve /metrics on this port of its own (None: on the HTTP API port too)"
+    )
+    grpc_max_connection_age_s: float | None = Field(
+        None, gt=0.0, description="Close gRPC connections after this age (GOAWAY) so channels re-balance, s"
+    )
+    grpc_max_connection_age_grace_s: float | None = Field(
+        None, ge=0.0, description="Time calls in flight get to finish after a max-age GOAWAY, s"
+    )
+    otel_tracing: bool = Field(
+        False, description="OpenTelemetry traces of both transports (OTLP exporter from the OTEL_* environment)"
+    )
+    # --- end operations ---
 
     seed: int = Field(0, ge=0, description="Seed of the policies' and the SSMP selector's random generators")
     batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")

@@ -1,7 +1,12 @@
 """gRPC transport: ``edgepath.v1.PathService`` and ``grpc.health.v1.Health`` (grpc.aio).
 
 Errors map through :data:`GRPC_STATUS`; validation errors are INVALID_ARGUMENT
-with the offending field named in the details (``interfaces[0].rsrp_dbm: ...``).
+with the offending field named in the details (``interfaces[0].rsrp_dbm: ...``) and, as rich error details
+(grpcio-status), a ``google.rpc.BadRequest`` listing every invalid field; shed and rate-limited calls carry
+``google.rpc.RetryInfo`` besides the ``retry-after-ms`` trailer. The server offers reflection
+(``grpc.reflection.v1alpha``: clients such as grpcurl call it without the proto file), echoes
+``x-request-id`` metadata and counts calls per method and code (:mod:`edgepath.grpc.observe`), and can
+close connections after ``max_connection_age_ms`` so long-lived device channels re-balance over replicas.
 """
 
 from __future__ import annotations
@@ -12,11 +17,13 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
+from edgepath.grpc.observe import CallObserver, rich_status
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
@@ -45,15 +52,41 @@ def validation_message(exc: ValidationError) -> str:
     return f"{field_path(first['loc'])}: {first['msg']}"
 
 
+async def abort_invalid(
+    context: grpc.aio.ServicerContext, exc: ValidationError, extra_trailing: tuple[tuple[str, str], ...] = ()
+) -> None:
+    """Abort with INVALID_ARGUMENT naming the first invalid field, every one in a ``google.rpc.BadRequest``
+    (``extra_trailing`` is added to the call's trailing metadata)."""
+    violations = [(field_path(e["loc"]), str(e["msg"])) for e in exc.errors()]
+    status = rich_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        validation_message(exc),
+        violations=violations,
+        trailing_metadata=extra_trailing,
+    )
+    await context.abort_with_status(status)
+
+
 async def abort_with(
     context: grpc.aio.ServicerContext, exc: EdgePathError, extra_trailing: tuple[tuple[str, str], ...] = ()
 ) -> None:
-    """Abort the call with the kind's status; RESOURCE_EXHAUSTED carries ``retry-after-ms`` trailing metadata
+    """Abort the call with the kind's status; an error naming a field carries a ``google.rpc.BadRequest``;
+    RESOURCE_EXHAUSTED carries ``retry-after-ms`` trailing metadata and a ``google.rpc.RetryInfo``
     (``extra_trailing`` is added to any call's trailing metadata)."""
     trailing: tuple[tuple[str, str], ...] = extra_trailing
+    retry_after_ms = None
     if isinstance(exc, RateLimited):
-        trailing = (("retry-after-ms", str(max(1, math.ceil(exc.retry_after_s * 1000)))), *extra_trailing)
-    await context.abort(GRPC_STATUS[exc.kind], str(exc), trailing_metadata=trailing)
+        retry_after_ms = max(1, math.ceil(exc.retry_after_s * 1000))
+        trailing = (("retry-after-ms", str(retry_after_ms)), *extra_trailing)
+    violations = [(exc.field, exc.message)] if exc.field else []
+    status = rich_status(
+        GRPC_STATUS[exc.kind],
+        str(exc),
+        violations=violations,
+        retry_after_ms=retry_after_ms,
+        trailing_metadata=trailing,
+    )
+    await context.abort_with_status(status)
 
 
 class _CaptureHandlers:
@@ -145,11 +178,13 @@ class PathServicer(pb_grpc.PathServiceServicer):
         The caller releases the slot with ``self.inflight -= 1``. ``trailing``: more trailing metadata on shedding."""
         if self.admission.shed(self.inflight):
             self.plane.metrics.shed.labels("grpc").inc()
-            await context.abort(
+            status = rich_status(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"overloaded: past capacity; retry after {RETRY_AFTER_MS} ms",
+                retry_after_ms=RETRY_AFTER_MS,
                 trailing_metadata=(("retry-after-ms", str(RETRY_AFTER_MS)), *trailing),
             )
+            await context.abort_with_status(status)
         self.inflight += 1
 
     async def principal(self, context: grpc.aio.ServicerContext, declared_device_id: str) -> Principal:
@@ -198,7 +233,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 req = convert.recommend_request(request)
                 rec = await self.plane.recommend(principal, req)
             except ValidationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+                await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
             return convert.recommendation_to_proto(rec)
@@ -217,7 +252,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 principals = await self.principals(context, [r.device_id for r in batch.requests])
                 recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
             except ValidationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+                await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
             return convert.recommendation_batch_to_proto(RecommendBatch(recommendations=recs))
@@ -272,7 +307,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 report = convert.outcome_report(request)
                 ack = await self.plane.report_outcome(principal, report)
             except ValidationError as exc:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc))
+                await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
             return convert.ack_to_proto(ack)
@@ -286,6 +321,9 @@ def create_server(
     security: EdgeSecurity | None = None,
     credentials: grpc.ServerCredentials | None = None,
     admission: Admission | None = None,
+    max_connection_age_ms: int | None = None,
+    max_connection_age_grace_ms: int | None = None,
+    tracer_provider: Any = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """Build (not start) the gRPC server on ``address`` ("host:port"; port 0 = any free).
 
@@ -297,15 +335,34 @@ def create_server(
     Past capacity (``admission``, :mod:`edgepath.admission`) new ``PathService`` calls are shed
     (RESOURCE_EXHAUSTED with ``retry-after-ms``); health checks are never shed.
 
+    ``max_connection_age_ms`` (gRPC core's ``grpc.max_connection_age_ms``: a GOAWAY after that age, ±10 %
+    jitter) makes long-lived device channels reconnect, so replicas an autoscaler adds get their share;
+    calls in flight then have ``max_connection_age_grace_ms`` to finish. None leaves connections open.
+    ``tracer_provider`` (OpenTelemetry) traces every call (:mod:`edgepath.tracing`).
+
     Returns the server, its health servicer (to flip serving status) and the bound port.
     """
     max_bytes = security.max_message_bytes if security is not None else DEFAULT_MAX_MESSAGE_BYTES
-    server = grpc.aio.server(
-        options=[("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
-    )
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", max_bytes),
+        ("grpc.max_send_message_length", max_bytes),
+    ]
+    if max_connection_age_ms is not None:
+        options.append(("grpc.max_connection_age_ms", max_connection_age_ms))
+    if max_connection_age_grace_ms is not None:
+        options.append(("grpc.max_connection_age_grace_ms", max_connection_age_grace_ms))
+    interceptors: list[Any] = [CallObserver(plane.metrics.grpc_call)]
+    if tracer_provider is not None:
+        from edgepath.tracing import grpc_interceptor
+
+        interceptors.insert(0, grpc_interceptor(tracer_provider))
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security, admission), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
     if credentials is not None:
         port = server.add_secure_port(address, credentials)
     else:

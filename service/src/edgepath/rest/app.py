@@ -4,8 +4,13 @@ Routes: ``POST /v1/recommendations``, ``POST /v1/recommendations/batch``, ``POST
 (liveness), ``GET /readyz`` (readiness: state store reachable), ``GET /metrics``
 (Prometheus), the admin quarantine routes, and the OpenAPI docs at ``/docs`` and ``/openapi.json``.
 
-Errors are JSON ``{"error": kind, "field": "interfaces[0].rsrp_dbm", "message": ...}``
-with the status from :data:`HTTP_STATUS`; invalid bodies are 422.
+Every error is RFC 9457 ``application/problem+json`` (:mod:`edgepath.rest.problem`) with the status from
+:data:`HTTP_STATUS`: a body that is not JSON is 400, a value out of its rules 422 naming the field; the
+members clients read before (``error``, ``field``, ``message``) are kept as extension members. Each
+operation's OpenAPI entry declares exactly the error statuses it can answer (:func:`error_statuses`).
+Every request carries an ``x-request-id`` (the caller's, or a generated one), echoed in the answer, in
+problem bodies and in the JSON logs (:mod:`edgepath.logs`). ``/docs`` and ``/redoc`` serve their
+JavaScript from the package (fastapi-offline): they work on an air-gapped edge node.
 
 The hot routes (decisions and outcomes) take the raw body and validate it once, with pydantic's own
 JSON parser straight into the domain model (:func:`parse_body`), and answer with the model's JSON
@@ -20,25 +25,35 @@ API) is one more such line (or ``app.include_router(...)`` of its own ``APIRoute
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
 import orjson
+from asgi_correlation_id import CorrelationIdMiddleware
+from asgi_correlation_id.context import correlation_id
 from fastapi import APIRouter, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse, Response
 from fastapi.security import HTTPBearer
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_fastapi_instrumentator import Instrumentator
+from prometheus_fastapi_instrumentator import metrics as rest_metrics
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
+from edgepath.metrics import REQUEST_SECONDS_BUCKETS
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
+from edgepath.rest.problem import declare_problems, instance_uri, problem_body, problem_bytes
+from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.types import (
@@ -63,6 +78,29 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 }
 
 _JSON = "application/json"
+log = logging.getLogger("edgepath.rest")
+REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:/+=")
+
+
+def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    """The problem answer, logged (5xx as warnings, 4xx at debug level) with the request id of the call."""
+    log.log(
+        logging.WARNING if status >= 500 else logging.DEBUG,
+        "%s -> %d %s",
+        body.get("instance"),
+        status,
+        body.get("detail"),
+        extra={"status": status, "error": body.get("error"), "field": body.get("field")},
+    )
+    return _problem_response(status, body, headers)
+
+
+def valid_request_id(value: str) -> bool:
+    """A caller's ``x-request-id`` is kept when it is 1-128 characters of ``[A-Za-z0-9-_.:/+=]`` (UUIDs, W3C
+    trace ids, ...); anything else is replaced by a generated one (never echoed into logs as is)."""
+    return 0 < len(value) <= 128 and all(c in _REQUEST_ID_OK for c in value)
+
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -90,7 +128,7 @@ def parse_body(raw: bytes, model: type[M]) -> M:
     Raises
     ------
     RequestValidationError
-        Invalid JSON, or a value out of the model's rules; answered as 422 naming the field.
+        Invalid JSON (answered 400) or a value out of the model's rules (422 naming the field).
     """
     try:
         return model.model_validate_json(raw)
@@ -123,8 +161,29 @@ def documented_body(model: type[BaseModel]) -> dict[str, Any]:
     }
 
 
+def error_statuses(path: str, method: str) -> tuple[int, ...]:
+    """The error statuses operation ``method path`` can answer (each declared with the problem schema).
+
+    413 (:class:`~edgepath.security.asgi.BodySizeLimit`) applies to every request; 503 load shedding
+    (:class:`ShedPastCapacity`), 401 and 429 (:class:`Gate`) to the ``/v1`` routes; ``/mts/v1`` answers 400
+    for any invalid request (MEC 015) and 503 while the state store is unreachable.
+    """
+    if path.startswith("/mts/v1/"):
+        return (400, 401, 403, 404, 413, 429, 503)
+    if path.startswith("/v1/admin/"):
+        return (401, 403, 413, 422, 429, 503)
+    if path == "/v1/outcomes":
+        return (400, 401, 403, 404, 413, 422, 429, 503)
+    if path.startswith("/v1/"):
+        return (400, 401, 403, 413, 422, 429, 503)
+    if path == "/readyz":
+        return (413, 503)
+    return (413,)
+
+
 def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]]) -> None:
-    """Generate the OpenAPI document as FastAPI does, plus the schemas of the self-parsed request bodies."""
+    """Generate the OpenAPI document as FastAPI does, plus the schemas of the self-parsed request bodies and
+    the problem responses of every operation (:func:`error_statuses`, :func:`.problem.declare_problems`)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -142,6 +201,7 @@ def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]]) -> Non
             "scheme": "bearer",
             "description": _bearer.model.description,
         }
+        declare_problems(doc, error_statuses)
         app.openapi_schema = doc
         return doc
 
@@ -158,9 +218,7 @@ class ShedPastCapacity:
         self.admission = admission
         self.on_shed = on_shed
         self.inflight = 0
-        self._body = orjson.dumps(
-            {"error": ErrorKind.UNAVAILABLE.value, "field": None, "message": "overloaded; retry after 1 s"}
-        )
+        self._body = problem_bytes(503, "overloaded; retry after 1 s", kind=ErrorKind.UNAVAILABLE.value)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -173,7 +231,7 @@ class ShedPastCapacity:
                     "type": "http.response.start",
                     "status": 503,
                     "headers": [
-                        (b"content-type", b"application/json"),
+                        (b"content-type", b"application/problem+json"),
                         (b"content-length", str(len(self._body)).encode()),
                         (b"retry-after", str(max(1, math.ceil(RETRY_AFTER_MS / 1000))).encode()),
                     ],
@@ -318,8 +376,8 @@ def add_admin_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Ga
         return QuarantineList(devices=await plane.set_quarantine(await gate.admin(request), device_id, False))
 
 
-def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None:
-    """Liveness, readiness and Prometheus metrics."""
+def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane, metrics: bool = True) -> None:
+    """Liveness, readiness and (``metrics``: unless they have a port of their own) Prometheus metrics."""
     tags: list[str | Enum] = ["health"]
 
     @router.get("/healthz", tags=tags)
@@ -328,14 +386,22 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None
         return {"status": "ok"}
 
     @router.get("/readyz", tags=tags)
-    async def readyz() -> Response:
-        """Readiness: the state store is reachable (503 with ``degraded: true`` while it is not; decisions go on)."""
+    async def readyz(request: Request) -> Response:
+        """Readiness: the state store is reachable (503 problem with ``degraded: true`` while it is not; decisions
+        go on)."""
         ok = await plane.ready()
         body = {"ready": ok, "degraded": not ok, "model_version": plane.registry.current.version}
-        return json_body(body, status_code=200 if ok else 503)
+        if ok:
+            return json_body(body)
+        message = "state store unreachable; deciding with the last model"
+        problem = problem_body(503, message, kind=ErrorKind.UNAVAILABLE.value, instance=instance_uri(request), **body)
+        return problem_response(503, problem)
+
+    if not metrics:
+        return
 
     @router.get("/metrics", tags=tags, response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
+    async def prometheus_metrics() -> PlainTextResponse:
         """Prometheus exposition of this process's metrics."""
         return PlainTextResponse(generate_latest(plane.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -350,44 +416,72 @@ def add_status_route(router: FastAPI | APIRouter, plane: DecisionPlane) -> None:
 
 
 def create_app(
-    plane: DecisionPlane, security: EdgeSecurity | None = None, admission: Admission | None = None
+    plane: DecisionPlane,
+    security: EdgeSecurity | None = None,
+    admission: Admission | None = None,
+    tracer_provider: Any = None,
+    serve_metrics: bool = True,
 ) -> FastAPI:
     """Build the FastAPI application bound to ``plane`` (``security``: see :class:`Gate`; past capacity,
-    ``admission``, new ``/v1`` requests are shed: :class:`ShedPastCapacity`)."""
-    app = FastAPI(
+    ``admission``, new ``/v1`` requests are shed: :class:`ShedPastCapacity`; ``tracer_provider``, an
+    OpenTelemetry ``TracerProvider``, traces every request: :mod:`edgepath.tracing`; ``serve_metrics=False``
+    leaves ``GET /metrics`` to the metrics port of its own, settings ``metrics_port``)."""
+    app = FastAPIOffline(
         title="EdgePath",
         version="0.1.0",
         description="Path recommendations for multipath (MPTCP) devices: primary path per radio context.",
     )
 
     @app.exception_handler(EdgePathError)
-    async def _edgepath_error(_: Request, exc: EdgePathError) -> Response:
+    async def _edgepath_error(request: Request, exc: EdgePathError) -> Response:
         headers: dict[str, str] = {}
         if isinstance(exc, RateLimited):
             headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))  # RFC 9110 §10.2.3: whole seconds
         elif isinstance(exc, Unauthenticated):
             headers["WWW-Authenticate"] = "Bearer"
-        return json_body(
-            {"error": exc.kind.value, "field": exc.field, "message": exc.message},
-            status_code=HTTP_STATUS[exc.kind],
-            headers=headers,
+        status = HTTP_STATUS[exc.kind]
+        body = problem_body(
+            status,
+            exc.message,
+            kind=exc.kind.value,
+            field=exc.field,
+            instance=instance_uri(request),
+            request_id=correlation_id.get(),
         )
+        return problem_response(status, body, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """Starlette's own errors (unknown path 404, 405, a body FastAPI cannot read) as problem details."""
+        kind = ErrorKind.NOT_FOUND if exc.status_code == 404 else ErrorKind.INVALID_INPUT
+        body = problem_body(
+            exc.status_code,
+            str(exc.detail),
+            kind=kind.value,
+            instance=instance_uri(request),
+            request_id=correlation_id.get(),
+        )
+        return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
     app.include_router(mts_router(plane, security), prefix="/mts/v1")  # ETSI MEC 015 Traffic Steering (issue 19)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> Response:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
+        """422 naming every invalid field; 400 when the body is not JSON at all (RFC 9110 §15.5.1)."""
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-        return json_body(
-            {
-                "error": ErrorKind.INVALID_INPUT.value,
-                "field": field_path(first.get("loc", ())),
-                "message": str(first.get("msg", "invalid request")),
-                "detail": [{"field": field_path(e.get("loc", ())), "message": str(e.get("msg"))} for e in errors],
-            },
-            status_code=422,
+        malformed = any(e.get("type") == "json_invalid" for e in errors)
+        status = 400 if malformed else 422
+        body = problem_body(
+            status,
+            str(first.get("msg", "invalid request")),
+            kind=ErrorKind.INVALID_INPUT.value,
+            field=field_path(first.get("loc", ())) or ("body" if malformed else None),
+            instance=instance_uri(request),
+            request_id=correlation_id.get(),
+            errors=[{"field": field_path(e.get("loc", ())), "message": str(e.get("msg"))} for e in errors],
         )
+        return problem_response(status, body)
 
     # security: body size bound before anything reads the body
     app.add_middleware(BodySizeLimit, max_bytes=security.max_message_bytes if security else DEFAULT_MAX_MESSAGE_BYTES)
@@ -397,11 +491,33 @@ def create_app(
         admission=admission or Admission(),
         on_shed=lambda: plane.metrics.shed.labels("rest").inc(),
     )
+    # Outermost: every answer (a shed one too) carries the request's x-request-id.
+    app.add_middleware(
+        CorrelationIdMiddleware, header_name=REQUEST_ID_HEADER, validator=valid_request_id, transformer=None
+    )
+    # Per-request count, status and latency (prometheus-fastapi-instrumentator), outermost: shed 503s and 413s count.
+    instrumentator = Instrumentator(
+        should_group_status_codes=False, excluded_handlers=["/metrics"], registry=plane.metrics.registry
+    )
+    instrumentator.add(rest_metrics.requests(metric_namespace="edgepath", registry=plane.metrics.registry))
+    instrumentator.add(
+        rest_metrics.latency(
+            metric_namespace="edgepath",
+            should_include_status=False,
+            buckets=REQUEST_SECONDS_BUCKETS,
+            registry=plane.metrics.registry,
+        )
+    )
+    instrumentator.instrument(app)
+    if tracer_provider is not None:
+        from edgepath.tracing import instrument_rest
+
+        instrument_rest(app, tracer_provider)
     gate = Gate(security)
     # One line per group of routes (registered on the app itself: no included-router indirection per request).
     add_decisions_routes(app, plane, gate)
     add_admin_routes(app, plane, gate)
-    add_health_routes(app, plane)
+    add_health_routes(app, plane, metrics=serve_metrics)
     add_status_route(app, plane)  # apprentice mode (issue 18)
     install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
     return app

@@ -13,7 +13,7 @@ EdgePath extensions to ``MtsSessionInfo`` (the schema allows extra members): ``d
 (required: the EdgePath device whose traffic the session steers; MEC 015 v2.1.1 has no UE
 identifier) and ``sessionId`` (in every response; the resource's id, also in ``Location``).
 
-Errors are RFC 7807 ``ProblemDetails`` (``application/problem+json``) with the status of
+Errors are RFC 9457 (formerly 7807) ``ProblemDetails`` (``application/problem+json``) with the status of
 :data:`MTS_STATUS`; an invalid request is 400 and its ``detail`` starts with the field path
 (``qosD.maxLatency: …``), also given as the extension member ``field``. With authentication
 configured only admin principals (the MEC platform) may call the API (403 otherwise).
@@ -29,10 +29,10 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, Literal
 
+from asgi_correlation_id.context import correlation_id
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException
 from edgepath.engines.steering import MTS_MODE_INTENT
 from edgepath.errors import EdgePathError, ErrorKind, field_path
 from edgepath.plane import DecisionPlane
+from edgepath.rest.problem import PROBLEM_JSON, instance_uri, problem_body, problem_response, reason
 from edgepath.security import EdgeSecurity
 from edgepath.state.base import MtsSession
 from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, AccessType
@@ -56,7 +57,7 @@ MTS_STATUS: dict[ErrorKind, int] = {
     ErrorKind.UNAUTHENTICATED: 401,
     ErrorKind.RATE_LIMITED: 429,
 }
-PROBLEM_JSON = "application/problem+json"
+_INVALID = ErrorKind.INVALID_INPUT.value
 UINT32 = 2**32 - 1
 MAX_PORTS = 64
 MAX_FILTERS = 16
@@ -88,12 +89,19 @@ class MtsProblem(Exception):
         self.status, self.title, self.detail, self.field = status, title, detail, field
 
 
-def problem(status: int, title: str, detail: str, field: str | None = None) -> JSONResponse:
-    """RFC 7807 body (MEC 015 ProblemDetails) with ``field`` as an extension member."""
-    body: dict[str, Any] = {"type": "about:blank", "title": title, "status": status, "detail": detail}
-    if field is not None:
-        body["field"] = field
-    return JSONResponse(status_code=status, content=body, media_type=PROBLEM_JSON)
+def problem(
+    status: int, title: str, detail: str, field: str | None = None, *, kind: str | None = None, path: str | None = None
+) -> Response:
+    """RFC 9457 body (MEC 015 ProblemDetails; the service's :class:`~edgepath.rest.problem.Problem`) with
+    ``field`` (and ``error``, ``request_id``) as extension members; ``detail`` starts with the field path."""
+    message = detail.removeprefix(f"{field}: ") if field else detail
+    body = problem_body(
+        status, message, kind=kind, field=field, instance=path, title=title, request_id=correlation_id.get()
+    )
+    body["detail"] = detail
+    if field is None:
+        del body["field"]
+    return problem_response(status, body)
 
 
 class MtsRoute(APIRoute):
@@ -103,6 +111,7 @@ class MtsRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
+            path = instance_uri(request)
             try:
                 return await handler(request)
             except RequestValidationError as exc:
@@ -110,17 +119,19 @@ class MtsRoute(APIRoute):
                 first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
                 loc = [p for p in first.get("loc", ()) if p not in ("body", "path", "query")]
                 field = "body" if first.get("type") == "json_invalid" else field_path(loc) or "body"
-                return problem(400, "Bad Request", f"{field}: {first.get('msg', 'invalid')}", field)
-            except MtsProblem as exc:
-                return problem(exc.status, exc.title, exc.detail, exc.field)
-            except HTTPException as exc:  # e.g. a body that is not JSON
                 return problem(
-                    exc.status_code, "Bad Request" if exc.status_code == 400 else "Error", f"body: {exc.detail}", "body"
+                    400, "Bad Request", f"{field}: {first.get('msg', 'invalid')}", field, kind=_INVALID, path=path
                 )
+            except MtsProblem as exc:
+                kind = _INVALID if exc.status == 400 else None
+                return problem(exc.status, exc.title, exc.detail, exc.field, kind=kind, path=path)
+            except HTTPException as exc:  # e.g. a body that is not JSON
+                title = "Bad Request" if exc.status_code == 400 else "Error"
+                return problem(exc.status_code, title, f"body: {exc.detail}", "body", kind=_INVALID, path=path)
             except EdgePathError as exc:
                 status = MTS_STATUS[exc.kind]
                 detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
-                response = problem(status, exc.kind.value, detail, exc.field)
+                response = problem(status, reason(status), detail, exc.field, kind=exc.kind.value, path=path)
                 if status == 429:
                     response.headers["Retry-After"] = str(max(1, round(getattr(exc, "retry_after_s", 1.0))))
                 return response

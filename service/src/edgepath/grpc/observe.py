@@ -1,0 +1,172 @@
+"""What the gRPC transport tells operators and callers besides the answer: request ids, call metrics, rich errors.
+
+- :class:`CallObserver` (a ``grpc.aio`` server interceptor) takes the caller's ``x-request-id`` metadata (or
+  makes one), puts it in the request's context (the JSON logs carry it, :mod:`edgepath.logs`) and sends it
+  back as initial metadata; and it counts every call by method and status code, with its latency, under the
+  names of the Go and Java gRPC Prometheus interceptors (``grpc_server_handled_total``,
+  ``grpc_server_handling_seconds``), so existing gRPC dashboards work. (py-grpc-prometheus only
+  intercepts the synchronous server; this service runs ``grpc.aio``.)
+- :func:`rich_status` builds the ``grpc.Status`` of an error with ``google.rpc`` details in the
+  ``grpc-status-details-bin`` trailer (grpcio-status; https://cloud.google.com/apis/design/errors):
+  ``BadRequest`` field violations naming each invalid field, ``RetryInfo`` for a shed or rate-limited call.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from asgi_correlation_id.context import correlation_id
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+REQUEST_ID_KEY = "x-request-id"
+log = logging.getLogger("edgepath.grpc")
+_SERVER_FAULTS = frozenset({"UNKNOWN", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "DEADLINE_EXCEEDED"})
+_REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:/+=")
+
+
+class _RichStatus(collections.namedtuple("_RichStatus", ("code", "details", "trailing_metadata")), grpc.Status):
+    """A ``grpc.Status`` for ``context.abort_with_status``."""
+
+
+def rich_status(
+    code: grpc.StatusCode,
+    message: str,
+    *,
+    violations: Sequence[tuple[str, str]] = (),
+    retry_after_ms: int | None = None,
+    trailing_metadata: Sequence[tuple[str, str]] = (),
+) -> grpc.Status:
+    """The status of an error: ``code``, ``message``, and ``google.rpc`` details.
+
+    ``violations`` are ``(field, description)`` pairs (``interfaces[0].rsrp_dbm``) packed as one
+    ``google.rpc.BadRequest``; ``retry_after_ms`` (> 0) as ``google.rpc.RetryInfo``. ``trailing_metadata``
+    is sent as well (e.g. EdgePath's ``retry-after-ms``, which existing clients read).
+    """
+    status = status_pb2.Status(code=code.value[0], message=message)
+    if violations:
+        bad_request = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+                for field, description in violations
+            ]
+        )
+        packed = any_pb2.Any()
+        packed.Pack(bad_request)
+        status.details.append(packed)
+    if retry_after_ms is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(retry_after_ms)
+        packed = any_pb2.Any()
+        packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        status.details.append(packed)
+    base = rpc_status.to_status(status)
+    return _RichStatus(base.code, base.details, tuple(base.trailing_metadata) + tuple(trailing_metadata))
+
+
+def request_id_of(metadata: Sequence[Any] | None) -> str:
+    """The caller's ``x-request-id`` when it is 1-128 characters of ``[A-Za-z0-9-_.:/+=]``, else a new uuid4 hex."""
+    for item in metadata or ():
+        key, value = (item.key, item.value) if hasattr(item, "key") else item
+        if key == REQUEST_ID_KEY and isinstance(value, str) and 0 < len(value) <= 128:
+            if all(c in _REQUEST_ID_OK for c in value):
+                return value
+    return uuid.uuid4().hex
+
+
+class CallObserver(grpc.aio.ServerInterceptor):
+    """Request id in and out, and per-method call counts and latency (module docstring).
+
+    Parameters
+    ----------
+    on_call:
+        ``on_call(method, code_name, seconds)`` once per finished call, e.g. :meth:`edgepath.metrics.Metrics.grpc_call`;
+        ``method`` is the full name ``/edgepath.v1.PathService/Recommend``, ``code_name`` ``OK``, ``NOT_FOUND``...
+    """
+
+    def __init__(self, on_call: Callable[[str, str, float], None] | None = None) -> None:
+        self.on_call = on_call
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        request_id = request_id_of(handler_call_details.invocation_metadata)
+        on_call = self.on_call
+
+        async def enter(context: grpc.aio.ServicerContext) -> float:
+            correlation_id.set(request_id)
+            await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+            return time.perf_counter()
+
+        def leave(context: grpc.aio.ServicerContext, start: float, failed: bool) -> None:
+            if on_call is None:
+                return
+            code = context.code()
+            if code is None or isinstance(code, int):  # not set: OK unless the handler raised
+                name = "UNKNOWN" if failed else "OK" if not code else grpc.StatusCode(code).name
+            else:
+                name = code.name
+            elapsed_s = time.perf_counter() - start
+            if name != "OK":
+                level = logging.WARNING if name in _SERVER_FAULTS else logging.DEBUG
+                log.log(level, "%s -> %s", method, name, extra={"grpc_code": name, "elapsed_ms": elapsed_s * 1e3})
+            on_call(method, name, elapsed_s)
+
+        def wrap_unary(behavior: Any) -> Any:
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                start = await enter(context)
+                failed = True
+                try:
+                    response = await behavior(request, context)
+                    failed = False
+                    return response
+                finally:
+                    leave(context, start, failed)
+
+            return call
+
+        def wrap_streaming(behavior: Any) -> Any:
+            if inspect.isasyncgenfunction(behavior):
+
+                async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                    start = await enter(context)
+                    failed = True
+                    try:
+                        async for response in behavior(request, context):
+                            yield response
+                        failed = False
+                    finally:
+                        leave(context, start, failed)
+
+                return stream
+            return wrap_unary(behavior)  # a coroutine writing with context.write()
+
+        kinds = (
+            ("unary_unary", wrap_unary, grpc.unary_unary_rpc_method_handler),
+            ("unary_stream", wrap_streaming, grpc.unary_stream_rpc_method_handler),
+            ("stream_unary", wrap_unary, grpc.stream_unary_rpc_method_handler),
+            ("stream_stream", wrap_streaming, grpc.stream_stream_rpc_method_handler),
+        )
+        for attribute, wrap, build in kinds:
+            behavior = getattr(handler, attribute)
+            if behavior is not None:
+                return build(
+                    wrap(behavior),
+                    request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer,
+                )
+        return handler

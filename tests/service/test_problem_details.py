@@ -1,0 +1,208 @@
+"""The REST API describes itself (issue 22, item 3): RFC 9457 problem details for every error status, each
+declared in ``/openapi.json`` for the operation that answers it; ``/docs`` and ``/redoc`` need no CDN;
+``x-request-id`` is accepted and echoed.
+
+Every status is provoked on a real server (``running_service``: authentication with a tokens file, a
+1 KiB body bound, a two-request burst per device). Load shedding (503) is provoked on the real app built
+by ``create_app`` with an :class:`~edgepath.admission.Admission` whose in-flight bound is 0, served in
+process through httpx's ASGI transport (a real overload cannot be produced reliably on a shared 2-core
+machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from edgepath.admission import Admission
+from edgepath.main import Service
+from edgepath.rest.app import create_app
+from edgepath.security.auth import TokenFile
+from edgepath.settings import Settings
+from service_harness import RunningService, running_service
+
+PROBLEM = "application/problem+json"
+WIFI = {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -60, "link_speed_mbps": 100}
+
+
+def context(device_id: str, **interface: Any) -> dict[str, Any]:
+    return {"device_id": device_id, "interfaces": [{**WIFI, **interface}]}
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    tokens = TokenFile(tmp_path_factory.mktemp("problem") / "tokens.json")
+    names = ("dev-ok", "dev-422", "dev-400", "dev-404", "dev-413", "dev-429", "dev-403")
+    issued = {name: tokens.add(name) for name in names}
+    issued["admin"] = tokens.add("ops", admin=True)
+    return tokens.path, issued
+
+
+@pytest.fixture(scope="module")
+def service(tokens: tuple[Path, dict[str, str]]) -> Iterator[RunningService]:
+    with running_service(
+        auth_tokens_file=tokens[0], rate_limit_per_s=0.001, rate_limit_burst=2, max_message_bytes=1024
+    ) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def openapi(service: RunningService) -> dict[str, Any]:
+    doc: dict[str, Any] = httpx.get(f"{service.http_url}/openapi.json", timeout=5.0).json()
+    return doc
+
+
+def resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with ``#/components/...`` references resolvable (the document itself as the root)."""
+    return {**schema, "components": doc["components"]}
+
+
+def assert_declared_problem(doc: dict[str, Any], method: str, path: str, resp: httpx.Response) -> None:
+    """``resp`` is a problem object valid against the schema ``doc`` declares for this operation and status."""
+    assert resp.headers["content-type"].startswith(PROBLEM), (path, resp.status_code, resp.headers)
+    operation = doc["paths"][path][method]
+    declared = operation["responses"].get(str(resp.status_code))
+    assert declared is not None, f"{method.upper()} {path} answers {resp.status_code}, not declared"
+    schema = declared["content"][PROBLEM]["schema"]
+    assert schema == {"$ref": "#/components/schemas/Problem"}
+    body = resp.json()
+    jsonschema.validate(body, resolve(doc, schema))
+    assert body["status"] == resp.status_code and body["type"] == "about:blank" and body["title"]
+
+
+def test_every_error_status_is_a_declared_problem(
+    service: RunningService, tokens: tuple[Path, dict[str, str]], openapi: dict[str, Any]
+) -> None:
+    issued = tokens[1]
+
+    def auth(name: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {issued[name]}"}
+
+    seen: set[int] = set()
+    with httpx.Client(base_url=service.http_url, timeout=5.0) as http:
+
+        def check(method: str, path: str, status: int, doc_path: str | None = None, **kwargs: Any) -> dict[str, Any]:
+            resp = http.request(method, path, **kwargs)
+            assert resp.status_code == status, (method, path, resp.text)
+            assert_declared_problem(openapi, method.lower(), doc_path or path, resp)
+            seen.add(status)
+            body: dict[str, Any] = resp.json()
+            assert body["instance"] == f"{service.http_url}{path}"
+            assert body["request_id"] == resp.headers["x-request-id"]
+            return body
+
+        # 400: a body that is not JSON (not FastAPI's 422)
+        body = check(
+            "POST", "/v1/recommendations", 400, content=b'{"device_id": ', headers={**auth("dev-400"), **_json()}
+        )
+        assert body["field"] == "body" and body["error"] == "invalid_input"
+        # 422: a value out of range, named; the members clients read are kept (error, field, message)
+        body = check(
+            "POST",
+            "/v1/recommendations",
+            422,
+            json=context("dev-422", wifi_rssi_dbm=10),
+            headers=auth("dev-422"),
+        )
+        assert body["field"] == "interfaces[0].wifi_rssi_dbm" and body["error"] == "invalid_input"
+        assert body["detail"] == f"{body['field']}: {body['message']}" and body["errors"][0]["field"] == body["field"]
+        # 401 with WWW-Authenticate
+        resp_body = check("POST", "/v1/recommendations", 401, json=context("dev-ok"), headers=_bearer("not-a-token"))
+        assert resp_body["error"] == "unauthenticated"
+        # 403: an admin route called by a device
+        check("GET", "/v1/admin/quarantine", 403, headers=auth("dev-403"))
+        # 404: an outcome for a decision that never existed
+        outcome = {"device_id": "dev-404", "decision_id": "0" * 32, "throughput_bps": 1e6}
+        check("POST", "/v1/outcomes", 404, json=outcome, headers=auth("dev-404"))
+        # 413: a body beyond max_message_bytes
+        big = context("dev-413") | {"padding": "x" * 2048}
+        check("POST", "/v1/recommendations", 413, json=big, headers=auth("dev-413"))
+        # 429 with Retry-After once the device's burst is spent
+        for _ in range(2):
+            assert http.post("/v1/recommendations", json=context("dev-429"), headers=auth("dev-429")).status_code == 200
+        check("POST", "/v1/recommendations", 429, json=context("dev-429"), headers=auth("dev-429"))
+        # the MEC 015 API answers the same problem object (400 naming the field, 404)
+        check(
+            "GET", "/mts/v1/mts_sessions/nope", 404, doc_path="/mts/v1/mts_sessions/{sessionId}", headers=auth("admin")
+        )
+        check("POST", "/mts/v1/mts_sessions", 400, json={"appInsId": "a"}, headers=auth("admin"))
+        # 422 on a path parameter of an admin route
+        check(
+            "PUT",
+            "/v1/admin/quarantine/" + "d" * 200,
+            422,
+            doc_path="/v1/admin/quarantine/{device_id}",
+            headers=auth("admin"),
+        )
+    assert seen == {400, 401, 403, 404, 413, 422, 429}
+
+
+def test_shed_request_is_a_declared_503_problem(openapi: dict[str, Any]) -> None:
+    service = Service.build(Settings(host="127.0.0.1", grpc_port=0, http_port=0))
+    app = create_app(service.plane, None, Admission(max_inflight=0))
+
+    async def call() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://edge") as http:
+            return await http.post("/v1/recommendations", json=context("dev-shed"))
+
+    resp = asyncio.run(call())
+    assert resp.status_code == 503 and int(resp.headers["retry-after"]) >= 1
+    assert_declared_problem(openapi, "post", "/v1/recommendations", resp)
+    assert resp.json()["error"] == "unavailable" and "x-request-id" in resp.headers
+
+
+def test_every_declared_error_uses_the_problem_schema_and_no_default_422_is_left(openapi: dict[str, Any]) -> None:
+    errors = 0
+    for path, item in openapi["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                if status.startswith("2"):
+                    continue
+                errors += 1
+                assert list(response["content"]) == [PROBLEM], (method, path, status)
+                assert response["content"][PROBLEM]["schema"] == {"$ref": "#/components/schemas/Problem"}
+            if path.startswith("/mts/v1/"):
+                assert "422" not in operation["responses"] and "400" in operation["responses"], path
+            if path in ("/v1/recommendations", "/v1/recommendations/batch", "/v1/outcomes"):
+                assert {"400", "401", "413", "422", "429", "503"} <= set(operation["responses"]), path
+    assert errors > 30
+    assert "HTTPValidationError" not in openapi["components"]["schemas"]
+
+
+def test_request_id_is_echoed_or_generated(service: RunningService) -> None:
+    with httpx.Client(base_url=service.http_url, timeout=5.0) as http:
+        assert http.get("/healthz", headers={"x-request-id": "req-42.a"}).headers["x-request-id"] == "req-42.a"
+        generated = http.get("/healthz").headers["x-request-id"]
+        assert re.fullmatch(r"[0-9a-f]{32}", generated)
+        # a value that could forge log lines is replaced, not echoed
+        replaced = http.get("/healthz", headers={"x-request-id": "a b\tc"}).headers["x-request-id"]
+        assert replaced != "a b\tc" and re.fullmatch(r"[0-9a-f]{32}", replaced)
+
+
+def test_docs_load_without_a_cdn(service: RunningService) -> None:
+    """Air-gapped edge node: every script and stylesheet of /docs and /redoc is served by the service itself."""
+    with httpx.Client(base_url=service.http_url, timeout=5.0) as http:
+        for page in ("/docs", "/redoc"):
+            html = http.get(page).text
+            assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", html)
+            assert assets, page
+            for asset in assets:
+                assert asset.startswith("/"), f"{page} loads {asset} from elsewhere"
+                resp = http.get(asset)
+                assert resp.status_code == 200 and len(resp.content) > 0, asset
+            assert "openapi.json" in html
+
+
+def _json() -> dict[str, str]:
+    return {"content-type": "application/json"}
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}

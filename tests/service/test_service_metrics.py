@@ -1,0 +1,70 @@
+"""Monitoring metrics of a running service (issue 22, item 2): per-transport request count, status and
+latency; the domain metrics an operator watches; and ``metrics_port`` moving ``/metrics`` off the API port."""
+
+from __future__ import annotations
+
+import grpc
+import httpx
+from edgepath.wire import edgepath_pb2 as pb
+from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+from prometheus_client.parser import text_string_to_metric_families
+from service_harness import running_service
+
+CONTEXT = {
+    "device_id": "dev-metrics",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9},
+    ],
+}
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    return sum(v for (n, ls), v in scraped.items() if n == name and set(labels.items()) <= ls)
+
+
+def test_metrics_on_their_own_port_with_request_and_domain_metrics() -> None:
+    with running_service(metrics_port=0) as svc:
+        metrics_port = svc.service.metrics_port
+        assert metrics_port and metrics_port not in (svc.http_port, svc.grpc_port)
+        with httpx.Client(base_url=svc.http_url, timeout=10) as http:
+            rec = http.post("/v1/recommendations", json=CONTEXT)
+            assert rec.status_code == 200
+            outcome = {"device_id": "dev-metrics", "decision_id": rec.json()["decision_id"], "throughput_bps": 4e7}
+            assert http.post("/v1/outcomes", json=outcome).json()["accepted"]
+            assert http.post("/v1/outcomes", json={**outcome, "decision_id": "0" * 32}).status_code == 404
+            assert http.get("/metrics").status_code == 404  # not on the API port any more
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            request = pb.RecommendRequest(
+                device_id="dev-grpc", interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)]
+            )
+            pb_grpc.PathServiceStub(channel).Recommend(request, timeout=5)
+        scrape = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5)
+    assert scrape.status_code == 200
+    got = samples(scrape.text)
+    # per transport: count by status, latency
+    rest = {"handler": "/v1/outcomes", "method": "POST"}
+    assert value(got, "edgepath_http_requests_total", status="200", **rest) == 1
+    assert value(got, "edgepath_http_requests_total", status="404", **rest) == 1
+    assert value(got, "edgepath_http_request_duration_seconds_count", handler="/v1/recommendations") == 1
+    assert value(got, "grpc_server_handled_total", grpc_method="Recommend", grpc_code="OK") == 1
+    assert value(got, "grpc_server_handling_seconds_count", grpc_method="Recommend") == 1
+    # domain: decisions, propensity, exploration, reward and utility of joined outcomes, delay, model age
+    assert value(got, "edgepath_decisions_total") == 2
+    assert value(got, "edgepath_decision_propensity_count") == 2
+    assert 0 < value(got, "edgepath_decision_propensity_sum") <= 2
+    families = {f.name for f in text_string_to_metric_families(scrape.text)}
+    assert "edgepath_decisions_explored" in families  # exploration share = its rate / decisions' rate
+    assert value(got, "edgepath_outcome_reward_count") == 1
+    assert value(got, "edgepath_outcome_reward_sum") == 1  # 40 Mbit/s ≥ the 25 Mbit/s reward threshold
+    assert 0 < value(got, "edgepath_outcome_utility_sum") < 1
+    assert value(got, "edgepath_outcome_delay_seconds_count") == 1
+    assert value(got, "edgepath_model_published_timestamp_seconds") > 1.7e9
