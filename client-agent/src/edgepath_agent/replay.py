@@ -286,18 +286,18 @@ def run_replay(
     for i, s in enumerate(situations):
         device_id = f"{device_prefix}-{s.user[:16]}"
         rec = client.recommend({"device_id": device_id, "interfaces": list(s.interfaces)})
-        primary = rec["primary_path"]
-        is_wifi = primary["access_type"] == "WIFI"
+        primary = rec.primary_path
+        is_wifi = primary.access_type == "WIFI"
         mbps = s.wifi_mbps if is_wifi else s.cellular_mbps
         ack = client.report_outcome(
-            {"device_id": device_id, "decision_id": rec["decision_id"], "throughput_bps": mbps * 1e6}
+            {"device_id": device_id, "decision_id": rec.decision_id, "throughput_bps": mbps * 1e6}
         )
-        result.policy = rec["policy"]
+        result.policy = rec.policy
         result.chosen_mbps.append(mbps)
         result.chosen_wifi.append(is_wifi)
-        result.rewards.append(int(ack.get("reward", 0)))
-        result.propensities.append(float(primary["propensity"]))
-        result.model_versions.append(int(rec["model_version"]))
+        result.rewards.append(ack.reward)
+        result.propensities.append(float(primary.propensity or 0.0))
+        result.model_versions.append(rec.model_version)
         result.situations.append(s)
         if on_round is not None:
             on_round(i)
