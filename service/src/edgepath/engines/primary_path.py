@@ -99,7 +99,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from contextualbandits.online import AdaptiveGreedy, BootstrappedUCB, EpsilonGreedy, ExploreFirst
 from sklearn.linear_model import SGDClassifier
 
 from edgepath.engines import reward as rewards
@@ -404,11 +403,37 @@ class PolicySpec:
     source: str
 
 
+#: Install command of the optional contextualbandits library (the five library policies below, v1 artefacts).
+LIBRARY_EXTRA = "pip install 'edgepath[library-policies]'"
+
+
+def _contextualbandits() -> Any:
+    """``contextualbandits.online``, imported on first use: the serving runtime does not need it (nor the pandas
+    it imports) unless a library policy is chosen (issue 14, item 5).
+
+    Raises
+    ------
+    ModuleNotFoundError
+        Naming the extra to install when the library is absent.
+    """
+    try:
+        import contextualbandits.online as online
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"the contextualbandits policies need the library-policies extra ({exc.name} is not installed): "
+            + LIBRARY_EXTRA,
+            name=exc.name,
+        ) from exc
+    return online
+
+
 def _library(name: str, factory: Callable[[Any, BanditConfig, dict[str, Any]], Any]) -> Builder:
     def build(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> LibraryPolicy:
+        _contextualbandits()  # absent library: the error names the extra before anything is built
         common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed, beta_prior=None)
         return LibraryPolicy(name, factory(_oracle(cfg) if base is None else base, cfg, common))
 
+    build.needs_contextualbandits = True  # type: ignore[attr-defined]
     return build
 
 
@@ -430,13 +455,16 @@ _SPECS: tuple[PolicySpec, ...] = (
     PolicySpec(
         "adaptive_greedy",
         "bernoulli",
-        _library("adaptive_greedy", lambda o, cfg, c: AdaptiveGreedy(o, njobs=1, **c)),
+        _library("adaptive_greedy", lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, njobs=1, **c)),
         "contextualbandits AdaptiveGreedy (Chakrabarti et al. 2009)",
     ),
     PolicySpec(
         "adaptive_active_greedy",
         "bernoulli",
-        _library("adaptive_active_greedy", lambda o, cfg, c: AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c)),
+        _library(
+            "adaptive_active_greedy",
+            lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c),
+        ),
         "contextualbandits AdaptiveGreedy, active_choice='weighted'",
     ),
     PolicySpec(
@@ -444,7 +472,7 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bernoulli",
         _library(
             "bootstrapped_ucb",
-            lambda o, cfg, c: BootstrappedUCB(
+            lambda o, cfg, c: _contextualbandits().BootstrappedUCB(
                 o, nsamples=cfg.ucb_nsamples, percentile=cfg.ucb_percentile, njobs_arms=1, njobs_samples=1, **c
             ),
         ),
@@ -455,7 +483,9 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bernoulli",
         _library(
             "epsilon_greedy",
-            lambda o, cfg, c: EpsilonGreedy(o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c),
+            lambda o, cfg, c: _contextualbandits().EpsilonGreedy(
+                o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c
+            ),
         ),
         "contextualbandits EpsilonGreedy",
     ),
@@ -464,7 +494,7 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bernoulli",
         _library(
             "explore_first",
-            lambda o, cfg, c: ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
+            lambda o, cfg, c: _contextualbandits().ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
         ),
         "contextualbandits ExploreFirst",
     ),
@@ -533,7 +563,9 @@ class PrimaryPathBandit:
 
     def __init__(self, config: BanditConfig | None = None) -> None:
         self.config = config or BanditConfig()
-        policy_spec(self.config.policy)  # validate the name early
+        spec = policy_spec(self.config.policy)  # validate the name early
+        if getattr(spec.build, "needs_contextualbandits", False):
+            _contextualbandits()  # a library policy without the library: fail at start, naming the extra
         self._policies: dict[ArmSet, Any] = {}
         self.samples_seen = 0
         self.samples_rejected = 0
