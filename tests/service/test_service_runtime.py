@@ -212,7 +212,7 @@ def test_wheel_without_extras_serves_in_a_fresh_venv(tmp_path: Path) -> None:
     help_ = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path)
     assert help_.returncode == 0 and "serve" in help_.stdout, help_.stderr
     lab = subprocess.run(
-        [exe, "eval", "primary"], capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path
+        [exe, "eval", "ssmp", "--paper", *OUT], capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path
     )
     assert lab.returncode == 2 and "edgepath[lab]" in lab.stderr, lab.stdout + lab.stderr
     proc = _serve([exe], tmp_path / "ready.json", tmp_path / "serve.log")
