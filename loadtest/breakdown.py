@@ -179,7 +179,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from edgepath.engines.reward import bernoulli_reward
     from edgepath.grpc import convert
     from edgepath.grpc.server import PathServicer
-    from edgepath.main import Service, shared_redis
+    from edgepath.main import Service
     from edgepath.plane import new_decision_id
     from edgepath.rest.app import create_app, json_response, parse_body
     from edgepath.security import build_security
@@ -204,7 +204,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     service = Service.build(settings)
     plane = service.plane
-    security = build_security(settings, shared_redis(service.store), guard=plane.guard)
+    security = build_security(settings, service.backend, guard=plane.guard)
     app = create_app(plane, security)
     servicer = PathServicer(plane, security)
     context = FakeContext(token)

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# System packages: iproute2 (ip, ss, tc) for the agent and testbed, redis-server for the Redis store tests.
-APT_PACKAGES=(iproute2 iptables redis-server procps)
+# System packages: iproute2 (ip, ss, tc) for the agent and testbed, redis-server for the Redis store tests,
+# iperf3 + mptcpize (mptcpd's LD_PRELOAD wrapper, without the daemon) for the agent's iperf3 probe tests.
+APT_PACKAGES=(iproute2 iptables redis-server procps iperf3 mptcpize)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

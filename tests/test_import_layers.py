@@ -21,7 +21,7 @@ CONFIG = ROOT / ".importlinter"
 #: The agent package's contracts (device runtime apart from replay/testbed, issue 14 item 5).
 AGENT_CONFIG = ROOT / ".importlinter-agent"
 #: Directories without __init__.py that grimp cannot see yet (see the comment in .importlinter).
-NOT_YET_PACKAGES = {"edgepath.training"}
+NOT_YET_PACKAGES: set[str] = set()
 
 
 def _lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
@@ -98,3 +98,17 @@ def test_settings_default_policy_is_the_engines_default() -> None:
     from edgepath.settings import Settings
 
     assert Settings().policy == DEFAULT_POLICY and DEFAULT_POLICY in POLICIES
+
+
+def test_only_the_state_package_may_import_redis() -> None:
+    # Every other top-level module of edgepath is a source of the redis contract: a new package cannot slip past.
+    graph = grimp.build_graph("edgepath", include_external_packages=True, cache_dir=None)
+    parser = configparser.ConfigParser()
+    parser.read(CONFIG)
+    contract = parser["importlinter:contract:redis-only-in-state"]
+    sources = set(contract["source_modules"].split())
+    top_level = {m for m in graph.modules if m.startswith("edgepath.") and m.count(".") == 1}
+    assert top_level - sources == {"edgepath.state"}, top_level - sources
+    assert contract["forbidden_modules"].split() == ["redis"]
+    importers = {m.split(".")[1] for m in graph.find_modules_that_directly_import("redis")}
+    assert importers == {"state"}, importers

@@ -311,3 +311,47 @@ def test_dry_run_prints_the_ip_mptcp_commands_of_each_steering_mode(mode: str, w
     assert "ip -4 route add default via 10.1.2.1 dev wwan0" in text and "metric 10" in text
     endpoint = next(line for line in text.splitlines() if "ip mptcp endpoint add 10.1.1.2" in line)
     assert endpoint.endswith(f"dev wlan0 {wlan_flags}"), endpoint
+
+
+# ---------------------------------------------------------------- MLPM steering (issue 20)
+
+
+def test_mlpm_subflow_set_prioritised_first_low_weights_backup():
+    from edgepath_agent.applier.core import mlpm_subflow_set
+
+    assert mlpm_subflow_set({"wlan0": 0.1, "wwan0": 0.9}, "wwan0", 0.2, "wlan0") == ("wwan0", ("wlan0",))
+    assert mlpm_subflow_set({"wlan0": 0.3, "wwan0": 0.7}, "wwan0", 0.2, "wlan0") == ("wwan0", ())
+    # The prioritised subflow is never backup, whatever its weight; without one the highest weight leads.
+    assert mlpm_subflow_set({"wlan0": 0.1, "wwan0": 0.9}, "wlan0", 0.2, "wwan0") == ("wlan0", ())
+    assert mlpm_subflow_set({"wlan0": 0.85, "wwan0": 0.15}, None, 0.2, "wwan0") == ("wlan0", ("wwan0",))
+    assert mlpm_subflow_set({}, None, 0.2, "wwan0") == ("wwan0", ())
+
+
+def test_follow_mlpm_moves_the_initial_subflow_and_re_evaluates_backup():
+    applier, backend = make(follow_mlpm=True, manage_cc=False)
+    sched = {"prioritised_subflow": "wwan0", "weights": [{"interface": "wlan0", "weight": 0.1},
+                                                         {"interface": "wwan0", "weight": 0.9}]}  # fmt: skip
+    a = applier.apply(rec("wlan0", scheduler=sched))  # the bandit said wlan0; MLPM's prioritised subflow leads
+    assert a.primary == "wwan0" and a.backup == ("wlan0",)
+    routes = sorted(backend.read_state(()).default_routes, key=lambda r: r.metric)
+    assert routes[0].dev == "wwan0"
+    # Histories changed: the weights are balanced now, so both endpoints are active again.
+    sched = {"prioritised_subflow": "wlan0", "weights": [{"interface": "wlan0", "weight": 0.6},
+                                                         {"interface": "wwan0", "weight": 0.4}]}  # fmt: skip
+    a = applier.apply(rec("wlan0", scheduler=sched))
+    assert a.primary == "wlan0" and a.backup == ()
+    flags = {e.dev: e.flags for e in backend.read_state(()).endpoints}
+    assert "backup" not in flags["wwan0"] and "subflow" in flags["wwan0"]
+
+
+def test_without_follow_mlpm_the_prioritised_subflow_is_not_applied():
+    applier, _ = make(manage_cc=False)
+    sched = {"prioritised_subflow": "wwan0", "weights": [{"interface": "wlan0", "weight": 0.3},
+                                                         {"interface": "wwan0", "weight": 0.7}]}  # fmt: skip
+    assert applier.apply(rec("wlan0", scheduler=sched)).primary == "wlan0"
+
+
+def test_prioritised_subflow_of_a_foreign_interface_is_ignored():
+    applier, _ = make(follow_mlpm=True, manage_cc=False)
+    a = applier.apply(rec("wlan0", scheduler={"prioritised_subflow": "eth9"}))
+    assert a.primary == "wlan0"

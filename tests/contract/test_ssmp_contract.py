@@ -1,9 +1,8 @@
 """Contract cases for SSMP server selection (issue 4), identical over REST and gRPC.
 
-A real service (tests/conftest.py) on loopback; the agent's client does not send content requests yet,
-so the cases talk to the transports directly: httpx for REST, the generated stub for gRPC (protobuf's
-JSON mapping turns the REST-shaped bodies into messages). Server scores live in the service's state store:
-each test gets a fresh service.
+A real service (tests/conftest.py) on loopback; the cases talk to the transports directly: httpx for
+REST, the generated stub for gRPC (protobuf's JSON mapping turns the REST-shaped bodies into messages).
+Server scores live in the service's state store: each test gets a fresh service.
 """
 
 from __future__ import annotations
@@ -166,6 +165,35 @@ def test_elephant_q_and_outcome_updates_the_stored_score(caller: Caller) -> None
     assert sel["score"] == pytest.approx(275 * MBPS)
     assert sel["stale_servers"] == ["10.0.0.1"]
     assert sel["initial_subflow_interface"] == "wlan0"
+
+
+def test_stored_per_path_b_and_p_fill_a_request_with_rtts_only(caller: Caller) -> None:
+    """The device sends RTTs only; B and p come from the servers' stored transfers (issue 20)."""
+    rtt_only = [
+        server("10.0.0.1", path("wlan0", 10.0), path("wwan0", 20.0)),
+        server("10.0.0.2", path("wlan0", 10.0), path("wwan0", 20.0), dns="wwan0"),
+    ]
+    status, rec = caller.recommend(body(300 * 2**20, rtt_only, default_interface="wwan0"))
+    assert status == "ok"
+    assert (selection(rec)["address"], selection(rec)["rule"]) == ("10.0.0.2", "elephant_dss_unmeasured")
+
+    measured = {  # per-subflow B (bit/s) and p of one transfer from each server
+        "10.0.0.1": [path("wlan0", 10.0, 0.0, 80 * MBPS), path("wwan0", 20.0, 0.0, 30 * MBPS)],
+        "10.0.0.2": [path("wlan0", 10.0, 0.0, 40 * MBPS), path("wwan0", 20.0, 0.0, 20 * MBPS)],
+    }
+    for address, paths in measured.items():
+        status, rec = caller.recommend(body(300 * 2**20, rtt_only, default_interface="wwan0"))
+        transfer = {"address": address, "size_bytes": 50_000_000, "duration_ms": 8000.0, "paths": paths}
+        outcome = {"device_id": "phone-ssmp", "decision_id": rec["decision_id"], "throughput_bps": 5e7}
+        status, ack = caller.report({**outcome, "server_transfer": transfer})
+        assert status == "ok" and ack["accepted"] is True
+
+    status, rec = caller.recommend(body(300 * 2**20, rtt_only, default_interface="wwan0"))
+    sel = selection(rec)
+    assert (sel["address"], sel["rule"]) == ("10.0.0.1", "elephant_q")
+    # Eq. 2 on the stored B (p = 0): 80 + (10/20)·30 = 95 Mbit/s new, smoothed (α = 0.5) with the stored 95.
+    assert sel["score"] == pytest.approx(95 * MBPS)
+    assert sel["stale_servers"] == []
 
 
 def test_elephant_without_loss_keeps_the_default_server(caller: Caller) -> None:

@@ -36,7 +36,7 @@ from deploy_helpers import (
     values_args,
 )
 from edgepath.grpc.server import SERVICE_NAME
-from edgepath.settings import Settings
+from edgepath.settings import Settings, env_names
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 # Building helm on first use takes minutes: allow it within the first test's timeout.
@@ -47,7 +47,8 @@ CRD_KINDS = {"ServiceMonitor", "GRPCRoute", "PrometheusRule"}
 
 
 def _settings_env_names() -> set[str]:
-    return {f"EDGEPATH_{name.upper()}" for name in Settings.model_fields}
+    # top-level fields, per-engine groups (EDGEPATH_BANDIT__*) and the flat names of earlier releases
+    return env_names()
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)

@@ -122,6 +122,9 @@ def run(
     device_id: Annotated[Optional[str], typer.Option(help="device_id (default: host name)")] = None,
     interval_s: Annotated[Optional[float], typer.Option(help="Seconds between decisions")] = None,
     probe: Annotated[Optional[str], typer.Option(help="HOST:PORT of a transfer server for active outcomes")] = None,
+    probe_tool: Annotated[
+        Optional[str], typer.Option(help="iperf3 (an iperf3 server at --probe; default) or builtin (edgepath meter)")
+    ] = None,
     journal: Annotated[Optional[Path], typer.Option(help="Journal file (prior state + changes)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
     netns: Annotated[Optional[str], typer.Option(help="Apply inside this network namespace")] = None,
@@ -152,7 +155,8 @@ def run(
     from pydantic import ValidationError
 
     from edgepath_agent.collector import parse_interface_map
-    from edgepath_agent.daemon import load_config, run_daemon
+    from edgepath_agent.daemon import LaminarUnavailable, load_config, run_daemon
+    from edgepath_agent.iperf import IperfMissing
     from edgepath_agent.journal_log import setup_logging
     from edgepath_agent.netmanager import NetworkConflict
 
@@ -164,6 +168,7 @@ def run(
             device_id=device_id,
             interval_s=interval_s,
             probe=probe,
+            probe_tool=probe_tool,
             journal=journal,
             backend="dry-run" if dry_run else backend,
             netns=netns,
@@ -182,6 +187,9 @@ def run(
         raise typer.BadParameter(str(exc)) from exc
     try:
         done = run_daemon(cfg, max_steps=steps)
+    except (IperfMissing, LaminarUnavailable) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     except NetworkConflict as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(3) from exc

@@ -33,6 +33,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections import deque
@@ -66,6 +67,7 @@ from edgepath_agent.client import ServiceClient, ServiceError, connect_failover,
 from edgepath_agent.collector import (
     Collector,
     DiagPathCollector,
+    KernelCapabilities,
     KernelCollector,
     ModemCollector,
     Nl80211WifiCollector,
@@ -74,11 +76,13 @@ from edgepath_agent.collector import (
     WifiCollector,
     merge_contexts,
 )
+from edgepath_agent.iperf import Iperf3, IperfMissing, detect_iperf3, iperf3_transfer
 from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.messages import OutcomeAck, PrimaryPath, Recommendation
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.safety import ClientCredentials, check_key_file
+from edgepath_agent.ssmp import SsmpStep
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
 from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
 
@@ -152,6 +156,11 @@ class AgentConfig(BaseSettings):
     )
     interval_s: float = Field(30.0, gt=0)
     probe: str | None = Field(None, description="HOST:PORT of a transfer server for active measurements")
+    probe_tool: Literal["iperf3", "builtin"] = Field(
+        "iperf3",
+        description="iperf3: an iperf3 server at probe (iperf.py; MPTCP via --mptcp or mptcpize); builtin: the "
+        "agent's own meter (meter.py TransferServer at probe; the testbed, or devices without iperf3)",
+    )
     probe_bytes: int = Field(256 * 1024, ge=1)
     timeout_s: float = Field(2.0, gt=0, description="Per-call deadline, s")
     attempts: int = Field(3, ge=1, description="Tries per transport")
@@ -165,14 +174,24 @@ class AgentConfig(BaseSettings):
     restore_on_exit: bool = True
     cc_profile: Literal["throughput", "latency", "coupled", "default"] = "default"
     manage_cc: bool = True
-    endpoint_flags: list[Literal["signal", "subflow", "backup", "fullmesh"]] = Field(
+    endpoint_flags: list[Literal["signal", "subflow", "laminar", "backup", "fullmesh"]] = Field(
         default_factory=lambda: ["subflow"]
+    )
+    laminar: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Add the laminar endpoint flag (Linux >= 6.18): addresses the server announces are reached "
+        "from an interface of their own, not from the primary path's; auto = where kernel and backend support it",
     )
     limits_subflows: int = Field(2, ge=0, le=8)
     limits_add_addr_accepted: int = Field(2, ge=0, le=8)
     primary_metric: int = Field(10, ge=0)
     secondary_metric: int = Field(20, ge=0)
     backup_weight_threshold: float = Field(0.2, ge=0.0, le=1.0)
+    follow_mlpm: bool = Field(
+        False,
+        description="Apply MLPM's prioritised subflow (initial subflow) and its low weights as backup endpoints "
+        "instead of the ATSSS steering rule (applier.core.mlpm_subflow_set)",
+    )
     max_pending_outcomes: int = Field(1000, ge=0)
     application_profile: Literal["UNSPECIFIED", "STREAMING", "BULK", "LOSS_SENSITIVE", "INTERACTIVE"] = Field(
         "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
@@ -204,6 +223,12 @@ class AgentConfig(BaseSettings):
     )
     status_file: Path | None = Field(
         DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
+    )
+    # SSMP (issue 20, edgepath_agent.ssmp): the content fetched each step from the server the service picks.
+    content: str | None = Field(None, description="HOST:PORT of the content to fetch with SSMP (meter protocol)")
+    content_bytes: int = Field(1_048_576, ge=1, description="Bytes fetched per step with SSMP")
+    content_dns: dict[str, str] = Field(
+        default_factory=dict, description="Interface → IPv4 address of its network's DNS server (SSMP)"
     )
 
     def credentials(self) -> ClientCredentials | None:
@@ -258,6 +283,7 @@ class AgentConfig(BaseSettings):
             backup_weight_threshold=self.backup_weight_threshold,
             cc_profile=self.cc_profile,
             manage_cc=self.manage_cc,
+            follow_mlpm=self.follow_mlpm,
         )
 
 
@@ -344,11 +370,17 @@ class Agent:
         collectors: Sequence[Collector],
         measure: Callable[[str], TransferResult | None] | None = None,
         guard: PrimaryGuard | None = None,
+        ssmp: SsmpStep | None = None,
     ) -> None:
         self.config = config
+        #: SSMP (issue 20): content block per request, download from the pick (``config.content``).
+        self.ssmp = ssmp
         self.client = client
         self.applier = applier
         self.collectors = list(collectors)
+        self.iperf3: Iperf3 | None = None
+        if measure is None and config.probe and config.probe_tool == "iperf3":
+            self.iperf3 = _require_iperf3()
         self.measure = measure or self._default_measure
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
         self.last_recommendation: Recommendation | None = None
@@ -495,6 +527,8 @@ class Agent:
     def _default_measure(self, primary: str) -> TransferResult | None:
         if self.config.probe:
             host, _, port = self.config.probe.rpartition(":")
+            if self.iperf3 is not None:
+                return iperf3_transfer(self.iperf3, host, int(port), self.config.probe_bytes, netns=self.config.netns)
             return transfer(host, int(port), self.config.probe_bytes)
         # Passive: bytes received on the primary interface since the previous step.
         now = time.monotonic()
@@ -508,6 +542,8 @@ class Agent:
     def step(self, primary: str | None = None) -> StepResult:
         """One round. ``primary`` forces a fixed policy (no service call, no outcome report)."""
         request = self.context()
+        if self.ssmp is not None and primary is None:
+            request = self.ssmp.with_content(request)
         self.flush_outcomes()
         rec: Recommendation
         if primary is not None:
@@ -532,7 +568,9 @@ class Agent:
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
         self.override_reason = override
-        measured = self.measure(applied.primary)
+        measured, server_transfer = self.ssmp.measure(rec) if self.ssmp is not None else (None, None)
+        if measured is None:
+            measured = self.measure(applied.primary)
         if measured is not None:
             self._remember(applied.primary, measured)
         outcome = ack = None
@@ -540,6 +578,8 @@ class Agent:
         # bandit on the wrong arm: none is reported when the guard overrode the primary.
         if measured is not None and rec.decision_id and override is None:
             outcome = outcome_from(measured, self.config.device_id, rec.decision_id)
+            if server_transfer is not None:
+                outcome["server_transfer"] = server_transfer
             ack = self._report(outcome)
         return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
 
@@ -588,6 +628,12 @@ class Agent:
                 "reachable": self.service_reachable,
                 "last_error": self.service_error,
                 "last_ok_unix_ms": self.service_ok_unix_ms,
+            },
+            "probe": {
+                "target": self.config.probe,
+                "tool": "iperf3" if self.iperf3 is not None else ("builtin" if self.config.probe else "passive"),
+                "mptcp_mode": self.iperf3.mode if self.iperf3 is not None else None,
+                "version": self.iperf3.version if self.iperf3 is not None else None,
             },
             "recommendation": None if rec is None else rec.summary(),
             "applied": None
@@ -729,9 +775,62 @@ def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Any:
     return Applier(backend, journal, config.applier_config(), allowed_cc=allowed_cc)
 
 
+class LaminarUnavailable(ValueError):
+    """``laminar = "on"`` where the kernel or the applier backend cannot set the flag."""
+
+
+def laminar_support(config: AgentConfig, caps: KernelCapabilities, ip_help: str | None = None) -> str | None:
+    """Why the ``laminar`` endpoint flag cannot be applied here, or ``None`` when it can.
+
+    ``ip_help``: the output of ``ip mptcp help`` (read when ``None``), for the command and dry-run
+    backends, which can set and read back only the flags the installed iproute2 knows (6.18+).
+    """
+    if not caps.laminar_endpoints:
+        return f"kernel {caps.kernel_release or '?'} has no laminar endpoint flag (Linux >= 6.18)"
+    if config.backend == "networkmanager":
+        return "NetworkManager's connection.mptcp-flags has no laminar flag"
+    if config.backend in ("command", "dry-run"):
+        if ip_help is None:
+            try:
+                done = subprocess.run(["ip", "mptcp", "help"], capture_output=True, text=True, timeout=5)
+                ip_help = done.stdout + done.stderr
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"ip mptcp help failed: {exc}"
+        if "laminar" not in ip_help:
+            return "the installed iproute2 does not know laminar (>= 6.18 does); backend = netlink sets it"
+    return None
+
+
+def with_laminar(config: AgentConfig, caps: KernelCapabilities, ip_help: str | None = None) -> AgentConfig:
+    """``config`` with ``laminar`` added to ``endpoint_flags`` where ``config.laminar`` asks and it is supported.
+
+    Raises
+    ------
+    LaminarUnavailable
+        ``laminar = "on"`` where it cannot be applied (the message says why).
+    """
+    if config.laminar == "off" or "laminar" in config.endpoint_flags:
+        return config
+    reason = laminar_support(config, caps, ip_help)
+    if reason is not None:
+        if config.laminar == "on":
+            raise LaminarUnavailable(f"laminar = on, but {reason}")
+        log.info("laminar endpoint flag not used: %s", reason)
+        return config
+    log.info("MPTCP endpoints carry the laminar flag (kernel %s)", caps.kernel_release)
+    return config.model_copy(update={"endpoint_flags": [*config.endpoint_flags, "laminar"]})
+
+
 def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ()) -> Agent:
-    """Agent with the real collectors (absent sources report nothing) and a failover client."""
+    """Agent with the real collectors (absent sources report nothing) and a failover client.
+
+    Raises
+    ------
+    LaminarUnavailable
+        ``laminar = "on"`` where the kernel or the backend cannot apply it.
+    """
     kernel = KernelCollector()
+    config = with_laminar(config, kernel.capabilities)
     applier = build_applier(config, kernel.capabilities.allowed_cc)
     netlink = importlib.util.find_spec("pyroute2") is not None  # a base dependency; text tools as fallback
     collectors: list[Collector] = [
@@ -748,7 +847,36 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
             "this agent sets are not used by the kernel; routes (the initial subflow) still are"
         )
     client = connect_failover(config.service, config.timeout_s, config.attempts, credentials=config.credentials())
-    return Agent(config, client, applier, collectors)
+    ssmp = None
+    if config.content:
+        ssmp = SsmpStep.from_config(
+            list(config.interfaces), config.content, config.content_bytes, config.content_dns, config.timeout_s
+        )
+    return Agent(config, client, applier, collectors, ssmp=ssmp)
+
+
+def _require_iperf3() -> Iperf3:
+    """The device's iperf3 client (logged once with its MPTCP mode).
+
+    Raises
+    ------
+    IperfMissing
+        No ``iperf3`` on ``PATH`` while ``probe_tool = "iperf3"``.
+    """
+    tool = detect_iperf3()
+    if tool is None:
+        raise IperfMissing(
+            "probe_tool = iperf3 but no iperf3 binary is on PATH: install iperf3 (and mptcpize for MPTCP on "
+            "iperf3 < 3.16), or set probe_tool = builtin with an edgepath meter server at probe"
+        )
+    if tool.mptcp:
+        log.info("active probe: %s over MPTCP (%s)", tool.version, tool.mode)
+    else:
+        log.warning(
+            "active probe: %s without MPTCP (no --mptcp and no mptcpize): outcomes measure the primary path alone",
+            tool.version,
+        )
+    return tool
 
 
 def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> None:

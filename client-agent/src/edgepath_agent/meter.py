@@ -243,13 +243,32 @@ class TransferServer:
     """Serves transfers (see module docstring) on ``host:port`` over MPTCP (TCP fallback).
 
     Runs a thread per connection; :meth:`close` stops accepting and joins.
+    ``congestion_control`` sets ``TCP_CONGESTION`` on the listener (accepted connections and
+    their MPTCP subflows inherit it); ``sample_interval_s`` samples each sending connection's
+    counters and adds Łuczak et al.'s metrics (:mod:`edgepath_agent.ccmetrics`) to the trailer
+    as ``paper_metrics`` (issue 20).
+
+    Raises
+    ------
+    OSError
+        When binding fails or the kernel refuses ``congestion_control``.
     """
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 0, use_mptcp: bool = True) -> None:
+    def __init__(
+        self,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        use_mptcp: bool = True,
+        congestion_control: str | None = None,
+        sample_interval_s: float | None = None,
+    ) -> None:
         try:
             self._sock = mptcp_socket() if use_mptcp else socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         except OSError:
             self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if congestion_control:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion_control.encode())
+        self.sample_interval_s = sample_interval_s
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, port))
         self._sock.listen(64)
@@ -279,14 +298,31 @@ class TransferServer:
             try:
                 conn.settimeout(60.0)
                 (size,) = struct.unpack("!Q", _recv_exact(conn, 8))
+                sampler = None
+                if self.sample_interval_s:
+                    from edgepath_agent.ccmetrics import CounterSampler
+
+                    sampler = CounterSampler(conn, self.sample_interval_s).start()
+                t0 = time.monotonic()
                 left = size
                 while left > 0:
                     n = min(left, len(self._payload))
                     conn.sendall(self._payload[:n])
                     left -= n
                 if conn.recv(1) != b"\x01":
+                    if sampler is not None:
+                        sampler.stop()
                     return
                 counters = kernel_counters(conn)
+                if sampler is not None:  # the client's confirmation: every payload byte has arrived
+                    from edgepath_agent.ccmetrics import metrics_trailer
+
+                    sampler.stop()
+                    counters["paper_metrics"] = metrics_trailer(sampler.samples, time.monotonic() - t0)
+                with contextlib.suppress(OSError):
+                    counters["congestion_control"] = (
+                        conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
+                    )
                 body = json.dumps(counters).encode()
                 conn.sendall(struct.pack("!I", len(body)) + body)
             except OSError as exc:

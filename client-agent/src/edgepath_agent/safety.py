@@ -135,6 +135,8 @@ class SafeDecision:
     congestion_control: str | None = None
     address: str | None = None
     steering: SteeringPlan | None = None
+    #: MLPM's ``scheduler.prioritised_subflow`` (one of the device's interfaces), ``None`` when absent.
+    prioritised: str | None = None
 
 
 #: ATSSS steering modes the service may send (3GPP TS 23.501 §5.32.8).
@@ -222,7 +224,8 @@ def safe_decision(
     mapping of its REST JSON shape, parsed once by :func:`typed_recommendation`.
     Reads ``primary_path.{interface, address}``, the scheduler weights
     (``scheduler.weights[]`` / ``scheduler.subflows[]`` of ``{interface, weight}``,
-    or ``scheduler_weights`` as such a list or a mapping), ``sysctls`` (a mapping),
+    or ``scheduler_weights`` as such a list or a mapping), ``scheduler.prioritised_subflow``
+    (a valid interface name; ignored when it is not one of the device's), ``sysctls`` (a mapping),
     and ``congestion.{mptcp_level, subflow_level}`` / ``congestion_control``;
     ignores everything else. Interfaces must be the device's own, an address one
     of ``own_addresses`` on the primary interface, weights finite in [0, 1],
@@ -261,7 +264,11 @@ def safe_decision(
         value = check_sysctl("net.ipv4.tcp_congestion_control", candidate)[1]  # malformed: refuse
         if cc is None and (allowed is None or value in allowed):
             cc = value
-    return SafeDecision(primary, weights, cc, address, _steering_plan(rec, own))
+    prioritised = None
+    if rec.scheduler is not None and rec.scheduler.prioritised_subflow:
+        name = validate_interface_name(rec.scheduler.prioritised_subflow)
+        prioritised = name if name in own else None  # a subflow the device lacks: nothing to prioritise
+    return SafeDecision(primary, weights, cc, address, _steering_plan(rec, own), prioritised)
 
 
 def check_key_file(path: Path | str) -> Path:

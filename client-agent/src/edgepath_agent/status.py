@@ -152,6 +152,12 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None) -> 
     else:
         lines.append("last outcome:   none sent")
     lines.append(f"pending:        {record.get('pending_outcomes', 0)} outcome(s) queued")
+    probe = record.get("probe")
+    if probe:
+        how = probe.get("tool")
+        if probe.get("mptcp_mode"):
+            how = f"{how} ({probe.get('version') or 'iperf3'}, MPTCP: {probe['mptcp_mode']})"
+        lines.append(f"probe:          {how}{' -> ' + probe['target'] if probe.get('target') else ''}")
     for name, probe in sorted((record.get("connectivity") or {}).items()):
         lines.append(f"upstream {name}: {'ok' if probe.get('ok') else 'NO CONNECTIVITY'} ({probe.get('detail', '')})")
     return "\n".join(lines)

@@ -15,7 +15,7 @@ import typer
 from pydantic import ValidationError
 
 from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
-from edgepath.settings import load_settings
+from edgepath.settings import describe_errors, load_settings
 
 #: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
 #: error is one plain line ``Error: …`` on stderr, whatever the terminal width, and the exit code is 2
@@ -150,13 +150,13 @@ def serve(
             except ArtefactError as exc:
                 raise typer.BadParameter(str(exc), param_hint="--model") from exc
     except ValidationError as exc:
-        raise typer.BadParameter("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())) from exc
+        raise typer.BadParameter(describe_errors(exc)) from exc
     from edgepath.security import startup_problems  # security: missing/malformed key, cert or tokens files
 
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
     if workers > 1:
-        if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
+        if not settings.store_is_shared:
             raise typer.BadParameter(
                 "more than one worker needs a shared store (--store redis://...): each process keeps its own memory",
                 param_hint="--workers",
@@ -258,47 +258,22 @@ def train(
     Consumes the outcome stream, refits every ``batch_size`` outcomes and publishes signed,
     versioned model snapshots that the serving replicas hot-swap. Stops on SIGINT/SIGTERM.
     """
-    import signal
-
     try:
         settings = load_settings(
             config, store_url=store, policy=policy, seed=seed, batch_size=batch_size, log_level=log_level
         )
     except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    if not settings.store_url.startswith(("redis://", "rediss://", "unix://")):
+        raise typer.BadParameter(describe_errors(exc)) from exc
+    if not settings.store_is_shared:
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
     known_policy(settings.policy, param_hint=None)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    async def run() -> None:
-        from edgepath.main import build_model, build_store, hmac_key_bytes
-        from edgepath.metrics import Metrics
-        from edgepath.state.redis import RedisStore
-        from edgepath.training.leader import TrainerRole
-        from edgepath.training.online import ModelRegistry
-        from edgepath.training.snapshots import SnapshotStore
-
-        metrics = Metrics.create()
-        shared = build_store(settings, metrics)
-        assert isinstance(shared, RedisStore)
-        snapshots = SnapshotStore(shared, hmac_key_bytes(settings), metrics)
-        registry = ModelRegistry(build_model(settings))
-        role = TrainerRole(shared, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        logging.getLogger("edgepath").info("trainer %s waiting for the trainer lock", role.consumer)
-        try:
-            await role.run(stop)
-        finally:
-            await shared.close()
+    from edgepath.main import run_trainer
 
     # Training never starves serving (issue 16): where the trainer shares cores with deciders, the
     # scheduler serves the deciders first; the trainer takes what is left (it only falls behind).
     os.nice(10)
-    asyncio.run(run())
+    asyncio.run(run_trainer(settings))
 
 
 # --- eval sub-app: `edgepath eval <name>` (shared by the evaluations; issue 4 created it) ---
@@ -635,8 +610,8 @@ def eval_ssmp(
     Without --paper, 5Gophers mode runs on --gophers DIR (or ../shared/data/5gophers when present).
     """
     require_lab("edgepath eval ssmp")
-    from edgepath.engines.ssmp import SsmpConfig
     from edgepath.evaluation import ssmp_eval
+    from edgepath.main import ssmp_config
 
     if gophers is None and not paper:
         gophers = ssmp_eval.default_gophers_dir()
@@ -649,12 +624,7 @@ def eval_ssmp(
     if gophers is not None and not all((gophers / f).is_file() for f in ("rtt.csv", "throughput.csv")):
         raise typer.BadParameter(f"{gophers} lacks rtt.csv or throughput.csv", param_hint="--gophers")
     try:
-        defaults = load_settings()
-        config = SsmpConfig(
-            mice_threshold_bytes=defaults.ssmp_mice_threshold_bytes,
-            alpha=defaults.ssmp_alpha if alpha is None else alpha,
-            stale_age_s=defaults.ssmp_stale_age_s,
-        )
+        config = ssmp_config(load_settings(), alpha=alpha)
     except (ValidationError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--alpha") from exc
     result = ssmp_eval.build_report(
@@ -692,6 +662,7 @@ def eval_mlpm(
     """
     require_lab("edgepath eval mlpm")
     from edgepath.evaluation import mlpm_eval
+    from edgepath.main import mlpm_parameters
     from edgepath.types import ApplicationProfile
 
     gophers, ucc = mlpm_eval.parse_input_args(ctx.args)
@@ -707,15 +678,14 @@ def eval_mlpm(
     except ValueError as exc:
         raise typer.BadParameter(f"unknown profile {profile!r}", param_hint="--profile") from exc
     try:
-        defaults = load_settings()
+        params = mlpm_parameters(load_settings())
+        if window:
+            params["window"] = window
         traces = mlpm_eval.load_traces(gophers, ucc)
         result = mlpm_eval.build_report(
             traces,
             profile=app_profile,
-            window=window or defaults.mlpm_window,
-            horizon_s=defaults.mlpm_horizon_s,
-            gain=defaults.mlpm_gain,
-            bias=defaults.mlpm_bias,
+            **params,
             block_len=block_len,
             reps=bootstrap,
             seed=seed,

@@ -1,13 +1,17 @@
-"""Composition root: settings → store → model → plane → trainer → servers.
+"""Composition root: settings → state backend → model → plane → trainer → servers.
 
 Only this module wires parts together; everything else receives its
-dependencies. :class:`Service` runs the gRPC and REST servers in one asyncio
-loop and stops them cleanly on SIGINT/SIGTERM.
+dependencies. The ``serve``, ``train`` and ``eval`` commands of :mod:`edgepath.cli` build what they
+run here: :class:`Service` (gRPC and REST servers in one asyncio loop, stopped cleanly on
+SIGINT/SIGTERM), :func:`run_trainer` and the engines' configurations (:func:`ssmp_config`,
+:func:`mlpm_parameters`).
 
-Stores: ``memory://`` (default) keeps the built-in online trainer; ``redis://HOST:PORT/DB``
-shares decisions and the outcome stream between replicas, follows published model snapshots
-(:class:`~edgepath.training.snapshots.SnapshotFollower`) and trains only with ``--trainer``
-(``settings.trainer``; otherwise a separate ``edgepath train`` process holds the trainer lock).
+State backends (:mod:`edgepath.state.backend`): ``memory://`` (default) keeps the built-in online
+trainer; ``redis://HOST:PORT/DB`` (:class:`~edgepath.state.redis_backend.RedisBackend`) shares
+decisions, the outcome stream, rate limits and the quarantine between replicas, follows published
+model snapshots (:class:`~edgepath.training.snapshots.SnapshotFollower`) and trains only with
+``--trainer`` (``settings.trainer``; otherwise a separate ``edgepath train`` process holds the
+trainer lock).
 
 Degraded state (Redis unreachable) is reported, while the replica keeps deciding with its last
 model, as: ``GET /readyz`` → 503 ``{"ready": false, "degraded": true, ...}`` (``/healthz`` stays
@@ -19,6 +23,7 @@ Service while the others, which still reach Redis, carry the traffic.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -38,6 +43,7 @@ from edgepath.rest.app import create_app
 from edgepath.security import EdgeSecurity, build_outcome_guard, build_security
 from edgepath.security.tls import grpc_server_credentials, uvicorn_ssl_options
 from edgepath.settings import Settings
+from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.state.base import StateStore
 from edgepath.state.memory import MemoryStore
 from edgepath.training.online import ModelRegistry, OnlineTrainer, ProcessRefitter
@@ -117,7 +123,6 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
         When the artefact is missing, corrupted, wrongly signed or of another feature layout.
     """
     if settings.model_path is not None:  # warm start (issue 8)
-        import dataclasses
         from pathlib import Path
 
         from edgepath.training.artefact import HMAC_FILE, ArtefactError, load_artefact
@@ -136,29 +141,47 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
         )
         log.info("warm start from %s (policy %s)", settings.model_path, bandit.policy_name)
         return bandit
-    return PrimaryPathBandit(
-        BanditConfig(
-            policy=settings.policy,
-            seed=settings.seed,
-            propensity_floor=settings.propensity_floor,
-            forgetting=settings.forgetting,
-            utility=utility_config(settings),
-        )
+    return PrimaryPathBandit(bandit_config(settings))
+
+
+def bandit_config(settings: Settings) -> BanditConfig:
+    """The cold bandit's :class:`BanditConfig` from ``settings.bandit`` (``EDGEPATH_BANDIT__*``) and ``seed``."""
+    b = settings.bandit
+    return BanditConfig(
+        policy=b.policy,
+        seed=settings.seed,
+        propensity_floor=b.propensity_floor,
+        explore_prob=b.explore_prob,
+        explore_decay=b.explore_decay,
+        epsilon=b.epsilon,
+        epsilon_decay=b.epsilon_decay,
+        explore_rounds=b.explore_rounds,
+        ucb_nsamples=b.ucb_nsamples,
+        ucb_percentile=b.ucb_percentile,
+        sgd_alpha=b.sgd_alpha,
+        ridge_lambda=b.ridge_lambda,
+        forgetting=b.forgetting,
+        squarecb_gamma0=b.squarecb_gamma0,
+        ts_scale=b.ts_scale,
+        ucb_alpha=b.ucb_alpha,
+        ridge_epsilon=b.ridge_epsilon,
+        utility=utility_config(settings),
     )
 
 
 def utility_config(settings: Settings) -> UtilityConfig:
-    """The utility reward's parameters from settings (``utility_*``)."""
+    """The utility reward's parameters from settings (``bandit.utility_*``)."""
+    b = settings.bandit
     return UtilityConfig(
-        throughput_cap_bps=settings.utility_throughput_cap_bps,
-        latency_cap_ms=settings.utility_latency_cap_ms,
-        latency_weight=settings.utility_latency_weight,
-        loss_weight=settings.utility_loss_weight,
+        throughput_cap_bps=b.utility_throughput_cap_bps,
+        latency_cap_ms=b.utility_latency_cap_ms,
+        latency_weight=b.utility_latency_weight,
+        loss_weight=b.utility_loss_weight,
     )
 
 
-def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStore:
-    """The state store named by ``settings.store_url`` (``memory://`` or ``redis://…``).
+def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBackend:
+    """The state backend named by ``settings.store_url`` (``memory://`` or ``redis://…``).
 
     Raises
     ------
@@ -167,11 +190,12 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
     """
     url = settings.store_url
     if url.startswith("memory:"):
-        return MemoryStore(max_decisions=settings.max_decisions, decision_ttl_s=settings.decision_ttl_s)
-    if url.startswith(("redis://", "rediss://", "unix://")):
+        return MemoryBackend(MemoryStore(max_decisions=settings.max_decisions, decision_ttl_s=settings.decision_ttl_s))
+    if settings.store_is_shared:
         from edgepath.state.redis import RedisStore
+        from edgepath.state.redis_backend import RedisBackend
 
-        return RedisStore(
+        store = RedisStore(
             url,
             namespace=settings.redis_namespace,
             decision_ttl_s=settings.decision_ttl_s,
@@ -181,17 +205,13 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
             claim_idle_ms=settings.outcome_claim_idle_ms,
             metrics=metrics,
         )
+        return RedisBackend(store)
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
 
 
-def shared_redis(store: StateStore) -> Any:
-    """The Redis client other components share with a Redis store (None for the in-process store).
-
-    It fails fast while the store is degraded, so per-request helpers (rate limits, quarantine) do
-    not each wait for a socket timeout on a hung Redis.
-    """
-    fail_fast = getattr(store, "fail_fast_client", None)
-    return fail_fast() if fail_fast is not None else getattr(store, "redis", None)
+def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStore:
+    """The state store of :func:`build_backend` (the backend's other parts need no closing of their own)."""
+    return build_backend(settings, metrics).store
 
 
 def hmac_key_bytes(settings: Settings) -> bytes:
@@ -215,8 +235,9 @@ class Service:
     plane: DecisionPlane
     trainer: OnlineTrainer | None
     metrics: Metrics
-    follower: Any = None  # SnapshotFollower with a Redis store
-    trainer_role: Any = None  # TrainerRole when this replica may train on a Redis store
+    follower: Any = None  # SnapshotFollower with a shared backend
+    trainer_role: Any = None  # TrainerRole when this replica may train on a shared backend
+    backend: StateBackend | None = None  # owns ``store``; None only for a Service built by hand around a store
     grpc_port: int = 0
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
@@ -225,30 +246,32 @@ class Service:
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def build(cls, settings: Settings, store: StateStore | None = None) -> Service:
+    def build(cls, settings: Settings, backend: StateBackend | None = None) -> Service:
+        """Wire a service from ``settings`` (and the state backend of ``settings.store_url`` unless given)."""
         metrics = Metrics.create()
-        store = store or build_store(settings, metrics)
+        backend = backend or build_backend(settings, metrics)
+        store = backend.store
         registry = ModelRegistry(build_model(settings))
         metrics.model_version.set(registry.current.version)
         registry.on_publish(lambda mv: metrics.model_version.set(mv.version))
-        guard = build_outcome_guard(settings, shared_redis(store))  # security: bounded learning
-        from edgepath.state.redis import RedisStore
-
+        guard = build_outcome_guard(settings, backend)  # security: bounded learning
         plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
 
-        if not isinstance(store, RedisStore):
+        if not backend.shared:
             # Refits in their own lower-priority process: a refit never holds the serving loop's GIL.
             trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size, refitter=ProcessRefitter())
-            return cls(settings, store, registry, plane, trainer, metrics)
+            return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
         from edgepath.training.leader import TrainerRole
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
 
-        snapshots = SnapshotStore(store, hmac_key_bytes(settings), metrics)
+        snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
         follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
         role = None
         if settings.trainer:
-            role = TrainerRole(store, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
-        return cls(settings, store, registry, plane, None, metrics, follower=follower, trainer_role=role)
+            role = TrainerRole(backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+        return cls(
+            settings, store, registry, plane, None, metrics, follower=follower, trainer_role=role, backend=backend
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -266,7 +289,7 @@ class Service:
                 log.warning(
                     "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
                 )
-        self.security = build_security(s, shared_redis(self.store), guard=self.plane.guard)
+        self.security = build_security(s, self.backend, guard=self.plane.guard)
         admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
         grpc_server, health_servicer, self.grpc_port = create_server(
             self.plane, f"{s.host}:{s.grpc_port}", self.security, grpc_server_credentials(s), admission
@@ -335,7 +358,7 @@ class Service:
             http_server.should_exit = True
             await http_task
             await grpc_server.stop(grace=2.0)
-            await self.store.close()
+            await (self.backend or self.store).close()
             log.info("EdgePath stopped")
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
@@ -353,3 +376,55 @@ class Service:
                     )
             # Period of the readiness probe (a service loop, not a test wait).
             await asyncio.sleep(period_s)
+
+
+async def run_trainer(settings: Settings) -> None:
+    """Body of ``edgepath train``: compete for the trainer lock of the shared backend and train while holding it.
+
+    Consumes the outcome stream, refits every ``settings.batch_size`` outcomes and publishes signed,
+    versioned model snapshots that the serving replicas hot-swap; returns on SIGINT/SIGTERM.
+
+    Raises
+    ------
+    ValueError
+        ``settings.store_url`` names no shared store (``memory://``: nothing to share a model with).
+    """
+    from edgepath.training.leader import TrainerRole
+    from edgepath.training.snapshots import SnapshotStore
+
+    if not settings.store_is_shared:
+        raise ValueError("train needs a shared store: --store redis://HOST:PORT/DB")
+    metrics = Metrics.create()
+    backend = build_backend(settings, metrics)
+    snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
+    registry = ModelRegistry(build_model(settings))
+    role = TrainerRole(backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("trainer %s waiting for the trainer lock", role.consumer)
+    try:
+        await role.run(stop)
+    finally:
+        await backend.close()
+
+
+def ssmp_config(settings: Settings, alpha: float | None = None) -> Any:
+    """The SSMP selector's :class:`~edgepath.engines.ssmp.SsmpConfig` from ``settings.ssmp`` (``alpha`` overrides).
+
+    Raises
+    ------
+    ValueError
+        From ``SsmpConfig`` for an out-of-range value.
+    """
+    from edgepath.adapters.ssmp import ssmp_config as from_settings
+
+    config = from_settings(settings)
+    return config if alpha is None else dataclasses.replace(config, alpha=alpha)
+
+
+def mlpm_parameters(settings: Settings) -> dict[str, Any]:
+    """MLPM's ``window``, ``horizon_s``, ``gain`` and ``bias`` from ``settings.mlpm`` (what ``eval mlpm`` runs with)."""
+    m = settings.mlpm
+    return {"window": m.window, "horizon_s": m.horizon_s, "gain": m.gain, "bias": m.bias}

@@ -1,42 +1,57 @@
-"""Service settings (pydantic-settings).
+"""Service settings (pydantic-settings), grouped per engine.
 
 Precedence: command-line options > environment variables (``EDGEPATH_`` prefix,
-e.g. ``EDGEPATH_GRPC_PORT``) > settings file (``--config FILE``, TOML/JSON/YAML
-by extension is not needed: JSON or TOML) > the defaults below.
+e.g. ``EDGEPATH_GRPC_PORT``) > settings file (``--config FILE``, JSON, or TOML when the
+name ends in ``.toml``) > the defaults below.
+
+Each engine's parameters are one nested model: :class:`BanditSettings` (``settings.bandit``,
+the primary-path learner and its reward), :class:`SsmpSettings` (``settings.ssmp``) and
+:class:`MlpmSettings` (``settings.mlpm``). Their environment variables join the group and the
+field with ``__``: ``EDGEPATH_BANDIT__EXPLORE_PROB``, ``EDGEPATH_BANDIT__FORGETTING``,
+``EDGEPATH_SSMP__ALPHA``; a settings file nests them as tables (``[bandit]``).
+
+Compatibility: the flat names of earlier releases (:data:`FLAT_ALIASES`: ``policy``,
+``forgetting``, ``ssmp_alpha``, ``mlpm_window``, ...) still work as keyword arguments, settings-file
+keys and environment variables (``EDGEPATH_POLICY``, ``EDGEPATH_FORGETTING``, ...), and read back as
+attributes (``settings.policy`` is ``settings.bandit.policy``). Where both spellings are set, the
+nested one wins within a source; sources keep their precedence. :func:`describe_errors` names the
+environment variable of each invalid value.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "EDGEPATH_"
+#: Joins a group and its field in environment variable names (``EDGEPATH_BANDIT__EXPLORE_PROB``).
+NESTED_DELIMITER = "__"
 
 
-class Settings(BaseSettings):
-    """All service settings, with units in the names."""
+# --- per-engine groups (issue 14) -------------------------------------------------------------------------------
+class BanditSettings(BaseModel):
+    """The primary-path bandit: policy, reward and hyper-parameters (``EDGEPATH_BANDIT__*``).
 
-    model_config = SettingsConfigDict(env_prefix="EDGEPATH_", extra="forbid")
+    Defaults spell out :class:`edgepath.engines.primary_path.BanditConfig`'s and the utility's
+    (:mod:`edgepath.engines.reward`) so that loading settings imports no engine; a test checks they agree.
+    Sources of the parameters: :mod:`edgepath.engines.primary_path` (module docstring).
+    """
 
-    host: str = Field("127.0.0.1", description="Address both servers bind")
-    grpc_port: int = Field(50051, ge=0, le=65535)
-    http_port: int = Field(8080, ge=0, le=65535)
-    profile: Literal["dev", "prod"] = "dev"
-    log_level: str = "INFO"
+    model_config = ConfigDict(extra="forbid")
 
-    # The default is edgepath.engines.primary_path.DEFAULT_POLICY, spelled out so that loading settings
-    # imports no engine (a test checks the two agree).
     policy: str = Field("ridge_squarecb", description="a name in edgepath.engines.primary_path.POLICIES")
-    seed: int = Field(0, ge=0, description="Seed of the policies' random generators")
-    batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")
-    propensity_floor: float = Field(0.01, gt=0.0, le=1.0)
+    propensity_floor: float = Field(0.01, gt=0.0, le=1.0, description="Logged propensities are at least this")
     reward_throughput_bps: float = Field(25e6, ge=0.0, description="Reward 1 needs throughput ≥ this, bit/s")
     reward_latency_ms: float = Field(100.0, ge=0.0, description="…and latency ≤ this, ms (if reported)")
-    # --- utility reward of EdgePath's learners (issue 15): edgepath.engines.reward.utility ---
     utility_throughput_cap_bps: float = Field(
         1e9, gt=0.0, description="Utility = throughput / this (clipped to 1) for ridge_* policies, bit/s"
     )
@@ -50,30 +65,215 @@ class Settings(BaseSettings):
         description="ridge_* forgetting factor per outcome of an arm (memory ≈ 1/(1−γ) outcomes); cold starts only, "
         "a model artefact keeps the factor it was trained with",
     )
-    # --- end utility ---
+    # EdgePath's ridge learners (edgepath.engines.linear_bandit)
+    ridge_lambda: float = Field(1.0, gt=0.0, description="ridge_*: L2 regularisation λ of each arm's regression")
+    squarecb_gamma0: float = Field(100.0, gt=0.0, description="ridge_squarecb: γ_t = gamma0·(n+1)^0.5 (SquareCB)")
+    ts_scale: float = Field(0.02, gt=0.0, description="ridge_lints: scale of the posterior draw (LinTS)")
+    ucb_alpha: float = Field(0.05, ge=0.0, description="ridge_linucb: width of the confidence bonus (LinUCB)")
+    ridge_epsilon: float = Field(0.05, ge=0.0, le=1.0, description="ridge_egreedy: exploration probability ε")
+    # the paper's policies (SGD oracles, Bernoulli reward)
+    explore_prob: float = Field(
+        0.15, ge=0.0, le=1.0, description="active_explorer: probability p of the active-learning branch"
+    )
+    explore_decay: float | None = Field(
+        0.9997, gt=0.0, le=1.0, description="active_explorer: p decays by this per decision (none: no decay)"
+    )
+    epsilon: float = Field(0.2, ge=0.0, le=1.0, description="epsilon_greedy: exploration probability ε")
+    epsilon_decay: float | None = Field(
+        0.9999, gt=0.0, le=1.0, description="epsilon_greedy: ε decays by this per decision (none: no decay)"
+    )
+    explore_rounds: int = Field(500, ge=0, description="explore_first: uniformly random decisions before exploiting")
+    ucb_nsamples: int = Field(10, ge=2, description="bootstrapped_ucb: bootstrap resamples")
+    ucb_percentile: int = Field(80, ge=1, le=100, description="bootstrapped_ucb: upper percentile of the scores")
+    sgd_alpha: float = Field(1e-4, gt=0.0, description="paper policies: L2 penalty of the SGD logistic oracles")
+
+
+class SsmpSettings(BaseModel):
+    """SSMP server selection (issue 4, :mod:`edgepath.engines.ssmp`; ``EDGEPATH_SSMP__*``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mice_threshold_bytes: int = Field(
+        1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
+    )
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="EWMA weight of a new server score Q (SSMP Eq. 3)")
+    stale_age_s: float = Field(
+        600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
+    )
+    max_servers: int = Field(100_000, ge=1, description="In-process store capacity (server scores)")
+
+
+class MlpmSettings(BaseModel):
+    """MLPM scheduler weights (issue 3, :mod:`edgepath.engines.mlpm`; ``EDGEPATH_MLPM__*``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
+    horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
+    classifier: Literal["fitted", "hand_set"] = Field(
+        "fitted",
+        description="MLPM classifier: weights fitted on traces (engines.mlpm.FITTED, issue 20) or the hand-set "
+        "gain/bias/profile split",
+    )
+    gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
+    bias: float | None = Field(None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -gain/2)")
+
+
+#: Flat names of earlier releases → (group, field). They still work as keyword arguments, settings-file keys,
+#: ``EDGEPATH_<NAME>`` environment variables and read-only attributes (``settings.policy``).
+FLAT_ALIASES: dict[str, tuple[str, str]] = {
+    **{
+        name: ("bandit", name)
+        for name in (
+            "policy",
+            "propensity_floor",
+            "reward_throughput_bps",
+            "reward_latency_ms",
+            "utility_throughput_cap_bps",
+            "utility_latency_cap_ms",
+            "utility_latency_weight",
+            "utility_loss_weight",
+            "forgetting",
+        )
+    },
+    **{f"ssmp_{name}": ("ssmp", name) for name in ("mice_threshold_bytes", "alpha", "stale_age_s", "max_servers")},
+    **{f"mlpm_{name}": ("mlpm", name) for name in ("window", "horizon_s", "classifier", "gain", "bias")},
+}
+
+
+def nest_flat_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the flat names of :data:`FLAT_ALIASES` moved into their groups (nested values win)."""
+    out: dict[str, Any] = {}
+    flat: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        target = FLAT_ALIASES.get(key.lower()) if isinstance(key, str) else None
+        if target is None:
+            out[key] = value
+        else:
+            flat.setdefault(target[0], {})[target[1]] = value
+    for group, fields in flat.items():
+        given = out.get(group)
+        out[group] = {**fields, **given} if isinstance(given, Mapping) else (given if given is not None else fields)
+    return out
+
+
+class _Nested(PydanticBaseSettingsSource):
+    """A settings source whose flat (old) names are moved into their groups before sources are merged."""
+
+    def __init__(self, settings_cls: type[BaseSettings], inner: Callable[[], dict[str, Any]]) -> None:
+        super().__init__(settings_cls)
+        self.inner = inner
+        self.__name__ = f"nested_{getattr(inner, '__name__', type(inner).__name__)}"
+
+    def _set_current_state(self, state: dict[str, Any]) -> None:
+        super()._set_current_state(state)
+        if isinstance(self.inner, PydanticBaseSettingsSource):
+            self.inner._set_current_state(state)
+
+    def _set_settings_sources_data(self, states: dict[str, dict[str, Any]]) -> None:
+        super()._set_settings_sources_data(states)
+        if isinstance(self.inner, PydanticBaseSettingsSource):
+            self.inner._set_settings_sources_data(states)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return nest_flat_names(self.inner())
+
+
+class _FlatEnv(PydanticBaseSettingsSource):
+    """The flat environment variables of earlier releases (``EDGEPATH_POLICY``, ``EDGEPATH_SSMP_ALPHA``, ...)."""
+
+    __name__ = "flat_env"
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        env = {k.upper(): v for k, v in os.environ.items()}
+        found: dict[str, Any] = {
+            name: env[ENV_PREFIX + name.upper()] for name in FLAT_ALIASES if ENV_PREFIX + name.upper() in env
+        }
+        found = {name: None if value == "null" else value for name, value in found.items()}
+        return nest_flat_names(found)
+
+
+def env_names() -> set[str]:
+    """Every environment variable the settings read: top-level fields, group fields (``EDGEPATH_BANDIT__EPSILON``)
+    and the flat names of earlier releases (``EDGEPATH_POLICY``). What a deployment may set; nothing else is read."""
+    names = set()
+    for name, field in Settings.model_fields.items():
+        names.add(ENV_PREFIX + name.upper())
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            names |= {ENV_PREFIX + f"{name}{NESTED_DELIMITER}{sub}".upper() for sub in group.model_fields}
+    return names | {ENV_PREFIX + flat.upper() for flat in FLAT_ALIASES}
+
+
+def env_var(loc: tuple[int | str, ...]) -> str:
+    """The environment variable of a settings field, from a validation error's ``loc``: ``EDGEPATH_BANDIT__EPSILON``."""
+    return ENV_PREFIX + NESTED_DELIMITER.join(str(part).upper() for part in loc if isinstance(part, str))
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One line per invalid value naming its environment variable and setting, e.g.
+    ``EDGEPATH_BANDIT__EXPLORE_PROB (bandit.explore_prob): Input should be less than or equal to 1``;
+    errors of the whole model (``loc`` empty) keep their message alone."""
+    parts = []
+    for err in exc.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = tuple(p for p in err.get("loc", ()) if isinstance(p, str))
+        parts.append(f"{env_var(loc)} ({'.'.join(loc)}): {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+# --- end per-engine groups ---
+
+
+class Settings(BaseSettings):
+    """All service settings, with units in the names."""
+
+    # env_parse_none_str: ``EDGEPATH_BANDIT__EPSILON_DECAY=null`` sets None (no decay).
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter=NESTED_DELIMITER, env_parse_none_str="null", extra="forbid"
+    )
+
+    host: str = Field("127.0.0.1", description="Address both servers bind")
+    grpc_port: int = Field(50051, ge=0, le=65535)
+    http_port: int = Field(8080, ge=0, le=65535)
+    profile: Literal["dev", "prod"] = "dev"
+    log_level: str = "INFO"
+
+    seed: int = Field(0, ge=0, description="Seed of the policies' and the SSMP selector's random generators")
+    batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")
+    # --- engines (issue 14): EDGEPATH_BANDIT__*, EDGEPATH_SSMP__*, EDGEPATH_MLPM__* ---
+    bandit: BanditSettings = Field(default_factory=BanditSettings, description="Primary-path bandit")
+    ssmp: SsmpSettings = Field(default_factory=SsmpSettings, description="SSMP server selection")
+    mlpm: MlpmSettings = Field(default_factory=MlpmSettings, description="MLPM scheduler weights")
+
+    if TYPE_CHECKING:  # the flat names of FLAT_ALIASES, read-only properties set below the class
+        policy: str
+        propensity_floor: float
+        reward_throughput_bps: float
+        reward_latency_ms: float
+        utility_throughput_cap_bps: float
+        utility_latency_cap_ms: float
+        utility_latency_weight: float
+        utility_loss_weight: float
+        forgetting: float
+        ssmp_mice_threshold_bytes: int
+        ssmp_alpha: float
+        ssmp_stale_age_s: float
+        ssmp_max_servers: int
+        mlpm_window: int
+        mlpm_horizon_s: float
+        mlpm_classifier: Literal["fitted", "hand_set"]
+        mlpm_gain: float
+        mlpm_bias: float | None
 
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
     max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
-
-    # --- SSMP server selection (issue 4): edgepath.engines.ssmp ---
-    ssmp_mice_threshold_bytes: int = Field(
-        1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
-    )
-    ssmp_alpha: float = Field(0.5, ge=0.0, le=1.0, description="EWMA weight of a new server score Q (SSMP Eq. 3)")
-    ssmp_stale_age_s: float = Field(
-        600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
-    )
-    ssmp_max_servers: int = Field(100_000, ge=1, description="In-process store capacity (server scores)")
-    # --- end SSMP ---
-
-    # --- MLPM scheduler weights (issue 3): see edgepath.engines.mlpm ---
-    mlpm_window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
-    mlpm_horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
-    mlpm_gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
-    mlpm_bias: float | None = Field(
-        None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -mlpm_gain/2)"
-    )
-    # --- end MLPM ---
 
     # --- Security (issue 9): see SECURITY.md and edgepath.security -------------------------------------------
     auth_tokens_file: Path | None = Field(
@@ -171,12 +371,54 @@ class Settings(BaseSettings):
     )
     # --- end warm start ---
 
+    @property
+    def store_is_shared(self) -> bool:
+        """True when ``store_url`` names a store several processes share (``redis://``, ``rediss://``, ``unix://``)."""
+        return self.store_url.startswith(("redis://", "rediss://", "unix://"))
+
+    @classmethod
+    def settings_customise_sources(  # type: ignore[override]
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Keyword arguments > nested environment variables > flat (old) ones > .env > secrets files."""
+        return (
+            _Nested(settings_cls, init_settings),
+            _Nested(settings_cls, env_settings),
+            _FlatEnv(settings_cls),
+            dotenv_settings,
+            file_secret_settings,
+        )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_names(cls, data: Any) -> Any:
+        """Flat (old) names given to ``model_validate`` go to their groups too."""
+        return nest_flat_names(data) if isinstance(data, Mapping) else data
+
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
         """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile."""
         if self.profile != "dev" and not self.store_url.startswith("memory") and not self.hmac_key.get_secret_value():
             raise ValueError("hmac_key (EDGEPATH_HMAC_KEY) must be set outside the dev profile with a shared store")
         return self
+
+
+def _flat_property(name: str, group: str, field: str) -> property:
+    def read(self: Settings) -> Any:
+        return getattr(getattr(self, group), field)
+
+    read.__doc__ = f"``{group}.{field}`` under its flat name of earlier releases (read only)."
+    read.__name__ = name
+    return property(read)
+
+
+for _name, (_group, _field) in FLAT_ALIASES.items():
+    setattr(Settings, _name, _flat_property(_name, _group, _field))
 
 
 def is_loopback(host: str) -> bool:
@@ -192,10 +434,12 @@ def is_loopback(host: str) -> bool:
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Build settings from a file, the environment and CLI overrides (None values are ignored).
 
+    Flat (old) and nested names are accepted everywhere (see the module docstring).
+
     Raises
     ------
     pydantic.ValidationError
-        When a value is out of range or unknown.
+        When a value is out of range or unknown (:func:`describe_errors` names each variable).
     """
     file_values: dict[str, Any] = {}
     if config_file is not None:
@@ -207,7 +451,12 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         def settings_customise_sources(  # type: ignore[no-untyped-def,override]
             cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
         ):
-            return (init_settings, env_settings, lambda: file_values)
+            return (
+                _Nested(settings_cls, init_settings),
+                _Nested(settings_cls, env_settings),
+                _FlatEnv(settings_cls),
+                _Nested(settings_cls, lambda: file_values),
+            )
 
     cli = {k: v for k, v in overrides.items() if v is not None}
     return Settings.model_validate(_FromFile(**cli).model_dump())

@@ -13,6 +13,7 @@ from edgepath.engines.features import N_FEATURES
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
 from edgepath.metrics import Metrics
 from edgepath.state.redis import RedisStore
+from edgepath.state.redis_backend import RedisBackend
 from edgepath.training.leader import TrainerRole
 from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError, to_sample
 from edgepath.training.snapshots import SnapshotFollower, SnapshotRejectedError, SnapshotStore, dumps, sign
@@ -68,7 +69,7 @@ async def redis_store(redis_server: RedisServer, namespace: str) -> AsyncIterato
 
 
 async def test_publish_and_load_round_trip(redis_store: RedisStore) -> None:
-    snaps = SnapshotStore(redis_store, KEY)
+    snaps = SnapshotStore(RedisBackend(redis_store).snapshots, KEY)
     assert await snaps.load() is None
     model = trained_bandit()
     assert await snaps.publish(model, 2, []) == 2
@@ -83,7 +84,7 @@ async def test_publish_and_load_round_trip(redis_store: RedisStore) -> None:
 
 
 async def test_versions_only_go_up(redis_store: RedisStore) -> None:
-    snaps = SnapshotStore(redis_store, KEY)
+    snaps = SnapshotStore(RedisBackend(redis_store).snapshots, KEY)
     await snaps.publish(trained_bandit(), 5, [])
     for stale in (5, 4):
         with pytest.raises(PublishConflictError):
@@ -98,10 +99,10 @@ async def test_tampered_snapshot_is_refused_before_unpickling(
     redis_store: RedisStore, tmp_path: Path, attack: str
 ) -> None:
     metrics = Metrics.create()
-    trainer_side = SnapshotStore(redis_store, KEY)
-    replica_side = SnapshotStore(redis_store, KEY, metrics)
+    trainer_side = SnapshotStore(RedisBackend(redis_store).snapshots, KEY)
+    replica_side = SnapshotStore(RedisBackend(redis_store).snapshots, KEY, metrics)
     await trainer_side.publish(trained_bandit(), 2, [])
-    key = trainer_side.snapshot_key
+    key = trainer_side.channel.snapshot_key
     canary = tmp_path / "unpickled"
     r = redis_store.redis
     if attack == "flip_blob_byte":
@@ -133,7 +134,7 @@ async def test_publish_acknowledges_exactly_the_trained_outcomes(redis_store: Re
         await redis_store.put_decision(d, 60)
         await redis_store.claim_outcome(outcome(d))
     got = await redis_store.read_outcomes("trainer", 3, 0)
-    snaps = SnapshotStore(redis_store, KEY)
+    snaps = SnapshotStore(RedisBackend(redis_store).snapshots, KEY)
     model = PrimaryPathBandit()
     model.update([to_sample(o) for _, o in got])
     await snaps.publish(model, 2, [i for i, _ in got])
@@ -152,13 +153,15 @@ async def test_follower_hot_swaps_on_the_published_notification(redis_server: Re
     metrics = Metrics.create()
     registry = ModelRegistry(PrimaryPathBandit())
     # poll_s is an hour: within the bounded waits below only the pub/sub notification can explain a swap
-    follower = SnapshotFollower(SnapshotStore(replica_store, KEY, metrics), registry, poll_s=3600.0)
+    follower = SnapshotFollower(
+        SnapshotStore(RedisBackend(replica_store).snapshots, KEY, metrics), registry, poll_s=3600.0
+    )
     follower.start()
-    publisher = SnapshotStore(trainer_store, KEY)
+    publisher = SnapshotStore(RedisBackend(trainer_store).snapshots, KEY)
     try:
 
         async def subscribed() -> bool:
-            return bool((await trainer_store.redis.pubsub_numsub(publisher.channel))[0][1])
+            return bool((await trainer_store.redis.pubsub_numsub(publisher.channel.name))[0][1])
 
         await wait_for(subscribed)
         for version in (2, 3, 4):
@@ -167,8 +170,8 @@ async def test_follower_hot_swaps_on_the_published_notification(redis_server: Re
         assert registry.current.version == 4
         # a tampered publication is refused: the replica keeps serving version 4
         await publisher.publish(trained_bandit(), 5, [])
-        await trainer_store.redis.hset(publisher.snapshot_key, "signature", "00" * 32)
-        await trainer_store.redis.publish(publisher.channel, "5")
+        await trainer_store.redis.hset(publisher.channel.snapshot_key, "signature", "00" * 32)
+        await trainer_store.redis.publish(publisher.channel.name, "5")
 
         async def rejected() -> bool:
             return metrics.snapshots_rejected.labels("bad_signature")._value.get() >= 1
@@ -184,7 +187,7 @@ async def test_follower_hot_swaps_on_the_published_notification(redis_server: Re
 async def test_follower_falls_back_to_polling(redis_server: RedisServer, namespace: str) -> None:
     store = RedisStore(redis_server.url, namespace=namespace)
     registry = ModelRegistry(PrimaryPathBandit())
-    snaps = SnapshotStore(store, KEY)
+    snaps = SnapshotStore(RedisBackend(store).snapshots, KEY)
     follower = SnapshotFollower(snaps, registry, poll_s=0.2)
     try:
         # published with the notification lost (written directly, no PUBLISH): the periodic check finds it
@@ -192,10 +195,10 @@ async def test_follower_falls_back_to_polling(redis_server: RedisServer, namespa
         blob = dumps(model)  # cloudpickle: contextualbandits policies do not survive plain pickle
         meta = b'{"published_at": 0, "samples_seen": 60}'
         await store.redis.hset(
-            snaps.snapshot_key,
+            snaps.channel.snapshot_key,
             mapping={"version": 7, "blob": blob, "meta": meta, "signature": sign(KEY, 7, meta, blob)},
         )
-        await store.redis.set(snaps.version_key, 7)
+        await store.redis.set(snaps.channel.version_key, 7)
         follower.start()
         await registry.wait_for_version(7, timeout_s=5.0)
         assert registry.current.model.samples_seen == 60
@@ -208,8 +211,8 @@ async def test_one_trainer_at_a_time_and_takeover(redis_server: RedisServer, nam
     stores = [RedisStore(redis_server.url, namespace=namespace, claim_idle_ms=200) for _ in range(2)]
     roles = [
         TrainerRole(
-            s,
-            SnapshotStore(s, KEY),
+            RedisBackend(s),
+            SnapshotStore(RedisBackend(s).snapshots, KEY),
             ModelRegistry(PrimaryPathBandit()),
             batch_size=5,
             lock_ttl_s=1.5,
@@ -253,7 +256,7 @@ async def test_one_trainer_at_a_time_and_takeover(redis_server: RedisServer, nam
             return roles[follower_idx].registry.current.model.samples_seen == 15
 
         await wait_for(trained_15)
-        snaps = SnapshotStore(stores[0], KEY)
+        snaps = SnapshotStore(RedisBackend(stores[0]).snapshots, KEY)
         loaded = await snaps.load()
         assert loaded is not None and loaded.model.samples_seen == 15
         assert await stores[0].pending_count() == 0 and await stores[0].stream_length() == 0
@@ -294,8 +297,8 @@ async def test_trainer_takeover_every_time(redis_server: RedisServer, namespace:
         stores.append(store)
         registry = ModelRegistry(PrimaryPathBandit())
         return TrainerRole(
-            store,
-            SnapshotStore(store, KEY),
+            RedisBackend(store),
+            SnapshotStore(RedisBackend(store).snapshots, KEY),
             registry,
             batch_size=2,
             lock_ttl_s=3.0,

@@ -13,6 +13,19 @@ What it sets (DESIGN.md "Device side"; issue 5):
   ``backup_weight_threshold`` (on kernels with only the ``default`` scheduler the
   weights are advisory; ``backup`` is how a low weight reaches the kernel,
   RFC 8684 §3.3.8 MP_PRIO). The primary interface is never marked backup.
+* **MLPM steering** (issue 20, ``follow_mlpm``). The service's MLPM advice is applied the
+  way a mainline kernel can (:func:`mlpm_subflow_set`): the ``prioritised_subflow`` carries
+  the initial subflow (lowest route metric) and stays a non-backup endpoint; every other
+  interface whose weight is below ``backup_weight_threshold`` becomes ``backup``, the rest
+  stay active. Mainline's only scheduler (``net.mptcp.scheduler = default``,
+  net/mptcp/protocol.c ``mptcp_subflow_get_send``) sends each packet on the non-backup
+  subflow with the shortest estimated linger time and falls back to backup subflows only
+  when no non-backup one is usable, so the subflow *set* (which are non-backup) is all a
+  weight can change. Putting *one packet* (MLPM's prioritised packet) on a chosen subflow,
+  or splitting by weight, needs a packet scheduler the kernel does not ship: the BPF
+  ``struct_ops`` MPTCP schedulers exist only out of tree (mptcp_net-next ``export`` branch,
+  e.g. ``bpf_burst``, ``bpf_red``), not in 6.18. The agent sends fresh ``subflow_histories``
+  every step, so the set is re-evaluated as histories change (the apply is idempotent).
 * **ATSSS steering rule** (issue 19). When the recommendation carries ``steering``, its
   match-all rule decides instead: the initial-subflow access gets the lowest route metric
   and Active-Standby's standby / Priority-based's low-priority access is ``backup``;
@@ -116,6 +129,22 @@ def scheduler_weights(recommendation: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def mlpm_subflow_set(
+    weights: Mapping[str, float], prioritised: str | None, threshold: float, fallback_primary: str
+) -> tuple[str, tuple[str, ...]]:
+    """``(initial-subflow interface, backup interfaces)`` for MLPM's advice on a mainline kernel (pure).
+
+    The initial subflow goes on ``prioritised`` (else the highest weight, else
+    ``fallback_primary``); every other interface with a weight below ``threshold`` is
+    ``backup`` (RFC 8684 §3.3.8 MP_PRIO: used only when no non-backup subflow is); the
+    prioritised one never is. Weights are MLPM's per-subflow shares in [0, 1]
+    (Silva et al., HPCS 2020, Eq. 2–4 normalised).
+    """
+    initial = prioritised or (max(sorted(weights), key=lambda k: weights[k]) if weights else fallback_primary)
+    backup = tuple(sorted(n for n, w in weights.items() if n != initial and w < threshold))
+    return initial, backup
+
+
 def recommended_cc(recommendation: Mapping[str, Any]) -> list[str]:
     """Congestion-control algorithms a recommendation advises, in order of preference.
 
@@ -145,6 +174,8 @@ class ApplierConfig:
     cc_profile: str = "default"
     manage_cc: bool = True
     manage_endpoints: bool = True
+    #: Apply MLPM's ``prioritised_subflow`` and weights (:func:`mlpm_subflow_set`) instead of the steering rule.
+    follow_mlpm: bool = False
 
     @property
     def sysctl_keys(self) -> tuple[str, ...]:
@@ -302,6 +333,11 @@ class Applier:
         steer = decision.steering
         primary = steer.initial if steer is not None else decision.primary
         steer_backup = steer.backup if steer is not None else None
+        if self.config.follow_mlpm and (decision.weights or decision.prioritised):
+            primary, mlpm_backup = mlpm_subflow_set(
+                decision.weights, decision.prioritised, self.config.backup_weight_threshold, decision.primary
+            )
+            steer_backup = list(mlpm_backup)
         desired = desired_state(current, addresses, self.config, primary, decision.weights, cc, steer_backup)
         plan = diff(current, desired)
         try:

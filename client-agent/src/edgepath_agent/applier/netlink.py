@@ -26,7 +26,8 @@ from edgepath_agent.applier.backend import Runner, run_checked
 from edgepath_agent.applier.state import ENDPOINT_FLAGS, Endpoint, NetState, Route
 
 #: MPTCP_PM_ADDR_FLAG_* bits (include/uapi/linux/mptcp.h).
-FLAG_BITS = {"signal": 1 << 0, "subflow": 1 << 1, "backup": 1 << 2, "fullmesh": 1 << 3}
+FLAG_BITS = {"signal": 1 << 0, "subflow": 1 << 1, "backup": 1 << 2, "fullmesh": 1 << 3, "laminar": 1 << 5}
+MPTCP_PM_CMD_ADD_ADDR = 1
 MPTCP_PM_CMD_SET_FLAGS = 7
 RT_TABLE_MAIN = 254
 RTNH_F_ONLINK = 4
@@ -74,11 +75,23 @@ def _mptcp_classes() -> tuple[type, type]:
             msg["attrs"] = [("MPTCP_PM_ATTR_ADDR", addr, 0x8000)]
             return await self.nlm_request(msg, msg_type=self.prid, msg_flags=NLM_F_REQUEST | NLM_F_ACK)
 
+        async def add_endpoint(self, attrs: list[tuple[str, Any]]) -> Any:
+            # pyroute2's endpoint("add") builds its message from mptcp_msg, whose IF_IDX ("hex") cannot
+            # encode an interface index: an endpoint bound to a device needs this class's int32.
+            msg = _MptcpMsg()
+            msg["cmd"] = MPTCP_PM_CMD_ADD_ADDR
+            msg["version"] = 1
+            msg["attrs"] = [("MPTCP_PM_ATTR_ADDR", {"attrs": attrs}, 0x8000)]
+            return await self.nlm_request(msg, msg_type=self.prid, msg_flags=NLM_F_REQUEST | NLM_F_ACK)
+
     class _MPTCPSync(MPTCP):  # type: ignore[misc,valid-type]
         async_class = _AsyncMPTCP
 
         def set_flags(self, endpoint_id: int, flags: int) -> Any:
             return self._run_sync_cleanup(self.asyncore.set_flags, endpoint_id, flags)
+
+        def add_endpoint(self, attrs: list[tuple[str, Any]]) -> Any:
+            return self._run_sync_cleanup(self.asyncore.add_endpoint, attrs)
 
     return _MptcpMsg, _MPTCPSync
 
@@ -190,12 +203,18 @@ class NetlinkBackend:
         flags = 0
         for f in endpoint.flags:
             flags |= FLAG_BITS[f]
-        kwargs: dict[str, Any] = {"addr": endpoint.address, "id": endpoint.id, "flags": flags}
-        with self._ipr() as ipr:
-            if endpoint.dev:
-                kwargs["if_idx"] = self._ifindex(ipr, endpoint.dev)
+        v6 = ":" in endpoint.address
+        attrs: list[tuple[str, Any]] = [
+            ("MPTCP_PM_ADDR_ATTR_FAMILY", socket.AF_INET6 if v6 else socket.AF_INET),
+            ("MPTCP_PM_ADDR_ATTR_ADDR6" if v6 else "MPTCP_PM_ADDR_ATTR_ADDR4", endpoint.address),
+            ("MPTCP_PM_ADDR_ATTR_ID", endpoint.id),
+            ("MPTCP_PM_ADDR_ATTR_FLAGS", flags),
+        ]
+        if endpoint.dev:
+            with self._ipr() as ipr:
+                attrs.append(("MPTCP_PM_ADDR_ATTR_IF_IDX", self._ifindex(ipr, endpoint.dev)))
         with self._mptcp() as mptcp:
-            mptcp.endpoint("add", **kwargs)
+            mptcp.add_endpoint(attrs)
 
     def endpoint_delete(self, id: int) -> None:
         with self._mptcp() as mptcp:

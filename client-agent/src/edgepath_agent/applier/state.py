@@ -3,7 +3,8 @@
 Managed state (everything the agent may change, hence everything a rollback restores):
 
 * MPTCP endpoints (``ip mptcp endpoint show``): id, address, device, flags among
-  ``signal``, ``subflow``, ``backup``, ``fullmesh`` (kernel doc ``mptcp-sysctl``/``ip-mptcp(8)``);
+  ``signal``, ``subflow``, ``laminar`` (Linux ≥ 6.18), ``backup``, ``fullmesh`` (kernel doc
+  ``mptcp-sysctl``/``ip-mptcp(8)``);
 * MPTCP limits (``ip mptcp limits show``): ``subflows``, ``add_addr_accepted``;
 * IPv4 default routes of the main table (``ip -j route show default``);
 * sysctls (``net.ipv4.tcp_congestion_control``).
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-ENDPOINT_FLAGS = ("signal", "subflow", "backup", "fullmesh")
+ENDPOINT_FLAGS = ("signal", "subflow", "laminar", "backup", "fullmesh")
 
 
 @dataclass(frozen=True)

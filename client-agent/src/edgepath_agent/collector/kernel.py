@@ -23,6 +23,17 @@ class KernelCapabilities:
     available_cc: tuple[str, ...] = ()
     allowed_cc: tuple[str, ...] = ()
     current_cc: str | None = None
+    kernel_release: str | None = None
+
+    @property
+    def laminar_endpoints(self) -> bool:
+        """Whether the in-kernel path manager knows the ``laminar`` endpoint flag (Linux ≥ 6.18).
+
+        Kernel release, not an add-and-read-back probe: before the 6.19 fix "mptcp: pm: ignore
+        unknown endpoint flags" (backported to stable) a kernel stored flags it did not know, so a
+        read-back would claim support on older kernels.
+        """
+        return kernel_version(self.kernel_release) >= (6, 18)
 
     @property
     def path_manager(self) -> str | None:
@@ -47,6 +58,15 @@ class KernelCapabilities:
     def schedulers(self) -> tuple[str, ...]:
         """MPTCP packet schedulers the kernel lists (``default`` only on most kernels)."""
         return tuple(self.mptcp.get("available_schedulers", "").split())
+
+
+def kernel_version(release: str | None) -> tuple[int, int]:
+    """``(major, minor)`` of a kernel release string (``"6.18.44-fc-v669"`` → ``(6, 18)``); ``(0, 0)`` if unreadable."""
+    head = (release or "").split("-", 1)[0].split(".")
+    try:
+        return int(head[0]), int(head[1]) if len(head) > 1 else 0
+    except ValueError:
+        return (0, 0)
 
 
 def _read(path: Path) -> str | None:
@@ -75,6 +95,7 @@ def read_capabilities(proc_sys: Path = Path("/proc/sys")) -> KernelCapabilities:
         available_cc=tuple((_read(ipv4 / "tcp_available_congestion_control") or "").split()),
         allowed_cc=tuple((_read(ipv4 / "tcp_allowed_congestion_control") or "").split()),
         current_cc=_read(ipv4 / "tcp_congestion_control"),
+        kernel_release=_read(proc_sys / "kernel" / "osrelease"),
     )
 
 

@@ -168,6 +168,7 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
             service=[f"grpc://127.0.0.1:{ports['grpc_port']}", f"http://127.0.0.1:{ports['http_port']}"],
             interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
             probe=f"{SERVER_ADDR}:{TRANSFER_PORT}",
+            probe_tool="builtin",  # the testbed's own TransferServer (server-side kernel counters in the trailer)
             probe_bytes=p.size_bytes,
             journal=work / "journal.json",
             # Isolate the primary path: the three policies differ only in the initial subflow's interface

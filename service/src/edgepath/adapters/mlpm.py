@@ -42,6 +42,9 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         horizon_s=settings.mlpm_horizon_s,
         gain=settings.mlpm_gain,
         bias=settings.mlpm_bias,
+        fitted=mlpm.FITTED.get(mlpm.PROFILE_PRIORITY[request.application_profile])
+        if settings.mlpm_classifier == "fitted"
+        else None,
     )
     weights = []
     for s in d.subflows:

@@ -34,6 +34,28 @@ subflow-level algorithm alone. Table 3 has no uncoupled column, so subflow
 algorithms are then ranked by their metric averaged over the four MPTCP-level
 columns (stated in the explanation). With no capabilities at all the engine
 assumes a stock mainline kernel offering :data:`MAINLINE_DEFAULT` and says so.
+
+Mainline advice measured (issue 20)
+-----------------------------------
+Table 3 ranks *coupled* pairs; averaging its columns says little about uncoupled subflows on
+a mainline kernel. ``edgepath-testbed run --scenario cc`` measured reno, cubic and bbr on
+the same shaped, lossy MPTCP paths (Linux 6.18, :data:`MAINLINE_MEASURED`); on the mainline
+fallback the ranking uses those measurements for the profile's deciding metric and Table 3's
+averages only for algorithms not measured there. Measured: Table 3's averages advised bbr
+for bulk (the testbed's worst: 11.2 vs 15.9 Mbit/s) and reno for loss-sensitive (drop rate
+2.5 % vs cubic's 1.2 %, outside cubic's CI); streaming and interactive (cubic) held. On the
+two runs pooled, cubic is best for all four profiles, so the mainline advice is now cubic
+(bulk: cubic 15.98 vs reno 15.49 Mbit/s; reno won the first run by 0.03, cubic the second by 1.0).
+
+Edge measurements (:func:`advise_with_edge`)
+--------------------------------------------
+A device (or the edge) that measured its own transfers per algorithm supplies, for the
+profile's deciding metric, each algorithm's mean, 95 % CI half-width and count. Rule: when at
+least two algorithms have ≥ :data:`MIN_EDGE_TRANSFERS` transfers each, and the advised
+algorithm's edge mean lies outside the 95 % CI of the edge's best algorithm (worse side), the
+edge's best is advised instead and the explanation says so; otherwise the advice stands.
+The same test the testbed applies to the table's advice, so local evidence overrides the
+table exactly when it would have refuted it.
 """
 
 from __future__ import annotations
@@ -51,6 +73,21 @@ MPTCP_LEVEL = ("lia", "olia", "balia", "wvegas")
 SUBFLOW_LEVEL = ("reno", "cubic", "bbr")
 #: What a stock mainline kernel offers when the device reported nothing.
 MAINLINE_DEFAULT = ("reno", "cubic")
+
+#: Mainline (uncoupled) subflow algorithms measured by the testbed's ``cc`` scenario (issue 20): per metric,
+#: the mean per algorithm over two runs (seeds 11 and 23: reports/issue-20/testbed-cc.json and
+#: testbed-cc-confirm.json of `edgepath-testbed run --scenario cc --steps 15 --seed N`), Linux 6.18, two veths
+#: tbf-shaped to 12 and 6 Mbit/s with 60 kB queues, 1 % random loss per direction on both paths, 30 × 2 MiB
+#: MPTCP downloads per algorithm (per-run means with 95 % CIs in README "MLPM and CC measured").
+MAINLINE_MEASURED: dict[str, dict[str, float]] = {
+    "hol_degree_avg_ms": {"reno": 203.84, "cubic": 162.93, "bbr": 846.64},
+    "protocol_delay_avg_ms": {"reno": 233.67, "cubic": 194.55, "bbr": 894.12},
+    "drop_rate_mean_seg_s": {"reno": 34.31, "cubic": 20.32, "bbr": 2209.41},  # Eq. 12 %: 2.36, 1.38, 33.13
+    "throughput_avg_mbps": {"reno": 15.49, "cubic": 15.98, "bbr": 11.63},
+}
+MAINLINE_MEASURED_SOURCE = "EdgePath testbed, scenario cc (issue 20), Linux 6.18, shaped lossy veths"
+#: Transfers per algorithm an edge measurement needs before it can override the advice.
+MIN_EDGE_TRANSFERS = 10
 
 #: Column order of the rows of :data:`TABLE_3` after the two algorithm names.
 COLUMNS = (
@@ -272,11 +309,23 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
         notes.append(f"none of reno, cubic, bbr is usable (kernel offers {_fmt(algos)}): keep the kernel default")
         return keep_kernel_default(mainline_fallback=True)
     marg = subflow_marginals()
-    best, deciding, value = _rank({sf: marg[sf] for sf in subflow}, criteria)
-    notes.append(
-        f"{best} has the best {deciding} = {value:g} among {_fmt(subflow)}, averaged over the four MPTCP-level "
-        f"columns of Table 3 (it measured coupled pairs only; criteria for {effective.value.lower()}: {metric_list})"
-    )
+    first = criteria[0][0]
+    measured = MAINLINE_MEASURED.get(first, {})
+    if all(sf in measured for sf in subflow):
+        hi = criteria[0][1]
+        best = sorted(subflow, key=lambda sf: (-measured[sf] if hi else measured[sf], sf))[0]
+        deciding, value = first, measured[best]
+        notes.append(
+            f"{best} has the best measured {deciding} = {value:g} among {_fmt(subflow)} on mainline MPTCP "
+            f"({MAINLINE_MEASURED_SOURCE}; Table 3 measured coupled pairs only)"
+        )
+    else:
+        best, deciding, value = _rank({sf: marg[sf] for sf in subflow}, criteria)
+        notes.append(
+            f"{best} has the best {deciding} = {value:g} among {_fmt(subflow)}, averaged over the four MPTCP-level "
+            f"columns of Table 3 (it measured coupled pairs only; criteria for {effective.value.lower()}: "
+            f"{metric_list})"
+        )
     return CongestionAdvice(
         profile=profile,
         mptcp_level="",
@@ -286,4 +335,67 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
         mainline_fallback=True,
         assumed_capabilities=assumed,
         explanation="; ".join(notes),
+    )
+
+
+@dataclass(frozen=True)
+class EdgeStats:
+    """An edge's own measurements of one algorithm for one metric: mean, 95 % CI half-width, transfers."""
+
+    mean: float
+    ci95_half: float
+    transfers: int
+
+
+def advise_with_edge(profile: Profile, caps: KernelCapabilities, edge: dict[str, EdgeStats]) -> CongestionAdvice:
+    """:func:`advise`, overridden by the edge's own measurements when they refute it (rule in the module docstring).
+
+    Parameters
+    ----------
+    profile, caps:
+        As :func:`advise`.
+    edge:
+        Algorithm → :class:`EdgeStats` of the profile's deciding metric (the first of
+        :data:`PROFILE_METRICS`; unspecified → streaming's), measured by the device/edge.
+        Algorithms the kernel does not offer, or with non-finite stats, are ignored.
+
+    Returns
+    -------
+    CongestionAdvice
+        The table's advice, or the edge's best algorithm at the subflow level with
+        ``deciding_metric``/``deciding_value`` from the edge and the reason in ``explanation``.
+    """
+    base = advise(profile, caps)
+    effective = Profile.STREAMING if profile is Profile.UNSPECIFIED else profile
+    metric, hi = PROFILE_METRICS[effective][0]
+    algos, _ = usable(caps)
+    ok = {
+        a.lower(): e
+        for a, e in edge.items()
+        if a.lower() in algos
+        and e.transfers >= MIN_EDGE_TRANSFERS
+        and math.isfinite(e.mean)
+        and math.isfinite(e.ci95_half)
+    }
+    if len(ok) < 2 or not base.subflow_level or base.subflow_level not in ok:
+        return base
+    best = sorted(ok, key=lambda a: (-ok[a].mean if hi else ok[a].mean, a))[0]
+    adv = ok[base.subflow_level]
+    b = ok[best]
+    refuted = (adv.mean < b.mean - b.ci95_half) if hi else (adv.mean > b.mean + b.ci95_half)
+    if best == base.subflow_level or not refuted:
+        return base
+    note = (
+        f"edge measurements override: {best} {metric} = {b.mean:g} ± {b.ci95_half:g} over {b.transfers} transfers; "
+        f"advised {base.subflow_level} measured {adv.mean:g} over {adv.transfers}, outside that 95 % CI"
+    )
+    return CongestionAdvice(
+        profile=base.profile,
+        mptcp_level=base.mptcp_level if base.mptcp_level else "",
+        subflow_level=best,
+        deciding_metric=metric,
+        deciding_value=b.mean,
+        mainline_fallback=base.mainline_fallback,
+        assumed_capabilities=base.assumed_capabilities,
+        explanation=f"{base.explanation}; {note}",
     )

@@ -101,6 +101,45 @@ PROFILE_PRIORITY: dict[ApplicationProfile, Priority] = {
 
 
 @dataclass(frozen=True)
+class FittedClassifier:
+    """Classifier weights ``w`` and bias ``b`` of Eq. 2 fitted on traces (``scripts/fit_mlpm.py``).
+
+    ``weights`` per feature set: ``"rtt+tput"`` → 4 weights over
+    ``[rtt_now, rtt_forecast, tput_now, tput_forecast]``, ``"tput"`` → 2, ``"rtt"`` → 2;
+    ``bias`` per feature set likewise. Features are the normalised goodness values of the
+    module docstring (step 4), so ``σ(w·f + b)`` estimates the probability that the subflow
+    is the best one at the next step.
+    """
+
+    weights: dict[str, tuple[float, ...]]
+    bias: dict[str, float]
+    source: str = ""
+
+
+#: Classifiers fitted by ``scripts/fit_mlpm.py`` (edgepath.evaluation.mlpm_fit: logistic regression on the
+#: training traces only: 5Gophers driving-trace-1 and three UCC driving pairs of 2019-12..2020-01; held-back
+#: results in README "MLPM and CC measured"). Feature order: [rtt_now, rtt_forecast, tput_now, tput_forecast].
+FITTED_SOURCE = "scripts/fit_mlpm.py on 5Gophers driving-trace-1 + UCC driving pairs 2019-12..2020-01 (issue 20)"
+FITTED: dict[Priority, FittedClassifier] = {
+    Priority.LATENCY: FittedClassifier(
+        weights={"rtt+tput": (17.2143, 17.1627, 0.3803, -0.1466), "tput": (3.1475, 1.8671)},
+        bias={"rtt+tput": -33.0824, "tput": -3.8491},
+        source=FITTED_SOURCE,
+    ),
+    Priority.BALANCED: FittedClassifier(
+        weights={"rtt+tput": (1.8843, 1.8963, 1.5098, 1.5215), "tput": (3.2775, 1.6903)},
+        bias={"rtt+tput": -5.5939, "tput": -3.8143},
+        source=FITTED_SOURCE,
+    ),
+    Priority.THROUGHPUT: FittedClassifier(
+        weights={"rtt+tput": (0.9237, 0.9367, 1.605, 1.5857), "tput": (3.2775, 1.6903)},
+        bias={"rtt+tput": -3.9292, "tput": -3.8143},
+        source=FITTED_SOURCE,
+    ),
+}
+
+
+@dataclass(frozen=True)
 class Sample:
     """One timed measurement: ``t_s`` seconds (any origin), ``value`` in the feature's unit."""
 
@@ -252,6 +291,56 @@ def default_bias(gain: float = DEFAULT_GAIN) -> float:
     return -gain / 2.0
 
 
+def forecasts(
+    histories: Sequence[SubflowHistory], window: int, horizon_s: float
+) -> tuple[list[FeatureForecast | None], list[FeatureForecast | None]]:
+    """Per subflow, the RTT and throughput forecasts (step 1–3 of the module docstring); None where unknown.
+
+    A subflow without RTT samples uses its ``current_rtt_ms`` (trend 0) when given.
+    """
+    rtt: list[FeatureForecast | None] = []
+    tput: list[FeatureForecast | None] = []
+    for h in histories:
+        r = forecast_feature(h.rtt_ms, window, horizon_s)
+        if r is None and h.current_rtt_ms is not None and math.isfinite(h.current_rtt_ms):
+            r = FeatureForecast(current=h.current_rtt_ms, slope_per_s=0.0, forecast=h.current_rtt_ms, samples=0)
+        rtt.append(r)
+        tput.append(forecast_feature(h.throughput_bps, window, horizon_s))
+    return rtt, tput
+
+
+def normalised_features(
+    rtt: Sequence[FeatureForecast | None], tput: Sequence[FeatureForecast | None]
+) -> tuple[list[str], list[list[float]]]:
+    """Feature names used and the goodness features per subflow, shape (k, 2 or 4) (step 4 of the docstring).
+
+    A feature enters only when every subflow has it; RTT as ``min_rtt / rtt``, throughput as
+    ``throughput / max_throughput`` (all 1 when every subflow reports 0).
+    """
+    n = len(rtt)
+    use_rtt = n > 0 and all(r is not None for r in rtt)
+    use_tput = n > 0 and all(t is not None for t in tput)
+    features: list[list[float]] = [[] for _ in range(n)]
+    used: list[str] = []
+    if use_rtt:
+        rtt_known = [r for r in rtt if r is not None]
+        cur = [max(r.current, RTT_FLOOR_MS) for r in rtt_known]
+        fc = [max(r.forecast, RTT_FLOOR_MS) for r in rtt_known]
+        best = min(min(cur), min(fc))
+        for i in range(n):
+            features[i] += [best / cur[i], best / fc[i]]
+        used += ["rtt_ms", "rtt_forecast_ms"]
+    if use_tput:
+        tput_known = [t for t in tput if t is not None]
+        cur = [max(t.current, 0.0) for t in tput_known]
+        fc = [max(t.forecast, 0.0) for t in tput_known]
+        top = max(max(cur), max(fc))
+        for i in range(n):
+            features[i] += [cur[i] / top, fc[i] / top] if top > 0 else [1.0, 1.0]
+        used += ["throughput_bps", "throughput_forecast_bps"]
+    return used, features
+
+
 def _uniform(
     interfaces: Sequence[str], priority: Priority, horizon_s: float, bias: float, reason: str
 ) -> SchedulerWeights:
@@ -278,6 +367,7 @@ def decide(
     horizon_s: float = DEFAULT_HORIZON_S,
     gain: float = DEFAULT_GAIN,
     bias: float | None = None,
+    fitted: FittedClassifier | None = None,
 ) -> SchedulerWeights:
     """Scheduler weights per subflow from their histories (MLPM, Silva et al. 2020, Eq. 1–4).
 
@@ -295,6 +385,9 @@ def decide(
         Scale of ``w`` (see the module docstring), > 0.
     bias:
         Classifier bias ``b``; default :func:`default_bias` (``−gain/2``).
+    fitted:
+        Fitted ``w`` and ``b`` per feature set (:data:`FITTED`); when given, they replace
+        ``gain``, ``bias`` and the profile split (a feature set it lacks falls back to them).
 
     Returns
     -------
@@ -318,15 +411,7 @@ def decide(
     if not histories:
         return _uniform([], priority, horizon_s, b, "no subflows")
 
-    rtt: list[FeatureForecast | None] = []
-    tput: list[FeatureForecast | None] = []
-    for h in histories:
-        r = forecast_feature(h.rtt_ms, window, horizon_s)
-        if r is None and h.current_rtt_ms is not None and math.isfinite(h.current_rtt_ms):
-            r = FeatureForecast(current=h.current_rtt_ms, slope_per_s=0.0, forecast=h.current_rtt_ms, samples=0)
-        rtt.append(r)
-        tput.append(forecast_feature(h.throughput_bps, window, horizon_s))
-
+    rtt, tput = forecasts(histories, window, horizon_s)
     use_rtt = all(r is not None for r in rtt)
     use_tput = all(t is not None for t in tput)
     p_rtt, p_tput = PRIORITY_WEIGHTS[priority]
@@ -343,30 +428,17 @@ def decide(
             "uniform: no feature (RTT or throughput) is known for every subflow",
         )
 
-    features: list[list[float]] = [[] for _ in histories]
-    used: list[str] = []
-    if use_rtt:
-        rtt_known = [r for r in rtt if r is not None]
-        cur = [max(r.current, RTT_FLOOR_MS) for r in rtt_known]
-        fc = [max(r.forecast, RTT_FLOOR_MS) for r in rtt_known]
-        best = min(min(cur), min(fc))
-        for i in range(len(histories)):
-            features[i] += [best / cur[i], best / fc[i]]
-        used += ["rtt_ms", "rtt_forecast_ms"]
-    if use_tput:
-        tput_known = [t for t in tput if t is not None]
-        cur = [max(t.current, 0.0) for t in tput_known]
-        fc = [max(t.forecast, 0.0) for t in tput_known]
-        top = max(max(cur), max(fc))
-        for i in range(len(histories)):
-            features[i] += [cur[i] / top, fc[i] / top] if top > 0 else [1.0, 1.0]
-        used += ["throughput_bps", "throughput_forecast_bps"]
+    used, features = normalised_features(rtt, tput)
 
     w: list[float] = []
     if use_rtt:
         w += [gain * p_rtt / 2.0] * 2
     if use_tput:
         w += [gain * p_tput / 2.0] * 2
+    feature_set = "+".join(x for x, on in (("rtt", use_rtt), ("tput", use_tput)) if on)
+    if fitted is not None and feature_set in fitted.weights and len(fitted.weights[feature_set]) == len(w):
+        w = list(fitted.weights[feature_set])
+        b = fitted.bias.get(feature_set, b)
     scores = [classify(f, w, b) for f in features]
     total = math.fsum(scores)
     weights = [s / total for s in scores] if total > 0 else [1.0 / len(scores)] * len(scores)

@@ -18,9 +18,14 @@ several interfaces share an access type, the arm's interface is the one
 
 Policy registry
 ---------------
-:data:`REGISTRY` maps each policy name to a :class:`PolicySpec`: the reward it
-learns from (``utility``, :func:`~edgepath.engines.reward.utility`, or the
-paper's ``bernoulli``), how to build its per-arm-set state, and its sources.
+:data:`REGISTRY` maps each policy name to a :class:`PolicySpec`, the one place a
+policy is defined: the reward it learns from (``utility``,
+:func:`~edgepath.engines.reward.utility`, or the paper's ``bernoulli``), how to
+build its per-arm-set state, its class (which states its propensity rule and its
+exploration state: :class:`RidgePolicy`, :class:`ActiveExplorerPolicy`, one
+:class:`LibraryPolicy` subclass per library policy), the :class:`BanditConfig`
+parameters it reads (settings ``bandit.*``, ``EDGEPATH_BANDIT__*``) and its sources.
+Adding a policy = its class (if new) and one ``PolicySpec`` line in ``_SPECS``.
 Every per-arm-set policy object answers ``decide(x) -> (arm, propensity)``
 with the **exact** probability of the chosen arm at decision time,
 ``learn(X, a, r, w)`` and ``carry_exploration_from(old)``.
@@ -264,20 +269,36 @@ class ActiveExplorerPolicy(PaperActiveExplorer):
 class LibraryPolicy:
     """A contextualbandits policy with the exploration-state bookkeeping that makes its propensity exact.
 
-    Attribute reads not defined here go to the library object (``_oracles``, ``predict``, ``is_fitted``…).
+    One subclass per registered library policy states its propensity rule (:meth:`_rule`), its
+    exploration state (:attr:`EXPLORATION_STATE`, carried from the serving copy to a refitted clone)
+    and, where it has one, its numpy fast path (:meth:`_fast_choice`). Attribute reads not defined here
+    go to the library object (``_oracles``, ``predict``, ``is_fitted``…).
     """
+
+    #: Attributes of the library object that change as it decides (carried by :meth:`carry_exploration_from`).
+    EXPLORATION_STATE: tuple[str, ...] = ("random_state",)
+    #: True when :meth:`_fast_choice` reproduces the library's ``predict`` (same decisions, same random draws).
+    FAST = False
 
     def __init__(self, name: str, lib: Any) -> None:
         self.name = name
         self.lib = lib
+
+    @staticmethod
+    def of(name: str, lib: Any) -> LibraryPolicy:
+        """The registered class of policy ``name`` around ``lib`` (a plain :class:`LibraryPolicy` if unregistered)."""
+        return _LIBRARY_CLASSES.get(name, LibraryPolicy)(name, lib)
 
     def __getattr__(self, attr: str) -> Any:
         if attr in ("lib", "name") or attr.startswith("__"):
             raise AttributeError(attr)
         return getattr(self.lib, attr)
 
-    #: Policies with a numpy fast path (see :meth:`_fast_scores`).
-    FAST = ("epsilon_greedy", "explore_first")
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Pickles of the single ``LibraryPolicy`` class of earlier releases load as their policy's class."""
+        self.__dict__.update(state)
+        if type(self) is LibraryPolicy and state.get("name") in _LIBRARY_CLASSES:
+            self.__class__ = _LIBRARY_CLASSES[state["name"]]
 
     def _snapshot(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Oracles' ``coef_`` (K, d) and ``intercept_`` (K,), read once per model version; None if ineligible.
@@ -291,7 +312,7 @@ class LibraryPolicy:
             return cached[0]
         snap = None
         ovr = getattr(self.lib, "_oracles", None)
-        if self.name in self.FAST and self.lib.is_fitted and ovr is not None:
+        if self.FAST and self.lib.is_fitted and ovr is not None:
             algos = list(ovr.algos)
             thr = np.asarray(getattr(ovr, "thr", 0.0))
             if (
@@ -311,23 +332,18 @@ class LibraryPolicy:
 
     def _fast_decide(self, x: np.ndarray, snap: tuple[np.ndarray, np.ndarray]) -> tuple[int, float]:
         """The library's ``predict`` for one row, in numpy, consuming its random generator identically."""
-        lib, k = self.lib, self.lib.nchoices
         coef, intercept = snap
         greedy = int(np.argmax(0.5 * (1.0 + np.tanh(0.5 * (coef @ x + intercept)))))  # σ, as predict_proba
-        if self.name == "explore_first":
-            if lib.explore_cnt < lib.explore_rounds:
-                lib.explore_cnt += 1
-                arm = int(lib.random_state.integers(k, size=1)[0])
-                lib._choose_active(x.reshape(1, -1), np.asarray([arm]))  # no-op without active_choice
-                return arm, 1.0 / k
-            return greedy, 1.0
-        p = float(lib.explore_prob)  # epsilon_greedy
-        arm = greedy
-        if lib.random_state.random(size=1)[0] <= p:
-            arm = int(lib.random_state.integers(k, size=1)[0])
-        if lib.decay is not None:
-            lib.explore_prob *= lib.decay
-        return arm, (1.0 - p) * (arm == greedy) + p / k
+        return self._fast_choice(x, greedy)
+
+    def _fast_choice(self, x: np.ndarray, greedy: int) -> tuple[int, float]:
+        """The policy's choice and its probability given the oracles' greedy arm (only where ``FAST``)."""
+        raise NotImplementedError(f"{self.name} has no fast path")
+
+    def _rule(self, X: np.ndarray, greedy: int) -> tuple[str, float]:
+        """Propensity rule of a fitted policy before ``predict`` mutates it: (``uniform`` | ``epsilon`` | ``greedy``,
+        probability parameter). Deterministic given the fitted oracles by default."""
+        return ("greedy", 1.0)
 
     def _state(self, X: np.ndarray) -> tuple[str, float, int]:
         """(rule, probability parameter, greedy arm) captured before ``predict`` mutates the policy."""
@@ -336,14 +352,7 @@ class LibraryPolicy:
             return ("uniform", 1.0, -1)
         # greedy = argmax of the oracles' scores (not predict(exploit=True), which also decays ε)
         greedy = int(np.argmax(np.asarray(policy._oracles.decision_function(X)).reshape(-1)))
-        if self.name == "epsilon_greedy":
-            return ("epsilon", float(policy.explore_prob), greedy)
-        if self.name == "adaptive_greedy":
-            best = float(np.max(policy._oracles.decision_function(X)))
-            return ("uniform" if best <= policy.thr else "greedy", 1.0, greedy)
-        if self.name == "explore_first" and policy.explore_cnt < policy.explore_rounds:
-            return ("uniform", 1.0, greedy)
-        return ("greedy", 1.0, greedy)
+        return (*self._rule(X, greedy), greedy)
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         """Exact probability of each arm at the current state (does not advance the policy)."""
@@ -351,8 +360,6 @@ class LibraryPolicy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rule, p, greedy = self._state(x.reshape(1, -1))
-        if rule == "greedy" and self.name == "explore_first" and self.lib.explore_cnt < self.lib.explore_rounds:
-            rule = "uniform"
         if rule == "uniform":
             return np.full(k, 1.0 / k)
         out = np.full(k, p / k) if rule == "epsilon" else np.zeros(k)
@@ -384,9 +391,77 @@ class LibraryPolicy:
     def carry_exploration_from(self, live: Any) -> None:
         if not isinstance(live, LibraryPolicy):
             return
-        for attr in ("explore_prob", "explore_cnt", "random_state"):
+        for attr in self.EXPLORATION_STATE:
             if hasattr(live.lib, attr):
                 setattr(self.lib, attr, getattr(live.lib, attr))
+
+
+class EpsilonGreedyPolicy(LibraryPolicy):
+    """EpsilonGreedy: ``(1-ε)·1[a=g] + ε/K`` with the current (decayed) ε; exploration state ε and the RNG."""
+
+    EXPLORATION_STATE = ("explore_prob", "random_state")
+    FAST = True
+
+    def _rule(self, X: np.ndarray, greedy: int) -> tuple[str, float]:
+        return ("epsilon", float(self.lib.explore_prob))
+
+    def _fast_choice(self, x: np.ndarray, greedy: int) -> tuple[int, float]:
+        lib, k = self.lib, self.lib.nchoices
+        p = float(lib.explore_prob)
+        arm = greedy
+        if lib.random_state.random(size=1)[0] <= p:
+            arm = int(lib.random_state.integers(k, size=1)[0])
+        if lib.decay is not None:
+            lib.explore_prob *= lib.decay
+        return arm, (1.0 - p) * (arm == greedy) + p / k
+
+
+class ExploreFirstPolicy(LibraryPolicy):
+    """ExploreFirst: ``1/K`` during the exploration rounds, 1 after; exploration state the round counter and RNG."""
+
+    EXPLORATION_STATE = ("explore_cnt", "random_state")
+    FAST = True
+
+    def _exploring(self) -> bool:
+        return bool(self.lib.explore_cnt < self.lib.explore_rounds)
+
+    def _rule(self, X: np.ndarray, greedy: int) -> tuple[str, float]:
+        return ("uniform", 1.0) if self._exploring() else ("greedy", 1.0)
+
+    def _fast_choice(self, x: np.ndarray, greedy: int) -> tuple[int, float]:
+        lib, k = self.lib, self.lib.nchoices
+        if self._exploring():
+            lib.explore_cnt += 1
+            arm = int(lib.random_state.integers(k, size=1)[0])
+            lib._choose_active(x.reshape(1, -1), np.asarray([arm]))  # no-op without active_choice
+            return arm, 1.0 / k
+        return greedy, 1.0
+
+    def probabilities(self, x: np.ndarray) -> np.ndarray:
+        if self._exploring():
+            return np.full(self.lib.nchoices, 1.0 / self.lib.nchoices)
+        return super().probabilities(x)
+
+
+class AdaptiveGreedyPolicy(LibraryPolicy):
+    """AdaptiveGreedy: ``1/K`` when the best oracle score is at or below the policy's threshold, else 1."""
+
+    def _rule(self, X: np.ndarray, greedy: int) -> tuple[str, float]:
+        best = float(np.max(self.lib._oracles.decision_function(X)))
+        return ("uniform" if best <= self.lib.thr else "greedy", 1.0)
+
+
+class DeterministicLibraryPolicy(LibraryPolicy):
+    """adaptive_active_greedy, bootstrapped_ucb: deterministic given the fitted oracles (propensity 1)."""
+
+
+_LIBRARY_CLASSES: dict[str, type[LibraryPolicy]] = {
+    "epsilon_greedy": EpsilonGreedyPolicy,
+    "explore_first": ExploreFirstPolicy,
+    "adaptive_greedy": AdaptiveGreedyPolicy,
+    "adaptive_active_greedy": DeterministicLibraryPolicy,
+    "bootstrapped_ucb": DeterministicLibraryPolicy,
+}
 
 
 # --- registry -------------------------------------------------------------------------------------------------------
@@ -395,12 +470,32 @@ Builder = Callable[[int, BanditConfig, int, "list[Any] | None"], Any]
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """One registered policy: name, the reward it learns from, a builder and its source."""
+    """One registered policy: everything that defines it, in one place.
+
+    ``reward`` is what it learns from; ``build`` makes its per-arm-set object (an instance of
+    ``policy_class``, whose docstring states the propensity rule and whose exploration state it
+    carries across refits); ``parameters`` are the :class:`BanditConfig` fields (settings
+    ``bandit.*``, ``EDGEPATH_BANDIT__*``) it reads besides ``seed`` and ``propensity_floor``;
+    ``source`` the paper or library it follows.
+    """
 
     name: str
     reward: Literal["utility", "bernoulli"]
     build: Builder
     source: str
+    policy_class: type = object
+    parameters: tuple[str, ...] = ()
+
+    @property
+    def exploration_state(self) -> tuple[str, ...]:
+        """What changes as the policy decides and moves from the serving copy to a refitted clone."""
+        if issubclass(self.policy_class, LibraryPolicy):
+            return tuple(f"lib.{a}" for a in self.policy_class.EXPLORATION_STATE)
+        if issubclass(self.policy_class, RidgePolicy):
+            return ("model: decision count and random generator",)
+        if issubclass(self.policy_class, PaperActiveExplorer):
+            return ("p (decayed), random generator",)
+        return ()
 
 
 #: Install command of the optional contextualbandits library (the five library policies below, v1 artefacts).
@@ -431,7 +526,7 @@ def _library(name: str, factory: Callable[[Any, BanditConfig, dict[str, Any]], A
     def build(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> LibraryPolicy:
         _contextualbandits()  # absent library: the error names the extra before anything is built
         common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed, beta_prior=None)
-        return LibraryPolicy(name, factory(_oracle(cfg) if base is None else base, cfg, common))
+        return LibraryPolicy.of(name, factory(_oracle(cfg) if base is None else base, cfg, common))
 
     build.needs_contextualbandits = True  # type: ignore[attr-defined]
     return build
@@ -446,17 +541,51 @@ def _active(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> Act
     return ActiveExplorerPolicy(oracles, cfg.explore_prob, cfg.explore_decay, seed)
 
 
+_RIDGE = ("ridge_lambda", "forgetting", "utility")
+_SGD = ("sgd_alpha",)
 _SPECS: tuple[PolicySpec, ...] = (
-    PolicySpec("ridge_squarecb", "utility", _ridge("squarecb"), "Foster & Rakhlin, ICML 2020 (SquareCB)"),
-    PolicySpec("ridge_lints", "utility", _ridge("lints"), "Agrawal & Goyal, ICML 2013 (LinTS)"),
-    PolicySpec("ridge_linucb", "utility", _ridge("linucb"), "Li et al., WWW 2010 (LinUCB)"),
-    PolicySpec("ridge_egreedy", "utility", _ridge("egreedy"), "ε-greedy on ridge estimates (issue 15 baseline)"),
-    PolicySpec("active_explorer", "bernoulli", _active, "Alzadjali et al., Algorithm 1"),
+    PolicySpec(
+        "ridge_squarecb",
+        "utility",
+        _ridge("squarecb"),
+        "Foster & Rakhlin, ICML 2020 (SquareCB)",
+        RidgePolicy,
+        (*_RIDGE, "squarecb_gamma0"),
+    ),
+    PolicySpec(
+        "ridge_lints",
+        "utility",
+        _ridge("lints"),
+        "Agrawal & Goyal, ICML 2013 (LinTS)",
+        RidgePolicy,
+        (*_RIDGE, "ts_scale"),
+    ),
+    PolicySpec(
+        "ridge_linucb", "utility", _ridge("linucb"), "Li et al., WWW 2010 (LinUCB)", RidgePolicy, (*_RIDGE, "ucb_alpha")
+    ),
+    PolicySpec(
+        "ridge_egreedy",
+        "utility",
+        _ridge("egreedy"),
+        "ε-greedy on ridge estimates (issue 15 baseline)",
+        RidgePolicy,
+        (*_RIDGE, "ridge_epsilon"),
+    ),
+    PolicySpec(
+        "active_explorer",
+        "bernoulli",
+        _active,
+        "Alzadjali et al., Algorithm 1",
+        ActiveExplorerPolicy,
+        (*_SGD, "explore_prob", "explore_decay"),
+    ),
     PolicySpec(
         "adaptive_greedy",
         "bernoulli",
         _library("adaptive_greedy", lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, njobs=1, **c)),
         "contextualbandits AdaptiveGreedy (Chakrabarti et al. 2009)",
+        AdaptiveGreedyPolicy,
+        _SGD,
     ),
     PolicySpec(
         "adaptive_active_greedy",
@@ -466,6 +595,8 @@ _SPECS: tuple[PolicySpec, ...] = (
             lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c),
         ),
         "contextualbandits AdaptiveGreedy, active_choice='weighted'",
+        DeterministicLibraryPolicy,
+        _SGD,
     ),
     PolicySpec(
         "bootstrapped_ucb",
@@ -477,6 +608,8 @@ _SPECS: tuple[PolicySpec, ...] = (
             ),
         ),
         "contextualbandits BootstrappedUCB",
+        DeterministicLibraryPolicy,
+        (*_SGD, "ucb_nsamples", "ucb_percentile"),
     ),
     PolicySpec(
         "epsilon_greedy",
@@ -488,6 +621,8 @@ _SPECS: tuple[PolicySpec, ...] = (
             ),
         ),
         "contextualbandits EpsilonGreedy",
+        EpsilonGreedyPolicy,
+        (*_SGD, "epsilon", "epsilon_decay"),
     ),
     PolicySpec(
         "explore_first",
@@ -497,6 +632,8 @@ _SPECS: tuple[PolicySpec, ...] = (
             lambda o, cfg, c: _contextualbandits().ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
         ),
         "contextualbandits ExploreFirst",
+        ExploreFirstPolicy,
+        (*_SGD, "explore_rounds"),
     ),
 )
 REGISTRY: dict[str, PolicySpec] = {s.name: s for s in _SPECS}
@@ -781,4 +918,4 @@ def _from_v1(name: str, lib: Any, seed: int) -> Any:
         policy.seen[:] = bool(lib.is_fitted)
         policy._snapshot()
         return policy
-    return LibraryPolicy(name, lib)
+    return LibraryPolicy.of(name, lib)

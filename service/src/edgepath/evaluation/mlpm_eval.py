@@ -230,6 +230,24 @@ class Replay:
     optimised_metric: str
 
 
+def histories_at(trace: Trace, t: int, window: int) -> list[mlpm.SubflowHistory]:
+    """What a causal scheduler knows at step ``t``: the last ``window`` seconds of throughput and pings before ``t``.
+
+    One history per path, named by the path's index.
+    """
+    lo = max(0, t - window)
+    histories = []
+    for p in range(trace.throughput_bps.shape[0]):
+        tp = [mlpm.Sample(float(i), float(trace.throughput_bps[p, i])) for i in range(lo, t)]
+        rt: list[mlpm.Sample] = []
+        if trace.rtt_ms is not None:
+            pt, pv = trace.ping_t_s[p], trace.ping_rtt_ms[p]
+            seen = np.nonzero(pt <= t - 1)[0][-window:]
+            rt = [mlpm.Sample(float(pt[i]), float(pv[i])) for i in seen]
+        histories.append(mlpm.SubflowHistory(interface=str(p), rtt_ms=rt, throughput_bps=tp))
+    return histories
+
+
 def replay(
     trace: Trace,
     *,
@@ -238,6 +256,7 @@ def replay(
     horizon_s: float = 1.0,
     gain: float = mlpm.DEFAULT_GAIN,
     bias: float | None = None,
+    fitted: mlpm.FittedClassifier | None = None,
 ) -> Replay:
     """Run the four schedulers over ``trace`` (see the module docstring)."""
     n_paths, n_steps = trace.throughput_bps.shape
@@ -248,17 +267,10 @@ def replay(
     fallback = 0
     tput = trace.throughput_bps
     for k, t in enumerate(range(1, n_steps)):
-        lo = max(0, t - window)
-        histories = []
-        for p in range(n_paths):
-            tp = [mlpm.Sample(float(i), float(tput[p, i])) for i in range(lo, t)]
-            rt: list[mlpm.Sample] = []
-            if has_rtt:
-                pt, pv = trace.ping_t_s[p], trace.ping_rtt_ms[p]
-                seen = np.nonzero(pt <= t - 1)[0][-window:]
-                rt = [mlpm.Sample(float(pt[i]), float(pv[i])) for i in seen]
-            histories.append(mlpm.SubflowHistory(interface=str(p), rtt_ms=rt, throughput_bps=tp))
-        d = mlpm.decide(histories, priority=priority, window=window, horizon_s=horizon_s, gain=gain, bias=bias)
+        histories = histories_at(trace, t, window)
+        d = mlpm.decide(
+            histories, priority=priority, window=window, horizon_s=horizon_s, gain=gain, bias=bias, fitted=fitted
+        )
         choices["mlpm"][k] = int(d.prioritised_subflow)
         last_rtt = trace.rtt_ms[:, t - 1] if trace.rtt_ms is not None else None
         if last_rtt is not None and not np.isnan(last_rtt).any():
@@ -407,6 +419,7 @@ def build_report(
     block_len: int = 10,
     reps: int = 2000,
     seed: int = 0,
+    fitted: mlpm.FittedClassifier | None = None,
 ) -> dict[str, Any]:
     """Replay every trace and assemble the JSON report (pooled ``schedulers`` + per-dataset sections).
 
@@ -417,7 +430,10 @@ def build_report(
     """
     if not traces:
         raise ValueError("no traces to evaluate")
-    replays = [replay(t, profile=profile, window=window, horizon_s=horizon_s, gain=gain, bias=bias) for t in traces]
+    replays = [
+        replay(t, profile=profile, window=window, horizon_s=horizon_s, gain=gain, bias=bias, fitted=fitted)
+        for t in traces
+    ]
     pooled = summarize(replays, block_len=block_len, reps=reps, seed=seed)
     notes = [
         "schedulers.* pools every step of every dataset; per-dataset figures are under datasets[]",

@@ -8,12 +8,12 @@ calling, request budget) and to the decision plane (outcome guard).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from edgepath.security.auth import Authenticator, TokenFile
-from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard, QuarantineSet, RedisQuarantine
-from edgepath.security.ratelimit import FallbackRateLimiter, MemoryRateLimiter, RateLimiter, RedisRateLimiter, enforce
+from edgepath.security.plausibility import OutcomeGuard
+from edgepath.security.ratelimit import RateLimiter, enforce
 from edgepath.settings import Settings
+from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.types import Principal
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "EdgeSecurity", "build_outcome_guard", "build_security"]
@@ -36,29 +36,21 @@ class EdgeSecurity:
         await enforce(self.request_limiter, principal.device_id, "requests")
 
 
-def build_outcome_guard(settings: Settings, redis_client: Any | None = None) -> OutcomeGuard:
-    """The plane's outcome guard; with ``redis_client`` (``redis.asyncio.Redis``) cap and quarantine are shared."""
-    outcome_rate = settings.outcome_cap_per_window / settings.outcome_window_s
+def build_outcome_guard(settings: Settings, backend: StateBackend | None = None) -> OutcomeGuard:
+    """The plane's outcome guard; its cap and quarantine come from ``backend`` (shared when its store is).
+
+    Without a backend they are in process (:class:`~edgepath.state.backend.MemoryBackend`'s primitives).
+    """
+    primitives = backend if backend is not None else MemoryBackend()
     cap = settings.outcome_cap_per_window
-    quarantine: QuarantineSet
-    outcomes: RateLimiter
-    if redis_client is not None:
-        ns = getattr(settings, "redis_namespace", "edgepath")
-        outcomes = FallbackRateLimiter(
-            RedisRateLimiter(redis_client, outcome_rate, cap, prefix=f"{ns}:rl:out:"),
-            MemoryRateLimiter(outcome_rate, cap),
-        )
-        quarantine = RedisQuarantine(redis_client, f"{ns}:quarantine", settings.quarantined_devices)
-    else:
-        outcomes = MemoryRateLimiter(outcome_rate, cap)
-        quarantine = MemoryQuarantine(settings.quarantined_devices)
-    return OutcomeGuard(settings.plausibility_factor, outcomes, quarantine)
+    outcomes = primitives.rate_limiter(cap / settings.outcome_window_s, cap, "out")
+    return OutcomeGuard(settings.plausibility_factor, outcomes, primitives.quarantine(settings.quarantined_devices))
 
 
 def build_security(
-    settings: Settings, redis_client: Any | None = None, guard: OutcomeGuard | None = None
+    settings: Settings, backend: StateBackend | None = None, guard: OutcomeGuard | None = None
 ) -> EdgeSecurity:
-    """Build the bundle (``guard``: the plane's, else a new one); with ``redis_client`` budgets are shared.
+    """Build the bundle (``guard``: the plane's, else a new one); budgets come from ``backend`` (as the guard's).
 
     Raises
     ------
@@ -81,14 +73,9 @@ def build_security(
         admin_ids=settings.auth_admin_ids,
         mtls=settings.tls_client_ca_file is not None,
     )
-    rate, burst = settings.rate_limit_per_s, settings.rate_limit_burst
-    requests: RateLimiter = MemoryRateLimiter(rate, burst)
-    if redis_client is not None:
-        ns = getattr(settings, "redis_namespace", "edgepath")
-        requests = FallbackRateLimiter(RedisRateLimiter(redis_client, rate, burst, prefix=f"{ns}:rl:req:"), requests)
-    return EdgeSecurity(
-        auth, requests, guard or build_outcome_guard(settings, redis_client), settings.max_message_bytes
-    )
+    primitives = backend if backend is not None else MemoryBackend()
+    requests: RateLimiter = primitives.rate_limiter(settings.rate_limit_per_s, settings.rate_limit_burst, "req")
+    return EdgeSecurity(auth, requests, guard or build_outcome_guard(settings, backend), settings.max_message_bytes)
 
 
 def startup_problems(settings: Settings) -> list[str]:

@@ -32,14 +32,26 @@ these bounds (e.g. report low throughput for a good path), up to its cap.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
 
-from edgepath.errors import InvalidInput, Unavailable
+from edgepath.errors import InvalidInput
 from edgepath.security.ratelimit import RateLimiter, enforce
 from edgepath.state.base import DecisionRecord
+
+# The quarantine sets live with the state backends (edgepath.state.limits); re-exported for callers of this module.
+from edgepath.state.limits import MemoryQuarantine, QuarantineSet, RedisQuarantine
 from edgepath.types import AccessType, InterfaceContext, OutcomeReport
+
+__all__ = [
+    "ACCESS_PEAK_BPS",
+    "LINK_SPEED_ACCESS",
+    "MemoryQuarantine",
+    "OutcomeGuard",
+    "QuarantineSet",
+    "RedisQuarantine",
+    "reported_capacity_bps",
+    "reported_link_speeds_mbps",
+]
 
 #: Peak downlink rate per access technology, bit/s: the capacity assumed when a device reports no link speed.
 ACCESS_PEAK_BPS: dict[AccessType, float] = {
@@ -83,101 +95,6 @@ def reported_capacity_bps(arms: Sequence[str], link_speed_mbps: Sequence[float |
         mbps = link_speed_mbps[k] if k < len(link_speed_mbps) else None
         total += ACCESS_PEAK_BPS[access] if mbps is None else min(mbps * 1e6, ACCESS_PEAK_BPS[access])
     return total
-
-
-class QuarantineSet(Protocol):
-    """Devices whose outcomes are not trained on."""
-
-    async def contains(self, device_id: str) -> bool: ...
-    async def add(self, device_id: str) -> None: ...
-    async def remove(self, device_id: str) -> None: ...
-    async def members(self) -> list[str]: ...
-
-
-class MemoryQuarantine:
-    """In-process quarantine set (per replica)."""
-
-    def __init__(self, initial: Iterable[str] = ()) -> None:
-        self._devices = set(initial)
-
-    async def contains(self, device_id: str) -> bool:
-        return device_id in self._devices
-
-    async def add(self, device_id: str) -> None:
-        self._devices.add(device_id)
-
-    async def remove(self, device_id: str) -> None:
-        self._devices.discard(device_id)
-
-    async def members(self) -> list[str]:
-        return sorted(self._devices)
-
-
-class RedisQuarantine:
-    """Quarantine set shared by every replica (a Redis set).
-
-    Reads the set at most every ``refresh_s`` seconds (an admin's change on one
-    replica reaches the others within that). While Redis fails, answers from the
-    last set it read (and remembers local changes) and retries after
-    ``retry_after_failure_s``, so an outage neither lifts a quarantine nor
-    becomes a server error or a per-request timeout.
-    """
-
-    def __init__(
-        self,
-        client: Any,
-        key: str = "edgepath:quarantine",
-        initial: Iterable[str] = (),
-        *,
-        refresh_s: float = 1.0,
-        retry_after_failure_s: float = 5.0,
-    ) -> None:
-        self.client = client
-        self.key = key
-        self.refresh_s = refresh_s
-        self.retry_after_failure_s = retry_after_failure_s
-        self._pending = list(initial)
-        self._cache: set[str] = set(self._pending)
-        self._next_read = 0.0
-
-    async def _refresh(self, force: bool = False) -> set[str]:
-        from redis.exceptions import RedisError
-
-        now = time.monotonic()
-        if not force and now < self._next_read:
-            return self._cache
-        try:
-            if self._pending:
-                await self.client.sadd(self.key, *self._pending)
-                self._pending = []
-            members = await self.client.smembers(self.key)
-            self._cache = {m.decode() if isinstance(m, bytes) else m for m in members}
-            self._next_read = now + self.refresh_s
-        except (RedisError, OSError, TimeoutError):
-            self._next_read = now + self.retry_after_failure_s
-        return self._cache
-
-    async def contains(self, device_id: str) -> bool:
-        return device_id in await self._refresh()
-
-    async def add(self, device_id: str) -> None:
-        self._pending.append(device_id)
-        self._cache.add(device_id)
-        await self._refresh(force=True)
-
-    async def remove(self, device_id: str) -> None:
-        self._cache.discard(device_id)
-        self._pending = [d for d in self._pending if d != device_id]
-        from redis.exceptions import RedisError
-
-        try:
-            await self.client.srem(self.key, device_id)
-        except (RedisError, OSError, TimeoutError) as exc:
-            raise Unavailable("quarantine store (Redis) unreachable: release not shared; retry") from exc
-        await self._refresh(force=True)
-
-    async def members(self) -> list[str]:
-        return sorted(await self._refresh(force=True))
 
 
 class OutcomeGuard:

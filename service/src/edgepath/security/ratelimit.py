@@ -1,4 +1,4 @@
-"""Per-device token buckets (GCRA), in process or shared in Redis.
+"""Per-device token buckets (GCRA), in process or shared in Redis; the buckets live in :mod:`edgepath.state.limits`.
 
 A bucket holds at most ``burst`` tokens and refills at ``rate_per_s`` tokens
 per second; each call takes one. It is implemented as the Generic Cell Rate
@@ -19,151 +19,11 @@ every replica shares each device's budget.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
-from typing import Any, Protocol
-
-from cachetools import TTLCache
 
 from edgepath.errors import RateLimited
+from edgepath.state.limits import FallbackRateLimiter, MemoryRateLimiter, RateLimiter, RedisRateLimiter, gcra_step
 
-
-class RateLimiter(Protocol):
-    """Takes one token from ``key``'s bucket."""
-
-    async def acquire(self, key: str) -> float:
-        """0.0 when allowed (a token was taken), else the seconds to wait before a retry can succeed."""
-
-
-def gcra_step(tat: float, now: float, interval_s: float, burst: int) -> tuple[float, float]:
-    """One GCRA decision: ``(new tat, retry_after_s)``; ``retry_after_s == 0`` means allowed.
-
-    Parameters
-    ----------
-    tat:
-        Theoretical arrival time of the key (0 for a new key), seconds.
-    now:
-        Current time, seconds (same clock as ``tat``).
-    interval_s:
-        ``1 / rate_per_s``.
-    burst:
-        Bucket capacity, ≥ 1.
-    """
-    new_tat = max(tat, now) + interval_s
-    allow_at = new_tat - burst * interval_s
-    if allow_at > now:
-        return tat, allow_at - now
-    return new_tat, 0.0
-
-
-class MemoryRateLimiter:
-    """In-process GCRA buckets (one replica, or per-replica budgets).
-
-    Parameters
-    ----------
-    rate_per_s, burst:
-        Refill rate (tokens/s, > 0) and capacity (tokens, ≥ 1).
-    max_keys:
-        Bound on tracked keys; beyond it the least recently used are dropped
-        (which only refills their bucket early).
-    clock:
-        Monotonic time source, seconds (tests inject one).
-    """
-
-    def __init__(
-        self, rate_per_s: float, burst: int, *, max_keys: int = 100_000, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        if rate_per_s <= 0 or burst < 1:
-            raise ValueError("rate_per_s must be > 0 and burst >= 1")
-        self.interval_s = 1.0 / rate_per_s
-        self.burst = burst
-        self.clock = clock
-        self._tat: TTLCache[str, float] = TTLCache(maxsize=max_keys, ttl=burst * self.interval_s + 1.0, timer=clock)
-
-    async def acquire(self, key: str) -> float:
-        now = self.clock()
-        new_tat, retry = gcra_step(self._tat.get(key, 0.0), now, self.interval_s, self.burst)
-        if retry == 0.0:
-            self._tat[key] = new_tat
-        return retry
-
-
-_GCRA_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local interval = tonumber(ARGV[1])
-local burst = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
-local new_tat = tat + interval
-local allow_at = new_tat - burst * interval
-if allow_at > now then return tostring(allow_at - now) end
-redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil((new_tat - now) * 1000) + 1)
-return '0'
-"""
-
-
-class RedisRateLimiter:
-    """GCRA buckets in Redis, shared by every replica (atomic Lua script, Redis clock).
-
-    Parameters
-    ----------
-    client:
-        A ``redis.asyncio.Redis`` client.
-    rate_per_s, burst:
-        As for :class:`MemoryRateLimiter`.
-    prefix:
-        Key prefix, e.g. ``edgepath:rl:requests:``.
-    """
-
-    def __init__(self, client: Any, rate_per_s: float, burst: int, *, prefix: str = "edgepath:rl:") -> None:
-        if rate_per_s <= 0 or burst < 1:
-            raise ValueError("rate_per_s must be > 0 and burst >= 1")
-        self.interval_s = 1.0 / rate_per_s
-        self.burst = burst
-        self.prefix = prefix
-        self._script = client.register_script(_GCRA_LUA)
-
-    async def acquire(self, key: str) -> float:
-        result = await self._script(keys=[self.prefix + key], args=[repr(self.interval_s), self.burst])
-        return float(result.decode() if isinstance(result, bytes) else result)
-
-
-class FallbackRateLimiter:
-    """A shared (Redis) limiter that falls back to an in-process one while the shared store fails.
-
-    Keeps limits in force (per replica) in the Redis store's degraded mode
-    instead of turning a Redis outage into server errors. After a failure the
-    shared limiter is skipped for ``retry_shared_after_s`` so that requests do
-    not each wait for a Redis timeout.
-    """
-
-    def __init__(
-        self,
-        primary: RateLimiter,
-        fallback: RateLimiter,
-        *,
-        retry_shared_after_s: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.primary = primary
-        self.fallback = fallback
-        self.retry_shared_after_s = retry_shared_after_s
-        self.clock = clock
-        self._failed_at: float | None = None
-
-    async def acquire(self, key: str) -> float:
-        from redis.exceptions import RedisError
-
-        if self._failed_at is not None and self.clock() - self._failed_at < self.retry_shared_after_s:
-            return await self.fallback.acquire(key)
-        try:
-            retry = await self.primary.acquire(key)
-        except (RedisError, OSError, TimeoutError):
-            self._failed_at = self.clock()
-            return await self.fallback.acquire(key)
-        self._failed_at = None
-        return retry
+__all__ = ["FallbackRateLimiter", "MemoryRateLimiter", "RateLimiter", "RedisRateLimiter", "enforce", "gcra_step"]
 
 
 async def enforce(limiter: RateLimiter | None, key: str, what: str = "requests") -> None:

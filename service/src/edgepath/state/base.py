@@ -19,7 +19,7 @@ Records
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -78,15 +78,30 @@ class ClaimResult(enum.Enum):
 
 # --- SSMP per-server state (issue 4) ---
 @dataclass(frozen=True)
+class PathEstimate:
+    """SSMP per-path inputs of Eq. 1–2 learned from past transfers from one server over one interface.
+
+    ``bandwidth_bps``: achievable bandwidth B (bit/s, EWMA of the measured per-subflow rates);
+    ``loss``: loss rate p (fraction, EWMA of the measured retransmission ratios); None = never measured.
+    """
+
+    bandwidth_bps: float | None = None
+    loss: float | None = None
+
+
+@dataclass(frozen=True)
 class ServerScore:
-    """SSMP state of one CDN server: its smoothed score and when it was last updated.
+    """SSMP state of one CDN server: its smoothed score, per-path B and p, and when it was last updated.
 
     ``q_bps`` is Q of Yang et al., SSMP, Eq. 2 smoothed by Eq. 3 (bit/s); ``updated_at``
-    is Unix seconds. The plane computes both; stores only keep them.
+    is Unix seconds; ``paths`` maps a device interface name to the server's :class:`PathEstimate`
+    over it (B and p of Eq. 1–2, "based on the previous transmission", §IV-B-1). The plane
+    computes all of them; stores only keep them.
     """
 
     q_bps: float
     updated_at: float
+    paths: Mapping[str, PathEstimate] = field(default_factory=dict)
 
 
 # --- end SSMP ---
@@ -147,8 +162,10 @@ class StateStore(Protocol):
         result; never raises for unknown keys.
         """
 
-    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
-        """Store ``ServerScore(q_bps, updated_at)`` under ``key``, replacing any previous value.
+    async def update_server_score(
+        self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
+    ) -> None:
+        """Store ``ServerScore(q_bps, updated_at, paths or {})`` under ``key``, replacing any previous value.
 
         Last writer wins: the plane reads, smooths (Eq. 3) and writes, so two concurrent
         outcomes for one server may lose one smoothing step (harmless for an EWMA). A store

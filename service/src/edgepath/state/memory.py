@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cachetools import LRUCache, TTLCache
 
-from edgepath.state.base import ClaimResult, DecisionRecord, MtsSession, OutcomeRecord, ServerScore
+from edgepath.state.base import ClaimResult, DecisionRecord, MtsSession, OutcomeRecord, PathEstimate, ServerScore
 from edgepath.tasks import wait_event
 
 
@@ -91,8 +91,10 @@ class MemoryStore:
     async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
         return {k: s for k in keys if (s := self._server_scores.get(k)) is not None}
 
-    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
-        self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at)
+    async def update_server_score(
+        self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
+    ) -> None:
+        self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at, paths=dict(paths or {}))
 
     # --- end SSMP ---
 

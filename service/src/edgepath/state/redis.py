@@ -53,7 +53,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from cachetools import TTLCache
@@ -71,8 +71,9 @@ from edgepath.state.base import (
     DecisionRecord,
     MtsSession,
     OutcomeRecord,
+    PathEstimate,
     ServerScore,
-)  # ServerScore: issue 4
+)  # PathEstimate, ServerScore: issue 4
 
 log = logging.getLogger(__name__)
 
@@ -460,7 +461,9 @@ class RedisStore:
         return f"{self.namespace}:ssmp:{key}"
 
     async def get_server_scores(self, keys: Any) -> dict[str, ServerScore]:
-        """Scores by key (MGET of JSON ``[q_bps, updated_at]``); while degraded, none (servers read as unmeasured)."""
+        """Scores by key (MGET of JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]``; the third item
+        is absent in values written before per-path B and p were stored); while degraded, none (servers read as
+        unmeasured)."""
         keys = list(keys)
         if self._degraded or not keys:
             return {}
@@ -472,16 +475,22 @@ class RedisStore:
         out: dict[str, ServerScore] = {}
         for key, raw in zip(keys, raws, strict=True):
             if raw is not None:
-                q_bps, updated_at = json.loads(raw)
-                out[key] = ServerScore(q_bps=float(q_bps), updated_at=float(updated_at))
+                q_bps, updated_at, *rest = json.loads(raw)
+                paths = {
+                    name: PathEstimate(bandwidth_bps=b, loss=p) for name, (b, p) in (rest[0] if rest else {}).items()
+                }
+                out[key] = ServerScore(q_bps=float(q_bps), updated_at=float(updated_at), paths=paths)
         return out
 
-    async def update_server_score(self, key: str, q_bps: float, updated_at: float) -> None:
+    async def update_server_score(
+        self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
+    ) -> None:
         """SET with a TTL (last writer wins); dropped while degraded (one lost EWMA step)."""
         if self._degraded:
             return
         try:
-            value = json.dumps([q_bps, updated_at])
+            per_path = {name: [e.bandwidth_bps, e.loss] for name, e in (paths or {}).items()}
+            value = json.dumps([q_bps, updated_at, per_path])
             await self.redis.set(self.server_score_key(key), value, ex=self.SERVER_SCORE_TTL_S)
         except UNREACHABLE as exc:
             self._enter_degraded(exc)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+
 from edgepath.engines.features import FEATURE_NAMES
 from edgepath.engines.primary_path import PrimaryPathBandit
 

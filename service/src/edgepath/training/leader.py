@@ -1,12 +1,13 @@
-"""Trainer role on a shared (Redis) store: one active trainer at a time, chosen by a Redis lock.
+"""Trainer role on a shared store: one active trainer at a time, chosen by the backend's trainer lock.
 
 Why a lock and not (only) a Deployment of one replica
 -----------------------------------------------------
 A Kubernetes Deployment with ``replicas: 1`` does not guarantee one *running* pod: during a rolling
 update, or while a node is partitioned and its pod is not yet known dead, two trainer pods can run at
 once. Two trainers refitting from the same serving version would fork the model. So the trainer holds
-a Redis lock (redis-py's :class:`redis.asyncio.lock.Lock`: ``SET NX PX`` with a random token, released
-and renewed by token-checking Lua scripts) with expiry ``lock_ttl_s``, renewed every third of it.
+the state backend's trainer lock (:meth:`~edgepath.state.backend.StateBackend.trainer_lock`; on Redis
+redis-py's ``SET NX PX`` lock with a random token, released and renewed by token-checking Lua scripts)
+with expiry ``lock_ttl_s``, renewed every third of it.
 The Helm chart may still run the trainer as a Deployment of one; ``edgepath serve --trainer`` lets
 replicas compete for the same lock instead. Both are safe because the lock is not the only guard: the
 snapshot publication script refuses a version that is not above the stored one (a fencing token),
@@ -16,7 +17,7 @@ Lifecycle
 ---------
 Wait for the lock → load the newest published snapshot (continue from it, never from scratch) →
 consume the outcome stream (:class:`~edgepath.training.online.OnlineTrainer` with the atomic
-publish-and-acknowledge publisher) → renew the lock. When Redis is unreachable, renewal is retried
+publish-and-acknowledge publisher) → renew the lock. When the store is unreachable, renewal is retried
 until the lock would have expired (then the role steps down); a lock lost to another holder steps down
 at once. Stepping down drops the in-memory batch: its outcomes stay pending in the stream and are
 delivered again (the next holder reclaims them with ``XAUTOCLAIM``).
@@ -30,11 +31,10 @@ import os
 import socket
 import time
 
-from edgepath.state.redis import UNREACHABLE, RedisStore
+from edgepath.state.backend import LockLost, StateBackend, StoreUnreachable
 from edgepath.tasks import wait_event
 from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError
 from edgepath.training.snapshots import SnapshotRejectedError, SnapshotStore
-from redis.exceptions import LockError
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,9 @@ class TrainerRole:
 
     Parameters
     ----------
-    store, snapshots, registry:
-        Shared store, snapshot store and the local registry the trainer refits.
+    backend, snapshots, registry:
+        Shared state backend (its store, lock and consumer bookkeeping), snapshot store and the local
+        registry the trainer refits.
     batch_size:
         Outcomes per refit.
     lock_ttl_s:
@@ -61,7 +62,7 @@ class TrainerRole:
 
     def __init__(
         self,
-        store: RedisStore,
+        backend: StateBackend,
         snapshots: SnapshotStore,
         registry: ModelRegistry,
         batch_size: int = 50,
@@ -69,14 +70,14 @@ class TrainerRole:
         consumer: str | None = None,
         lock_poll_s: float = 0.1,
     ) -> None:
-        self.store = store
+        self.backend = backend
+        self.store = backend.store
         self.snapshots = snapshots
         self.registry = registry
         self.batch_size = batch_size
         self.lock_ttl_s = lock_ttl_s
         self.lock_poll_s = lock_poll_s
         self.consumer = consumer or consumer_name()
-        self.lock_name = f"{store.namespace}:trainer:lock"
         self.is_leader = False
         self.trainer: OnlineTrainer | None = None
         self.terms = 0
@@ -87,7 +88,7 @@ class TrainerRole:
         except PublishConflictError:
             log.warning("model publication conflict; re-synchronising to the stored snapshot")
             await self._sync_from_snapshot()
-            self.store.forget_inflight()
+            self.backend.forget_inflight()
             raise
 
     async def _sync_from_snapshot(self) -> None:
@@ -109,13 +110,11 @@ class TrainerRole:
         """Compete for the lock and train while holding it, until ``stop`` is set."""
         renew_every_s = self.lock_ttl_s / 3
         while not stop.is_set():
-            lock = self.store.redis.lock(
-                self.lock_name, timeout=self.lock_ttl_s, sleep=self.lock_poll_s, thread_local=False
-            )
+            lock = self.backend.trainer_lock(self.lock_ttl_s, self.lock_poll_s)
             try:
-                got = await lock.acquire(blocking=True, blocking_timeout=renew_every_s)
-            except UNREACHABLE as exc:
-                log.debug("trainer lock: Redis unreachable (%s)", exc)
+                got = await lock.acquire(renew_every_s)
+            except StoreUnreachable as exc:
+                log.debug("trainer lock: state store unreachable (%s)", exc)
                 await _wait(stop, renew_every_s)
                 continue
             if not got:
@@ -123,11 +122,11 @@ class TrainerRole:
             self.terms += 1
             self.is_leader = True
             trainer: OnlineTrainer | None = None
-            log.info("trainer lock %s acquired by %s", self.lock_name, self.consumer)
+            log.info("trainer lock %s acquired by %s", lock.name, self.consumer)
             try:
                 await self._sync_from_snapshot()
-                self.store.forget_inflight()
-                await self.store.prune_consumers(keep=self.consumer)
+                self.backend.forget_inflight()
+                await self.backend.prune_consumers(keep=self.consumer)
                 trainer = OnlineTrainer(
                     self.store, self.registry, self.batch_size, consumer=self.consumer, publisher=self._publish
                 )
@@ -139,25 +138,22 @@ class TrainerRole:
                     if stop.is_set():
                         break
                     try:
-                        await lock.reacquire()
+                        await lock.renew()
                         renewed_at = time.monotonic()
-                    except UNREACHABLE as exc:
+                    except StoreUnreachable as exc:
                         if time.monotonic() - renewed_at > self.lock_ttl_s * 0.8:
                             log.warning("trainer lock could not be renewed (%s); stepping down", exc)
                             break
-            except LockError as exc:
+            except LockLost as exc:
                 log.warning("trainer lock lost (%s); stepping down", exc)
-            except UNREACHABLE as exc:
-                log.warning("Redis unreachable while taking the trainer role (%s); retrying", exc)
+            except StoreUnreachable as exc:
+                log.warning("state store unreachable while taking the trainer role (%s); retrying", exc)
             finally:
                 if trainer is not None:
                     await trainer.stop()
                 self.is_leader = False
-                self.store.forget_inflight()
-                try:
-                    await lock.release()
-                except (LockError, *UNREACHABLE):
-                    pass
+                self.backend.forget_inflight()
+                await lock.release()
 
 
 async def _wait(stop: asyncio.Event, timeout_s: float) -> None:

@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.linear_model import SGDClassifier
+
 from edgepath.datasets.mobilebandwidth import Situation
 from edgepath.engines.features import N_FEATURES, context_features, feature_mask
 from edgepath.engines.primary_path import (
@@ -62,7 +64,6 @@ from edgepath.engines.primary_path import (
     valid_sample,
 )
 from edgepath.types import AccessType
-from sklearn.linear_model import SGDClassifier
 
 ARMS: tuple[AccessType, AccessType] = (AccessType.WIFI, AccessType.LTE)
 """The arm set the mobilebandwidth data covers (WiFi 4 × 4G)."""
@@ -373,8 +374,9 @@ def select_alpha(
     arms' reward oracles on the validation users' situations (pairing seeds 1, 2, 3). Returns the
     best alpha and the score of each.
     """
-    from edgepath.datasets.mobilebandwidth import pair_situations, split_by_user
     from sklearn.metrics import log_loss
+
+    from edgepath.datasets.mobilebandwidth import pair_situations, split_by_user
 
     fit_w, val_w = split_by_user(wifi, 0.25, "validation")
     fit_c, val_c = split_by_user(cellular, 0.25, "validation")

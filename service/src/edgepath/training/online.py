@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import cloudpickle
+
 from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
 from edgepath.state.base import OutcomeRecord, StateStore
 from edgepath.tasks import stop_task

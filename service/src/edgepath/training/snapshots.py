@@ -1,11 +1,12 @@
-"""Signed, versioned model snapshots in Redis, and the replicas' hot-swap follower.
+"""Signed, versioned model snapshots on a state backend's snapshot channel, and the replicas' hot-swap follower.
 
 Format
 ------
 A snapshot is the :class:`~edgepath.engines.primary_path.PrimaryPathBandit` serialized with
-cloudpickle (contextualbandits policies hold closures plain pickle cannot reach), stored in the hash
-``{ns}:model:snapshot`` with fields ``version``, ``blob``, ``signature``, ``meta`` (JSON:
-``published_at`` Unix s, ``samples_seen``, ``policy``) next to the counter ``{ns}:model:version``.
+cloudpickle (contextualbandits policies hold closures plain pickle cannot reach), stored by the backend's
+:class:`~edgepath.state.backend.SnapshotChannel` as a record of ``version``, ``blob``, ``signature``,
+``meta`` (JSON: ``published_at`` Unix s, ``samples_seen``, ``policy``); in Redis the hash
+``{ns}:model:snapshot`` next to the counter ``{ns}:model:version`` (:mod:`edgepath.state.redis_backend`).
 
 Signature
 ---------
@@ -18,15 +19,15 @@ what the trainer (holder of the key) signed is ever loaded.
 
 Publication (exactly once with the outcome log)
 -----------------------------------------------
-One Lua script, atomic in Redis: if the new version is greater than the stored one (a fencing check:
-a trainer that lost its lock cannot overwrite a newer model), set the counter and the hash, ``XACK`` +
-``XDEL`` the outcome-log entries the model was trained on, and ``PUBLISH`` the version on
-``{ns}:model:published``. Otherwise nothing changes and :class:`~edgepath.training.online.PublishConflictError`
-is raised after the trainer re-synchronised to the stored model.
+Atomic in the store (in Redis one Lua script): if the new version is greater than the stored one (a
+fencing check: a trainer that lost its lock cannot overwrite a newer model), store the record,
+acknowledge the outcome-log entries the model was trained on, and announce the version (Redis:
+``PUBLISH`` on ``{ns}:model:published``). Otherwise nothing changes and
+:class:`~edgepath.training.online.PublishConflictError` is raised after the trainer re-synchronised to the stored model.
 
 Hot swap
 --------
-:class:`SnapshotFollower` (in every replica) subscribes to the channel and, on a message — or every
+:class:`SnapshotFollower` (in every replica) subscribes to the channel's notifications and, on one — or every
 ``poll_s`` as a fallback if a message was missed — compares the stored version with the serving one
 and loads a newer snapshot (verify, unpickle in a worker thread, swap the registry reference).
 """
@@ -44,34 +45,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
+
 from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.metrics import Metrics
-from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
+from edgepath.state.backend import SnapshotChannel, SnapshotRecord, StoreUnreachable
 from edgepath.tasks import stop_task, wait_event
 from edgepath.training.online import ModelRegistry, PublishConflictError
-from redis.asyncio import Redis
 
 log = logging.getLogger(__name__)
 
 _DOMAIN = b"edgepath-snapshot-v1"
 #: Used only in the ``dev`` profile when no key is configured (settings refuse this elsewhere).
 DEV_HMAC_KEY = b"edgepath-dev-insecure-hmac-key"
-
-# KEYS: version counter, snapshot hash, outcome stream
-# ARGV: version, blob, signature, meta, channel, group, entry ids...
-_PUBLISH_LUA = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-local version = tonumber(ARGV[1])
-if version <= current then return -current end
-redis.call('SET', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], 'version', ARGV[1], 'blob', ARGV[2], 'signature', ARGV[3], 'meta', ARGV[4])
-if #ARGV > 6 then
-  redis.call('XACK', KEYS[3], ARGV[6], unpack(ARGV, 7))
-  redis.call('XDEL', KEYS[3], unpack(ARGV, 7))
-end
-redis.call('PUBLISH', ARGV[5], ARGV[1])
-return version
-"""
 
 
 class SnapshotRejectedError(Exception):
@@ -120,35 +105,28 @@ class LoadedSnapshot:
 
 
 class SnapshotStore:
-    """Publishes and loads signed model snapshots in Redis.
+    """Publishes and loads signed model snapshots on a state backend's snapshot channel.
 
     Parameters
     ----------
-    store:
-        The Redis state store (its client, namespace and outcome stream are used).
+    channel:
+        Where snapshots are stored and announced (``StateBackend.snapshots``: Redis, or in process).
     hmac_key:
         Signing key (bytes, non-empty).
     metrics:
         Where refused snapshots are counted (optional).
     """
 
-    def __init__(self, store: RedisStore, hmac_key: bytes, metrics: Metrics | None = None) -> None:
+    def __init__(self, channel: SnapshotChannel, hmac_key: bytes, metrics: Metrics | None = None) -> None:
         if not hmac_key:
             raise ValueError("an HMAC key is required to sign or verify model snapshots")
-        self.store = store
-        self.redis: Redis = store.redis
+        self.channel = channel
         self.key = hmac_key
         self.metrics = metrics
-        ns = store.namespace
-        self.version_key = f"{ns}:model:version"
-        self.snapshot_key = f"{ns}:model:snapshot"
-        self.channel = f"{ns}:model:published"
-        self._publish = self.redis.register_script(_PUBLISH_LUA)
 
     async def latest_version(self) -> int:
         """Stored model version (0 when nothing was published)."""
-        raw = await self.redis.get(self.version_key)
-        return int(raw) if raw is not None else 0
+        return await self.channel.latest_version()
 
     async def publish(self, model: PrimaryPathBandit, version: int, entry_ids: list[str]) -> int:
         """Store ``model`` as ``version`` and acknowledge ``entry_ids``, atomically.
@@ -157,18 +135,18 @@ class SnapshotStore:
         ------
         PublishConflictError
             The stored version is already ≥ ``version`` (another trainer published; nothing changed).
+        edgepath.state.backend.StoreUnreachable
+            The store cannot be reached (nothing is known to have changed; the entries stay pending).
         """
         blob = await asyncio.to_thread(dumps, model)
         meta = json.dumps(
             {"published_at": time.time(), "samples_seen": model.samples_seen, "policy": model.policy_name},
             separators=(",", ":"),
         ).encode()
-        signature = sign(self.key, version, meta, blob)
-        args: list[Any] = [version, blob, signature, meta, self.channel, GROUP, *entry_ids]
-        result = int(await self._publish(keys=[self.version_key, self.snapshot_key, self.store.stream], args=args))
-        if result < 0 or result != version:
-            raise PublishConflictError(f"model version {-result} already published; refusing to publish {version}")
-        self.store.acked(entry_ids)
+        signature = sign(self.key, version, meta, blob).encode()
+        published, stored = await self.channel.publish(SnapshotRecord(version, blob, signature, meta), entry_ids)
+        if not published:
+            raise PublishConflictError(f"model version {stored} already published; refusing to publish {version}")
         return version
 
     async def load(self) -> LoadedSnapshot | None:
@@ -179,14 +157,12 @@ class SnapshotStore:
         SnapshotRejectedError
             Unsigned, badly signed, unreadable or not a bandit (counted and logged here).
         """
-        fields: dict[bytes, Any] = await self.redis.hgetall(self.snapshot_key)  # type: ignore[assignment]
-        if not fields:
+        record = await self.channel.read()
+        if record is None:
             return None
         try:
-            version = int(fields.get(b"version", b"0"))
-            meta = fields.get(b"meta", b"{}")
-            blob = fields.get(b"blob", b"")
-            model = await asyncio.to_thread(loads_verified, self.key, version, meta, blob, fields.get(b"signature"))
+            version, meta = record.version, record.meta
+            model = await asyncio.to_thread(loads_verified, self.key, version, meta, record.blob, record.signature)
             if not isinstance(model, PrimaryPathBandit):
                 raise SnapshotRejectedError("wrong_type", f"model snapshot v{version} is a {type(model).__name__}")
             return LoadedSnapshot(version, model, json.loads(meta))
@@ -266,20 +242,21 @@ class SnapshotFollower:
         wake_s = min(self.poll_s, 0.5)  # how often the loop looks at the stop flag
         while not self._stopping.is_set():
             try:
-                async with self.snapshots.redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self.snapshots.channel)
+                async with self.snapshots.channel.notifications() as published:
                     await self.check()  # catch up on anything published before (re)subscribing
                     checked = time.monotonic()
                     while not self._stopping.is_set():
-                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=wake_s)
-                        if message is not None or time.monotonic() - checked >= self.poll_s:
+                        notified = await published.wait(wake_s)
+                        if notified or time.monotonic() - checked >= self.poll_s:
                             await self.check()  # on a notification, or every poll_s without one
                             checked = time.monotonic()
             except asyncio.CancelledError:
                 raise
-            except UNREACHABLE as exc:
+            except StoreUnreachable as exc:
                 log.debug(
-                    "snapshot follower: Redis unreachable (%s); serving model v%d", exc, self.registry.current.version
+                    "snapshot follower: state store unreachable (%s); serving model v%d",
+                    exc,
+                    self.registry.current.version,
                 )
             except Exception:
                 log.exception("snapshot follower failed; serving model v%d", self.registry.current.version)

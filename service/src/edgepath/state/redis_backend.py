@@ -1,0 +1,179 @@
+"""The Redis state backend: the store, model snapshots, the trainer lock, shared limits and quarantine.
+
+Keys (``ns`` = ``settings.redis_namespace``), besides the store's (:mod:`edgepath.state.redis`)
+---------------------------------------------------------------------------------------------
+``{ns}:model:version``
+    Counter of the published model version.
+``{ns}:model:snapshot``
+    Hash with fields ``version``, ``blob``, ``signature``, ``meta`` (:mod:`edgepath.training.snapshots`).
+``{ns}:model:published``
+    Pub/sub channel: the version, on each publication.
+``{ns}:trainer:lock``
+    The trainer lock (redis-py's :class:`redis.asyncio.lock.Lock`: ``SET NX PX`` with a random token,
+    released and renewed by token-checking Lua scripts).
+``{ns}:rl:req:{device}``, ``{ns}:rl:out:{device}``
+    GCRA buckets of the request and outcome budgets (:mod:`edgepath.state.limits`).
+``{ns}:quarantine``
+    The quarantine set.
+
+Publication is one Lua script, atomic in Redis: if the new version is greater than the stored one (a
+fencing check: a trainer that lost its lock cannot overwrite a newer model), set the counter and the
+hash, ``XACK`` + ``XDEL`` the outcome-log entries the model was trained on, and ``PUBLISH`` the version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from redis.exceptions import LockError
+
+from edgepath.state.backend import LockLost, SnapshotNotifications, SnapshotRecord, StoreUnreachable
+from edgepath.state.limits import (
+    FallbackRateLimiter,
+    MemoryRateLimiter,
+    QuarantineSet,
+    RateLimiter,
+    RedisQuarantine,
+    RedisRateLimiter,
+)
+from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
+
+T = TypeVar("T")
+
+# KEYS: version counter, snapshot hash, outcome stream
+# ARGV: version, blob, signature, meta, channel, group, entry ids...
+_PUBLISH_LUA = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local version = tonumber(ARGV[1])
+if version <= current then return -current end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'version', ARGV[1], 'blob', ARGV[2], 'signature', ARGV[3], 'meta', ARGV[4])
+if #ARGV > 6 then
+  redis.call('XACK', KEYS[3], ARGV[6], unpack(ARGV, 7))
+  redis.call('XDEL', KEYS[3], unpack(ARGV, 7))
+end
+redis.call('PUBLISH', ARGV[5], ARGV[1])
+return version
+"""
+
+
+async def _reach(pending: Awaitable[T]) -> T:
+    """``await pending``, with the client's "unreachable" errors as :class:`StoreUnreachable`."""
+    try:
+        return await pending
+    except UNREACHABLE as exc:
+        raise StoreUnreachable(f"state store unreachable: {exc}") from exc
+
+
+class _RedisNotifications:
+    def __init__(self, pubsub: Any) -> None:
+        self._pubsub = pubsub
+
+    async def wait(self, timeout_s: float) -> bool:
+        message = await _reach(self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout_s))
+        return message is not None
+
+
+class RedisSnapshotChannel:
+    """:class:`~edgepath.state.backend.SnapshotChannel` in Redis (keys above), next to the store's outcome stream."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self._store = store
+        self._redis = store.redis
+        ns = store.namespace
+        self.version_key = f"{ns}:model:version"
+        self.snapshot_key = f"{ns}:model:snapshot"
+        self.name = f"{ns}:model:published"
+        self._publish = self._redis.register_script(_PUBLISH_LUA)
+
+    async def latest_version(self) -> int:
+        raw = await _reach(self._redis.get(self.version_key))
+        return int(raw) if raw is not None else 0
+
+    async def publish(self, record: SnapshotRecord, entry_ids: list[str]) -> tuple[bool, int]:
+        args: list[Any] = [record.version, record.blob, record.signature or b"", record.meta, self.name, GROUP]
+        keys = [self.version_key, self.snapshot_key, self._store.stream]
+        result = int(await _reach(self._publish(keys=keys, args=[*args, *entry_ids])))
+        if result < 0 or result != record.version:  # the script returns -current when it refused
+            return False, abs(result)
+        self._store.acked(entry_ids)
+        return True, result
+
+    async def read(self) -> SnapshotRecord | None:
+        fields: dict[bytes, Any] = await _reach(self._redis.hgetall(self.snapshot_key))  # type: ignore[arg-type]
+        if not fields:
+            return None
+        return SnapshotRecord(
+            version=int(fields.get(b"version", b"0")),
+            blob=fields.get(b"blob", b""),
+            signature=fields.get(b"signature") or None,
+            meta=fields.get(b"meta", b"{}"),
+        )
+
+    @asynccontextmanager
+    async def notifications(self) -> AsyncIterator[SnapshotNotifications]:
+        async with self._redis.pubsub() as pubsub:
+            await _reach(pubsub.subscribe(self.name))
+            yield _RedisNotifications(pubsub)
+
+
+class RedisTrainerLock:
+    """:class:`~edgepath.state.backend.TrainerLock` on redis-py's lock (``{ns}:trainer:lock``)."""
+
+    def __init__(self, store: RedisStore, ttl_s: float, poll_s: float) -> None:
+        self.name = f"{store.namespace}:trainer:lock"
+        self._lock = store.redis.lock(self.name, timeout=ttl_s, sleep=poll_s, thread_local=False)
+
+    async def acquire(self, blocking_timeout_s: float) -> bool:
+        return bool(await _reach(self._lock.acquire(blocking=True, blocking_timeout=blocking_timeout_s)))
+
+    async def renew(self) -> None:
+        try:
+            await _reach(self._lock.reacquire())
+        except LockError as exc:
+            raise LockLost(str(exc)) from exc
+
+    async def release(self) -> None:
+        try:
+            await self._lock.release()
+        except (LockError, *UNREACHABLE):
+            pass
+
+
+class RedisBackend:
+    """:class:`~edgepath.state.backend.StateBackend` on Redis, shared by every replica and the trainer.
+
+    Rate limiters and the quarantine use the store's fail-fast client (:meth:`RedisStore.fail_fast_client`):
+    while the store is degraded they answer from process memory at once instead of waiting for a timeout.
+    """
+
+    shared = True
+
+    def __init__(self, store: RedisStore) -> None:
+        self.store = store
+        self.snapshots = RedisSnapshotChannel(store)
+        self.namespace = store.namespace
+
+    def trainer_lock(self, ttl_s: float, poll_s: float) -> RedisTrainerLock:
+        return RedisTrainerLock(self.store, ttl_s, poll_s)
+
+    def rate_limiter(self, rate_per_s: float, burst: int, scope: str) -> RateLimiter:
+        """Shared GCRA buckets under ``{ns}:rl:{scope}:``, per-replica buckets while Redis fails."""
+        shared = RedisRateLimiter(
+            self.store.fail_fast_client(), rate_per_s, burst, prefix=f"{self.namespace}:rl:{scope}:"
+        )
+        return FallbackRateLimiter(shared, MemoryRateLimiter(rate_per_s, burst))
+
+    def quarantine(self, initial: Iterable[str]) -> QuarantineSet:
+        return RedisQuarantine(self.store.fail_fast_client(), f"{self.namespace}:quarantine", initial)
+
+    def forget_inflight(self) -> None:
+        self.store.forget_inflight()
+
+    async def prune_consumers(self, keep: str) -> int:
+        return await _reach(self.store.prune_consumers(keep))
+
+    async def close(self) -> None:
+        await self.store.close()
