@@ -46,7 +46,9 @@ build() {
   #    at the versions pinned in requirements.txt. Bytecode is compiled here, so the
   #    read-only root filesystem of the container never needs to write .pyc files.
   "$PYTHON" -m venv "$prefix/venv"
-  "$prefix/venv/bin/pip" install -q -c "$constraints" ./service
+  #    The image keeps the contextualbandits policies (and v1 artefacts): extra `library-policies`; the lab
+  #    (evaluation, datasets, plots: extra `lab`) stays out of the image.
+  "$prefix/venv/bin/pip" install -q -c "$constraints" "./service[library-policies]"
   "$prefix/venv/bin/python" -m compileall -q "$prefix/venv/lib" >/dev/null || true
   rm -f "$constraints"
   install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
@@ -66,10 +68,13 @@ import edgepath.wire.edgepath_pb2_grpc as g  # generated in the build
 import grpc_health.v1.health_pb2  # health service for probes and HEALTHCHECK
 import contextualbandits.online  # compiled extension (OpenMP: needs libgomp1 at run time)
 assert hasattr(g, "PathServiceStub")
-# Every module of the package imports: a runtime dependency missing from service/pyproject.toml fails the build.
+# Every runtime module of the package imports: a runtime dependency missing from service/pyproject.toml fails
+# the build. The lab (edgepath.evaluation, edgepath.datasets: extra `lab`) is not installed in the image.
 import importlib, pkgutil, edgepath
-for mod in pkgutil.walk_packages(edgepath.__path__, "edgepath."):
-    importlib.import_module(mod.name)
+LAB = ("edgepath.evaluation", "edgepath.datasets")
+for mod in pkgutil.walk_packages(edgepath.__path__, "edgepath.", onerror=lambda name: None):
+    if not mod.name.startswith(LAB):
+        importlib.import_module(mod.name)
 PY
   [ -x "$prefix/healthcheck.py" ] || { echo "build-steps: $prefix/healthcheck.py missing" >&2; exit 1; }
   for card in "$prefix"/models/*/card.json; do

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from edgepath.grpc.enums import proto_number, rest_name
 from edgepath_agent.replay import Situation, load_tests, pair_situations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,9 +35,6 @@ OUTCOME_LOSS = 0.10
 #: Paired situations loaded for a run (they repeat when a run makes more decisions).
 DEFAULT_SITUATIONS = 2000
 
-_ACCESS_TO_PROTO = {"WIFI": 1, "LTE": 2, "NR": 3, "ETHERNET": 4}
-_PROTO_TO_ACCESS = {v: k for k, v in _ACCESS_TO_PROTO.items()}
-
 
 @lru_cache(maxsize=4)
 def situations(count: int = DEFAULT_SITUATIONS, seed: int = 7) -> tuple[Situation, ...]:
@@ -44,6 +42,12 @@ def situations(count: int = DEFAULT_SITUATIONS, seed: int = 7) -> tuple[Situatio
     wifi = load_tests(WIFI_CSV)
     cellular = load_tests(CELLULAR_CSV)
     return tuple(pair_situations(wifi, cellular, rounds=count, seed=seed))
+
+
+def _access_enum() -> Any:
+    from edgepath.wire import edgepath_pb2
+
+    return edgepath_pb2.AccessType
 
 
 def recommend_body(situation: Situation, device_id: str) -> dict[str, Any]:
@@ -54,8 +58,8 @@ def recommend_body(situation: Situation, device_id: str) -> dict[str, Any]:
 def outcome_body(situation: Situation, device_id: str, recommendation: Mapping[str, Any]) -> dict[str, Any]:
     """REST body of ``POST /v1/outcomes``: the chosen arm's measured bandwidth, bit/s."""
     access = recommendation["primary_path"]["access_type"]
-    if isinstance(access, int):
-        access = _PROTO_TO_ACCESS.get(access, "LTE")
+    if isinstance(access, int):  # a proto number: its REST spelling (the service's one enum normaliser)
+        access = rest_name(_access_enum(), access) or "LTE"
     mbps = situation.wifi_mbps if access == "WIFI" else situation.cellular_mbps
     return {
         "device_id": device_id,
@@ -69,14 +73,14 @@ def recommend_proto(pb: Any, situation: Situation, device_id: str) -> Any:
     interfaces = []
     for iface in situation.interfaces:
         fields = dict(iface)
-        fields["access_type"] = _ACCESS_TO_PROTO[fields["access_type"]]
+        fields["access_type"] = proto_number(pb.AccessType, fields["access_type"])
         interfaces.append(pb.InterfaceContext(**fields))
     return pb.RecommendRequest(device_id=device_id, interfaces=interfaces)
 
 
 def outcome_proto(pb: Any, situation: Situation, device_id: str, reply: Any) -> Any:
     """``edgepath.v1.OutcomeRequest`` for a ``Recommendation`` reply."""
-    access = _PROTO_TO_ACCESS.get(reply.primary_path.access_type, "LTE")
+    access = rest_name(pb.AccessType, reply.primary_path.access_type) or "LTE"
     mbps = situation.wifi_mbps if access == "WIFI" else situation.cellular_mbps
     return pb.OutcomeRequest(device_id=device_id, decision_id=reply.decision_id, throughput_bps=mbps * 1e6)
 

@@ -18,6 +18,8 @@ import grimp
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 CONFIG = ROOT / ".importlinter"
+#: The agent package's contracts (device runtime apart from replay/testbed, issue 14 item 5).
+AGENT_CONFIG = ROOT / ".importlinter-agent"
 #: Directories without __init__.py that grimp cannot see yet (see the comment in .importlinter).
 NOT_YET_PACKAGES: set[str] = set()
 
@@ -32,6 +34,26 @@ def test_import_contracts_are_kept() -> None:
     out = _lint_imports(CONFIG)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "0 broken" in out.stdout
+
+
+def test_agent_import_contracts_are_kept() -> None:
+    out = _lint_imports(AGENT_CONFIG)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout and "2 kept" in out.stdout
+
+
+def test_the_agent_contracts_see_the_agent_package(tmp_path: Path) -> None:
+    # A contract the agent breaks (its daemon imports its client) is reported: the graph is the real one.
+    config = tmp_path / "agent-broken.ini"
+    config.write_text(
+        "[importlinter]\nroot_package = edgepath_agent\ninclude_external_packages = True\n\n"
+        "[importlinter:contract:daemon-without-client]\nname = daemon imports no client (false)\n"
+        "type = forbidden\nsource_modules =\n    edgepath_agent.daemon\n"
+        "forbidden_modules =\n    edgepath_agent.client\n    pandas\n"
+    )
+    out = _lint_imports(config)
+    assert out.returncode != 0
+    assert "edgepath_agent.daemon -> edgepath_agent.client" in out.stdout
 
 
 def test_every_layer_is_in_the_import_graph() -> None:

@@ -1,9 +1,10 @@
 """The agent's replay and the service's training loader map the same real rows to the same contexts.
 
-The agent ships without the service, so the CSV → context mapping exists twice
-(edgepath_agent.replay and edgepath.datasets.mobilebandwidth); this test keeps
-them identical on the vendored real rows, so the warm-started model sees at
-serving time exactly the contexts it was trained on (no train/serve skew).
+Both use the one reader, edgepath_agent.mobilebandwidth (issue 14, item 5); the service's lab adds
+InterfaceContext validation. This test keeps the two identical on the vendored real rows, so the
+warm-started model sees at serving time exactly the contexts it was trained on (no train/serve skew),
+checks that the reader's ranges are the service's validation ranges, and that neither side grew a
+reader of its own again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from edgepath.datasets import mobilebandwidth as service_loader
 from edgepath.engines.features import context_features
 from edgepath.types import InterfaceContext
+from edgepath_agent import mobilebandwidth as reader
 from edgepath_agent import replay
 
 DATA = Path(__file__).resolve().parents[2] / "service" / "data" / "mobilebandwidth"
@@ -49,3 +51,16 @@ def test_sentinel_rows_agree() -> None:
     assert "cell_rssi_dbm" not in agent and "channel_bandwidth_mhz" not in agent
     service = service_loader.cellular_interface({k: str(v) for k, v in row.items()})
     assert service.cell_rssi_dbm is None and service.channel_bandwidth_mhz is None
+
+
+def test_the_readers_ranges_are_the_services_validation_ranges() -> None:
+    for field, (lo, hi) in reader.RANGES.items():
+        assert service_loader.bounds(field) == (lo, hi), field
+
+
+def test_one_reader_serves_both_sides() -> None:
+    assert service_loader.series_median is reader.series_median and replay.series_median is reader.series_median
+    assert service_loader.earfcn_to_downlink_mhz is reader.earfcn_to_downlink_mhz
+    for module in (replay, service_loader):
+        source = Path(module.__file__).read_text()
+        assert "statistics.median" not in source and "_EUTRA_DL" not in source, module.__name__

@@ -1,11 +1,12 @@
 """Clients of the EdgePath service: gRPC (``grpc://HOST:PORT``) and REST (``http://HOST:PORT``).
 
-Both speak the same JSON-shaped dicts (the REST bodies of ``/v1/recommendations``
-and ``/v1/outcomes``; see proto/edgepath/v1/edgepath.proto for fields and units),
-so callers don't care which transport carries them.
+Both take requests in the REST JSON shape of ``/v1/recommendations`` and ``/v1/outcomes``
+(see proto/edgepath/v1/edgepath.proto for fields and units) and return typed replies
+(:class:`~edgepath_agent.messages.Recommendation`, :class:`~edgepath_agent.messages.OutcomeAck`),
+each parsed once from its transport's form, so callers don't care which transport carries them.
 
-Errors: :class:`ServiceError` with ``code`` (gRPC status name or HTTP status)
-and the service's message.
+Errors: :class:`ServiceError` with ``code`` (gRPC status name or HTTP status; ``INVALID_ARGUMENT`` for a
+request the client cannot encode, ``INVALID_REPLY`` for a reply of the wrong shape) and the message.
 """
 
 from __future__ import annotations
@@ -16,19 +17,12 @@ from urllib.parse import urlparse
 
 import grpc
 import httpx
+import pydantic
 from google.protobuf import json_format
 
+from edgepath_agent.messages import OutcomeAck, Recommendation, outcome_to_proto, request_to_proto
 from edgepath_agent.safety import ClientCredentials
-from edgepath_agent.wire import edgepath_pb2 as pb
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
-
-_ACCESS_TO_PROTO = {
-    "WIFI": "ACCESS_TYPE_WIFI",
-    "LTE": "ACCESS_TYPE_LTE",
-    "NR": "ACCESS_TYPE_NR",
-    "ETHERNET": "ACCESS_TYPE_ETHERNET",
-}
-_ACCESS_FROM_PROTO = {v: k for k, v in _ACCESS_TO_PROTO.items()}
 
 
 class ServiceError(Exception):
@@ -45,11 +39,11 @@ class ServiceClient(Protocol):
 
     url: str
 
-    def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """RecommendRequest dict → Recommendation dict (REST JSON shape)."""
+    def recommend(self, request: Mapping[str, Any]) -> Recommendation:
+        """RecommendRequest (REST JSON shape) → the typed reply."""
 
-    def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
-        """OutcomeRequest dict → OutcomeAck dict."""
+    def report_outcome(self, outcome: Mapping[str, Any]) -> OutcomeAck:
+        """OutcomeRequest (REST JSON shape) → the typed acknowledgement."""
 
     def close(self) -> None: ...
 
@@ -71,44 +65,21 @@ class GrpcServiceClient:
             self._channel = grpc.insecure_channel(target)
         self._stub = pb_grpc.PathServiceStub(self._channel)
 
-    def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        msg = pb.RecommendRequest(
-            device_id=request["device_id"],
-            interfaces=[_interface_to_proto(i) for i in request["interfaces"]],
-        )
-        # Optional blocks (MLPM histories, kernel capabilities, application profile, SSMP content): same JSON shape.
-        extra = {k: v for k, v in request.items() if k not in ("device_id", "interfaces") and v is not None}
-        if "application_profile" in extra:
-            extra["application_profile"] = f"APPLICATION_PROFILE_{extra['application_profile']}"
-        if extra:
-            json_format.ParseDict(extra, msg)
+    def recommend(self, request: Mapping[str, Any]) -> Recommendation:
+        msg = _encode(request_to_proto, request)
         try:
             reply = self._stub.Recommend(msg, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise ServiceError(exc.code().name, exc.details() or "") from exc
-        out = json_format.MessageToDict(
-            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-        )
-        pp = out["primary_path"]
-        pp["access_type"] = _ACCESS_FROM_PROTO.get(pp["access_type"], pp["access_type"])
-        pp["arms"] = [_ACCESS_FROM_PROTO.get(a, a) for a in pp.get("arms", [])]
-        out["model_version"] = int(out["model_version"])
-        out["decided_at_unix_ms"] = int(out["decided_at_unix_ms"])
-        if "congestion" in out:  # enum names as REST spells them: "BULK", not "APPLICATION_PROFILE_BULK"
-            out["congestion"]["profile"] = str(out["congestion"].get("profile", "")).removeprefix(
-                "APPLICATION_PROFILE_"
-            )
-        return out
+        return _decode(Recommendation.from_proto, reply)
 
-    def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
-        msg = pb.OutcomeRequest(**{k: v for k, v in outcome.items() if v is not None})
+    def report_outcome(self, outcome: Mapping[str, Any]) -> OutcomeAck:
+        msg = _encode(outcome_to_proto, outcome)
         try:
             reply = self._stub.ReportOutcome(msg, timeout=self.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
             raise ServiceError(exc.code().name, exc.details() or "") from exc
-        return json_format.MessageToDict(
-            reply, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-        )
+        return _decode(OutcomeAck.from_proto, reply)
 
     def close(self) -> None:
         self._channel.close()
@@ -138,20 +109,34 @@ class RestServiceClient:
         result: dict[str, Any] = resp.json()
         return result
 
-    def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/recommendations", request)
+    def recommend(self, request: Mapping[str, Any]) -> Recommendation:
+        return _decode(Recommendation.from_rest, self._post("/v1/recommendations", request))
 
-    def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/outcomes", {k: v for k, v in outcome.items() if v is not None})
+    def report_outcome(self, outcome: Mapping[str, Any]) -> OutcomeAck:
+        return _decode(
+            OutcomeAck.from_rest, self._post("/v1/outcomes", {k: v for k, v in outcome.items() if v is not None})
+        )
 
     def close(self) -> None:
         self._http.close()
 
 
-def _interface_to_proto(iface: Mapping[str, Any]) -> pb.InterfaceContext:
-    fields = {k: v for k, v in iface.items() if v is not None}
-    fields["access_type"] = _ACCESS_TO_PROTO.get(fields.get("access_type", ""), 0)
-    return pb.InterfaceContext(**fields)
+def _encode(to_proto: Any, body: Mapping[str, Any]) -> Any:
+    """``body`` (REST JSON shape) as its proto message; a shape the proto cannot hold → ``INVALID_ARGUMENT``."""
+    try:
+        return to_proto(body)
+    except (json_format.ParseError, KeyError, TypeError, ValueError) as exc:
+        raise ServiceError("INVALID_ARGUMENT", f"request not encodable: {exc}") from exc
+
+
+def _decode(parse: Any, reply: Any) -> Any:
+    """The typed reply; a reply of the wrong shape → ``INVALID_REPLY`` naming the field (never retried)."""
+    try:
+        return parse(reply)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise ServiceError("INVALID_REPLY", f"{field}: {first['msg']}") from exc
 
 
 def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> ServiceClient:
@@ -222,7 +207,7 @@ class FailoverClient:
         self.url = " → ".join(c.url for c in clients)
         self.last_used: str | None = None
 
-    def _call(self, method: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _call(self, method: str, body: Mapping[str, Any]) -> Any:
         from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
         last: ServiceError | None = None
@@ -237,7 +222,7 @@ class FailoverClient:
                     reraise=True,
                 ):
                     with attempt:
-                        result: dict[str, Any] = getattr(client, method)(body)
+                        result = getattr(client, method)(body)
                         self.last_used = client.url
                         return result
             except ServiceError as exc:
@@ -247,11 +232,13 @@ class FailoverClient:
         assert last is not None
         raise last
 
-    def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("recommend", request)
+    def recommend(self, request: Mapping[str, Any]) -> Recommendation:
+        result: Recommendation = self._call("recommend", request)
+        return result
 
-    def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
-        return self._call("report_outcome", outcome)
+    def report_outcome(self, outcome: Mapping[str, Any]) -> OutcomeAck:
+        result: OutcomeAck = self._call("report_outcome", outcome)
+        return result
 
     def close(self) -> None:
         for client in self.clients:

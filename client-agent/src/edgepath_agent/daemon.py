@@ -78,6 +78,7 @@ from edgepath_agent.collector import (
 )
 from edgepath_agent.iperf import Iperf3, IperfMissing, detect_iperf3, iperf3_transfer
 from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
+from edgepath_agent.messages import OutcomeAck, PrimaryPath, Recommendation
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.safety import ClientCredentials, check_key_file
@@ -322,11 +323,11 @@ class StepResult:
     """What one step did."""
 
     request: dict[str, Any]
-    recommendation: dict[str, Any] | None
+    recommendation: Recommendation | None
     applied: Applied | None
     measurement: TransferResult | None
     outcome: dict[str, Any] | None
-    ack: dict[str, Any] | None
+    ack: OutcomeAck | None
     kept_last: bool
     error: str | None = None
 
@@ -382,7 +383,7 @@ class Agent:
             self.iperf3 = _require_iperf3()
         self.measure = measure or self._default_measure
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
-        self.last_recommendation: dict[str, Any] | None = None
+        self.last_recommendation: Recommendation | None = None
         self.last_outcome: dict[str, Any] | None = None
         self.service_reachable: bool | None = None
         self.service_error: str | None = None
@@ -423,15 +424,12 @@ class Agent:
             recoveries=self.config.upstream_recoveries,
         )
 
-    def _with_primary(self, rec: Mapping[str, Any], interface: str) -> dict[str, Any]:
-        pp = dict(rec.get("primary_path") or {})
-        pp.update(interface=interface, access_type=self.config.interfaces.get(interface, pp.get("access_type")))
-        return {**rec, "primary_path": pp}
+    def _with_primary(self, rec: Recommendation, interface: str) -> Recommendation:
+        return rec.with_primary(interface, self.config.interfaces.get(interface, rec.primary_path.access_type))
 
-    def guard_primary(self, rec: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    def guard_primary(self, rec: Recommendation) -> tuple[Recommendation, str | None]:
         """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``."""
-        wanted = (rec.get("primary_path") or {}).get("interface")
-        self.preferred = wanted if isinstance(wanted, str) else None
+        self.preferred = rec.primary_path.interface
         if self.guard is None or self.preferred not in self.config.interfaces:
             return rec, None  # unmanaged names are left to the applier's safety checks
         chosen, reason = self.guard.choose(self.preferred)
@@ -439,10 +437,10 @@ class Agent:
             return rec, None
         log.warning(
             "decision %s: %s",
-            rec.get("decision_id"),
+            rec.decision_id,
             reason,
             extra={
-                "decision_id": rec.get("decision_id"),
+                "decision_id": rec.decision_id,
                 "interface": chosen,
                 "previous_primary": self.preferred,
                 "reason": reason,
@@ -464,7 +462,7 @@ class Agent:
             return None
         new, reason = change
         extra = {
-            "decision_id": self.last_recommendation.get("decision_id"),
+            "decision_id": self.last_recommendation.decision_id,
             "interface": new,
             "previous_primary": current,
             "reason": reason,
@@ -547,9 +545,9 @@ class Agent:
         if self.ssmp is not None and primary is None:
             request = self.ssmp.with_content(request)
         self.flush_outcomes()
-        rec: dict[str, Any] | None
+        rec: Recommendation
         if primary is not None:
-            rec = {"decision_id": None, "primary_path": {"interface": primary}}
+            rec = Recommendation(primary_path=PrimaryPath(interface=primary))
         else:
             try:
                 rec = self.client.recommend(request)
@@ -566,7 +564,7 @@ class Agent:
         try:
             applied = self.applier.apply(to_apply)
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
-            log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.get("decision_id")})
+            log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.decision_id})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         self.last_recommendation = rec
         self.override_reason = override
@@ -578,8 +576,8 @@ class Agent:
         outcome = ack = None
         # An outcome measured on another path than the decision chose would train the
         # bandit on the wrong arm: none is reported when the guard overrode the primary.
-        if measured is not None and rec.get("decision_id") and override is None:
-            outcome = outcome_from(measured, self.config.device_id, str(rec["decision_id"]))
+        if measured is not None and rec.decision_id and override is None:
+            outcome = outcome_from(measured, self.config.device_id, rec.decision_id)
             if server_transfer is not None:
                 outcome["server_transfer"] = server_transfer
             ack = self._report(outcome)
@@ -591,7 +589,7 @@ class Agent:
         if ok:
             self.service_ok_unix_ms = now_ms()
 
-    def _report(self, outcome: dict[str, Any]) -> dict[str, Any] | None:
+    def _report(self, outcome: dict[str, Any]) -> OutcomeAck | None:
         self.last_outcome = {**outcome, "sent_unix_ms": now_ms(), "delivered": False, "reward": None}
         try:
             ack = self.client.report_outcome(outcome)
@@ -612,7 +610,7 @@ class Agent:
             )
             self.pending.append(outcome)
             return None
-        self.last_outcome.update(delivered=True, reward=ack.get("reward"))
+        self.last_outcome.update(delivered=True, reward=ack.reward)
         return ack
 
     def status_record(self) -> dict[str, Any]:
@@ -637,11 +635,7 @@ class Agent:
                 "mptcp_mode": self.iperf3.mode if self.iperf3 is not None else None,
                 "version": self.iperf3.version if self.iperf3 is not None else None,
             },
-            "recommendation": None
-            if rec is None
-            else {
-                k: rec.get(k) for k in ("decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms")
-            },
+            "recommendation": None if rec is None else rec.summary(),
             "applied": None
             if applied is None
             else {
@@ -699,7 +693,7 @@ class Agent:
         while not stop.is_set() and (max_steps is None or steps < max_steps):
             try:
                 result = self.step()
-                decision_id = (result.recommendation or {}).get("decision_id")
+                decision_id = result.recommendation.decision_id if result.recommendation else None
                 if result.applied is not None and not result.kept_last:
                     log.info(
                         "decision %s: primary %s cc %s backup %s",
@@ -712,7 +706,7 @@ class Agent:
                             "interface": result.applied.primary,
                             "congestion_control": result.applied.congestion_control,
                             "backup": list(result.applied.backup),
-                            "model_version": (result.recommendation or {}).get("model_version"),
+                            "model_version": result.recommendation.model_version if result.recommendation else None,
                             "step": steps,
                         },
                     )
@@ -978,11 +972,11 @@ def describe(result: StepResult) -> Mapping[str, Any]:
     """JSON-friendly summary of a step (for logs and the testbed)."""
     m = result.measurement
     return {
-        "decision_id": (result.recommendation or {}).get("decision_id"),
+        "decision_id": result.recommendation.decision_id if result.recommendation else None,
         "primary": result.applied.primary if result.applied else None,
         "kept_last": result.kept_last,
         "throughput_bps": m.throughput_bps if m else None,
         "completion_s": m.completion_s if m else None,
-        "reward": (result.ack or {}).get("reward"),
+        "reward": result.ack.reward if result.ack else None,
         "error": result.error,
     }

@@ -21,8 +21,9 @@ so a *situation* pairs two real single-arm measurements:
 
 Each situation becomes one context with two interfaces, ``wlan0`` (WIFI: RSSI,
 link speed, frequency) and ``wwan0`` (LTE: RSRP, RSRQ, RSSNR as SINR, RSSI),
-each measurement being the median of its series; readings outside the
-service's documented physical ranges are treated as missing. The outcome of a
+mapped by the one reader the service's evaluation also uses
+(:mod:`edgepath_agent.mobilebandwidth`: medians of each series, readings outside
+the service's documented physical ranges treated as missing). The outcome of a
 decision is the real measured downlink bandwidth (``bandwidth_Mbps``) of the
 chosen arm's row. The rows carry no RTT or loss, so no latency is reported.
 """
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +41,10 @@ import numpy as np
 import pandas as pd
 
 from edgepath_agent.client import ServiceClient
+from edgepath_agent.mobilebandwidth import UNAVAILABLE, cellular_fields, wifi_fields
+from edgepath_agent.mobilebandwidth import series_median as series_median  # re-exported (tests, scripts)
 
-NOT_AVAILABLE = 2147483647
+NOT_AVAILABLE = UNAVAILABLE  # the release's "not available" (kept name)
 
 PAIRING_TEXT = (
     "Paired situations built from two real single-arm measurements (no public data set measures WiFi and LTE on "
@@ -52,134 +54,17 @@ PAIRING_TEXT = (
     "tests are skipped; extra rounds reshuffle and pair again. Outcome = the chosen arm's measured bandwidth_Mbps."
 )
 
-# (CSV column, context field, valid range) — ranges match the service's validation (edgepath.types).
-_WIFI_COLUMNS: tuple[tuple[str, str, float, float], ...] = (
-    ("wifi_rssi", "wifi_rssi_dbm", -127.0, 0.0),
-    ("wifi_linkSpeed", "link_speed_mbps", 0.0, 100_000.0),
-    ("wifi_frequency", "frequency_mhz", 0.0, 100_000.0),
-)
-_CELL_COLUMNS: tuple[tuple[str, str, float, float], ...] = (
-    ("cell_rsrp", "rsrp_dbm", -156.0, -31.0),
-    ("cell_rsrq", "rsrq_db", -34.0, 2.5),
-    ("cell_rssnr", "sinr_db", -30.0, 50.0),
-    ("cell_rssi", "cell_rssi_dbm", -140.0, 0.0),
-)
-
-
-def series_median(cell: Any, lo: float = -math.inf, hi: float = math.inf) -> float | None:
-    """Median of a ``a;b;c`` reading series, ignoring sentinels, text and values outside [lo, hi].
-
-    Returns None when nothing valid remains (including empty cells and
-    ``2147483647``, the release's "not available").
-    """
-    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
-        return None
-    values = []
-    for token in str(cell).split(";"):
-        try:
-            v = float(token)
-        except ValueError:
-            continue
-        if v != NOT_AVAILABLE and math.isfinite(v) and lo <= v <= hi:
-            values.append(v)
-    return float(statistics.median(values)) if values else None
-
-
-def _interface(
-    row: pd.Series, name: str, access_type: str, columns: Sequence[tuple[str, str, float, float]]
-) -> dict[str, Any]:
-    iface: dict[str, Any] = {"name": name, "access_type": access_type}
-    for column, key, lo, hi in columns:
-        if column in row.index:
-            value = series_median(row[column], lo, hi)
-            if value is not None:
-                iface[key] = value
-    return iface
-
 
 def wifi_interface(row: pd.Series, name: str = "wlan0") -> dict[str, Any]:
-    """WiFi test row → interface context dict (medians of RSSI dBm, link speed Mbit/s, frequency MHz)."""
-    return {**_interface(row, name, "WIFI", _WIFI_COLUMNS), **_warm_start_wifi(row)}
+    """WiFi test row → interface context dict (the shared reader,
+    :func:`edgepath_agent.mobilebandwidth.wifi_fields`)."""
+    return wifi_fields(row, name)
 
 
 def cellular_interface(row: pd.Series, name: str = "wwan0", access_type: str = "LTE") -> dict[str, Any]:
-    """Cellular test row → interface context dict (medians of RSRP dBm, RSRQ dB, RSSNR dB, RSSI dBm)."""
-    return {**_interface(row, name, access_type, _CELL_COLUMNS), **_warm_start_cellular(row)}
-
-
-# --- warm-start context fields (issue 8) ---
-# The same mapping as the service's training loader (edgepath.datasets.mobilebandwidth), repeated here
-# because the agent ships without the service; tests/agent/test_replay_parity.py checks both on the same
-# real rows. Spread = population standard deviation of the in-range readings of the test.
-# 3GPP TS 36.101 Table 5.7.3-1 (E-UTRA downlink): (F_DL_low MHz, N_offs_DL, last N_DL); F = F_low + 0.1 (N - N_offs).
-_EUTRA_DL: tuple[tuple[float, int, int], ...] = (
-    (2110.0, 0, 599),
-    (1930.0, 600, 1199),
-    (1805.0, 1200, 1949),
-    (2110.0, 1950, 2399),
-    (869.0, 2400, 2649),
-    (2620.0, 2750, 3449),
-    (925.0, 3450, 3799),
-    (729.0, 5010, 5179),
-    (734.0, 5730, 5849),
-    (791.0, 6150, 6449),
-    (758.0, 9210, 9659),
-    (2010.0, 36200, 36349),
-    (2570.0, 37750, 38249),
-    (1880.0, 38250, 38649),
-    (2300.0, 38650, 39649),
-    (2496.0, 39650, 41589),
-)
-
-
-def _readings(cell: Any, lo: float, hi: float) -> list[float]:
-    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
-        return []
-    out = []
-    for token in str(cell).split(";"):
-        try:
-            v = float(token)
-        except ValueError:
-            continue
-        if v != NOT_AVAILABLE and math.isfinite(v) and lo <= v <= hi:
-            out.append(v)
-    return out
-
-
-def _spread(row: pd.Series, column: str, lo: float, hi: float) -> float | None:
-    values = _readings(row.get(column), lo, hi)
-    return float(statistics.pstdev(values)) if values else None
-
-
-def _warm_start_wifi(row: pd.Series) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    spread = _spread(row, "wifi_rssi", -127.0, 0.0)
-    if spread is not None and spread <= 100.0:
-        fields["wifi_rssi_spread_db"] = spread
-    max_speed = series_median(row.get("wifi_maxSupportedRxLinkSpeedMbps"), 0.0, 100_000.0)
-    if max_speed is not None:
-        fields["max_link_speed_mbps"] = max_speed
-    return fields
-
-
-def _warm_start_cellular(row: pd.Series) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    spread = _spread(row, "cell_rsrp", -156.0, -31.0)
-    if spread is not None and spread <= 100.0:
-        fields["rsrp_spread_db"] = spread
-    earfcn = series_median(row.get("cell_earfcn"))
-    if earfcn is not None:
-        for f_low, n_offs, n_last in _EUTRA_DL:
-            if n_offs <= int(earfcn) <= n_last:
-                fields["frequency_mhz"] = f_low + 0.1 * (int(earfcn) - n_offs)
-                break
-    bandwidth_khz = series_median(row.get("cell_bandwidth"))
-    if bandwidth_khz and 0.0 <= bandwidth_khz / 1000.0 <= 400.0:
-        fields["channel_bandwidth_mhz"] = bandwidth_khz / 1000.0
-    return fields
-
-
-# --- end warm-start context fields ---
+    """Cellular test row → interface context dict (the shared reader,
+    :func:`edgepath_agent.mobilebandwidth.cellular_fields`)."""
+    return cellular_fields(row, name, access_type)
 
 
 @dataclass(frozen=True)
@@ -286,18 +171,18 @@ def run_replay(
     for i, s in enumerate(situations):
         device_id = f"{device_prefix}-{s.user[:16]}"
         rec = client.recommend({"device_id": device_id, "interfaces": list(s.interfaces)})
-        primary = rec["primary_path"]
-        is_wifi = primary["access_type"] == "WIFI"
+        primary = rec.primary_path
+        is_wifi = primary.access_type == "WIFI"
         mbps = s.wifi_mbps if is_wifi else s.cellular_mbps
         ack = client.report_outcome(
-            {"device_id": device_id, "decision_id": rec["decision_id"], "throughput_bps": mbps * 1e6}
+            {"device_id": device_id, "decision_id": rec.decision_id, "throughput_bps": mbps * 1e6}
         )
-        result.policy = rec["policy"]
+        result.policy = rec.policy
         result.chosen_mbps.append(mbps)
         result.chosen_wifi.append(is_wifi)
-        result.rewards.append(int(ack.get("reward", 0)))
-        result.propensities.append(float(primary["propensity"]))
-        result.model_versions.append(int(rec["model_version"]))
+        result.rewards.append(ack.reward)
+        result.propensities.append(float(primary.propensity or 0.0))
+        result.model_versions.append(rec.model_version)
         result.situations.append(s)
         if on_round is not None:
             on_round(i)

@@ -16,8 +16,8 @@ argv the applier builds. Everything here is pure and raises
   and of the kernel's shape (``TCP_CA_NAME_MAX`` = 16).
 * :func:`check_argv` — a command is a list of plain strings starting with
   ``ip`` or ``sysctl``; never a shell string.
-* :func:`safe_decision` — the typed, validated subset of a recommendation the
-  applier may act on.
+* :func:`safe_decision` — the validated subset of a typed recommendation
+  (:class:`~edgepath_agent.messages.Recommendation`) the applier may act on.
 * :func:`check_key_file` and :class:`ClientCredentials` — TLS to the service
   with certificate verification; a private key readable by group or others is
   refused (as OpenSSH does for identity files).
@@ -33,6 +33,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pydantic
+
+from edgepath_agent.messages import Recommendation, SubflowWeight
 
 IFNAMSIZ = 16  # include/uapi/linux/if.h, including the terminating NUL
 TCP_CA_NAME_MAX = 16  # include/net/tcp.h
@@ -153,57 +157,71 @@ class SteeringPlan:
     backup: tuple[str, ...]
 
 
-def _steering_plan(recommendation: Mapping[str, Any], own: set[str]) -> SteeringPlan | None:
+def typed_recommendation(recommendation: Recommendation | Mapping[str, Any]) -> Recommendation:
+    """``recommendation`` as the typed reply: as it is when already parsed (the client's replies), parsed once
+    when a mapping (fixed policies, hand-written recommendations); a wrong shape raises :class:`UnsafeDecision`
+    naming the field."""
+    if isinstance(recommendation, Recommendation):
+        return recommendation
+    if not isinstance(recommendation, Mapping):
+        raise UnsafeDecision("recommendation must be a mapping")
+    try:
+        return Recommendation.model_validate(recommendation)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "recommendation"
+        if field == "primary_path" and first["type"] == "missing":
+            raise UnsafeDecision("recommendation has no primary_path") from None
+        raise UnsafeDecision(f"{field}: {first['msg']}") from None
+
+
+def decision_id_of(recommendation: object) -> str | None:
+    """The ``decision_id`` of a typed or mapping recommendation, for logs (None when it has none)."""
+    if isinstance(recommendation, Recommendation):
+        return recommendation.decision_id
+    value = recommendation.get("decision_id") if isinstance(recommendation, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def _steering_plan(recommendation: Recommendation, own: set[str]) -> SteeringPlan | None:
     """The last (match-all) rule of ``steering.rules``, validated; None when the recommendation has none."""
-    steering = recommendation.get("steering")
+    steering = recommendation.steering
     if steering is None:
         return None
-    rules = steering.get("rules") if isinstance(steering, Mapping) else None
-    if not isinstance(rules, list) or not rules or not isinstance(rules[-1], Mapping):
+    if not steering.rules:
         raise UnsafeDecision("steering.rules must be a non-empty list of rules")
-    rule = rules[-1]
-    mode = rule.get("steering_mode")
+    rule = steering.rules[-1]
+    mode = rule.steering_mode
     if mode not in STEERING_MODES:
         raise UnsafeDecision(f"unknown steering mode {mode!r}")
-    accesses = rule.get("accesses")
-    if not isinstance(accesses, list) or not accesses or not all(isinstance(a, Mapping) for a in accesses):
+    if not rule.accesses:
         raise UnsafeDecision("steering rule has no accesses")
-    names = [check_own_interface(a.get("interface"), own) for a in accesses]
-    initial = [n for n, a in zip(names, accesses, strict=True) if a.get("initial_subflow") is True]
+    names = [check_own_interface(a.interface, own) for a in rule.accesses]
+    initial = [n for n, a in zip(names, rule.accesses, strict=True) if a.initial_subflow]
     if len(initial) != 1:
         raise UnsafeDecision("steering rule must name exactly one initial-subflow access")
     backup = tuple(n for n in names if n != initial[0]) if mode in STEERING_BACKUP_MODES else ()
     return SteeringPlan(str(mode), initial[0], backup)
 
 
-def _weight_items(recommendation: Mapping[str, Any]) -> list[object]:
-    """The ``{interface, weight}`` items of every weight shape a recommendation may carry (unvalidated)."""
-    items: list[object] = []
-    scheduler = recommendation.get("scheduler")
-    if isinstance(scheduler, Mapping):
-        for key in ("weights", "subflows"):  # service's SchedulerAdvice.weights; older ``subflows``
-            raw = scheduler.get(key) or []
-            if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)):
-                raise UnsafeDecision(f"scheduler.{key} must be a list")
-            items += list(raw)
-    flat = recommendation.get("scheduler_weights")
-    if isinstance(flat, Mapping):
-        items += [{"interface": k, "weight": v} for k, v in flat.items()]
-    elif isinstance(flat, Sequence) and not isinstance(flat, (str, bytes)):
-        items += list(flat)
-    elif flat is not None:
-        raise UnsafeDecision("scheduler_weights must be a list or a mapping")
-    return items
+def _weight_items(recommendation: Recommendation) -> list[SubflowWeight]:
+    """The ``{interface, weight}`` items of every weight shape a recommendation may carry (unchecked)."""
+    items: list[SubflowWeight] = []
+    if recommendation.scheduler is not None:  # service's SchedulerAdvice.weights; older ``subflows``
+        items += [*recommendation.scheduler.weights, *recommendation.scheduler.subflows]
+    return items + list(recommendation.scheduler_weights)
 
 
 def safe_decision(
-    recommendation: Mapping[str, Any],
+    recommendation: Recommendation | Mapping[str, Any],
     own_interfaces: Iterable[str],
     allowed_cc: Iterable[str] | None = None,
     own_addresses: Mapping[str, Sequence[str]] | None = None,
 ) -> SafeDecision:
-    """Validate a recommendation (REST JSON shape) against this device; raises :class:`UnsafeDecision`.
+    """Validate a recommendation against this device; raises :class:`UnsafeDecision`.
 
+    ``recommendation``: the typed reply (:class:`~edgepath_agent.messages.Recommendation`), or a
+    mapping of its REST JSON shape, parsed once by :func:`typed_recommendation`.
     Reads ``primary_path.{interface, address}``, the scheduler weights
     (``scheduler.weights[]`` / ``scheduler.subflows[]`` of ``{interface, weight}``,
     or ``scheduler_weights`` as such a list or a mapping), ``scheduler.prioritised_subflow``
@@ -216,41 +234,30 @@ def safe_decision(
     allow (``allowed_cc``) is skipped for the next advice, not refused (the
     applier then falls back by profile).
     """
-    if not isinstance(recommendation, Mapping):
-        raise UnsafeDecision("recommendation must be a mapping")
+    rec = typed_recommendation(recommendation)
     own = set(own_interfaces)
-    primary_path = recommendation.get("primary_path")
-    if not isinstance(primary_path, Mapping):
-        raise UnsafeDecision("recommendation has no primary_path")
-    primary = check_own_interface(primary_path.get("interface"), own)
+    primary = check_own_interface(rec.primary_path.interface, own)
     address = None
-    if primary_path.get("address") is not None:
-        address = check_own_address(primary_path.get("address"), own_addresses or {}, interface=primary)
+    if rec.primary_path.address is not None:
+        address = check_own_address(rec.primary_path.address, own_addresses or {}, interface=primary)
     weights: dict[str, float] = {}
-    for sub in _weight_items(recommendation):
-        if not isinstance(sub, Mapping):
-            raise UnsafeDecision("a scheduler weight must be an {interface, weight} object")
-        name = check_own_interface(sub.get("interface"), own)
-        if sub.get("address") is not None:
-            check_own_address(sub.get("address"), own_addresses or {}, interface=name)
-        w = sub.get("weight")
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or not 0 <= w <= 1:
+    for sub in _weight_items(rec):
+        name = check_own_interface(sub.interface, own)
+        if sub.address is not None:
+            check_own_address(sub.address, own_addresses or {}, interface=name)
+        w = sub.weight
+        if not math.isfinite(w) or not 0 <= w <= 1:
             raise UnsafeDecision(f"weight of {name} must be a number in [0, 1], got {w!r}")
         weights[name] = float(w)
     candidates: list[object] = []
-    sysctls = recommendation.get("sysctls")
-    if sysctls is not None:
-        if not isinstance(sysctls, Mapping):
-            raise UnsafeDecision("sysctls must be a mapping")
-        for key, value in sysctls.items():
-            check_sysctl(key, value)  # allowlist and shape; only the congestion control is acted on
-            if key == "net.ipv4.tcp_congestion_control":
-                candidates.append(value)
-    advice = recommendation.get("congestion")
-    if isinstance(advice, Mapping):
-        candidates += [advice.get(k) for k in ("mptcp_level", "subflow_level") if advice.get(k)]
-    if recommendation.get("congestion_control"):
-        candidates.append(recommendation["congestion_control"])
+    for key, value in rec.sysctls.items():
+        check_sysctl(key, value)  # allowlist and shape; only the congestion control is acted on
+        if key == "net.ipv4.tcp_congestion_control":
+            candidates.append(value)
+    if rec.congestion is not None:
+        candidates += [v for v in (rec.congestion.mptcp_level, rec.congestion.subflow_level) if v]
+    if rec.congestion_control:
+        candidates.append(rec.congestion_control)
     allowed = None if allowed_cc is None else set(allowed_cc)
     cc = None
     for candidate in candidates:
@@ -258,11 +265,10 @@ def safe_decision(
         if cc is None and (allowed is None or value in allowed):
             cc = value
     prioritised = None
-    scheduler = recommendation.get("scheduler")
-    if isinstance(scheduler, Mapping) and scheduler.get("prioritised_subflow"):
-        name = validate_interface_name(scheduler.get("prioritised_subflow"))
+    if rec.scheduler is not None and rec.scheduler.prioritised_subflow:
+        name = validate_interface_name(rec.scheduler.prioritised_subflow)
         prioritised = name if name in own else None  # a subflow the device lacks: nothing to prioritise
-    return SafeDecision(primary, weights, cc, address, _steering_plan(recommendation, own), prioritised)
+    return SafeDecision(primary, weights, cc, address, _steering_plan(rec, own), prioritised)
 
 
 def check_key_file(path: Path | str) -> Path:

@@ -44,6 +44,30 @@ def known_policy(name: str, param_hint: str | None = "--policy") -> str:
     return name
 
 
+#: The lab's modules (evaluation, datasets, plots) need the ``lab`` extra; the serving runtime never does.
+LAB_EXTRA = "pip install 'edgepath[lab]'"
+LAB_MODULES = ("pandas", "matplotlib", "edgepath_agent", "contextualbandits")
+
+
+def require_lab(command: str) -> None:
+    """Exit 2 naming the extra when a module of the ``lab`` extra is missing (issue 14, item 5).
+
+    The lab commands import their modules lazily, so ``edgepath serve``/``train`` work without them.
+    """
+    import importlib.util
+
+    def absent(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is None
+        except (ImportError, ValueError):  # a finder that refuses the name: absent too
+            return True
+
+    missing = [m for m in LAB_MODULES if absent(m)]
+    if missing:
+        typer.echo(f"{command} needs the lab extra ({', '.join(missing)} not installed): {LAB_EXTRA}", err=True)
+        raise typer.Exit(2)
+
+
 @app.callback()
 def _root() -> None:
     """EdgePath service, trainer and evaluations."""
@@ -563,6 +587,7 @@ def train_offline_cmd(
     """
     import datetime
 
+    require_lab("edgepath train-offline")
     from edgepath.datasets.mobilebandwidth import pair_situations
     from edgepath.engines.features import FEATURE_GROUPS, FEATURE_NAMES
     from edgepath.evaluation.primary import PAIRING_TEXT, load_split, offline_scores
@@ -692,7 +717,7 @@ def eval_primary(
     When the training and test files are the same, users are split by SHA-256 of user_uid (--test-fraction);
     otherwise test measurements of training users are dropped. Writes --report (JSON) and --plot (PNG).
     """
-
+    require_lab("edgepath eval primary")
     from edgepath.evaluation.primary import PAIRING_TEXT, drift_replay, evaluate, load_split, train_models
     from edgepath.evaluation.primary import plot as draw
     from edgepath.training.offline import OfflineConfig, config_dict, select_alpha
@@ -786,6 +811,7 @@ def eval_ssmp(
 
     Without --paper, 5Gophers mode runs on --gophers DIR (or ../shared/data/5gophers when present).
     """
+    require_lab("edgepath eval ssmp")
     from edgepath.evaluation import ssmp_eval
     from edgepath.main import ssmp_config
 
@@ -836,6 +862,7 @@ def eval_mlpm(
     simultaneous). Without inputs: 5Gophers driving traces 1 and 2 and one UCC driving pair
     from ../shared/data when present.
     """
+    require_lab("edgepath eval mlpm")
     from edgepath.evaluation import mlpm_eval
     from edgepath.main import mlpm_parameters
     from edgepath.types import ApplicationProfile

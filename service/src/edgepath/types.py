@@ -158,7 +158,8 @@ AlgorithmName = Annotated[str, Field(pattern=_ALGO_NAME)]
 
 
 class KernelCapabilities(BaseModel):
-    """What the device's kernel offers, as the agent read it from sysctl."""
+    """What the device's kernel offers, as the agent read it from sysctl (the service's only class for it: the
+    request field, the congestion engine's input and the gRPC conversion all use this one)."""
 
     model_config = _STRICT
 
@@ -174,6 +175,11 @@ class KernelCapabilities(BaseModel):
     path_managers: list[AlgorithmName] = Field(
         default_factory=list, max_length=MAX_CAPABILITIES, description="net.mptcp.available_path_managers"
     )
+
+    @property
+    def reported(self) -> bool:
+        """True when the agent reported any congestion-control list (else a mainline kernel is assumed)."""
+        return bool(self.available_congestion_controls or self.allowed_congestion_controls)
 
 
 class SubflowWeight(BaseModel):

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from edgepath_agent.applier import Applier, CommandBackend, Journal
 from edgepath_agent.daemon import Agent, AgentConfig
+from edgepath_agent.messages import OutcomeAck, Recommendation
 from edgepath_agent.meter import TransferServer, mptcp_socket
 from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, call_in_netns, netns_supported
 
@@ -103,13 +104,15 @@ class FixedRecommendation:
         self.n = 0
         self.outcomes: list[dict[str, Any]] = []
 
-    def recommend(self, request: dict[str, Any]) -> dict[str, Any]:
+    def recommend(self, request: dict[str, Any]) -> Recommendation:
         self.n += 1
-        return {"decision_id": f"fixed-{self.n}", "primary_path": {"interface": "wlan0", "access_type": "WIFI"}}
+        return Recommendation.from_rest(
+            {"decision_id": f"fixed-{self.n}", "primary_path": {"interface": "wlan0", "access_type": "WIFI"}}
+        )
 
-    def report_outcome(self, outcome: dict[str, Any]) -> dict[str, Any]:
+    def report_outcome(self, outcome: dict[str, Any]) -> OutcomeAck:
         self.outcomes.append(outcome)
-        return {"decision_id": outcome["decision_id"], "accepted": True, "duplicate": False, "reward": 1}
+        return OutcomeAck(decision_id=outcome["decision_id"], accepted=True, duplicate=False, reward=1)
 
     def close(self) -> None:
         pass

@@ -62,6 +62,7 @@ from edgepath_agent.applier import commands
 from edgepath_agent.applier.backend import Backend
 from edgepath_agent.applier.journal import Journal
 from edgepath_agent.applier.state import Endpoint, NetState, Plan, Route, diff, simulate
+from edgepath_agent.messages import Recommendation
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ class Applier:
         """This device's interfaces as the backend sees them (with an address, a default route or an endpoint)."""
         return set(addresses) | {r.dev for r in state.default_routes} | {e.dev for e in state.endpoints if e.dev}
 
-    def apply(self, recommendation: Mapping[str, Any]) -> Applied:
+    def apply(self, recommendation: Recommendation | Mapping[str, Any]) -> Applied:
         """Make the kernel state match ``recommendation`` (idempotent: no-op when it already does).
 
         Only the fields :func:`edgepath_agent.safety.safe_decision` validates are used.
@@ -310,7 +311,7 @@ class Applier:
         """
         current = self.read_state()
         addresses = self.backend.read_addresses()
-        decision_id = recommendation.get("decision_id") if isinstance(recommendation, Mapping) else None
+        decision_id = safety.decision_id_of(recommendation)
         try:
             decision = safety.safe_decision(
                 recommendation, self.own_interfaces(current, addresses), self.allowed_cc, own_addresses=addresses

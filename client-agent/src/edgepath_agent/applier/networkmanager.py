@@ -45,6 +45,7 @@ from edgepath_agent import safety
 from edgepath_agent.applier.backend import CommandBackend
 from edgepath_agent.applier.core import CC_SYSCTL, Applied, ApplierConfig, ApplyError, RejectedRecommendation, choose_cc
 from edgepath_agent.applier.state import NetState
+from edgepath_agent.messages import Recommendation
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ class NetworkManagerApplier:
     def read_state(self) -> NetState:
         return self.backend.read_state(self.config.sysctl_keys)
 
-    def apply(self, recommendation: Mapping[str, Any]) -> Applied:
+    def apply(self, recommendation: Recommendation | Mapping[str, Any]) -> Applied:
         """Apply the primary path (route metrics), MPTCP flags and congestion control through NetworkManager.
 
         Raises
@@ -194,7 +195,7 @@ class NetworkManagerApplier:
             When NetworkManager refuses a change or a device has no active connection.
         """
         addresses = self.backend.read_addresses()
-        decision_id = recommendation.get("decision_id") if isinstance(recommendation, Mapping) else None
+        decision_id = safety.decision_id_of(recommendation)
         try:
             decision = safety.safe_decision(
                 recommendation, set(self.config.interfaces), self.allowed_cc, own_addresses=addresses

@@ -224,11 +224,11 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
                     "completion_s": m.completion_s if m else None,
                     "failed": bool(m is None or m.bytes == 0),
                     "subflows": m.subflows if m else None,
-                    "reward": (r.ack or {}).get("reward"),
-                    "propensity": ((r.recommendation or {}).get("primary_path") or {}).get("propensity"),
-                    "model_version": (r.recommendation or {}).get("model_version"),
+                    "reward": r.ack.reward if r.ack else None,
+                    "propensity": r.recommendation.primary_path.propensity if r.recommendation else None,
+                    "model_version": r.recommendation.model_version if r.recommendation else None,
                     "kept_last": r.kept_last,
-                    "bandit_policy": (r.recommendation or {}).get("policy"),
+                    "bandit_policy": r.recommendation.policy if r.recommendation else None,
                 }
             rows.append(row)
             if (k + 1) % 25 == 0:

@@ -41,14 +41,14 @@ def _advice(
     kernel: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]] | None,
 ) -> ep_types.CongestionAdvice:
     caps = (
-        congestion.KernelCapabilities(
-            available_congestion_controls=kernel[0],
-            allowed_congestion_controls=kernel[1],
-            mptcp_schedulers=kernel[2],
-            path_managers=kernel[3],
+        ep_types.KernelCapabilities(
+            available_congestion_controls=list(kernel[0]),
+            allowed_congestion_controls=list(kernel[1]),
+            mptcp_schedulers=list(kernel[2]),
+            path_managers=list(kernel[3]),
         )
         if kernel is not None
-        else congestion.KernelCapabilities()
+        else ep_types.KernelCapabilities()
     )
     a = congestion.advise(profile, caps)
     return ep_types.CongestionAdvice(

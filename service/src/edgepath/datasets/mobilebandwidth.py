@@ -8,33 +8,13 @@ is one crowd-sourced Android bandwidth test: the downlink result
 
 Row → :class:`~edgepath.types.InterfaceContext`
 ------------------------------------------------
-A cell holding ``a;b;c`` is the series of readings of one test. Each series is
-summarised by its **median** (the context value) and, for the signal series,
-its **spread** (population standard deviation, same unit). ``2147483647``
-(Android's ``CellInfo.UNAVAILABLE``), empty cells, text such as
-``Added in API level 30`` and readings outside the range
-:class:`~edgepath.types.InterfaceContext` accepts for the field are dropped; a
-series with no valid reading is missing. A derived value (carrier frequency,
-channel bandwidth) outside its range is dropped (missing) rather than clipped.
-The agent's replay (``edgepath_agent.replay``, shipped separately) repeats this
-mapping; ``tests/agent/test_replay_parity.py`` checks both on the same real rows.
-
-=============================  ==========================  ===========================================
-context field                  WiFi column (wifi4.csv)     cellular column (4G.csv)
-=============================  ==========================  ===========================================
-wifi_rssi_dbm / spread         wifi_rssi                   —
-link_speed_mbps                wifi_linkSpeed              —
-max_link_speed_mbps            wifi_maxSupportedRxLink…    —
-frequency_mhz                  wifi_frequency              cell_earfcn → downlink MHz (3GPP TS 36.101
-                                                           Table 5.7.3-1: F = F_low + 0.1 (N − N_offs))
-rsrp_dbm / rsrp_spread_db      —                           cell_rsrp
-rsrq_db                        —                           cell_rsrq
-sinr_db                        —                           cell_rssnr
-cell_rssi_dbm                  —                           cell_rssi
-channel_bandwidth_mhz          —                           cell_bandwidth (kHz) / 1000
-=============================  ==========================  ===========================================
-
-No RTT, loss or CQI is in this data: those stay missing.
+The mapping (medians and spreads of the ``a;b;c`` reading series, sentinels and out-of-range
+readings dropped, EARFCN → carrier MHz) is the one reader shared with the agent's replay,
+:mod:`edgepath_agent.mobilebandwidth` (dependency-free, in the agent package; its docstring has the
+column table). This module validates its output as :class:`~edgepath.types.InterfaceContext` (a field
+the model rejects is dropped) and adds what only the lab needs: measurements, pairing, the user split.
+It is part of the lab (``edgepath[lab]``, which installs the agent package): the serving runtime never
+imports it (.importlinter, contract ``serving-without-lab``).
 
 Pairing
 -------
@@ -60,90 +40,49 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from edgepath_agent.mobilebandwidth import (  # the one CSV → context reader (shared with the agent's replay)
+    UNAVAILABLE,
+    cellular_fields,
+    earfcn_to_downlink_mhz,
+    parse_series,
+    series_median,
+    series_spread,
+    wifi_fields,
+)
 from pydantic import ValidationError
 
 from edgepath.types import AccessType, InterfaceContext
 
-UNAVAILABLE = 2147483647
-"""Android ``CellInfo.UNAVAILABLE`` (Integer.MAX_VALUE): a missing reading."""
+__all__ = [
+    "CELLULAR_INTERFACE",
+    "UNAVAILABLE",
+    "WIFI_INTERFACE",
+    "Measurement",
+    "Situation",
+    "bounds",
+    "cellular_interface",
+    "disjoint_users",
+    "earfcn_to_downlink_mhz",
+    "is_test_user",
+    "pair_situations",
+    "parse_series",
+    "read_measurements",
+    "series_median",
+    "series_spread",
+    "split_by_user",
+    "wifi_interface",
+]
 
 WIFI_INTERFACE = "wlan0"
 CELLULAR_INTERFACE = "wwan0"
 
 Kind = Literal["wifi", "cellular"]
-
-# 3GPP TS 36.101 Table 5.7.3-1 (E-UTRA downlink): band → (F_DL_low MHz, N_offs_DL, last N_DL).
-_EUTRA_DL: tuple[tuple[int, float, int, int], ...] = (
-    (1, 2110.0, 0, 599),
-    (2, 1930.0, 600, 1199),
-    (3, 1805.0, 1200, 1949),
-    (4, 2110.0, 1950, 2399),
-    (5, 869.0, 2400, 2649),
-    (7, 2620.0, 2750, 3449),
-    (8, 925.0, 3450, 3799),
-    (12, 729.0, 5010, 5179),
-    (17, 734.0, 5730, 5849),
-    (20, 791.0, 6150, 6449),
-    (28, 758.0, 9210, 9659),
-    (34, 2010.0, 36200, 36349),
-    (38, 2570.0, 37750, 38249),
-    (39, 1880.0, 38250, 38649),
-    (40, 2300.0, 38650, 39649),
-    (41, 2496.0, 39650, 41589),
-)
-
-
-def earfcn_to_downlink_mhz(earfcn: float | None) -> float | None:
-    """Downlink carrier frequency of an E-UTRA ARFCN, MHz, or None when unknown.
-
-    3GPP TS 36.101 §5.7.3: ``F_DL = F_DL_low + 0.1 (N_DL − N_Offs-DL)``, bands
-    of Table 5.7.3-1 deployed in China and Europe (1–8, 12, 17, 20, 28, 34, 38–41).
-    """
-    if earfcn is None:
-        return None
-    n = int(earfcn)
-    for _band, f_low, n_offs, n_last in _EUTRA_DL:
-        if n_offs <= n <= n_last:
-            return f_low + 0.1 * (n - n_offs)
-    return None
-
-
-def parse_series(cell: object, lo: float = -math.inf, hi: float = math.inf) -> list[float]:
-    """Valid readings of one CSV cell (``'a;b;c'``): sentinels, blanks, text and readings outside [lo, hi] dropped."""
-    if cell is None:
-        return []
-    out: list[float] = []
-    for part in str(cell).split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            v = float(part)
-        except ValueError:
-            continue
-        if not math.isfinite(v) or v == UNAVAILABLE or not lo <= v <= hi:
-            continue
-        out.append(v)
-    return out
-
-
-def series_median(cell: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
-    """Median of the valid readings, or None when there is none."""
-    values = parse_series(cell, lo, hi)
-    return float(statistics.median(values)) if values else None
-
-
-def series_spread(cell: object, lo: float = -math.inf, hi: float = math.inf) -> float | None:
-    """Population standard deviation of the valid readings (0 for one reading), or None."""
-    values = parse_series(cell, lo, hi)
-    return float(statistics.pstdev(values)) if values else None
 
 
 def bounds(field_name: str) -> tuple[float, float]:
@@ -178,43 +117,13 @@ def _only_known(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def wifi_interface(row: Mapping[str, Any], name: str = WIFI_INTERFACE) -> InterfaceContext:
-    """Context of the WiFi interface from one wifi4/5/6.csv row (see module table)."""
-    rssi = bounds("wifi_rssi_dbm")
-    return _valid_interface(
-        _only_known(
-            {
-                "name": name,
-                "access_type": AccessType.WIFI,
-                "wifi_rssi_dbm": series_median(row.get("wifi_rssi"), *rssi),
-                "wifi_rssi_spread_db": series_spread(row.get("wifi_rssi"), *rssi),
-                "link_speed_mbps": series_median(row.get("wifi_linkSpeed"), *bounds("link_speed_mbps")),
-                "max_link_speed_mbps": series_median(
-                    row.get("wifi_maxSupportedRxLinkSpeedMbps"), *bounds("max_link_speed_mbps")
-                ),
-                "frequency_mhz": series_median(row.get("wifi_frequency"), *bounds("frequency_mhz")),
-            }
-        )
-    )
+    """Context of the WiFi interface from one wifi4/5/6.csv row (the shared reader, see module docstring)."""
+    return _valid_interface(_only_known(wifi_fields(row, name)))
 
 
 def cellular_interface(row: Mapping[str, Any], name: str = CELLULAR_INTERFACE) -> InterfaceContext:
-    """Context of the LTE interface from one 4G.csv row (see module table)."""
-    bandwidth_khz = series_median(row.get("cell_bandwidth"))
-    return _valid_interface(
-        _only_known(
-            {
-                "name": name,
-                "access_type": AccessType.LTE,
-                "rsrp_dbm": series_median(row.get("cell_rsrp"), *bounds("rsrp_dbm")),
-                "rsrp_spread_db": series_spread(row.get("cell_rsrp"), *bounds("rsrp_dbm")),
-                "rsrq_db": series_median(row.get("cell_rsrq"), *bounds("rsrq_db")),
-                "sinr_db": series_median(row.get("cell_rssnr"), *bounds("sinr_db")),
-                "cell_rssi_dbm": series_median(row.get("cell_rssi"), *bounds("cell_rssi_dbm")),
-                "frequency_mhz": earfcn_to_downlink_mhz(series_median(row.get("cell_earfcn"))),
-                "channel_bandwidth_mhz": None if not bandwidth_khz else bandwidth_khz / 1000.0,
-            }
-        )
-    )
+    """Context of the LTE interface from one 4G.csv row (the shared reader, see module docstring)."""
+    return _valid_interface(_only_known(cellular_fields(row, name)))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from edgepath.types import ApplicationProfile
+from edgepath.types import ApplicationProfile, KernelCapabilities
 
 SOURCE = "Łuczak, Ignaciuk, Morawski, Future Internet 2023, 15, 328, Table 3"
 
@@ -148,20 +148,6 @@ PROFILE_METRICS: dict[Profile, tuple[tuple[str, bool], ...]] = {
         ("srtt_mean_avg_ms", False),
     ),
 }
-
-
-@dataclass(frozen=True)
-class KernelCapabilities:
-    """What the device's kernel offers (as read by the agent); empty tuples mean "not reported"."""
-
-    available_congestion_controls: tuple[str, ...] = ()
-    allowed_congestion_controls: tuple[str, ...] = ()
-    mptcp_schedulers: tuple[str, ...] = ()
-    path_managers: tuple[str, ...] = ()
-
-    @property
-    def reported(self) -> bool:
-        return bool(self.available_congestion_controls or self.allowed_congestion_controls)
 
 
 @dataclass(frozen=True)

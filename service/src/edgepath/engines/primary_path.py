@@ -104,7 +104,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from contextualbandits.online import AdaptiveGreedy, BootstrappedUCB, EpsilonGreedy, ExploreFirst
 from sklearn.linear_model import SGDClassifier
 
 from edgepath.engines import reward as rewards
@@ -503,11 +502,37 @@ class PolicySpec:
         return ()
 
 
+#: Install command of the optional contextualbandits library (the five library policies below, v1 artefacts).
+LIBRARY_EXTRA = "pip install 'edgepath[library-policies]'"
+
+
+def _contextualbandits() -> Any:
+    """``contextualbandits.online``, imported on first use: the serving runtime does not need it (nor the pandas
+    it imports) unless a library policy is chosen (issue 14, item 5).
+
+    Raises
+    ------
+    ModuleNotFoundError
+        Naming the extra to install when the library is absent.
+    """
+    try:
+        import contextualbandits.online as online
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"the contextualbandits policies need the library-policies extra ({exc.name} is not installed): "
+            + LIBRARY_EXTRA,
+            name=exc.name,
+        ) from exc
+    return online
+
+
 def _library(name: str, factory: Callable[[Any, BanditConfig, dict[str, Any]], Any]) -> Builder:
     def build(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> LibraryPolicy:
+        _contextualbandits()  # absent library: the error names the extra before anything is built
         common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed, beta_prior=None)
         return LibraryPolicy.of(name, factory(_oracle(cfg) if base is None else base, cfg, common))
 
+    build.needs_contextualbandits = True  # type: ignore[attr-defined]
     return build
 
 
@@ -561,7 +586,7 @@ _SPECS: tuple[PolicySpec, ...] = (
     PolicySpec(
         "adaptive_greedy",
         "bernoulli",
-        _library("adaptive_greedy", lambda o, cfg, c: AdaptiveGreedy(o, njobs=1, **c)),
+        _library("adaptive_greedy", lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, njobs=1, **c)),
         "contextualbandits AdaptiveGreedy (Chakrabarti et al. 2009)",
         AdaptiveGreedyPolicy,
         _SGD,
@@ -569,7 +594,10 @@ _SPECS: tuple[PolicySpec, ...] = (
     PolicySpec(
         "adaptive_active_greedy",
         "bernoulli",
-        _library("adaptive_active_greedy", lambda o, cfg, c: AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c)),
+        _library(
+            "adaptive_active_greedy",
+            lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c),
+        ),
         "contextualbandits AdaptiveGreedy, active_choice='weighted'",
         DeterministicLibraryPolicy,
         _SGD,
@@ -579,7 +607,7 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bernoulli",
         _library(
             "bootstrapped_ucb",
-            lambda o, cfg, c: BootstrappedUCB(
+            lambda o, cfg, c: _contextualbandits().BootstrappedUCB(
                 o, nsamples=cfg.ucb_nsamples, percentile=cfg.ucb_percentile, njobs_arms=1, njobs_samples=1, **c
             ),
         ),
@@ -592,7 +620,9 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bernoulli",
         _library(
             "epsilon_greedy",
-            lambda o, cfg, c: EpsilonGreedy(o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c),
+            lambda o, cfg, c: _contextualbandits().EpsilonGreedy(
+                o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c
+            ),
         ),
         "contextualbandits EpsilonGreedy",
         EpsilonGreedyPolicy,
@@ -603,7 +633,7 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bernoulli",
         _library(
             "explore_first",
-            lambda o, cfg, c: ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
+            lambda o, cfg, c: _contextualbandits().ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
         ),
         "contextualbandits ExploreFirst",
         ExploreFirstPolicy,
@@ -674,7 +704,9 @@ class PrimaryPathBandit:
 
     def __init__(self, config: BanditConfig | None = None) -> None:
         self.config = config or BanditConfig()
-        policy_spec(self.config.policy)  # validate the name early
+        spec = policy_spec(self.config.policy)  # validate the name early
+        if getattr(spec.build, "needs_contextualbandits", False):
+            _contextualbandits()  # a library policy without the library: fail at start, naming the extra
         self._policies: dict[ArmSet, Any] = {}
         self.samples_seen = 0
         self.samples_rejected = 0

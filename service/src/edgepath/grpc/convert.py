@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from edgepath.grpc import enums
 from edgepath.types import (
     AccessType,
     ApplicationProfile,
@@ -26,13 +27,11 @@ from edgepath.types import (
 )
 from edgepath.wire import edgepath_pb2 as pb
 
-ACCESS_FROM_PROTO: dict[int, AccessType] = {
-    pb.ACCESS_TYPE_WIFI: AccessType.WIFI,
-    pb.ACCESS_TYPE_LTE: AccessType.LTE,
-    pb.ACCESS_TYPE_NR: AccessType.NR,
-    pb.ACCESS_TYPE_ETHERNET: AccessType.ETHERNET,
-}
-ACCESS_TO_PROTO: dict[AccessType, int] = {v: k for k, v in ACCESS_FROM_PROTO.items()}
+# Enum spellings: derived once from the proto descriptors (edgepath.grpc.enums), never hand-written.
+ACCESS_FROM_PROTO: dict[int, AccessType] = enums.from_proto_map(AccessType, pb.AccessType)
+ACCESS_TO_PROTO: dict[AccessType, int] = enums.to_proto_map(AccessType, pb.AccessType)
+PROFILE_FROM_PROTO: dict[int, ApplicationProfile] = enums.from_proto_map(ApplicationProfile, pb.ApplicationProfile)
+PROFILE_TO_PROTO: dict[ApplicationProfile, int] = enums.to_proto_map(ApplicationProfile, pb.ApplicationProfile)
 
 _OPTIONAL_INTERFACE_FIELDS = (
     "wifi_rssi_dbm",
@@ -153,14 +152,6 @@ def ack_to_proto(ack: OutcomeAck) -> pb.OutcomeAck:
 
 
 # --- MLPM scheduler weights + congestion-control advice (issue 3) -------------------------------------------------
-PROFILE_FROM_PROTO: dict[int, ApplicationProfile] = {
-    pb.APPLICATION_PROFILE_UNSPECIFIED: ApplicationProfile.UNSPECIFIED,
-    pb.APPLICATION_PROFILE_STREAMING: ApplicationProfile.STREAMING,
-    pb.APPLICATION_PROFILE_BULK: ApplicationProfile.BULK,
-    pb.APPLICATION_PROFILE_LOSS_SENSITIVE: ApplicationProfile.LOSS_SENSITIVE,
-    pb.APPLICATION_PROFILE_INTERACTIVE: ApplicationProfile.INTERACTIVE,
-}
-PROFILE_TO_PROTO: dict[ApplicationProfile, int] = {v: k for k, v in PROFILE_FROM_PROTO.items()}
 
 
 def mlpm_cc_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:

@@ -1,0 +1,259 @@
+"""Typed replies of the EdgePath service, as the agent uses them (issue 14, item 4).
+
+Each transport parses a reply once, here: :meth:`Recommendation.from_proto` (gRPC) and
+:meth:`Recommendation.from_rest` (REST JSON) build the same frozen objects, which the
+upstream guard, the safety checks (:func:`edgepath_agent.safety.safe_decision`) and the applier
+consume as they are. Fields, units and meanings are those of ``proto/edgepath/v1/edgepath.proto``
+(the generated code in :mod:`edgepath_agent.wire` is the schema both ends share; the service's core
+types are not importable here, the agent being its own package).
+
+The models check *shapes* only (a string where a name is expected, a number where a weight is);
+what a recommendation may make this device do (its own interfaces, weights in [0, 1], allowlisted
+congestion controls) stays in :mod:`edgepath_agent.safety`. Fields the agent does not act on are kept
+untyped (forecasts, explanations, the rest of a steering rule) and never acted on.
+
+Enum spellings: the proto writes ``ACCESS_TYPE_WIFI`` (number 1), REST writes ``"WIFI"``; the one
+normaliser of the agent, :func:`rest_spelling`, derives the prefix from the generated enum
+descriptor (protobuf style: values carry the enum's name as prefix) and accepts all three forms.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import partial
+from typing import Annotated, Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictFloat, StrictInt, StrictStr, field_validator
+
+from edgepath_agent.wire import edgepath_pb2 as pb
+
+
+def enum_prefix(pb_enum: Any) -> str:
+    """``"ACCESS_TYPE_"`` for the proto enum ``AccessType`` (``pb_enum``: a generated enum wrapper)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", pb_enum.DESCRIPTOR.name).upper() + "_"
+
+
+def rest_spelling(pb_enum: Any, value: object) -> object:
+    """REST spelling (``"WIFI"``) of a proto enum value given as its number, proto name or REST name.
+
+    Anything else is returned unchanged (the model's own validation then names the field).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        described = pb_enum.DESCRIPTOR.values_by_number.get(value)
+        return value if described is None else described.name.removeprefix(enum_prefix(pb_enum))
+    if isinstance(value, str):
+        return value.removeprefix(enum_prefix(pb_enum))
+    return value
+
+
+def proto_spelling(pb_enum: Any, value: str) -> str:
+    """Proto name of a REST spelling (``"WIFI"`` → ``"ACCESS_TYPE_WIFI"``); a proto name stays as it is."""
+    prefix = enum_prefix(pb_enum)
+    return value if value.startswith(prefix) else prefix + value
+
+
+AccessName = Annotated[str, BeforeValidator(partial(rest_spelling, pb.AccessType))]
+ProfileName = Annotated[str, BeforeValidator(partial(rest_spelling, pb.ApplicationProfile))]
+
+
+class _Reply(BaseModel):
+    """Frozen; fields the agent does not act on are kept as they came (``extra="allow"``), so the reply
+    reads back whole as its REST JSON (:meth:`as_json`, ``reply["primary_path"]["interface"]``)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    def as_json(self) -> dict[str, Any]:
+        """The reply in its REST JSON shape: the fields it came with (REST spellings, lists, ints)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    # Read-only JSON view for callers written against the REST body (the contract tests, scripts).
+    def __getitem__(self, key: str) -> Any:
+        return self.as_json()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.as_json()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``self[key]``, or ``default`` when the reply has no such field."""
+        return self.as_json().get(key, default)
+
+    def keys(self) -> Any:
+        return self.as_json().keys()
+
+
+class PrimaryPath(_Reply):
+    """The interface to make primary (its default route first, the initial subflow on it)."""
+
+    interface: StrictStr
+    access_type: AccessName | None = None
+    propensity: float | None = None
+    arms: tuple[AccessName, ...] = ()
+    address: StrictStr | None = None
+
+
+class SubflowWeight(_Reply):
+    """One subflow's share of traffic (MLPM); a weight below the applier's threshold marks it ``backup``."""
+
+    interface: StrictStr
+    weight: StrictFloat | StrictInt
+    address: StrictStr | None = None
+
+
+def _weights(value: object) -> object:
+    """``{"wlan0": 0.8}`` → ``[{"interface": "wlan0", "weight": 0.8}]`` (the flat form the agent also accepts)."""
+    if isinstance(value, Mapping):
+        return [{"interface": k, "weight": v} for k, v in value.items()]
+    return value
+
+
+class SchedulerAdvice(_Reply):
+    """MLPM scheduler weights (``weights``; ``subflows`` is the older name, still accepted)."""
+
+    weights: tuple[SubflowWeight, ...] = ()
+    subflows: tuple[SubflowWeight, ...] = ()
+    prioritised_subflow: str = ""
+
+
+class CongestionAdvice(_Reply):
+    """Congestion-control pair (Łuczak et al. 2023, Table 3); "" = keep the kernel default."""
+
+    profile: ProfileName = "UNSPECIFIED"
+    mptcp_level: StrictStr = ""
+    subflow_level: StrictStr = ""
+    deciding_metric: str = ""
+    mainline_fallback: bool = False
+
+
+class ServerSelection(_Reply):
+    """SSMP's choice among the candidate servers of the request's ``content``."""
+
+    address: str
+    candidate_index: int = 0
+    flow_class: str = ""
+    score: float | None = None
+    score_name: str = ""
+    initial_subflow_interface: str = ""
+    rule: str = ""
+    stale_servers: tuple[str, ...] = ()
+
+
+class SteeringAccess(_Reply):
+    """One access of an ATSSS rule (3GPP TS 23.501 §5.32.8)."""
+
+    interface: StrictStr
+    access_type: AccessName | None = None
+    initial_subflow: bool = False
+
+
+class SteeringRule(_Reply):
+    """An ATSSS rule; the last one of :class:`SteeringAdvice` matches all traffic."""
+
+    steering_mode: StrictStr
+    accesses: tuple[SteeringAccess, ...] = ()
+
+
+class SteeringAdvice(_Reply):
+    """ATSSS steering rules (issue 19)."""
+
+    rules: tuple[SteeringRule, ...] = ()
+    source: str = ""
+
+
+class Recommendation(_Reply):
+    """A ``Recommendation`` reply (or a fixed-policy one the agent builds itself: ``decision_id`` None).
+
+    ``scheduler_weights`` (a list of ``{interface, weight}`` or a mapping), ``sysctls`` and
+    ``congestion_control`` are not on the wire: they are accepted for recommendations the agent's
+    operators write by hand (fixed policies, tests) and checked like the rest.
+    """
+
+    decision_id: StrictStr | None = None
+    model_version: int = 0
+    policy: str = ""
+    primary_path: PrimaryPath
+    decided_at_unix_ms: int = 0
+    scheduler: SchedulerAdvice | None = None
+    congestion: CongestionAdvice | None = None
+    server_selection: ServerSelection | None = None
+    steering: SteeringAdvice | None = None
+    scheduler_weights: tuple[SubflowWeight, ...] = ()
+    sysctls: dict[StrictStr, StrictStr] = {}
+    congestion_control: StrictStr | None = None
+
+    @field_validator("scheduler_weights", mode="before")
+    @classmethod
+    def _flat_weights(cls, value: object) -> object:
+        return _weights(value)
+
+    @classmethod
+    def from_rest(cls, body: Any) -> Recommendation:
+        """Parse a ``POST /v1/recommendations`` body; raises ``pydantic.ValidationError`` naming the field."""
+        return cls.model_validate(body)
+
+    @classmethod
+    def from_proto(cls, msg: Message) -> Recommendation:
+        """Parse an ``edgepath.v1.Recommendation``; raises ``pydantic.ValidationError`` naming the field."""
+        return cls.model_validate(_proto_fields(msg))
+
+    def with_primary(self, interface: str, access_type: str | None) -> Recommendation:
+        """This recommendation with another primary path (the upstream guard's override)."""
+        pp = self.primary_path.model_copy(update={"interface": interface, "access_type": access_type})
+        return self.model_copy(update={"primary_path": pp})
+
+    def summary(self) -> dict[str, Any]:
+        """``decision_id``, ``model_version``, ``policy``, ``primary_path``, ``decided_at_unix_ms`` as JSON values
+        (the agent's status file)."""
+        return self.model_dump(
+            mode="json",
+            include={"decision_id", "model_version", "policy", "primary_path", "decided_at_unix_ms"},
+            exclude_none=True,
+        )
+
+
+class OutcomeAck(_Reply):
+    """The service's acknowledgement of an outcome (``reward`` in the service's integer reward units)."""
+
+    decision_id: str = ""
+    accepted: bool = False
+    duplicate: bool = False
+    reward: int = 0
+
+    @classmethod
+    def from_rest(cls, body: Any) -> OutcomeAck:
+        return cls.model_validate(body)
+
+    @classmethod
+    def from_proto(cls, msg: Message) -> OutcomeAck:
+        return cls.model_validate(_proto_fields(msg))
+
+
+def _proto_fields(msg: Message) -> dict[str, Any]:
+    # Field names as in the proto (= REST), implicit-presence zeros kept (a 0.0 weight is a weight),
+    # optional fields left out when unset; enum values as numbers, named by :func:`rest_spelling`.
+    return json_format.MessageToDict(
+        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True, use_integers_for_enums=True
+    )
+
+
+def request_to_proto(request: Mapping[str, Any]) -> pb.RecommendRequest:
+    """A ``RecommendRequest`` in its REST JSON shape → the proto message (one conversion; REST enum spellings
+    accepted). Raises ``google.protobuf.json_format.ParseError`` naming the field for a wrong shape."""
+    body = {k: v for k, v in request.items() if v is not None}
+    interfaces = []
+    for iface in body.get("interfaces", []):
+        fields = {k: v for k, v in iface.items() if v is not None}
+        if isinstance(fields.get("access_type"), str):
+            fields["access_type"] = proto_spelling(pb.AccessType, fields["access_type"])
+        interfaces.append(fields)
+    body["interfaces"] = interfaces
+    if isinstance(body.get("application_profile"), str):
+        body["application_profile"] = proto_spelling(pb.ApplicationProfile, body["application_profile"])
+    return json_format.ParseDict(body, pb.RecommendRequest())
+
+
+def outcome_to_proto(outcome: Mapping[str, Any]) -> pb.OutcomeRequest:
+    """An ``OutcomeRequest`` in its REST JSON shape → the proto message."""
+    return json_format.ParseDict({k: v for k, v in outcome.items() if v is not None}, pb.OutcomeRequest())
