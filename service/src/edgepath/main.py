@@ -180,6 +180,7 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
             outbox_max_decisions=settings.outbox_max_decisions,
             claim_idle_ms=settings.outcome_claim_idle_ms,
             metrics=metrics,
+            outbox_dir=settings.outbox_dir,
         )
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
 
@@ -282,6 +283,7 @@ class Service:
             access_log=False,
             lifespan="off",
             http=http_protocol(),
+            timeout_graceful_shutdown=max(1, int(s.drain_grace_s + 0.999)),
             **uvicorn_ssl_options(s),
         )
         http_server = uvicorn.Server(config)
@@ -296,12 +298,13 @@ class Service:
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
 
         background: list[asyncio.Task[None]] = []
+        role_task: asyncio.Task[None] | None = None
         if self.trainer is not None and self.settings.trainer is not False:
             self.trainer.start()
         if self.follower is not None:
             self.follower.start()
         if self.trainer_role is not None:
-            background.append(asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role"))
+            role_task = asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role")
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
         loop = asyncio.get_running_loop()
@@ -322,21 +325,59 @@ class Service:
         try:
             await self._stop.wait()
         finally:
-            await set_serving(health_servicer, False)
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            if self.trainer is not None:
-                await self.trainer.stop()
-                if isinstance(self.trainer.refitter, ProcessRefitter):
-                    self.trainer.refitter.close()
-            if self.follower is not None:
-                await self.follower.stop()
-            http_server.should_exit = True
-            await http_task
-            await grpc_server.stop(grace=2.0)
-            await self.store.close()
-            log.info("EdgePath stopped")
+            await self._drain(health_servicer, background, role_task, http_server, http_task, grpc_server)
+
+    async def _drain(
+        self,
+        health_servicer: Any,
+        background: list[asyncio.Task[None]],
+        role_task: asyncio.Task[None] | None,
+        http_server: uvicorn.Server,
+        http_task: asyncio.Task[None],
+        grpc_server: Any,
+    ) -> None:
+        """Graceful shutdown (issue 17), in this order:
+
+        1. readiness false (``/readyz`` 503 ``draining``, gRPC health NOT_SERVING) for
+           ``drain_readiness_delay_s`` while the listeners still accept (load balancers move away);
+        2. both servers stop accepting and let in-flight calls finish, concurrently, for at most
+           ``drain_grace_s`` (gRPC ``stop(grace)``, uvicorn's ``timeout_graceful_shutdown``);
+        3. the trainer role stops its trainer and releases the trainer lock (awaited, not cancelled);
+        4. the degraded-mode outbox is written to Redis if it is reachable within ``drain_flush_timeout_s``
+           (what is left stays in the durable journal for the next process);
+        5. the store closes.
+        """
+        s = self.settings
+        started = asyncio.get_running_loop().time()
+        self.plane.draining = True
+        await set_serving(health_servicer, False)
+        log.info("draining: readiness false; in-flight calls get %.1f s", s.drain_grace_s)
+        if s.drain_readiness_delay_s > 0:
+            # Pacing of the shutdown protocol (endpoint removal), not a test wait.
+            await asyncio.sleep(s.drain_readiness_delay_s)
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        http_server.should_exit = True
+        await asyncio.gather(http_task, grpc_server.stop(grace=s.drain_grace_s), return_exceptions=True)
+        if role_task is not None:  # _stop is set: the role stops its trainer and releases the lock
+            try:
+                await asyncio.wait_for(role_task, timeout=max(1.0, s.drain_flush_timeout_s))
+            except (TimeoutError, Exception) as exc:
+                log.warning("trainer role did not stop cleanly (%r); its lock expires by itself", exc)
+        if self.trainer is not None:
+            await self.trainer.stop()
+            if isinstance(self.trainer.refitter, ProcessRefitter):
+                self.trainer.refitter.close()
+        if self.follower is not None:
+            await self.follower.stop()
+        flush = getattr(self.store, "flush_outbox", None)
+        if flush is not None:
+            left = await flush(s.drain_flush_timeout_s)
+            if left:
+                log.warning("draining: %d outbox records not yet in Redis (kept in the journal if configured)", left)
+        await self.store.close()
+        log.info("EdgePath stopped (drained in %.2f s)", asyncio.get_running_loop().time() - started)
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
         """Mirror the plane's readiness (state store reachable) on the gRPC service's health status."""

@@ -332,7 +332,11 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane) -> None
     async def readyz() -> Response:
         """Readiness: the state store is reachable (503 with ``degraded: true`` while it is not; decisions go on)."""
         ok = await plane.ready()
-        body = {"ready": ok, "degraded": not ok, "model_version": plane.registry.current.version}
+        draining = plane.draining  # shutting down (SIGTERM): out of the Service, not degraded
+        body: dict[str, Any] = {"ready": ok, "degraded": not ok and not draining}
+        body["model_version"] = plane.registry.current.version
+        if draining:
+            body["draining"] = True
         return json_body(body, status_code=200 if ok else 503)
 
     @router.get("/metrics", tags=tags, response_class=PlainTextResponse)

@@ -33,9 +33,13 @@ store to *degraded*: requests stop touching Redis and a background task pings it
 * decisions are kept in memory (``outbox_max_decisions``, oldest dropped first) — so outcomes reported
   to this replica can still be joined — and written to Redis (with their remaining TTL) on reconnect;
 * the decisions this replica made or read recently are kept in a local TTL cache for joins;
-* outcomes are buffered (``outbox_max_outcomes``); past the bound an outcome is dropped, counted in
-  ``edgepath_outcomes_dropped{reason="outbox_full"}``, logged, and the caller gets
-  :class:`~edgepath.errors.Unavailable` (HTTP 503 / gRPC UNAVAILABLE) so the device may retry;
+* outcomes are acknowledged only where that promise can be kept (issue 17): with ``outbox_dir`` set
+  they are appended to a durable journal (:mod:`edgepath.state.outbox`, fsync'd before the
+  acknowledgement, replayed by the next process after a crash) and buffered (``outbox_max_outcomes``);
+  without it, or past the bound, or for a decision this replica does not know, the caller gets
+  :class:`~edgepath.errors.Unavailable` (HTTP 503 / gRPC UNAVAILABLE, retryable) and nothing is
+  acknowledged — an outcome in a process's memory alone would die with the process. Drops are counted in
+  ``edgepath_outcomes_dropped{reason=...}`` and logged;
 * on reconnect the buffered decisions, then the buffered outcomes go through the same claim script
   (so an outcome also reported to another replica is still counted once); the store leaves degraded
   mode only once the outbox is empty.
@@ -73,6 +77,7 @@ from edgepath.state.base import (
     OutcomeRecord,
     ServerScore,
 )  # ServerScore: issue 4
+from edgepath.state.outbox import DurableOutbox
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +147,9 @@ class RedisStore:
         Where drops and the degraded state are counted (optional).
     reconnect_interval_s:
         Period of the reconnect probe while degraded, s.
+    outbox_dir:
+        Directory of the durable degraded-mode journal (:mod:`edgepath.state.outbox`); None: outcomes are
+        refused (retryable) while Redis is unreachable instead of being acknowledged from memory.
     """
 
     def __init__(
@@ -156,6 +164,7 @@ class RedisStore:
         claim_idle_ms: int = 30_000,
         metrics: Metrics | None = None,
         reconnect_interval_s: float = 0.2,
+        outbox_dir: str | None = None,
     ) -> None:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
@@ -183,6 +192,11 @@ class RedisStore:
         self._reconnect_task: asyncio.Task[None] | None = None
         self.flushed_outcomes = 0
 
+        self._journal: DurableOutbox | None = None
+        if outbox_dir:
+            self._journal = DurableOutbox(outbox_dir)
+            self._replay(self._journal.adopt_orphans())
+
         self._group_ready = False
         self._inflight: set[str] = set()
         self._pending_cursor: dict[str, str] = {}
@@ -209,14 +223,36 @@ class RedisStore:
             "unsynced_decisions": len(self._unsynced),
         }
 
+    def _replay(self, records: Sequence[DecisionRecord | OutcomeRecord]) -> None:
+        """Journal records of a dead process: buffered as if made here while degraded, flushed on reconnect."""
+        for record in records:
+            if isinstance(record, DecisionRecord):
+                self._recent[record.decision_id] = record
+                self._keep_unsynced(record)
+            elif record.decision_id not in self._outbox_ids:
+                self._outbox.append(record)
+                self._outbox_ids.add(record.decision_id)
+                self._claimed_recent[record.decision_id] = True
+        if records and not self._degraded:
+            # Flushed by the reconnect task, started from the first call on the event loop (_ensure_reconnecting).
+            self._degraded = True
+            if self.metrics is not None:
+                self.metrics.store_degraded.set(1)
+                self.metrics.outbox_outcomes.set(len(self._outbox))
+
+    def _ensure_reconnecting(self) -> None:
+        if self._degraded and (self._reconnect_task is None or self._reconnect_task.done()):
+            self._reconnect_task = asyncio.create_task(self._reconnect(), name="redis-reconnect")
+
     def _enter_degraded(self, exc: BaseException) -> None:
         if self._degraded:
+            self._ensure_reconnecting()
             return
         self._degraded = True
         log.warning("state store %s unreachable (%s): degraded mode, deciding with the last model", self.url, exc)
         if self.metrics is not None:
             self.metrics.store_degraded.set(1)
-        self._reconnect_task = asyncio.create_task(self._reconnect(), name="redis-reconnect")
+        self._ensure_reconnecting()
 
     async def _reconnect(self) -> None:
         while True:
@@ -231,6 +267,8 @@ class RedisStore:
                 log.exception("flushing the outbox failed; retrying")
                 continue
             self._degraded = False
+            if self._journal is not None:
+                self._journal.truncate()  # everything it held is in Redis now (no await since _flush returned)
             if self.metrics is not None:
                 self.metrics.store_degraded.set(0)
                 self.metrics.outbox_outcomes.set(0)
@@ -240,7 +278,17 @@ class RedisStore:
             return
 
     async def _flush(self) -> None:
-        """Write buffered decisions (remaining TTL), then claim buffered outcomes, oldest first."""
+        """Write buffered decisions (remaining TTL), then claim buffered outcomes, oldest first.
+
+        Repeats until both buffers are empty: decisions and outcomes that arrive (degraded) during the
+        flush are flushed too before the store leaves degraded mode.
+        """
+        if self._journal is not None:
+            self._replay(self._journal.adopt_orphans())  # journals of replicas that died on this node
+        while self._unsynced or self._outbox:
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
         while self._unsynced:
             batch = list(self._unsynced.items())[:500]
             pipe = self.redis.pipeline(transaction=False)
@@ -282,6 +330,7 @@ class RedisStore:
     # ----------------------------------------------------------- decisions
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         self._recent[record.decision_id] = record
+        self._ensure_reconnecting()
         if not self._degraded:
             try:
                 await self.redis.set(
@@ -290,6 +339,8 @@ class RedisStore:
                 return
             except UNREACHABLE as exc:
                 self._enter_degraded(exc)
+        if self._journal is not None:
+            self._journal.append_decision(record)
         self._keep_unsynced(record)
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
@@ -314,6 +365,7 @@ class RedisStore:
 
     async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
         decision_id = outcome.decision_id
+        self._ensure_reconnecting()
         if not self._degraded:
             try:
                 result = await self._claim_in_redis(outcome)
@@ -327,10 +379,14 @@ class RedisStore:
         if decision_id in self._outbox_ids or decision_id in self._claimed_recent:
             return ClaimResult.DUPLICATE
         if decision_id not in self._recent:
-            return ClaimResult.UNKNOWN
+            # Possibly made by another replica and only in Redis: not known to be unknown. Retryable.
+            raise Unavailable("state store unreachable and the decision is not known to this replica; retry later")
+        if self._journal is None:
+            raise Unavailable("state store unreachable: outcomes are acknowledged once stored; retry later")
         if len(self._outbox) >= self.outbox_max_outcomes:
             self._drop("outbox_full", decision_id)
             raise Unavailable("state store unreachable and the outcome buffer is full; retry later")
+        self._journal.append_outcome(outcome)  # fsync'd: survives a crash of this process and of the node
         self._outbox.append(outcome)
         self._outbox_ids.add(decision_id)
         self._claimed_recent[decision_id] = True
@@ -609,6 +665,7 @@ class RedisStore:
     # --- end MEC 015 ---
 
     async def ping(self) -> bool:
+        self._ensure_reconnecting()
         if self._degraded:
             return False
         try:
@@ -616,6 +673,26 @@ class RedisStore:
         except UNREACHABLE as exc:
             self._enter_degraded(exc)
             return False
+
+    async def flush_outbox(self, timeout_s: float) -> int:
+        """Try, for at most ``timeout_s``, to write the degraded-mode buffers into Redis (graceful shutdown).
+
+        Returns how many decisions and outcomes are still buffered (0 when everything is in Redis); those
+        stay in the durable journal when ``outbox_dir`` is set, for the next process to replay.
+        """
+        if not (self._outbox or self._unsynced):
+            return 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.redis.ping()
+                await self._flush()
+        except (TimeoutError, *UNREACHABLE) as exc:
+            log.warning("outbox flush at shutdown incomplete (%r)", exc)
+        else:
+            self._degraded = False
+            if self._journal is not None:
+                self._journal.truncate()
+        return len(self._outbox) + len(self._unsynced)
 
     def fail_fast_client(self) -> FailFastRedis:
         """This store's Redis client for other components (shared rate limits, quarantine, ...).
@@ -634,11 +711,17 @@ class RedisStore:
             except (asyncio.CancelledError, Exception):
                 pass
         if self._outbox or self._unsynced:
-            log.warning(
-                "closing with %d buffered outcomes and %d unsynced decisions (lost)",
-                len(self._outbox),
-                len(self._unsynced),
-            )
+            if self._journal is not None:
+                log.warning(
+                    "closing with %d buffered outcomes and %d unsynced decisions: kept in %s for the next process",
+                    len(self._outbox),
+                    len(self._unsynced),
+                    self._journal.path,
+                )
+            else:
+                log.warning("closing with %d unsynced decisions (lost)", len(self._unsynced))
+        if self._journal is not None:
+            self._journal.close(remove=not (self._outbox or self._unsynced))
         await self.redis.aclose()
         await self._reader.aclose()
 
