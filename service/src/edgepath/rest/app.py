@@ -36,7 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
@@ -363,6 +363,8 @@ def create_app(
             headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))  # RFC 9110 §10.2.3: whole seconds
         elif isinstance(exc, Unauthenticated):
             headers["WWW-Authenticate"] = "Bearer"
+        elif isinstance(exc, Unavailable):
+            headers["Retry-After"] = "1"  # issue 17: a documented retryable status (state store away, ...)
         return json_body(
             {"error": exc.kind.value, "field": exc.field, "message": exc.message},
             status_code=HTTP_STATUS[exc.kind],
