@@ -218,6 +218,7 @@ class Service:
     metrics: Metrics
     follower: Any = None  # SnapshotFollower with a Redis store
     trainer_role: Any = None  # TrainerRole when this replica may train on a Redis store
+    exploration: Any = None  # FleetExploration with a Redis store: one exploration schedule for the fleet (issue 17)
     grpc_port: int = 0
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
@@ -249,7 +250,20 @@ class Service:
         role = None
         if settings.trainer:
             role = TrainerRole(store, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
-        return cls(settings, store, registry, plane, None, metrics, follower=follower, trainer_role=role)
+        from edgepath.training.exploration import FleetExploration
+
+        exploration = FleetExploration(store, registry, period_s=settings.exploration_sync_s)
+        return cls(
+            settings,
+            store,
+            registry,
+            plane,
+            None,
+            metrics,
+            follower=follower,
+            trainer_role=role,
+            exploration=exploration,
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -305,6 +319,8 @@ class Service:
             self.follower.start()
         if self.trainer_role is not None:
             role_task = asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role")
+        if self.exploration is not None:
+            background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
         loop = asyncio.get_running_loop()

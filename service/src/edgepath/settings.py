@@ -179,6 +179,9 @@ class Settings(BaseSettings):
         5.0, ge=0.0, description="On SIGTERM, how long to try writing the degraded-mode outbox into Redis, s"
     )
     snapshot_poll_s: float = Field(1.0, gt=0.0, description="Fallback model-version check period, s")
+    exploration_sync_s: float = Field(
+        0.5, gt=0.0, description="Period of the fleet-wide exploration-schedule sync through Redis (issue 17), s"
+    )
 
     # --- warm start (issue 8): see edgepath.training.artefact ---
     model_path: Path | None = Field(

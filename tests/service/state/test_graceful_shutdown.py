@@ -79,7 +79,7 @@ def test_sigterm_turns_readiness_false_drains_and_releases_the_trainer_lock(clus
 
     body = json.dumps(CONTEXT).encode()
     slow = socket.create_connection(("127.0.0.1", replica.http_port), timeout=10)
-    head = f"POST /v1/recommendations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = "POST /v1/recommendations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
     slow.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body[:20])  # in flight
 
     replica.send(signal.SIGTERM)

@@ -1,0 +1,103 @@
+"""One exploration schedule for the fleet (issue 17, item 4).
+
+Some policies explore on a per-decision schedule: the paper's ActiveExplorer and epsilon_greedy decay
+their exploration probability after every decision (p ← p·decay), explore_first counts its exploration
+rounds. Each replica advances its own copy, so with N replicas sharing the traffic each copy decays N
+times slower than one replica serving it all. SquareCB (``ridge_squarecb``, the default) is unaffected:
+its γ_t = gamma0·(n_t + 1)^0.5 counts *trained* outcomes, which the trainer's published model carries.
+
+:class:`FleetExploration` keeps the decision count per arm set in the store — one Redis hash,
+``{ns}:exploration:decisions`` (field ``"WIFI,LTE"`` → decisions of that arm set fleet-wide) — and every
+``period_s``:
+
+1. adds this replica's decisions since the last round (``HINCRBY``) and reads the totals (``HGETALL``),
+   in one pipeline;
+2. advances the local schedule by the decisions the *other* replicas made meanwhile
+   (total − previous total − own), :meth:`PrimaryPathBandit.advance_exploration`.
+
+So every replica's schedule equals that of one replica which made all the fleet's decisions, up to the
+decisions of the last ``period_s`` (at 1,000 decisions/s and decay 0.9997, p differs by at most a factor
+0.9997^500 ≈ 0.86 between rounds, and converges at each one). A replica that starts late catches up with
+the fleet's whole history at its first round. While Redis is unreachable the counts stay local and are
+reported on the next successful round. The decision order across replicas does not matter: the decay is
+a product, the round counter a sum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from edgepath.state.redis import UNREACHABLE, RedisStore
+from edgepath.training.online import ModelRegistry
+
+log = logging.getLogger(__name__)
+
+
+def arms_field(arms: tuple[str, ...]) -> str:
+    return ",".join(arms)
+
+
+class FleetExploration:
+    """Synchronises the per-decision exploration schedule of this replica with the fleet's count.
+
+    Parameters
+    ----------
+    store:
+        The shared Redis store (its namespace prefixes the hash).
+    registry:
+        This replica's model registry (the current model is advanced).
+    period_s:
+        Seconds between rounds.
+    """
+
+    def __init__(self, store: RedisStore, registry: ModelRegistry, period_s: float = 0.5) -> None:
+        self.store = store
+        self.registry = registry
+        self.period_s = period_s
+        self.key = f"{store.namespace}:exploration:decisions"
+        self._seen: dict[tuple[str, ...], int] = {}  # fleet totals at the last round
+        self.rounds = 0
+
+    async def sync_once(self) -> dict[tuple[str, ...], int]:
+        """One round; returns the decisions of other replicas applied per arm set (empty when Redis is away)."""
+        if self.store.degraded:
+            return {}  # counts stay local until Redis is back (no socket timeout per round meanwhile)
+        model = self.registry.current.model
+        mine = model.take_unsynced_decisions()
+        pipe = self.store.redis.pipeline(transaction=False)
+        for arms, n in mine.items():
+            pipe.hincrby(self.key, arms_field(arms), n)
+        pipe.hgetall(self.key)
+        try:
+            results: list[Any] = await pipe.execute()
+        except UNREACHABLE as exc:
+            # The increments of a pipeline that timed out may have run: at most one round of double count
+            # of this replica's own decisions (a slightly faster decay), never a lost one.
+            self.registry.current.model.return_unsynced_decisions(mine)
+            log.debug("exploration sync skipped: Redis unreachable (%s)", exc)
+            return {}
+        totals = {
+            tuple((f.decode() if isinstance(f, bytes) else str(f)).split(",")): int(v) for f, v in results[-1].items()
+        }
+        applied: dict[tuple[str, ...], int] = {}
+        current = self.registry.current.model  # may have been swapped meanwhile: it carried the schedule
+        for arms, total in totals.items():
+            others = total - self._seen.get(arms, 0) - mine.get(arms, 0)
+            if others > 0:
+                current.advance_exploration(arms, others)
+                applied[arms] = others
+            self._seen[arms] = total
+        self.rounds += 1
+        return applied
+
+    async def run(self) -> None:
+        """Rounds every ``period_s`` until cancelled."""
+        while True:
+            try:
+                await self.sync_once()
+            except Exception:  # a bug must not stop serving; logged with its traceback
+                log.exception("exploration sync failed")
+            # Pacing of a background service loop, not a test wait.
+            await asyncio.sleep(self.period_s)
