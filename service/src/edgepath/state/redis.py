@@ -354,7 +354,13 @@ class RedisStore:
                     record = decode_decision(raw)
                     self._recent[decision_id] = record  # joinable here even if Redis goes away next
                     return record
-        return self._recent.get(decision_id)
+                return self._recent.get(decision_id)
+        record = self._recent.get(decision_id)
+        if record is None:
+            # Degraded: maybe another replica's decision, only in Redis. "Unknown" would make the device drop
+            # its outcome for good; this is retryable (HTTP 503 + Retry-After / gRPC UNAVAILABLE).
+            raise Unavailable("state store unreachable and the decision is not known to this replica; retry later")
+        return record
 
     # ------------------------------------------------------------ outcomes
     async def _claim_in_redis(self, outcome: OutcomeRecord) -> ClaimResult:
