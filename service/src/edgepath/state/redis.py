@@ -289,6 +289,29 @@ class RedisStore:
             await self._flush_once()
 
     async def _flush_once(self) -> None:
+        await self._flush_decisions()
+        while self._outbox:
+            if self._unsynced:
+                # A decision made (degraded) while this loop awaited Redis, whose outcome may be queued
+                # behind: its record must be in Redis before its outcome is claimed, or the claim says unknown.
+                await self._flush_decisions()
+            outcome = self._outbox[0]
+            result = await self._claim_in_redis(outcome)
+            if result is ClaimResult.UNKNOWN and (known := self._recent.get(outcome.decision_id)) is not None:
+                self._unsynced[known.decision_id] = known  # e.g. lost by a Redis restart without its data
+                await self._flush_decisions()
+                result = await self._claim_in_redis(outcome)
+            self._outbox.popleft()
+            self._outbox_ids.discard(outcome.decision_id)
+            if self.metrics is not None:
+                self.metrics.outbox_outcomes.set(len(self._outbox))
+            if result is ClaimResult.NEW:
+                self.flushed_outcomes += 1
+            elif result is ClaimResult.UNKNOWN:
+                self._drop("flush_unknown_decision", outcome.decision_id)
+            # DUPLICATE: already in the log (reported to another replica, or our timed-out claim ran): fine.
+
+    async def _flush_decisions(self) -> None:
         while self._unsynced:
             batch = list(self._unsynced.items())[:500]
             pipe = self.redis.pipeline(transaction=False)
@@ -300,18 +323,6 @@ class RedisStore:
             await pipe.execute()
             for decision_id, _ in batch:
                 self._unsynced.pop(decision_id, None)
-        while self._outbox:
-            outcome = self._outbox[0]
-            result = await self._claim_in_redis(outcome)
-            self._outbox.popleft()
-            self._outbox_ids.discard(outcome.decision_id)
-            if self.metrics is not None:
-                self.metrics.outbox_outcomes.set(len(self._outbox))
-            if result is ClaimResult.NEW:
-                self.flushed_outcomes += 1
-            elif result is ClaimResult.UNKNOWN:
-                self._drop("flush_unknown_decision", outcome.decision_id)
-            # DUPLICATE: already in the log (reported to another replica, or our timed-out claim ran): fine.
 
     def _drop(self, reason: str, decision_id: str) -> None:
         log.warning("outcome of decision_id=%s dropped: %s", decision_id, reason)
