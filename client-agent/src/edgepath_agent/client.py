@@ -135,11 +135,16 @@ class RestServiceClient:
             except ValueError:
                 message = resp.text
             raise ServiceError(resp.status_code, message)
-        result: dict[str, Any] = resp.json()
+        try:
+            result = resp.json()
+        except ValueError as exc:  # a proxy's error page, a truncated body, another service on the port
+            raise ServiceError(BAD_RESPONSE, f"reply of {path} is not JSON: {resp.text[:80]!r}") from exc
+        if not isinstance(result, dict):
+            raise ServiceError(BAD_RESPONSE, f"reply of {path} is not a JSON object")
         return result
 
     def recommend(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/recommendations", request)
+        return check_recommendation(self._post("/v1/recommendations", request))
 
     def report_outcome(self, outcome: Mapping[str, Any]) -> dict[str, Any]:
         return self._post("/v1/outcomes", {k: v for k, v in outcome.items() if v is not None})
@@ -179,7 +184,26 @@ def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | N
 
 
 #: Failures worth another attempt (the service or the network may come back).
-TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"})
+#: Server-side failures a retry (or the other transport) may fix. INTERNAL/UNKNOWN include replies the
+#: client cannot parse (a server answering garbage): the agent keeps its last configuration (issue 17).
+TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL", "UNKNOWN"})
+#: Code of a reply that is not what the API documents (not JSON, wrong shape): treated as transient.
+BAD_RESPONSE = "BAD_RESPONSE"
+
+
+def check_recommendation(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` if it has the documented shape the agent relies on, else :class:`ServiceError` ``BAD_RESPONSE``.
+
+    Needed: ``decision_id`` (string) and ``primary_path.interface`` (string); the applier validates the rest.
+    """
+    pp = rec.get("primary_path")
+    if (
+        not isinstance(rec.get("decision_id"), str)
+        or not isinstance(pp, dict)
+        or not isinstance(pp.get("interface"), str)
+    ):
+        raise ServiceError(BAD_RESPONSE, "recommendation without decision_id / primary_path.interface")
+    return rec
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -188,7 +212,7 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc.code, int):
         return exc.code >= 500 or exc.code == 429
-    return exc.code in TRANSIENT_GRPC
+    return exc.code in TRANSIENT_GRPC or exc.code == BAD_RESPONSE
 
 
 class FailoverClient:

@@ -375,7 +375,13 @@ class Service:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
         http_server.should_exit = True
-        await asyncio.gather(http_task, grpc_server.stop(grace=s.drain_grace_s), return_exceptions=True)
+        # Bounded: uvicorn cancels requests still running after timeout_graceful_shutdown, but its final
+        # wait for the listening server to close can outlast that while a client keeps a socket half-open.
+        http_stopped = asyncio.wait_for(http_task, timeout=s.drain_grace_s + 2.0)
+        stopped = await asyncio.gather(http_stopped, grpc_server.stop(grace=s.drain_grace_s), return_exceptions=True)
+        if isinstance(stopped[0], TimeoutError):
+            log.warning("draining: HTTP server still closing after %.1f s; stopped", s.drain_grace_s + 2.0)
+        log.info("draining: servers stopped after %.2f s", asyncio.get_running_loop().time() - started)
         if role_task is not None:  # _stop is set: the role stops its trainer and releases the lock
             try:
                 await asyncio.wait_for(role_task, timeout=max(1.0, s.drain_flush_timeout_s))
@@ -386,13 +392,19 @@ class Service:
             if isinstance(self.trainer.refitter, ProcessRefitter):
                 self.trainer.refitter.close()
         if self.follower is not None:
-            await self.follower.stop()
+            try:
+                await asyncio.wait_for(self.follower.stop(), timeout=5.0)
+            except TimeoutError:
+                log.warning("draining: snapshot follower did not stop within 5 s")
         flush = getattr(self.store, "flush_outbox", None)
         if flush is not None:
             left = await flush(s.drain_flush_timeout_s)
             if left:
                 log.warning("draining: %d outbox records not yet in Redis (kept in the journal if configured)", left)
-        await self.store.close()
+        try:
+            await asyncio.wait_for(self.store.close(), timeout=5.0)
+        except TimeoutError:
+            log.warning("draining: closing the store took more than 5 s")
         log.info("EdgePath stopped (drained in %.2f s)", asyncio.get_running_loop().time() - started)
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
