@@ -170,3 +170,22 @@ def test_replica_killed_while_redis_is_down_loses_no_acknowledged_outcome(
     finally:
         http.close()
         cluster.close()
+
+
+async def test_flush_writes_the_decision_an_outcome_needs(own_server: RedisServer, tmp_path: Path) -> None:
+    """A buffered outcome whose decision is missing from Redis at flush time (made while degraded and not yet
+    written, or lost by a Redis restart without its data) is not dropped as unknown: the replica still knows
+    the decision and writes it first. (The soak found outcomes dropped this way.)"""
+    store = RedisStore(own_server.url, namespace="order", outbox_dir=str(tmp_path), socket_timeout_s=0.3)
+    try:
+        d = decision("late")
+        own_server.stop()
+        await store.put_decision(d, 60)
+        assert await store.claim_outcome(outcome(d)) is ClaimResult.NEW
+        store._unsynced.clear()  # as if its SET had been lost: only the replica's memory has it
+        own_server.start()
+        await _until_recovered(store)
+        got = await store.read_outcomes("trainer", 10, 0)
+        assert [o.decision_id for _, o in got] == ["late"]
+    finally:
+        await store.close()
