@@ -366,12 +366,12 @@ class RedisStore:
                     self._recent[decision_id] = record  # joinable here even if Redis goes away next
                     return record
                 return self._recent.get(decision_id)
-        record = self._recent.get(decision_id)
-        if record is None:
+        cached = self._recent.get(decision_id)
+        if cached is None:
             # Degraded: maybe another replica's decision, only in Redis. "Unknown" would make the device drop
             # its outcome for good; this is retryable (HTTP 503 + Retry-After / gRPC UNAVAILABLE).
             raise Unavailable("state store unreachable and the decision is not known to this replica; retry later")
-        return record
+        return cached
 
     # ------------------------------------------------------------ outcomes
     async def _claim_in_redis(self, outcome: OutcomeRecord) -> ClaimResult:

@@ -29,14 +29,17 @@ import asyncio
 import logging
 from typing import Any
 
+from edgepath.engines.primary_path import ArmSet
 from edgepath.state.redis import UNREACHABLE, RedisStore
 from edgepath.training.online import ModelRegistry
+from edgepath.types import AccessType
 
 log = logging.getLogger(__name__)
 
 
-def arms_field(arms: tuple[str, ...]) -> str:
-    return ",".join(arms)
+def arms_field(arms: ArmSet) -> str:
+    """The hash field of an arm set: access-type values joined by commas, e.g. ``"WIFI,LTE"``."""
+    return ",".join(a.value if isinstance(a, AccessType) else str(a) for a in arms)
 
 
 class FleetExploration:
@@ -57,10 +60,10 @@ class FleetExploration:
         self.registry = registry
         self.period_s = period_s
         self.key = f"{store.namespace}:exploration:decisions"
-        self._seen: dict[tuple[str, ...], int] = {}  # fleet totals at the last round
+        self._seen: dict[ArmSet, int] = {}  # fleet totals at the last round
         self.rounds = 0
 
-    async def sync_once(self) -> dict[tuple[str, ...], int]:
+    async def sync_once(self) -> dict[ArmSet, int]:
         """One round; returns the decisions of other replicas applied per arm set (empty when Redis is away)."""
         if self.store.degraded:
             return {}  # counts stay local until Redis is back (no socket timeout per round meanwhile)
@@ -78,10 +81,14 @@ class FleetExploration:
             self.registry.current.model.return_unsynced_decisions(mine)
             log.debug("exploration sync skipped: Redis unreachable (%s)", exc)
             return {}
-        totals = {
-            tuple((f.decode() if isinstance(f, bytes) else str(f)).split(",")): int(v) for f, v in results[-1].items()
-        }
-        applied: dict[tuple[str, ...], int] = {}
+        totals: dict[ArmSet, int] = {}
+        for f, v in results[-1].items():
+            try:
+                arms = tuple(AccessType(a) for a in (f.decode() if isinstance(f, bytes) else str(f)).split(","))
+            except ValueError:
+                continue  # an access type this version does not know (a newer replica): not ours to advance
+            totals[arms] = int(v)
+        applied: dict[ArmSet, int] = {}
         current = self.registry.current.model  # may have been swapped meanwhile: it carried the schedule
         for arms, total in totals.items():
             others = total - self._seen.get(arms, 0) - mine.get(arms, 0)
