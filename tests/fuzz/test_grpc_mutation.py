@@ -19,24 +19,26 @@ import grpc
 import pytest
 from edgepath.wire import edgepath_pb2 as pb
 from fuzz_figures import FIGURES, record, write_summary
-from fuzz_helpers import RECOMMEND, REPORT_OUTCOME, grpc_unary, running_service
+from fuzz_helpers import RECOMMEND, REPORT_OUTCOME, fuzz_settings, grpc_unary, running_service
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 RUN = "grpc-mutated-protobuf"
+#: Past capacity the admission control sheds with RESOURCE_EXHAUSTED + retry-after-ms (a documented retryable
+#: status, not a server error): a nightly-sized run on a saturated machine meets it (issue 17).
+SHED = grpc.StatusCode.RESOURCE_EXHAUSTED
 ALLOWED = {
-    RECOMMEND: {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT},
+    RECOMMEND: {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, SHED},
     REPORT_OUTCOME: {
         grpc.StatusCode.OK,
         grpc.StatusCode.INVALID_ARGUMENT,
         grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.PERMISSION_DENIED,
+        SHED,
     },
 }
-SETTINGS = settings(
-    max_examples=750, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
-)
+SETTINGS = fuzz_settings(750)  # EDGEPATH_FUZZ_EXAMPLES / EDGEPATH_FUZZ_SEED: nightly-sized runs
 
 
 def _recommend_seed() -> bytes:

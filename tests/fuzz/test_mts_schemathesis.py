@@ -18,7 +18,8 @@ import httpx
 import pytest
 import schemathesis
 from fuzz_figures import record
-from hypothesis import HealthCheck, given, settings
+from fuzz_helpers import fuzz_settings
+from hypothesis import given
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import (
@@ -31,9 +32,7 @@ from service_harness import RunningService, running_service
 
 SPEC = Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml"
 RUN = "rest-schemathesis-mec015"
-SETTINGS = settings(
-    max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
-)
+SETTINGS = fuzz_settings(20)  # EDGEPATH_FUZZ_EXAMPLES / EDGEPATH_FUZZ_SEED: nightly-sized runs
 
 
 @pytest.fixture(scope="module")

@@ -21,15 +21,14 @@ from edgepath.engines.reward import bernoulli_reward
 from edgepath.grpc import convert
 from edgepath.types import AccessType, InterfaceContext, OutcomeReport, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
+from fuzz_helpers import fuzz_settings
 from google.protobuf import message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-SETTINGS = settings(
-    max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
-)
+SETTINGS = fuzz_settings(200)  # EDGEPATH_FUZZ_EXAMPLES / EDGEPATH_FUZZ_SEED: nightly-sized runs
 
 _FLOATS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

@@ -21,7 +21,7 @@ import pytest
 import schemathesis
 from edgepath.security.auth import TokenFile
 from fuzz_figures import FIGURES, record, write_summary
-from fuzz_helpers import running_service
+from fuzz_helpers import fuzz_settings, running_service
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -42,9 +42,7 @@ CHECKS = [
     response_schema_conformance,
     response_headers_conformance,
 ]
-SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
-)
+SETTINGS = fuzz_settings(25)  # EDGEPATH_FUZZ_EXAMPLES / EDGEPATH_FUZZ_SEED: nightly-sized runs
 
 
 @pytest.fixture(scope="module")

@@ -195,6 +195,11 @@ seccompProfile:
 {{- if and .Values.tls.clientAuth (not .Values.tls.enabled) }}
 {{- fail "tls.clientAuth (mTLS) needs tls.enabled=true" }}
 {{- end }}
+{{- $d := .Values.drain }}
+{{- $drain := add $d.preStopSleepSeconds $d.readinessDelaySeconds $d.graceSeconds $d.flushSeconds }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) is shorter than the drain (preStop + readiness delay + grace + flush = %d s): the kubelet would SIGKILL in-flight calls" (int .Values.terminationGracePeriodSeconds) (int $drain)) }}
+{{- end }}
 {{- end }}
 
 {{/* Environment shared by the service and the trainer: settings from the ConfigMap, secrets from the Secret. */}}

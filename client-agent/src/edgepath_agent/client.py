@@ -6,7 +6,7 @@ Both take requests in the REST JSON shape of ``/v1/recommendations`` and ``/v1/o
 each parsed once from its transport's form, so callers don't care which transport carries them.
 
 Errors: :class:`ServiceError` with ``code`` (gRPC status name or HTTP status; ``INVALID_ARGUMENT`` for a
-request the client cannot encode, ``INVALID_REPLY`` for a reply of the wrong shape) and the message.
+request the client cannot encode, ``BAD_RESPONSE`` for a reply that is not JSON or of the wrong shape) and the message.
 """
 
 from __future__ import annotations
@@ -106,7 +106,12 @@ class RestServiceClient:
             except ValueError:
                 message = resp.text
             raise ServiceError(resp.status_code, message)
-        result: dict[str, Any] = resp.json()
+        try:
+            result = resp.json()
+        except ValueError as exc:  # a proxy's error page, a truncated body, another service on the port
+            raise ServiceError(BAD_RESPONSE, f"reply of {path} is not JSON: {resp.text[:80]!r}") from exc
+        if not isinstance(result, dict):
+            raise ServiceError(BAD_RESPONSE, f"reply of {path} is not a JSON object")
         return result
 
     def recommend(self, request: Mapping[str, Any]) -> Recommendation:
@@ -130,13 +135,17 @@ def _encode(to_proto: Any, body: Mapping[str, Any]) -> Any:
 
 
 def _decode(parse: Any, reply: Any) -> Any:
-    """The typed reply; a reply of the wrong shape → ``INVALID_REPLY`` naming the field (never retried)."""
+    """The typed reply; a reply of the wrong shape → ``BAD_RESPONSE`` naming the field.
+
+    Transient (:func:`is_transient`): a proxy's page or another service on the port is not the service, so
+    the call is retried and the next transport tried, while the agent keeps its last configuration.
+    """
     try:
         return parse(reply)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise ServiceError("INVALID_REPLY", f"{field}: {first['msg']}") from exc
+        raise ServiceError(BAD_RESPONSE, f"{field}: {first['msg']}") from exc
 
 
 def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> ServiceClient:
@@ -164,7 +173,22 @@ def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | N
 
 
 #: Failures worth another attempt (the service or the network may come back).
-TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"})
+#: Server-side failures a retry (or the other transport) may fix. INTERNAL/UNKNOWN include replies the
+#: client cannot parse (a server answering garbage): the agent keeps its last configuration (issue 17).
+TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL", "UNKNOWN"})
+#: Code of a reply that is not what the API documents (not JSON, wrong shape): treated as transient.
+BAD_RESPONSE = "BAD_RESPONSE"
+
+
+def check_recommendation(rec: Any) -> Recommendation:
+    """``rec`` parsed as a :class:`Recommendation` (the one parse of every transport's reply).
+
+    Raises
+    ------
+    ServiceError
+        ``BAD_RESPONSE`` (transient) naming the first field of the wrong shape.
+    """
+    return _decode(Recommendation.from_rest, rec)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -173,7 +197,7 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc.code, int):
         return exc.code >= 500 or exc.code == 429
-    return exc.code in TRANSIENT_GRPC
+    return exc.code in TRANSIENT_GRPC or exc.code == BAD_RESPONSE
 
 
 class FailoverClient:

@@ -206,6 +206,13 @@ def serve(
             )
             tmp.replace(ready_file)
         await task
+        # Drained (issue 17): the process ends now even if a task left behind would hold the loop's final
+        # cleanup (asyncio.run awaits every remaining task); the journal and Redis hold all that was promised.
+        import threading
+
+        watchdog = threading.Timer(5.0, os._exit, args=(0,))
+        watchdog.daemon = True  # a normal exit is not delayed by it
+        watchdog.start()
 
     from edgepath.main import run_event_loop
 

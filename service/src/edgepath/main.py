@@ -219,6 +219,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBa
             metrics=metrics,
             decision_log_max_entries=settings.decision_log_max_entries,
             decision_log_retention_s=settings.decision_log_retention_s,
+            outbox_dir=settings.outbox_dir,
         )
         return RedisBackend(store)
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
@@ -253,6 +254,7 @@ class Service:
     follower: Any = None  # SnapshotFollower with a shared backend
     trainer_role: Any = None  # TrainerRole when this replica may train on a shared backend
     backend: StateBackend | None = None  # owns ``store``; None only for a Service built by hand around a store
+    exploration: Any = None  # FleetExploration with a shared backend: one exploration schedule for the fleet (issue 17)
     grpc_port: int = 0
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
@@ -292,8 +294,20 @@ class Service:
         role = None
         if settings.trainer:
             role = TrainerRole(backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+        from edgepath.training.exploration import FleetExploration
+
+        exploration = FleetExploration(backend, registry, period_s=settings.exploration_sync_s)
         return cls(
-            settings, store, registry, plane, None, metrics, follower=follower, trainer_role=role, backend=backend
+            settings,
+            store,
+            registry,
+            plane,
+            None,
+            metrics,
+            follower=follower,
+            trainer_role=role,
+            backend=backend,
+            exploration=exploration,
         )
 
     def stop(self) -> None:
@@ -341,6 +355,7 @@ class Service:
             access_log=False,
             lifespan="off",
             http=http_protocol(),
+            timeout_graceful_shutdown=max(1, int(s.drain_grace_s + 0.999)),
             **uvicorn_ssl_options(s),
         )
         http_server = uvicorn.Server(config)
@@ -361,12 +376,15 @@ class Service:
             metrics_server, _ = start_http_server(s.metrics_port, addr=s.host, registry=self.metrics.registry)
             self.metrics_port = metrics_server.server_port
         background: list[asyncio.Task[None]] = []
+        role_task: asyncio.Task[None] | None = None
         if self.trainer is not None and self.settings.trainer is not False:
             self.trainer.start()
         if self.follower is not None:
             self.follower.start()
         if self.trainer_role is not None:
-            background.append(asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role"))
+            role_task = asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role")
+        if self.exploration is not None:
+            background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
         loop = asyncio.get_running_loop()
@@ -387,26 +405,79 @@ class Service:
         try:
             await self._stop.wait()
         finally:
-            await set_serving(health_servicer, False)
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            if self.trainer is not None:
-                await self.trainer.stop()
-                if isinstance(self.trainer.refitter, ProcessRefitter):
-                    self.trainer.refitter.close()
-            if self.follower is not None:
-                await self.follower.stop()
-            http_server.should_exit = True
-            await http_task
-            await grpc_server.stop(grace=2.0)
-            await (self.backend or self.store).close()
-            if metrics_server is not None:
-                metrics_server.shutdown()
-                metrics_server.server_close()
-            if self.tracer_provider is not None:
-                self.tracer_provider.shutdown()  # flushes the spans still batched
-            log.info("EdgePath stopped")
+            await self._drain(
+                health_servicer, background, role_task, http_server, http_task, grpc_server, metrics_server
+            )
+
+    async def _drain(
+        self,
+        health_servicer: Any,
+        background: list[asyncio.Task[None]],
+        role_task: asyncio.Task[None] | None,
+        http_server: uvicorn.Server,
+        http_task: asyncio.Task[None],
+        grpc_server: Any,
+        metrics_server: Any = None,
+    ) -> None:
+        """Graceful shutdown (issue 17), in this order:
+
+        1. readiness false (``/readyz`` 503 ``draining``, gRPC health NOT_SERVING) for
+           ``drain_readiness_delay_s`` while the listeners still accept (load balancers move away);
+        2. both servers stop accepting and let in-flight calls finish, concurrently, for at most
+           ``drain_grace_s`` (gRPC ``stop(grace)``, uvicorn's ``timeout_graceful_shutdown``);
+        3. the trainer role stops its trainer and releases the trainer lock (awaited, not cancelled);
+        4. the degraded-mode outbox is written to Redis if it is reachable within ``drain_flush_timeout_s``
+           (what is left stays in the durable journal for the next process);
+        5. the store closes.
+        """
+        s = self.settings
+        started = asyncio.get_running_loop().time()
+        self.plane.draining = True
+        await set_serving(health_servicer, False)
+        log.info("draining: readiness false; in-flight calls get %.1f s", s.drain_grace_s)
+        if s.drain_readiness_delay_s > 0:
+            # Pacing of the shutdown protocol (endpoint removal), not a test wait.
+            await asyncio.sleep(s.drain_readiness_delay_s)
+        for task in background:
+            task.cancel()
+        await asyncio.wait(background, timeout=2.0)
+        http_server.should_exit = True
+        # Bounded without awaiting a stuck step (asyncio.wait_for would wait for the cancelled task): the soak
+        # saw one replica in six still draining 30 s after SIGTERM; the log names the step that did not finish.
+        grpc_stop = asyncio.create_task(grpc_server.stop(grace=s.drain_grace_s), name="grpc-stop")
+        _, stuck = await asyncio.wait({http_task, grpc_stop}, timeout=s.drain_grace_s + 2.0)
+        for task in stuck:
+            log.warning("draining: %s not finished after %.1f s; going on", task.get_name(), s.drain_grace_s + 2.0)
+            task.cancel()
+        log.info("draining: servers stopped after %.2f s", asyncio.get_running_loop().time() - started)
+        if role_task is not None:  # _stop is set: the role stops its trainer and releases the lock
+            try:
+                await asyncio.wait_for(role_task, timeout=max(1.0, s.drain_flush_timeout_s))
+            except (TimeoutError, Exception) as exc:
+                log.warning("trainer role did not stop cleanly (%r); its lock expires by itself", exc)
+        if self.trainer is not None:
+            await self.trainer.stop()
+            if isinstance(self.trainer.refitter, ProcessRefitter):
+                self.trainer.refitter.close()
+        if self.follower is not None:
+            try:
+                await asyncio.wait_for(self.follower.stop(), timeout=5.0)
+            except TimeoutError:
+                log.warning("draining: snapshot follower did not stop within 5 s")
+        if self.backend is not None:
+            left = await self.backend.flush_outbox(s.drain_flush_timeout_s)
+            if left:
+                log.warning("draining: %d outbox records not yet in Redis (kept in the journal if configured)", left)
+        try:
+            await asyncio.wait_for((self.backend or self.store).close(), timeout=5.0)
+        except TimeoutError:
+            log.warning("draining: closing the store took more than 5 s")
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()  # flushes the spans still batched
+        log.info("EdgePath stopped (drained in %.2f s)", asyncio.get_running_loop().time() - started)
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
         """Mirror the plane's readiness (state store reachable) on the gRPC service's health status."""

@@ -126,6 +126,7 @@ class DecisionPlane:
         self.settings = settings
         self.metrics = metrics
         self.guard = guard  # security: outcome plausibility, per-device cap, quarantine (None = admit all)
+        self.draining = False  # set first on SIGTERM (issue 17): readiness false while in-flight calls finish
         self.engines = tuple(build_engines(settings) if engines is None else engines)
         sections = {e.section for e in self.engines}
         if clash := sorted(sections & _RECORD_MEMBERS):
@@ -488,5 +489,7 @@ class DecisionPlane:
         return await self._require_admin(principal).quarantine.members()
 
     async def ready(self) -> bool:
-        """True when the plane can decide and record (state store reachable)."""
+        """True when the plane can decide and record (state store reachable) and is not shutting down."""
+        if self.draining:
+            return False
         return await self.store.ping()

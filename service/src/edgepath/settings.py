@@ -402,11 +402,29 @@ class Settings(BaseSettings):
     outbox_max_decisions: int = Field(
         20_000, ge=0, description="Recent decisions each replica keeps in memory (joins and flush while Redis is away)"
     )
+    outbox_dir: str | None = Field(
+        None,
+        description=(
+            "Directory of the durable degraded-mode outbox journal (fsync'd, replayed on restart; issue 17). "
+            "Unset: outcomes are refused with a retryable 503/UNAVAILABLE while Redis is unreachable"
+        ),
+    )
     outcome_claim_idle_ms: int = Field(
         30_000, ge=1, description="Pending outcomes idle this long are reclaimed from dead consumers (XAUTOCLAIM)"
     )
     trainer_lock_ttl_s: float = Field(10.0, gt=0.0, description="Expiry of the trainer's Redis lock, s")
+    # Graceful shutdown (issue 17): SIGTERM → readiness false → drain → flush the outbox → release the lock.
+    drain_readiness_delay_s: float = Field(
+        0.0, ge=0.0, description="After SIGTERM, readiness reads false this long before the listeners close, s"
+    )
+    drain_grace_s: float = Field(10.0, ge=0.0, description="In-flight calls get this long to finish on SIGTERM, s")
+    drain_flush_timeout_s: float = Field(
+        5.0, ge=0.0, description="On SIGTERM, how long to try writing the degraded-mode outbox into Redis, s"
+    )
     snapshot_poll_s: float = Field(1.0, gt=0.0, description="Fallback model-version check period, s")
+    exploration_sync_s: float = Field(
+        0.5, gt=0.0, description="Period of the fleet-wide exploration-schedule sync through Redis (issue 17), s"
+    )
 
     # --- warm start (issue 8): see edgepath.training.artefact ---
     model_path: Path | None = Field(

@@ -55,6 +55,7 @@ async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
         store_url=server.url,
         hmac_key="k" * 32,
         redis_socket_timeout_s=0.5,
+        outbox_dir=str(tmp_path / "outbox"),
     )
     svc = Service.build(settings)
     task = asyncio.create_task(svc.run())

@@ -116,7 +116,9 @@ class Cluster:
             "--ready-file",
             str(ready),
         ]
-        popen = subprocess.Popen(cmd, env=env(), stdout=log.open("ab"), stderr=subprocess.STDOUT)
+        # Durable degraded-mode outbox (phase 3 acknowledges outcomes while Redis is down): one per node.
+        replica_env = {**env(), "EDGEPATH_OUTBOX_DIR": str(self.tmp / "outbox")}
+        popen = subprocess.Popen(cmd, env=replica_env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         wait_until(lambda: ready.exists() or popen.poll() is not None, 60, what=f"{name} to serve")

@@ -258,6 +258,10 @@ class RidgePolicy:
         if isinstance(live, RidgePolicy):
             self.model.carry_exploration_from(live.model)
 
+    def advance_exploration(self, decisions: int) -> None:
+        """No-op: SquareCB's γ_t = gamma0·(n_t + 1)^0.5 counts *trained* outcomes (n_t), which the trainer's
+        published model carries; it is the same on every replica by construction."""
+
 
 class ActiveExplorerPolicy(PaperActiveExplorer):
     """The paper's ActiveExplorer as a registry policy (Bernoulli reward)."""
@@ -268,6 +272,12 @@ class ActiveExplorerPolicy(PaperActiveExplorer):
     def carry_exploration_from(self, live: Any) -> None:
         if isinstance(live, PaperActiveExplorer):
             super().carry_exploration_from(live)
+
+    def advance_exploration(self, decisions: int) -> None:
+        """Apply the decay of ``decisions`` decisions made by other replicas: p ← p·decay^decisions
+        (the per-decision decay of the paper's ActiveExplorer, once fitted, as :meth:`decide` does)."""
+        if self.decay is not None and self.is_fitted and decisions > 0:
+            self.explore_prob *= self.decay**decisions
 
 
 class LibraryPolicy:
@@ -398,6 +408,18 @@ class LibraryPolicy:
         for attr in self.EXPLORATION_STATE:
             if hasattr(live.lib, attr):
                 setattr(self.lib, attr, getattr(live.lib, attr))
+
+    def advance_exploration(self, decisions: int) -> None:
+        """Advance the schedule by ``decisions`` decisions made elsewhere: epsilon_greedy's ε ← ε·decay^n,
+        explore_first's round counter + n (capped at ``explore_rounds``). adaptive_greedy's threshold
+        follows the scores it sees, not a counter: unchanged."""
+        if decisions <= 0:
+            return
+        lib = self.lib
+        if self.name == "epsilon_greedy" and getattr(lib, "decay", None) is not None:
+            lib.explore_prob *= lib.decay**decisions
+        elif self.name == "explore_first":
+            lib.explore_cnt = min(int(lib.explore_cnt) + decisions, int(lib.explore_rounds))
 
 
 class EpsilonGreedyPolicy(LibraryPolicy):
@@ -710,6 +732,9 @@ class PrimaryPathBandit:
         self._policies: dict[ArmSet, Any] = {}
         self.samples_seen = 0
         self.samples_rejected = 0
+        #: Decisions per arm set not yet reported to the fleet's shared count (issue 17; see
+        #: :mod:`edgepath.training.exploration`). Carried to the next model version.
+        self.decisions_unsynced: dict[ArmSet, int] = {}
 
     @property
     def policy_name(self) -> str:
@@ -828,6 +853,7 @@ class PrimaryPathBandit:
             index, probability = 0, 1.0
         else:
             index, probability = self._policy(arms).decide(x)
+            self.decisions_unsynced[arms] = self.decisions_unsynced.get(arms, 0) + 1
         chosen = arms[index]
         iface = representative(interfaces, chosen)
         assert iface is not None  # arms come from the interfaces themselves
@@ -940,10 +966,31 @@ class PrimaryPathBandit:
             old = live._policies.get(arms)
             if old is not None:
                 policy.carry_exploration_from(old)
+        self.decisions_unsynced = live.decisions_unsynced  # not yet counted fleet-wide: keep counting them
+
+    def take_unsynced_decisions(self) -> dict[ArmSet, int]:
+        """The decisions per arm set made since the last call (and reset the count)."""
+        taken, self.decisions_unsynced = self.decisions_unsynced, {}
+        return taken
+
+    def return_unsynced_decisions(self, taken: dict[ArmSet, int]) -> None:
+        """Put back counts :meth:`take_unsynced_decisions` returned that could not be reported."""
+        for arms, n in taken.items():
+            self.decisions_unsynced[arms] = self.decisions_unsynced.get(arms, 0) + n
+
+    def advance_exploration(self, arms: ArmSet, decisions: int) -> None:
+        """Advance the exploration schedule of ``arms`` by ``decisions`` decisions other replicas made, so N
+        replicas explore like one (issue 17). Policies without a per-decision schedule ignore it."""
+        if len(arms) < 2 or decisions <= 0:
+            return
+        advance = getattr(self._policy(tuple(arms)), "advance_exploration", None)
+        if advance is not None:
+            advance(decisions)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Load pickles of earlier versions (v1 artefacts: no ``samples_rejected``, bare library policies)."""
         state.setdefault("samples_rejected", 0)
+        state.setdefault("decisions_unsynced", {})
         self.__dict__.update(state)
         cfg = self.config
         for name, default in (("utility", UtilityConfig()),):

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, field_path
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
 from edgepath.metrics import REQUEST_SECONDS_BUCKETS
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
@@ -390,12 +390,20 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane, metrics
         """Readiness: the state store is reachable (503 problem with ``degraded: true`` while it is not; decisions
         go on)."""
         ok = await plane.ready()
-        body = {"ready": ok, "degraded": not ok, "model_version": plane.registry.current.version}
+        draining = plane.draining  # shutting down (SIGTERM): out of the Service, not degraded
+        body: dict[str, Any] = {"ready": ok, "degraded": not ok and not draining}
+        body["model_version"] = plane.registry.current.version
+        if draining:
+            body["draining"] = True
         if ok:
             return json_body(body)
-        message = "state store unreachable; deciding with the last model"
+        message = (
+            "draining: shutting down, calls in flight finish"
+            if draining
+            else "state store unreachable; deciding with the last model"
+        )
         problem = problem_body(503, message, kind=ErrorKind.UNAVAILABLE.value, instance=instance_uri(request), **body)
-        return problem_response(503, problem)
+        return problem_response(503, problem, {"Retry-After": "1"})
 
     if not metrics:
         return
@@ -439,6 +447,8 @@ def create_app(
             headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))  # RFC 9110 §10.2.3: whole seconds
         elif isinstance(exc, Unauthenticated):
             headers["WWW-Authenticate"] = "Bearer"
+        elif isinstance(exc, Unavailable):
+            headers["Retry-After"] = "1"  # issue 17: a documented retryable status (state store away, ...)
         status = HTTP_STATUS[exc.kind]
         body = problem_body(
             status,

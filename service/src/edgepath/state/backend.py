@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -132,6 +132,15 @@ class StateBackend(Protocol):
     async def prune_consumers(self, keep: str) -> int:
         """Remove dead trainers' empty consumer names (all but ``keep``); how many. Raises :class:`StoreUnreachable`."""
 
+    async def add_exploration_counts(self, increments: Mapping[str, int]) -> dict[str, int] | None:
+        """Add this process's decisions per arm set (field ``"WIFI,LTE"`` → count) to the fleet's counts and
+        return the fleet's totals (issue 17: one exploration schedule for the fleet); ``None`` while the store is
+        unreachable (the increments may or may not have been applied)."""
+
+    async def flush_outbox(self, timeout_s: float) -> int:
+        """Write what the degraded-mode outbox holds to the shared store, for at most ``timeout_s`` s (issue 17,
+        graceful shutdown); returns the records still not written (0 for the in-process backend)."""
+
     async def close(self) -> None:
         """Release the store's connections."""
 
@@ -234,6 +243,7 @@ class MemoryBackend:
         self._lock = _MemoryLockState()
         self._limiters: dict[tuple[str, float, int], MemoryRateLimiter] = {}
         self._quarantine = MemoryQuarantine()
+        self._exploration: dict[str, int] = {}
 
     def trainer_lock(self, ttl_s: float, poll_s: float) -> MemoryTrainerLock:
         return MemoryTrainerLock(self._lock, ttl_s, poll_s)
@@ -250,6 +260,14 @@ class MemoryBackend:
         for device_id in initial:
             self._quarantine._devices.add(device_id)
         return self._quarantine
+
+    async def add_exploration_counts(self, increments: Mapping[str, int]) -> dict[str, int] | None:
+        for arms, n in increments.items():
+            self._exploration[arms] = self._exploration.get(arms, 0) + n
+        return dict(self._exploration)
+
+    async def flush_outbox(self, timeout_s: float) -> int:
+        return 0  # nothing is held back: the store is this process's memory
 
     def forget_inflight(self) -> None:
         self.store.requeue_pending()

@@ -39,9 +39,13 @@ store to *degraded*: requests stop touching Redis and a background task pings it
 * decisions are kept in memory (``outbox_max_decisions``, oldest dropped first) — so outcomes reported
   to this replica can still be joined — and written to Redis (with their remaining TTL) on reconnect;
 * the decisions this replica made or read recently are kept in a local TTL cache for joins;
-* outcomes are buffered (``outbox_max_outcomes``); past the bound an outcome is dropped, counted in
-  ``edgepath_outcomes_dropped{reason="outbox_full"}``, logged, and the caller gets
-  :class:`~edgepath.errors.Unavailable` (HTTP 503 / gRPC UNAVAILABLE) so the device may retry;
+* outcomes are acknowledged only where that promise can be kept (issue 17): with ``outbox_dir`` set
+  they are appended to a durable journal (:mod:`edgepath.state.outbox`, fsync'd before the
+  acknowledgement, replayed by the next process after a crash) and buffered (``outbox_max_outcomes``);
+  without it, or past the bound, or for a decision this replica does not know, the caller gets
+  :class:`~edgepath.errors.Unavailable` (HTTP 503 / gRPC UNAVAILABLE, retryable) and nothing is
+  acknowledged — an outcome in a process's memory alone would die with the process. Drops are counted in
+  ``edgepath_outcomes_dropped{reason=...}`` and logged;
 * on reconnect the buffered decisions, then the buffered outcomes go through the same claim script
   (so an outcome also reported to another replica is still counted once); the store leaves degraded
   mode only once the outbox is empty.
@@ -81,6 +85,7 @@ from edgepath.state.base import (
     PathEstimate,
     ServerScore,
 )  # PathEstimate, ServerScore: issue 4
+from edgepath.state.outbox import DurableOutbox
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +175,9 @@ class RedisStore:
         Period of the reconnect probe while degraded, s.
     decision_log_max_entries, decision_log_retention_s:
         Retention of the decision log stream (approximate entry count; age, s).
+    outbox_dir:
+        Directory of the durable degraded-mode journal (:mod:`edgepath.state.outbox`); None: outcomes are
+        refused (retryable) while Redis is unreachable instead of being acknowledged from memory.
     """
 
     def __init__(
@@ -186,6 +194,7 @@ class RedisStore:
         reconnect_interval_s: float = 0.2,
         decision_log_max_entries: int = 100_000,
         decision_log_retention_s: float = 7 * 24 * 3600.0,
+        outbox_dir: str | None = None,
     ) -> None:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
@@ -216,6 +225,11 @@ class RedisStore:
         self._reconnect_task: asyncio.Task[None] | None = None
         self.flushed_outcomes = 0
 
+        self._journal: DurableOutbox | None = None
+        if outbox_dir:
+            self._journal = DurableOutbox(outbox_dir)
+            self._replay(self._journal.adopt_orphans())
+
         self._group_ready = False
         self._inflight: set[str] = set()
         self._pending_cursor: dict[str, str] = {}
@@ -242,14 +256,36 @@ class RedisStore:
             "unsynced_decisions": len(self._unsynced),
         }
 
+    def _replay(self, records: Sequence[DecisionRecord | OutcomeRecord]) -> None:
+        """Journal records of a dead process: buffered as if made here while degraded, flushed on reconnect."""
+        for record in records:
+            if isinstance(record, DecisionRecord):
+                self._recent[record.decision_id] = record
+                self._keep_unsynced(record)
+            elif record.decision_id not in self._outbox_ids:
+                self._outbox.append(record)
+                self._outbox_ids.add(record.decision_id)
+                self._claimed_recent[record.decision_id] = True
+        if records and not self._degraded:
+            # Flushed by the reconnect task, started from the first call on the event loop (_ensure_reconnecting).
+            self._degraded = True
+            if self.metrics is not None:
+                self.metrics.store_degraded.set(1)
+                self.metrics.outbox_outcomes.set(len(self._outbox))
+
+    def _ensure_reconnecting(self) -> None:
+        if self._degraded and (self._reconnect_task is None or self._reconnect_task.done()):
+            self._reconnect_task = asyncio.create_task(self._reconnect(), name="redis-reconnect")
+
     def _enter_degraded(self, exc: BaseException) -> None:
         if self._degraded:
+            self._ensure_reconnecting()
             return
         self._degraded = True
         log.warning("state store %s unreachable (%s): degraded mode, deciding with the last model", self.url, exc)
         if self.metrics is not None:
             self.metrics.store_degraded.set(1)
-        self._reconnect_task = asyncio.create_task(self._reconnect(), name="redis-reconnect")
+        self._ensure_reconnecting()
 
     async def _reconnect(self) -> None:
         while True:
@@ -264,6 +300,8 @@ class RedisStore:
                 log.exception("flushing the outbox failed; retrying")
                 continue
             self._degraded = False
+            if self._journal is not None:
+                self._journal.truncate()  # everything it held is in Redis now (no await since _flush returned)
             if self.metrics is not None:
                 self.metrics.store_degraded.set(0)
                 self.metrics.outbox_outcomes.set(0)
@@ -273,7 +311,40 @@ class RedisStore:
             return
 
     async def _flush(self) -> None:
-        """Write buffered decisions (remaining TTL), then claim buffered outcomes, oldest first."""
+        """Write buffered decisions (remaining TTL), then claim buffered outcomes, oldest first.
+
+        Repeats until both buffers are empty: decisions and outcomes that arrive (degraded) during the
+        flush are flushed too before the store leaves degraded mode.
+        """
+        if self._journal is not None:
+            self._replay(self._journal.adopt_orphans())  # journals of replicas that died on this node
+        while self._unsynced or self._outbox:
+            await self._flush_once()
+
+    async def _flush_once(self) -> None:
+        await self._flush_decisions()
+        while self._outbox:
+            if self._unsynced:
+                # A decision made (degraded) while this loop awaited Redis, whose outcome may be queued
+                # behind: its record must be in Redis before its outcome is claimed, or the claim says unknown.
+                await self._flush_decisions()
+            outcome = self._outbox[0]
+            result = await self._claim_in_redis(outcome)
+            if result is ClaimResult.UNKNOWN and (known := self._recent.get(outcome.decision_id)) is not None:
+                self._unsynced[known.decision_id] = known  # e.g. lost by a Redis restart without its data
+                await self._flush_decisions()
+                result = await self._claim_in_redis(outcome)
+            self._outbox.popleft()
+            self._outbox_ids.discard(outcome.decision_id)
+            if self.metrics is not None:
+                self.metrics.outbox_outcomes.set(len(self._outbox))
+            if result is ClaimResult.NEW:
+                self.flushed_outcomes += 1
+            elif result is ClaimResult.UNKNOWN:
+                self._drop("flush_unknown_decision", outcome.decision_id)
+            # DUPLICATE: already in the log (reported to another replica, or our timed-out claim ran): fine.
+
+    async def _flush_decisions(self) -> None:
         while self._unsynced:
             batch = list(self._unsynced.items())[:500]
             pipe = self.redis.pipeline(transaction=False)
@@ -285,18 +356,6 @@ class RedisStore:
             await pipe.execute()
             for decision_id, _ in batch:
                 self._unsynced.pop(decision_id, None)
-        while self._outbox:
-            outcome = self._outbox[0]
-            result = await self._claim_in_redis(outcome)
-            self._outbox.popleft()
-            self._outbox_ids.discard(outcome.decision_id)
-            if self.metrics is not None:
-                self.metrics.outbox_outcomes.set(len(self._outbox))
-            if result is ClaimResult.NEW:
-                self.flushed_outcomes += 1
-            elif result is ClaimResult.UNKNOWN:
-                self._drop("flush_unknown_decision", outcome.decision_id)
-            # DUPLICATE: already in the log (reported to another replica, or our timed-out claim ran): fine.
 
     def _drop(self, reason: str, decision_id: str) -> None:
         log.warning("outcome of decision_id=%s dropped: %s", decision_id, reason)
@@ -315,6 +374,7 @@ class RedisStore:
     # ----------------------------------------------------------- decisions
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         self._recent[record.decision_id] = record
+        self._ensure_reconnecting()
         if not self._degraded:
             try:
                 await self.redis.set(
@@ -323,6 +383,8 @@ class RedisStore:
                 return
             except UNREACHABLE as exc:
                 self._enter_degraded(exc)
+        if self._journal is not None:
+            self._journal.append_decision(record)
         self._keep_unsynced(record)
 
     async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
@@ -340,6 +402,8 @@ class RedisStore:
             except UNREACHABLE as exc:
                 self._enter_degraded(exc)
         for record in records:
+            if self._journal is not None:
+                self._journal.append_decision(record)
             self._keep_unsynced(record)
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
@@ -353,7 +417,13 @@ class RedisStore:
                     record = decode_decision(raw)
                     self._recent[decision_id] = record  # joinable here even if Redis goes away next
                     return record
-        return self._recent.get(decision_id)
+                return self._recent.get(decision_id)
+        cached = self._recent.get(decision_id)
+        if cached is None:
+            # Degraded: maybe another replica's decision, only in Redis. "Unknown" would make the device drop
+            # its outcome for good; this is retryable (HTTP 503 + Retry-After / gRPC UNAVAILABLE).
+            raise Unavailable("state store unreachable and the decision is not known to this replica; retry later")
+        return cached
 
     # ------------------------------------------------------------ outcomes
     async def _claim_in_redis(self, outcome: OutcomeRecord) -> ClaimResult:
@@ -364,6 +434,7 @@ class RedisStore:
 
     async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
         decision_id = outcome.decision_id
+        self._ensure_reconnecting()
         if not self._degraded:
             try:
                 result = await self._claim_in_redis(outcome)
@@ -377,10 +448,14 @@ class RedisStore:
         if decision_id in self._outbox_ids or decision_id in self._claimed_recent:
             return ClaimResult.DUPLICATE
         if decision_id not in self._recent:
-            return ClaimResult.UNKNOWN
+            # Possibly made by another replica and only in Redis: not known to be unknown. Retryable.
+            raise Unavailable("state store unreachable and the decision is not known to this replica; retry later")
+        if self._journal is None:
+            raise Unavailable("state store unreachable: outcomes are acknowledged once stored; retry later")
         if len(self._outbox) >= self.outbox_max_outcomes:
             self._drop("outbox_full", decision_id)
             raise Unavailable("state store unreachable and the outcome buffer is full; retry later")
+        self._journal.append_outcome(outcome)  # fsync'd: survives a crash of this process and of the node
         self._outbox.append(outcome)
         self._outbox_ids.add(decision_id)
         self._claimed_recent[decision_id] = True
@@ -740,6 +815,7 @@ class RedisStore:
     # --- end MEC 015 ---
 
     async def ping(self) -> bool:
+        self._ensure_reconnecting()
         if self._degraded:
             return False
         try:
@@ -747,6 +823,26 @@ class RedisStore:
         except UNREACHABLE as exc:
             self._enter_degraded(exc)
             return False
+
+    async def flush_outbox(self, timeout_s: float) -> int:
+        """Try, for at most ``timeout_s``, to write the degraded-mode buffers into Redis (graceful shutdown).
+
+        Returns how many decisions and outcomes are still buffered (0 when everything is in Redis); those
+        stay in the durable journal when ``outbox_dir`` is set, for the next process to replay.
+        """
+        if not (self._outbox or self._unsynced):
+            return 0
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.redis.ping()
+                await self._flush()
+        except (TimeoutError, *UNREACHABLE) as exc:
+            log.warning("outbox flush at shutdown incomplete (%r)", exc)
+        else:
+            self._degraded = False
+            if self._journal is not None:
+                self._journal.truncate()
+        return len(self._outbox) + len(self._unsynced)
 
     def fail_fast_client(self) -> FailFastRedis:
         """This store's Redis client for other components (shared rate limits, quarantine, ...).
@@ -765,11 +861,17 @@ class RedisStore:
             except (asyncio.CancelledError, Exception):
                 pass
         if self._outbox or self._unsynced:
-            log.warning(
-                "closing with %d buffered outcomes and %d unsynced decisions (lost)",
-                len(self._outbox),
-                len(self._unsynced),
-            )
+            if self._journal is not None:
+                log.warning(
+                    "closing with %d buffered outcomes and %d unsynced decisions: kept in %s for the next process",
+                    len(self._outbox),
+                    len(self._unsynced),
+                    self._journal.path,
+                )
+            else:
+                log.warning("closing with %d unsynced decisions (lost)", len(self._unsynced))
+        if self._journal is not None:
+            self._journal.close(remove=not (self._outbox or self._unsynced))
         await self.redis.aclose()
         await self._reader.aclose()
 

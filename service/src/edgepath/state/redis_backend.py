@@ -23,7 +23,7 @@ hash, ``XACK`` + ``XDEL`` the outcome-log entries the model was trained on, and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -174,6 +174,27 @@ class RedisBackend:
 
     async def prune_consumers(self, keep: str) -> int:
         return await _reach(self.store.prune_consumers(keep))
+
+    async def flush_outbox(self, timeout_s: float) -> int:
+        return await self.store.flush_outbox(timeout_s)
+
+    async def add_exploration_counts(self, increments: Mapping[str, int]) -> dict[str, int] | None:
+        """One pipeline on the hash ``{ns}:exploration:decisions``: ``HINCRBY`` per field, then ``HGETALL``.
+
+        ``None`` while the store is degraded (no socket timeout per round) or the pipeline fails; a pipeline that
+        timed out may have applied its increments (at most one round counted twice: a slightly faster decay)."""
+        if self.store.degraded:
+            return None
+        key = f"{self.namespace}:exploration:decisions"
+        pipe = self.store.redis.pipeline(transaction=False)
+        for field, n in increments.items():
+            pipe.hincrby(key, field, n)
+        pipe.hgetall(key)
+        try:
+            results: list[Any] = await pipe.execute()
+        except UNREACHABLE:
+            return None
+        return {(f.decode() if isinstance(f, bytes) else str(f)): int(v) for f, v in results[-1].items()}
 
     async def close(self) -> None:
         await self.store.close()

@@ -95,7 +95,17 @@ class TrainerRole:
         try:
             loaded = await self.snapshots.load()
         except SnapshotRejectedError:
-            log.error("stored snapshot refused; training on from local model v%d", self.registry.current.version)
+            # A refused snapshot (bad signature, ...) still holds the version counter: continue above it, or
+            # every later publication would conflict with it and training would stop (issue 17 soak). The
+            # next valid publication replaces it; replicas keep serving the last good model meanwhile.
+            stored = await self.snapshots.latest_version()
+            if stored >= self.registry.current.version:
+                await self.registry.publish(self.registry.current.model, stored)
+            log.error(
+                "stored snapshot v%d refused; training on from the local model (next version %d)",
+                stored,
+                self.registry.current.version + 1,
+            )
             return
         if loaded is not None and loaded.version > self.registry.current.version:
             await self.registry.publish(loaded.model, loaded.version)
