@@ -101,6 +101,27 @@ def new_decision_ids(n: int) -> list[str]:
     return [base64.urlsafe_b64encode(raw[i : i + 16]).rstrip(b"=").decode("ascii") for i in range(0, 16 * n, 16)]
 
 
+def _decision_record(
+    decision_id: str, request: RecommendRequest, choice: Any, model_version: int, policy: str, now: float
+) -> DecisionRecord:
+    """The decision record of one primary-path ``choice`` (single and batch paths alike; ``now`` in Unix s)."""
+    arms = tuple(a.value for a in choice.arms)
+    return DecisionRecord(
+        decision_id=decision_id,
+        device_id=request.device_id,
+        model_version=model_version,
+        policy=policy,
+        arms=arms,
+        arm_index=choice.arm_index,
+        interface=choice.interface,
+        propensity=choice.propensity,
+        features=tuple(choice.features.tolist()),  # (N_FEATURES,) ndarray → Python floats
+        decided_at=now,
+        link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
+        context=_raw_context(request),
+    )
+
+
 class DecisionPlane:
     """Handles ``Recommend`` and ``ReportOutcome`` for every transport."""
 
@@ -183,30 +204,13 @@ class DecisionPlane:
                 )
                 policy = f"apprentice:{self.apprentice.config.baseline}"
         now = time.time()
-        arms = tuple(a.value for a in choice.arms)
-        record = DecisionRecord(
-            decision_id=new_decision_id(),
-            device_id=request.device_id,
-            model_version=serving.version,
-            policy=policy,
-            arms=arms,
-            arm_index=choice.arm_index,
-            interface=choice.interface,
-            propensity=choice.propensity,
-            features=tuple(float(v) for v in choice.features),
-            decided_at=now,
-            link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
-            context=_raw_context(request),
-            learner_arm_index=learner_arm,
-            baseline_arm_index=baseline_arm,
-        )
+        record = _decision_record(new_decision_id(), request, choice, serving.version, policy, now)
+        if learner_arm is not None:
+            record = dataclasses.replace(record, learner_arm_index=learner_arm, baseline_arm_index=baseline_arm)
         # Written before the reply, never behind it: an outcome may be reported to any replica at once
         # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
         await self.store.put_decision(record, self.settings.decision_ttl_s)
-        self.metrics.decisions.labels(record.policy, choice.access_type.value).inc()
-        self.metrics.propensity.observe(choice.propensity)
-        if choice.propensity < 0.5:
-            self.metrics.explored.labels(record.policy).inc()
+        self._count_decision(record.policy, choice)
         sections: dict[str, Any] = {}  # filled in registry order; later adapters may read earlier sections
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=sections)
         for engine in self.engines:
@@ -264,25 +268,10 @@ class DecisionPlane:
             choices = [model.decide(r.interfaces) for r in requests]
         now = time.time()
         policy = model.policy_name
-        records = []
-        for request, choice, decision_id in zip(requests, choices, new_decision_ids(len(requests)), strict=True):
-            arms = tuple(a.value for a in choice.arms)
-            records.append(
-                DecisionRecord(
-                    decision_id=decision_id,
-                    device_id=request.device_id,
-                    model_version=serving.version,
-                    policy=policy,
-                    arms=arms,
-                    arm_index=choice.arm_index,
-                    interface=choice.interface,
-                    propensity=choice.propensity,
-                    features=tuple(choice.features.tolist()),
-                    decided_at=now,
-                    link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
-                    context=_raw_context(request),
-                )
-            )
+        records = [
+            _decision_record(decision_id, request, choice, serving.version, policy, now)
+            for request, choice, decision_id in zip(requests, choices, new_decision_ids(len(requests)), strict=True)
+        ]
         await self.store.put_decisions(records, self.settings.decision_ttl_s)
         sections: list[dict[str, Any]] = [{} for _ in items]
         inputs = [
@@ -300,7 +289,7 @@ class DecisionPlane:
         decided_at_unix_ms = int(now * 1000)
         out = []
         for record, choice, item_sections in zip(records, choices, sections, strict=True):
-            self.metrics.decisions.labels(policy, choice.access_type.value).inc()
+            self._count_decision(policy, choice)
             # model_construct: every member is the service's own typed output, as in recommend()
             out.append(
                 Recommendation.model_construct(
@@ -321,6 +310,13 @@ class DecisionPlane:
         for _ in out:  # the decision-time histogram counts decisions: each gets its share of the batch
             self.metrics.decision_seconds.observe(elapsed / len(out))
         return out
+
+    def _count_decision(self, policy: str, choice: Any) -> None:
+        """Domain metrics of one decision: by policy and arm, its propensity, whether it explored (p < 0.5)."""
+        self.metrics.decisions.labels(policy, choice.access_type.value).inc()
+        self.metrics.propensity.observe(choice.propensity)
+        if choice.propensity < 0.5:
+            self.metrics.explored.labels(policy).inc()
 
     async def report_outcome(self, principal: Principal, report: OutcomeReport) -> OutcomeAck:
         """Join an outcome with its decision, compute the reward, queue it for training, let the engines learn.

@@ -1,19 +1,8 @@
-"""Per-device token buckets (GCRA), in process or shared in Redis; the buckets live in :mod:`edgepath.state.limits`.
+"""Per-device token buckets (GCRA), in process or shared in Redis, for the transports' request budgets.
 
-A bucket holds at most ``burst`` tokens and refills at ``rate_per_s`` tokens
-per second; each call takes one. It is implemented as the Generic Cell Rate
-Algorithm (ITU-T I.371 / ATM Forum TM 4.0 "virtual scheduling"), which is
-equivalent to that token bucket and stores one number per key: the
-*theoretical arrival time* ``tat``. With emission interval ``T = 1/rate`` a
-call at time ``now`` is allowed when::
-
-    new_tat = max(tat, now) + T
-    new_tat - burst·T <= now          (else retry after new_tat - burst·T - now seconds)
-
-and then ``tat := new_tat``. The in-process limiter keeps ``tat`` in a
-bounded TTL cache (an idle key expires once its bucket is full again); the
-Redis limiter runs the same arithmetic in one Lua script on the Redis clock, so
-every replica shares each device's budget.
+The buckets and their arithmetic (ITU-T I.371 GCRA) live in :mod:`edgepath.state.limits` (the Redis one
+needs the store's client); this module keeps the names the security layer has always exported and
+:func:`enforce`.
 """
 
 from __future__ import annotations
