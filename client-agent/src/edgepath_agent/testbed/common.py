@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgepath_agent.testbed.netns import Testbed, sh
+from edgepath_agent.testbed.netns import Testbed, run_in_namespace, sh
 
 
 def mean_ci95(values: Sequence[float]) -> dict[str, Any]:
@@ -87,24 +84,17 @@ def run_outside(
     """
     tb = Testbed()
     params = {**params, "run_id": tb.run_id}
-    params_file = Path(tempfile.mkstemp(prefix="edgepath-testbed-", suffix=".json")[1])
     try:
         tb.setup()
         if inside is not None:
             inside(tb)
-        params_file.write_text(json.dumps(params))
-        module = ["-m", "edgepath_agent.testbed.cli", "inside-scenario", "--scenario", scenario]
-        argv = ["ip", "netns", "exec", tb.device_ns, sys.executable, *module]
-        argv += ["--params", str(params_file), "--report", str(report)]
+        argv = ["-m", "edgepath_agent.testbed.cli", "inside-scenario", "--scenario", scenario]
+        argv += ["--params", "{params}", "--report", str(report)]
         if plot is not None:
             argv += ["--plot", str(plot)]
-        proc = subprocess.run(argv, check=False, env=os.environ.copy())
-        if proc.returncode != 0:
-            raise RuntimeError(f"scenario {scenario} exited {proc.returncode}")
-        return dict(json.loads(report.read_text()))
+        return run_in_namespace(tb.device_ns, argv, params, report, f"scenario {scenario}")
     finally:
         tb.teardown()
-        params_file.unlink(missing_ok=True)
 
 
 def kernel_release() -> str:

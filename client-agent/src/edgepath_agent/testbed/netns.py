@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import secrets
 import shutil
 import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +257,29 @@ def call_in_netns(netns: str, fn: Callable[..., T], *args: object, **kwargs: obj
     if error:
         raise error[0]
     return result[0]
+
+
+def run_in_namespace(
+    netns: str, module_argv: Sequence[str], params: dict[str, Any], report: Path, what: str
+) -> dict[str, Any]:
+    """Run ``python -m …`` inside ``netns`` on ``params`` and return the report it wrote (the testbeds' scenarios).
+
+    ``params`` is written to a temporary JSON file whose path replaces the ``{params}`` item of
+    ``module_argv`` (``["-m", "module", …]``); the process must write the JSON report to ``report``.
+
+    Raises
+    ------
+    RuntimeError
+        When the process exits non-zero (``what`` names the scenario).
+    """
+    params_file = Path(tempfile.mkstemp(prefix="edgepath-testbed-", suffix=".json")[1])
+    try:
+        params_file.write_text(json.dumps(params))
+        argv = ["ip", "netns", "exec", netns, sys.executable]
+        argv += [str(params_file) if a == "{params}" else a for a in module_argv]
+        proc = subprocess.run(argv, check=False, env=os.environ.copy())
+        if proc.returncode != 0:
+            raise RuntimeError(f"{what} exited {proc.returncode}")
+        return dict(json.loads(report.read_text()))
+    finally:
+        params_file.unlink(missing_ok=True)

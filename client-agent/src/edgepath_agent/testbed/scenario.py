@@ -32,7 +32,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import platform
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from edgepath_agent.collector import StaticCollector, TraceCollector
 from edgepath_agent.daemon import Agent, AgentConfig, build_applier
 from edgepath_agent.meter import TransferResult, transfer
 from edgepath_agent.replay import PAIRING_TEXT, load_tests, pair_situations
-from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, sh
+from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, run_in_namespace, sh
 
 log = logging.getLogger(__name__)
 
@@ -375,18 +374,11 @@ def run(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, Any]:
     """Build the testbed, run the scenario inside its device namespace, tear down (always)."""
     tb = Testbed()
     p.run_id = tb.run_id
-    params_file = Path(tempfile.mkstemp(prefix="edgepath-testbed-", suffix=".json")[1])
     try:
         tb.setup()
-        params_file.write_text(json.dumps(asdict(p)))
-        argv = ["ip", "netns", "exec", tb.device_ns, sys.executable, "-m", "edgepath_agent.testbed.cli", "inside",
-                "--params", str(params_file), "--report", str(report)]  # fmt: skip
+        argv = ["-m", "edgepath_agent.testbed.cli", "inside", "--params", "{params}", "--report", str(report)]
         if plot is not None:
             argv += ["--plot", str(plot)]
-        proc = subprocess.run(argv, check=False, env=os.environ.copy())
-        if proc.returncode != 0:
-            raise RuntimeError(f"scenario exited {proc.returncode}")
-        return dict(json.loads(report.read_text()))
+        return run_in_namespace(tb.device_ns, argv, asdict(p), report, "scenario")
     finally:
         tb.teardown()
-        params_file.unlink(missing_ok=True)

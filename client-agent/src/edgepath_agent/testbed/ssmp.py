@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import platform
 import secrets
 import socket
@@ -60,7 +59,7 @@ from typing import Any
 
 from edgepath_agent.meter import TCP_INFO_LEN, TransferServer, _recv_exact, kernel_counters, parse_tcp_info
 from edgepath_agent.ssmp import subflow_table
-from edgepath_agent.testbed.netns import call_in_netns, netns_supported, sh
+from edgepath_agent.testbed.netns import call_in_netns, netns_supported, run_in_namespace, sh
 
 log = logging.getLogger(__name__)
 
@@ -678,21 +677,14 @@ def run(p: SsmpParams, report: Path, plot: Path | None) -> dict[str, Any]:
     """Build the testbed, run the scenario inside its device namespace, tear down (always)."""
     tb = SsmpTestbed()
     p.run_id = tb.run_id
-    params_file = Path(tempfile.mkstemp(prefix="edgepath-ssmp-", suffix=".json")[1])
     try:
         tb.setup()
-        params_file.write_text(json.dumps(asdict(p)))
-        argv = ["ip", "netns", "exec", tb.ns("dev"), sys.executable, "-m", "edgepath_agent.testbed.ssmp",
-                str(params_file), str(report)]  # fmt: skip
+        argv = ["-m", "edgepath_agent.testbed.ssmp", "{params}", str(report)]
         if plot is not None:
             argv.append(str(plot))
-        proc = subprocess.run(argv, check=False, env=os.environ.copy())
-        if proc.returncode != 0:
-            raise RuntimeError(f"ssmp scenario exited {proc.returncode}")
-        return dict(json.loads(report.read_text()))
+        return run_in_namespace(tb.ns("dev"), argv, asdict(p), report, "ssmp scenario")
     finally:
         tb.teardown()
-        params_file.unlink(missing_ok=True)
 
 
 def _inside_main(argv: Sequence[str]) -> None:
