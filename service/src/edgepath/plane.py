@@ -384,12 +384,10 @@ class DecisionPlane:
         )
 
     # --- apprentice mode (issue 18) ---
-    def _apprentice_observe(self, decision: DecisionRecord, report: OutcomeReport) -> None:
-        app = self.apprentice
-        if app is None or decision.learner_arm_index is None or decision.baseline_arm_index is None:
-            return
+    def _utility(self, report: OutcomeReport) -> float:
+        """EdgePath's utility of an outcome in [0, 1] under the settings' caps and weights (engines/reward.py)."""
         s = self.settings
-        u = utility(
+        return utility(
             report.throughput_bps,
             report.latency_ms,
             report.loss,
@@ -398,6 +396,12 @@ class DecisionPlane:
             latency_weight=s.utility_latency_weight,
             loss_weight=s.utility_loss_weight,
         )
+
+    def _apprentice_observe(self, decision: DecisionRecord, report: OutcomeReport) -> None:
+        app = self.apprentice
+        if app is None or decision.learner_arm_index is None or decision.baseline_arm_index is None:
+            return
+        u = self._utility(report)
         was = app.promoted
         events = len(app.events)
         app.observe(
@@ -442,19 +446,8 @@ class DecisionPlane:
 
     def observe_joined(self, decision: DecisionRecord, report: OutcomeReport, reward: float) -> None:
         """Domain metrics of an outcome joined for training: its reward, utility and delay since the decision."""
-        s = self.settings
         self.metrics.reward.observe(reward)
-        self.metrics.utility.observe(
-            utility(
-                report.throughput_bps,
-                report.latency_ms,
-                report.loss,
-                throughput_cap_bps=s.utility_throughput_cap_bps,
-                latency_cap_ms=s.utility_latency_cap_ms,
-                latency_weight=s.utility_latency_weight,
-                loss_weight=s.utility_loss_weight,
-            )
-        )
+        self.metrics.utility.observe(self._utility(report))
         self.metrics.outcome_delay_seconds.observe(max(0.0, time.time() - decision.decided_at))
 
     # --- security: admin-only quarantine management -------------------------------------------------------------
