@@ -193,14 +193,7 @@ def transfer(
         t0 = time.perf_counter()
         sock.connect((host, port))
         local = sock.getsockname()[0]
-        sock.sendall(struct.pack("!Q", size_bytes))
-        got = 0
-        view = bytearray(_CHUNK)
-        while got < size_bytes:
-            n = sock.recv_into(view, min(_CHUNK, size_bytes - got))
-            if n == 0:
-                raise ConnectionError(f"server closed after {got} of {size_bytes} bytes")
-            got += n
+        got = request_payload(sock, size_bytes)
         completion = time.perf_counter() - t0
         mine = kernel_counters(sock)
         server: dict[str, Any] | None = None
@@ -222,6 +215,25 @@ def transfer(
         subflows=int(subflows) if subflows is not None else None,
         server_counters=server,
     )
+
+
+def request_payload(sock: socket.socket, size_bytes: int) -> int:
+    """Ask a :class:`TransferServer` for ``size_bytes`` (8 bytes, big-endian) and read them all; returns the count.
+
+    Raises
+    ------
+    ConnectionError
+        The server closed before sending ``size_bytes``.
+    """
+    sock.sendall(struct.pack("!Q", size_bytes))
+    got = 0
+    view = bytearray(_CHUNK)
+    while got < size_bytes:
+        n = sock.recv_into(view, min(_CHUNK, size_bytes - got))
+        if n == 0:
+            raise ConnectionError(f"server closed after {got} of {size_bytes} bytes")
+        got += n
+    return got
 
 
 def _read_trailer(sock: socket.socket) -> dict[str, Any]:

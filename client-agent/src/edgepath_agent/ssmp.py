@@ -54,7 +54,15 @@ import dns.message
 import dns.query
 import dns.rdatatype
 
-from edgepath_agent.meter import IPPROTO_MPTCP, SOL_MPTCP, TCP_INFO_LEN, _read_trailer, kernel_counters, mptcp_socket
+from edgepath_agent.meter import (
+    IPPROTO_MPTCP,
+    SOL_MPTCP,
+    TCP_INFO_LEN,
+    _read_trailer,
+    kernel_counters,
+    mptcp_socket,
+    request_payload,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +72,6 @@ MPTCP_SUBFLOW_ADDRS = 3
 #: ``sizeof(struct mptcp_subflow_addrs)``: two ``__kernel_sockaddr_storage`` unions.
 SUBFLOW_ADDRS_LEN = 256
 _MAX_SUBFLOWS = 8
-_CHUNK = 1 << 16
 #: Default mice/elephant threshold of the service (edgepath.settings ``ssmp_mice_threshold_bytes``), bytes.
 DEFAULT_BANDWIDTH_MIN_BYTES = 1_048_576
 
@@ -253,17 +260,6 @@ class Download:
         return 8.0 * self.size_bytes / (self.duration_ms / 1000.0) if self.duration_ms > 0 else 0.0
 
 
-def _receive(sock: socket.socket, size_bytes: int) -> None:
-    sock.sendall(struct.pack("!Q", size_bytes))
-    got = 0
-    view = bytearray(_CHUNK)
-    while got < size_bytes:
-        n = sock.recv_into(view, min(_CHUNK, size_bytes - got))
-        if n == 0:
-            raise ConnectionError(f"server closed after {got} of {size_bytes} bytes")
-        got += n
-
-
 def _trailer(sock: socket.socket) -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError):
         sock.sendall(b"\x01")
@@ -404,7 +400,7 @@ class SsmpClient:
             sock.settimeout(self.timeout_s)
             t0 = time.perf_counter()
             sock.connect((address, self.port))
-            _receive(sock, self.probe_bytes)
+            request_payload(sock, self.probe_bytes)
             duration_s = time.perf_counter() - t0
             mine = kernel_counters(sock)
             server = _trailer(sock)
@@ -439,7 +435,7 @@ class SsmpClient:
             t0 = time.perf_counter()
             sock.connect((address, self.port))
             local = sock.getsockname()[0]
-            _receive(sock, size_bytes)
+            request_payload(sock, size_bytes)
             duration_ms = max((time.perf_counter() - t0) * 1000.0, 1e-3)
             subflows = subflow_table(sock)
             mine = kernel_counters(sock) if not subflows else {}
