@@ -47,12 +47,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.linear_model import SGDClassifier
 
-from edgepath.datasets.mobilebandwidth import Situation
 from edgepath.engines.features import N_FEATURES, context_features, feature_mask
 from edgepath.engines.primary_path import (
     DEFAULT_POLICY,
@@ -64,6 +63,9 @@ from edgepath.engines.primary_path import (
     valid_sample,
 )
 from edgepath.types import AccessType
+
+if TYPE_CHECKING:  # the lab's dataset type, for annotations only: the runtime (and the image) has no lab
+    from edgepath.datasets.mobilebandwidth import Situation
 
 ARMS: tuple[AccessType, AccessType] = (AccessType.WIFI, AccessType.LTE)
 """The arm set the mobilebandwidth data covers (WiFi 4 × 4G)."""
