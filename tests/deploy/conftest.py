@@ -21,6 +21,25 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deploy_helpers import CHART, KUBE_VERSION, ROOT, RenderError, values_args
 
+#: Time a test that needs helm may take: the first one, whichever the random order makes it, builds
+#: helm from source inside its own setup (minutes with a cold Go cache; the build's own bound is 1500 s).
+HELM_BUILD_TIMEOUT_S = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test that uses ``helm_bin`` (directly or through ``render``) the helm build's time.
+
+    The suite's default timeout (60 s) also bounds fixture setup, so whichever helm test ran first on a
+    fresh clone failed in setup and the cached error failed every later one. A longer mark set on the
+    test itself (e.g. a locust run's) is kept.
+    """
+    for item in items:
+        if "helm_bin" not in getattr(item, "fixturenames", ()):
+            continue
+        mark = item.get_closest_marker("timeout")
+        if mark is None or not mark.args or (mark.args[0] or 0) < HELM_BUILD_TIMEOUT_S:
+            item.add_marker(pytest.mark.timeout(HELM_BUILD_TIMEOUT_S), append=False)
+
 
 @pytest.fixture(scope="session")
 def helm_bin() -> str:
