@@ -225,7 +225,10 @@ class CongestionAdvice(BaseModel):
 
     profile: ApplicationProfile
     mptcp_level: str = Field(description="lia, olia, balia, wvegas; empty on the mainline fallback")
-    subflow_level: str = Field(description="reno, cubic, bbr; empty when none is usable (keep the default)")
+    subflow_level: str = Field(
+        description="reno, cubic, bbr (or the edge's best measured algorithm the kernel offers, when edge "
+        "measurements override); empty when none is usable (keep the default)"
+    )
     deciding_metric: str
     deciding_value: float
     mainline_fallback: bool = Field(description="True when no coupled algorithm is available")
