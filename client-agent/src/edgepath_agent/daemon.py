@@ -17,7 +17,10 @@ One :meth:`Agent.step`:
    (``/sys/class/net/IF/statistics/rx_bytes`` over the step) with RTT/loss from
    TCP_INFO of live connections;
 5. **report** it; outcomes that can't be delivered are kept (bounded queue) and
-   re-sent later — the service ignores duplicates, so nothing is counted twice.
+   re-sent later — the service ignores duplicates, so nothing is counted twice. A transfer
+   the built-in meter measured with Łuczak et al.'s metrics (its server's ``paper_metrics``
+   trailer) carries them as the outcome's ``congestion_measurement``, with the algorithm in
+   effect (:func:`congestion_measurement`), which the service counts towards its congestion advice.
 
 On SIGTERM/SIGINT the loop ends and, with ``restore_on_exit``, the journal's
 snapshot is restored. Configuration precedence (pydantic-settings sources):
@@ -78,7 +81,7 @@ from edgepath_agent.collector import (
 )
 from edgepath_agent.iperf import Iperf3, IperfMissing, detect_iperf3, iperf3_transfer
 from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
-from edgepath_agent.messages import OutcomeAck, PrimaryPath, Recommendation
+from edgepath_agent.messages import CongestionMeasurement, OutcomeAck, PrimaryPath, Recommendation
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.safety import ClientCredentials, check_key_file
@@ -580,8 +583,21 @@ class Agent:
             outcome = outcome_from(measured, self.config.device_id, rec.decision_id)
             if server_transfer is not None:
                 outcome["server_transfer"] = server_transfer
+            cc = congestion_measurement(measured, self.cc_in_effect(applied.congestion_control))
+            if cc is not None:  # issue 20: the transfer's congestion metrics and the algorithm that carried it
+                outcome["congestion_measurement"] = cc.as_json()
             ack = self._report(outcome)
         return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
+
+    def cc_in_effect(self, applied: str | None) -> str | None:
+        """This device's congestion control now: what the applier set (``net.ipv4.tcp_congestion_control``), else
+        the kernel's current value as the kernel collector last read it; None when neither is known."""
+        if applied:
+            return applied
+        for c in self.collectors:
+            if isinstance(c, KernelCollector) and c.capabilities.current_cc:
+                return c.capabilities.current_cc
+        return None
 
     def _service_answered(self, ok: bool, error: str | None = None) -> None:
         self.service_reachable = ok
@@ -752,6 +768,26 @@ class Agent:
                 self.applier.rollback()
         finally:
             self.client.close()
+
+
+def congestion_measurement(result: TransferResult, device_algorithm: str | None) -> CongestionMeasurement | None:
+    """The outcome's ``congestion_measurement`` for a transfer the built-in meter measured, or None.
+
+    Metrics: the meter server's ``paper_metrics`` trailer (Łuczak et al., Future Internet 2023, Eq. 2–3, 7–8, 12;
+    :mod:`edgepath_agent.ccmetrics`, sampled on the *sending* connection) and the receiver's throughput (bit/s).
+    Algorithm: the one actually in effect on that sending connection, which the trailer reports per transfer
+    (``congestion_control``, read with ``TCP_CONGESTION``); only when the trailer does not name it,
+    ``device_algorithm`` (:meth:`Agent.cc_in_effect`: what this agent applied via sysctl, or the kernel's current
+    ``net.ipv4.tcp_congestion_control``), which is the sender's only when the device sends. None without a trailer
+    with metrics (iperf3 probe, passive meter, SSMP download) or without a valid algorithm name.
+    """
+    counters = result.server_counters or {}
+    metrics = counters.get("paper_metrics")
+    if not isinstance(metrics, Mapping):
+        return None
+    sender = counters.get("congestion_control")
+    algorithm = sender if isinstance(sender, str) and sender.strip() else device_algorithm
+    return CongestionMeasurement.from_meter(metrics, algorithm, result.throughput_bps)
 
 
 def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Any:

@@ -1,4 +1,5 @@
-"""Typed replies of the EdgePath service, as the agent uses them (issue 14, item 4).
+"""Typed replies of the EdgePath service, as the agent uses them (issue 14, item 4), and the typed
+congestion measurement an outcome carries (:class:`CongestionMeasurement`, issue 20).
 
 Each transport parses a reply once, here: :meth:`Recommendation.from_proto` (gRPC) and
 :meth:`Recommendation.from_rest` (REST JSON) build the same frozen objects, which the
@@ -19,6 +20,7 @@ descriptor (protobuf style: values carry the enum's name as prefix) and accepts 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from functools import partial
@@ -26,7 +28,7 @@ from typing import Annotated, Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 
 from edgepath_agent.wire import edgepath_pb2 as pb
 
@@ -228,6 +230,70 @@ class OutcomeAck(_Reply):
     @classmethod
     def from_proto(cls, msg: Message) -> OutcomeAck:
         return cls.model_validate(_proto_fields(msg))
+
+
+#: What a congestion-control algorithm's name may look like on the wire (the service's ``AlgorithmName``).
+ALGORITHM_PATTERN = r"^[A-Za-z0-9_.\-]{1,32}$"
+_ALGORITHM = re.compile(ALGORITHM_PATTERN)
+
+
+class CongestionMeasurement(BaseModel):
+    """The ``congestion_measurement`` an outcome carries (issue 20): Łuczak et al.'s metrics of one transfer.
+
+    Source: Ł. P. Łuczak, P. Ignaciuk, M. Morawski, Future Internet 15(10):328, 2023, Section 2.1, computed by the
+    meter (:mod:`edgepath_agent.ccmetrics`) on the sending connection: ``hol_degree_ms`` ζ_av (Eq. 7–8, ms; a
+    derived estimate that may be slightly negative), ``protocol_delay_ms`` v_av (Eq. 2–3, ms), ``drop_rate`` δ
+    (Eq. 12 as a fraction of data segments retransmitted, not %), ``throughput_bps`` (bit/s, measured by the
+    receiver). ``algorithm`` is the sender's subflow-level congestion control (``TCP_CONGESTION``). The same ranges
+    as the service's (``edgepath.types.CongestionMeasurement``), so a measurement this model accepts is never a 422;
+    raises ``pydantic.ValidationError`` naming the field otherwise.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    algorithm: Annotated[StrictStr, Field(pattern=ALGORITHM_PATTERN)]
+    hol_degree_ms: float | None = Field(None, ge=-600_000.0, le=600_000.0)
+    protocol_delay_ms: float | None = Field(None, ge=0.0, le=600_000.0)
+    drop_rate: float | None = Field(None, ge=0.0, le=1.0)
+    throughput_bps: float | None = Field(None, ge=0.0, le=1e12)
+
+    def as_json(self) -> dict[str, Any]:
+        """The REST JSON shape of ``CongestionMeasurement`` (absent metrics left out)."""
+        return self.model_dump(exclude_none=True)
+
+    def to_proto(self) -> pb.CongestionMeasurement:
+        """The ``edgepath.v1.CongestionMeasurement`` message (absent metrics unset)."""
+        return pb.CongestionMeasurement(**self.as_json())
+
+    @classmethod
+    def from_meter(
+        cls, paper_metrics: Mapping[str, Any], algorithm: str | None, throughput_bps: float | None
+    ) -> CongestionMeasurement | None:
+        """From the meter trailer's ``paper_metrics`` (:func:`edgepath_agent.ccmetrics.paper_metrics`: ms, ``%``).
+
+        Each value is taken only when it is a finite number within the wire's range (a trailer is a server's JSON:
+        NaN, strings and absurd values are left out rather than refused); ``drop_rate_pct`` becomes a fraction.
+        None when there is no valid ``algorithm`` or no metric at all (no block is then sent).
+        """
+        if not isinstance(algorithm, str) or not _ALGORITHM.match(algorithm.strip()):
+            return None
+
+        def number(value: Any, lo: float, hi: float, scale: float = 1.0) -> float | None:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            x = float(value) * scale
+            return x if math.isfinite(x) and lo <= x <= hi else None
+
+        fields = {
+            "hol_degree_ms": number(paper_metrics.get("hol_degree_avg_ms"), -600_000.0, 600_000.0),
+            "protocol_delay_ms": number(paper_metrics.get("protocol_delay_avg_ms"), 0.0, 600_000.0),
+            "drop_rate": number(paper_metrics.get("drop_rate_pct"), 0.0, 1.0, 0.01),
+            "throughput_bps": number(throughput_bps, 0.0, 1e12),
+        }
+        present = {k: v for k, v in fields.items() if v is not None}
+        if not present:
+            return None
+        return cls(algorithm=algorithm.strip().lower(), **present)
 
 
 def _proto_fields(msg: Message) -> dict[str, Any]:

@@ -119,6 +119,7 @@ def _decision_record(
         decided_at=now,
         link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
         context=_raw_context(request),
+        application_profile=request.application_profile.value,  # congestion edge measurements (issue 20)
     )
 
 

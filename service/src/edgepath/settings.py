@@ -5,10 +5,11 @@ e.g. ``EDGEPATH_GRPC_PORT``) > settings file (``--config FILE``, JSON, or TOML w
 name ends in ``.toml``) > the defaults below.
 
 Each engine's parameters are one nested model: :class:`BanditSettings` (``settings.bandit``,
-the primary-path learner and its reward), :class:`SsmpSettings` (``settings.ssmp``) and
-:class:`MlpmSettings` (``settings.mlpm``). Their environment variables join the group and the
-field with ``__``: ``EDGEPATH_BANDIT__EXPLORE_PROB``, ``EDGEPATH_BANDIT__FORGETTING``,
-``EDGEPATH_SSMP__ALPHA``; a settings file nests them as tables (``[bandit]``).
+the primary-path learner and its reward), :class:`SsmpSettings` (``settings.ssmp``),
+:class:`MlpmSettings` (``settings.mlpm``) and :class:`CongestionSettings` (``settings.congestion``).
+Their environment variables join the group and the field with ``__``: ``EDGEPATH_BANDIT__EXPLORE_PROB``,
+``EDGEPATH_BANDIT__FORGETTING``, ``EDGEPATH_SSMP__ALPHA``, ``EDGEPATH_CONGESTION__EDGE_REFRESH_S``; a
+settings file nests them as tables (``[bandit]``).
 
 Compatibility: the flat names of earlier releases (:data:`FLAT_ALIASES`: ``policy``,
 ``forgetting``, ``ssmp_alpha``, ``mlpm_window``, ...) still work as keyword arguments, settings-file
@@ -117,6 +118,25 @@ class MlpmSettings(BaseModel):
     )
     gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
     bias: float | None = Field(None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -gain/2)")
+
+
+class CongestionSettings(BaseModel):
+    """Congestion-control advice (issues 3 and 20, :mod:`edgepath.engines.congestion`; ``EDGEPATH_CONGESTION__*``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    edge_measurements: bool = Field(
+        True,
+        description="Count outcomes' congestion_measurement per (profile, algorithm) and let them override the advice "
+        "when they refute it (engines.congestion.advise_with_edge); off: neither counted nor used",
+    )
+    edge_refresh_s: float = Field(
+        5.0,
+        ge=0.0,
+        le=3600.0,
+        description="Each replica re-reads a profile's edge statistics from the store at most this often, s "
+        "(0: on every request, for tests)",
+    )
 
 
 #: Flat names of earlier releases → (group, field). They still work as keyword arguments, settings-file keys,
@@ -264,10 +284,13 @@ class Settings(BaseSettings):
 
     seed: int = Field(0, ge=0, description="Seed of the policies' and the SSMP selector's random generators")
     batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")
-    # --- engines (issue 14): EDGEPATH_BANDIT__*, EDGEPATH_SSMP__*, EDGEPATH_MLPM__* ---
+    # --- engines (issue 14): EDGEPATH_BANDIT__*, EDGEPATH_SSMP__*, EDGEPATH_MLPM__*, EDGEPATH_CONGESTION__* ---
     bandit: BanditSettings = Field(default_factory=BanditSettings, description="Primary-path bandit")
     ssmp: SsmpSettings = Field(default_factory=SsmpSettings, description="SSMP server selection")
     mlpm: MlpmSettings = Field(default_factory=MlpmSettings, description="MLPM scheduler weights")
+    congestion: CongestionSettings = Field(
+        default_factory=CongestionSettings, description="Congestion-control advice and edge measurements"
+    )
 
     if TYPE_CHECKING:  # the flat names of FLAT_ALIASES, read-only properties set below the class
         policy: str

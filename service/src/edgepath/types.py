@@ -28,6 +28,10 @@ max_link_speed_mbps  [0, 100000]     as link_speed_mbps (the device's maximum)
 wifi_rssi_spread_db  [0, 100]        std. deviation of dBm readings: > 100 dB is not a radio
 rsrp_spread_db       [0, 100]        idem for RSRP
 channel_bandwidth_mhz [0, 400]       3GPP TS 38.101-2: NR FR2 carriers up to 400 MHz (LTE ≤ 20)
+hol_degree_ms        [-600000,       HoL blocking degree ζ_av (Łuczak et al. 2023, Eq. 8): derived as
+                     600000] ms      v − max τ, so an estimate may be negative; ten minutes either way
+protocol_delay_ms    [0, 600000] ms  protocol delay v_av (Eq. 3), as rtt_ms
+drop_rate            [0, 1]          fraction of data segments retransmitted (Eq. 12 / 100)
 ===================  ==============  ======================================================
 
 NaN and infinities are rejected everywhere. Identifiers (issue 9): ``device_id`` has no
@@ -221,13 +225,45 @@ class CongestionAdvice(BaseModel):
 
     profile: ApplicationProfile
     mptcp_level: str = Field(description="lia, olia, balia, wvegas; empty on the mainline fallback")
-    subflow_level: str = Field(description="reno, cubic, bbr; empty when none is usable (keep the default)")
+    subflow_level: str = Field(
+        description="reno, cubic, bbr (or the edge's best measured algorithm the kernel offers, when edge "
+        "measurements override); empty when none is usable (keep the default)"
+    )
     deciding_metric: str
     deciding_value: float
     mainline_fallback: bool = Field(description="True when no coupled algorithm is available")
     assumed_capabilities: bool = Field(description="True when the request reported no capabilities")
     explanation: str
     source: str
+
+
+class CongestionMeasurement(BaseModel):
+    """Łuczak et al.'s metrics of one completed transfer and the algorithm that carried it (issue 20).
+
+    Source: Ł. P. Łuczak, P. Ignaciuk, M. Morawski, Future Internet 15(10):328, 2023, Section 2.1, as the
+    agent's meter computes them on the sending connection (``edgepath_agent.ccmetrics``): ``hol_degree_ms``
+    ζ_av (Eq. 7–8; a derived estimate, ζ = v − max τ, which can be slightly negative, hence the symmetric
+    range), ``protocol_delay_ms`` v_av (Eq. 2–3, ≥ 0), ``drop_rate`` δ (Eq. 12, as a fraction of data segments
+    retransmitted, not a percentage) and ``throughput_bps``. Every metric is optional (a short transfer may give
+    no delay sample); ``algorithm`` is the sender's subflow-level congestion control (``TCP_CONGESTION``, e.g.
+    ``cubic``), lower-cased. NaN and infinities are rejected; out-of-range values are a 422 / INVALID_ARGUMENT
+    naming ``congestion_measurement.<field>``.
+    """
+
+    model_config = _STRICT
+
+    algorithm: AlgorithmName = Field(description="Sender's subflow-level congestion control, e.g. cubic")
+    hol_degree_ms: float | None = Field(
+        None, ge=-600_000.0, le=600_000.0, description="HoL blocking degree ζ_av, ms (Eq. 8; may be < 0)"
+    )
+    protocol_delay_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Protocol delay v_av, ms (Eq. 3)")
+    drop_rate: float | None = Field(None, ge=0.0, le=1.0, description="Drop rate δ, fraction (Eq. 12 / 100)")
+    throughput_bps: float | None = Field(None, ge=0.0, le=1e12, description="Throughput of the transfer, bit/s")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _lower(cls, algorithm: str) -> str:
+        return algorithm.lower()
 
 
 # --- end MLPM + congestion-control advice (issue 3) ---------------------------------------------------------------
@@ -533,6 +569,8 @@ class OutcomeReport(BaseModel):
     # --- issue 4: SSMP measurement of the completed transfer (optional) ---
     server_transfer: ServerTransfer | None = None
     # --- end issue 4 ---
+    # --- issue 20: congestion-control measurement of the transfer (optional; engines.congestion edge rule) ---
+    congestion_measurement: CongestionMeasurement | None = None
 
 
 class OutcomeAck(BaseModel):

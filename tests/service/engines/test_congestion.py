@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 from edgepath.engines import congestion as cc
 from edgepath.engines.congestion import KernelCapabilities, Profile
@@ -100,6 +103,35 @@ class TestEdgeRule:
         edge = {"cubic": cc.EdgeStats(300.0, 20.0, 10), "reno": cc.EdgeStats(150.0, 20.0, 10)}
         a = cc.advise_with_edge(Profile.STREAMING, self.MAINLINE, edge)
         assert a.subflow_level == "reno" and a.deciding_metric == "hol_degree_avg_ms"
+
+    def test_loss_sensitive_compares_the_measured_drop_fraction(self) -> None:
+        edge = {"cubic": cc.EdgeStats(0.05, 0.004, 10), "reno": cc.EdgeStats(0.02, 0.003, 10)}
+        a = cc.advise_with_edge(Profile.LOSS_SENSITIVE, self.MAINLINE, edge)
+        assert a.subflow_level == "reno" and a.deciding_metric == "drop_rate_fraction"
+        assert a.deciding_value == 0.02
+
+
+class TestEdgeStats:
+    """edge_stats: mean and 95 % CI half-width (1.96·s/√n) from count, Σx, Σx²."""
+
+    def test_mean_and_ci_match_the_sample_formulas(self) -> None:
+        xs = [10.0, 12.0, 11.0, 13.0, 9.0]
+        e = cc.edge_stats(len(xs), sum(xs), sum(x * x for x in xs))
+        assert e is not None and e.transfers == 5
+        assert e.mean == pytest.approx(statistics.fmean(xs))
+        assert e.ci95_half == pytest.approx(1.96 * statistics.stdev(xs) / math.sqrt(5))
+
+    def test_constant_values_have_no_spread_even_with_cancellation(self) -> None:
+        x = 1e6 + 0.1
+        e = cc.edge_stats(10, 10 * x, 10 * x * x * (1 - 1e-16))  # Σx² slightly below n·mean²
+        assert e is not None and e.ci95_half == 0.0
+
+    def test_one_transfer_never_refutes_and_no_or_broken_sums_are_no_evidence(self) -> None:
+        one = cc.edge_stats(1, 5.0, 25.0)
+        assert one is not None and one.ci95_half == math.inf
+        assert cc.edge_stats(0, 0.0, 0.0) is None
+        assert cc.edge_stats(3, 1.0, math.inf) is None
+        assert cc.edge_stats(3, math.nan, 1.0) is None
 
 
 def test_no_capabilities_assumes_mainline() -> None:

@@ -242,6 +242,62 @@ async def test_device_accesses(harness: Harness) -> None:
     assert await store.reported_access_types() == {"LTE", "WIFI", "NR"}
 
 
+# --- congestion edge measurements (issue 20) ---
+async def test_cc_measurements_keep_count_sum_and_sum_of_squares_per_profile_and_algorithm(harness: Harness) -> None:
+    store = harness.make()
+    assert await store.cc_measurement_stats("BULK") == {}
+    await store.record_cc_measurement("BULK", "cubic", {"throughput_avg_mbps": 10.0, "drop_rate_fraction": 0.01})
+    await store.record_cc_measurement("BULK", "cubic", {"throughput_avg_mbps": 14.0})
+    await store.record_cc_measurement("BULK", "reno", {"throughput_avg_mbps": 1e-5})
+    await store.record_cc_measurement("STREAMING", "cubic", {"hol_degree_avg_ms": -2.5})
+    bulk = await store.cc_measurement_stats("BULK")
+    assert set(bulk) == {"cubic", "reno"}
+    t = bulk["cubic"]["throughput_avg_mbps"]
+    assert (t.count, t.total, t.total_sq) == (2, pytest.approx(24.0), pytest.approx(296.0))
+    d = bulk["cubic"]["drop_rate_fraction"]
+    assert (d.count, d.total, d.total_sq) == (1, pytest.approx(0.01), pytest.approx(1e-4))
+    assert bulk["reno"]["throughput_avg_mbps"].total == pytest.approx(1e-5)
+    s = (await store.cc_measurement_stats("STREAMING"))["cubic"]["hol_degree_avg_ms"]
+    assert (s.count, s.total, s.total_sq) == (1, pytest.approx(-2.5), pytest.approx(6.25))
+    assert await store.cc_measurement_stats("INTERACTIVE") == {}
+
+
+async def test_cc_measurements_are_bounded_in_algorithms_per_profile(harness: Harness) -> None:
+    from edgepath.state.base import MAX_CC_ALGORITHMS
+
+    store = harness.make()
+    for i in range(MAX_CC_ALGORITHMS + 3):
+        await store.record_cc_measurement("BULK", f"algo{i}", {"throughput_avg_mbps": 1.0})
+    await store.record_cc_measurement("BULK", "algo0", {"throughput_avg_mbps": 3.0})  # a known one still counts
+    stats = await store.cc_measurement_stats("BULK")
+    assert len(stats) == MAX_CC_ALGORITHMS
+    assert stats["algo0"]["throughput_avg_mbps"].count == 2
+    assert f"algo{MAX_CC_ALGORITHMS}" not in stats
+
+
+async def test_cc_measurements_are_shared_by_every_replica_of_the_store(harness: Harness) -> None:
+    first = harness.make()
+    other = harness.restart(first) if harness.kind == "redis" else first
+    await first.record_cc_measurement("LOSS_SENSITIVE", "bbr", {"drop_rate_fraction": 0.3})
+    await other.record_cc_measurement("LOSS_SENSITIVE", "bbr", {"drop_rate_fraction": 0.1})
+    for store in (first, other):
+        got = (await store.cc_measurement_stats("LOSS_SENSITIVE"))["bbr"]["drop_rate_fraction"]
+        assert (got.count, got.total) == (2, pytest.approx(0.4))
+
+
+async def test_redis_cc_measurements_are_dropped_and_read_as_unknown_when_unreachable() -> None:
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2)
+    try:
+        await store.record_cc_measurement("BULK", "cubic", {"throughput_avg_mbps": 1.0})  # never raises
+        assert store.degraded
+        assert await store.cc_measurement_stats("BULK") is None
+    finally:
+        await store.close()
+
+
+# --- end congestion edge measurements ---
+
+
 async def test_redis_mts_writes_fail_as_unavailable_and_reads_as_none_when_unreachable() -> None:
     """No server on the port: writes raise Unavailable (the API answers 503), reads give the default (no session)."""
     from edgepath.errors import Unavailable

@@ -173,6 +173,20 @@ class CongestionAdvice(_message.Message):
     source: str
     def __init__(self, profile: _Optional[_Union[ApplicationProfile, str]] = ..., mptcp_level: _Optional[str] = ..., subflow_level: _Optional[str] = ..., deciding_metric: _Optional[str] = ..., deciding_value: _Optional[float] = ..., mainline_fallback: _Optional[bool] = ..., assumed_capabilities: _Optional[bool] = ..., explanation: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
 
+class CongestionMeasurement(_message.Message):
+    __slots__ = ("algorithm", "hol_degree_ms", "protocol_delay_ms", "drop_rate", "throughput_bps")
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    HOL_DEGREE_MS_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    DROP_RATE_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_BPS_FIELD_NUMBER: _ClassVar[int]
+    algorithm: str
+    hol_degree_ms: float
+    protocol_delay_ms: float
+    drop_rate: float
+    throughput_bps: float
+    def __init__(self, algorithm: _Optional[str] = ..., hol_degree_ms: _Optional[float] = ..., protocol_delay_ms: _Optional[float] = ..., drop_rate: _Optional[float] = ..., throughput_bps: _Optional[float] = ...) -> None: ...
+
 class ServerPath(_message.Message):
     __slots__ = ("interface", "rtt_ms_samples", "loss", "bandwidth_bps")
     INTERFACE_FIELD_NUMBER: _ClassVar[int]
@@ -376,20 +390,22 @@ class Recommendation(_message.Message):
     def __init__(self, decision_id: _Optional[str] = ..., model_version: _Optional[int] = ..., policy: _Optional[str] = ..., primary_path: _Optional[_Union[PrimaryPath, _Mapping]] = ..., decided_at_unix_ms: _Optional[int] = ..., scheduler: _Optional[_Union[SchedulerAdvice, _Mapping]] = ..., congestion: _Optional[_Union[CongestionAdvice, _Mapping]] = ..., server_selection: _Optional[_Union[ServerSelection, _Mapping]] = ..., steering: _Optional[_Union[SteeringAdvice, _Mapping]] = ...) -> None: ...
 
 class OutcomeRequest(_message.Message):
-    __slots__ = ("device_id", "decision_id", "throughput_bps", "latency_ms", "loss", "server_transfer")
+    __slots__ = ("device_id", "decision_id", "throughput_bps", "latency_ms", "loss", "server_transfer", "congestion_measurement")
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     THROUGHPUT_BPS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     LOSS_FIELD_NUMBER: _ClassVar[int]
     SERVER_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    CONGESTION_MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
     device_id: str
     decision_id: str
     throughput_bps: float
     latency_ms: float
     loss: float
     server_transfer: ServerTransfer
-    def __init__(self, device_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., throughput_bps: _Optional[float] = ..., latency_ms: _Optional[float] = ..., loss: _Optional[float] = ..., server_transfer: _Optional[_Union[ServerTransfer, _Mapping]] = ...) -> None: ...
+    congestion_measurement: CongestionMeasurement
+    def __init__(self, device_id: _Optional[str] = ..., decision_id: _Optional[str] = ..., throughput_bps: _Optional[float] = ..., latency_ms: _Optional[float] = ..., loss: _Optional[float] = ..., server_transfer: _Optional[_Union[ServerTransfer, _Mapping]] = ..., congestion_measurement: _Optional[_Union[CongestionMeasurement, _Mapping]] = ...) -> None: ...
 
 class OutcomeAck(_message.Message):
     __slots__ = ("decision_id", "accepted", "duplicate", "reward")

@@ -50,12 +50,17 @@ two runs pooled, cubic is best for all four profiles, so the mainline advice is 
 Edge measurements (:func:`advise_with_edge`)
 --------------------------------------------
 A device (or the edge) that measured its own transfers per algorithm supplies, for the
-profile's deciding metric, each algorithm's mean, 95 % CI half-width and count. Rule: when at
-least two algorithms have ≥ :data:`MIN_EDGE_TRANSFERS` transfers each, and the advised
-algorithm's edge mean lies outside the 95 % CI of the edge's best algorithm (worse side), the
-edge's best is advised instead and the explanation says so; otherwise the advice stands.
-The same test the testbed applies to the table's advice, so local evidence overrides the
-table exactly when it would have refuted it.
+profile's edge metric (:data:`EDGE_METRICS`), each algorithm's mean, 95 % CI half-width and count
+(:func:`edge_stats` computes them from running sums). Rule: when at least two algorithms have ≥
+:data:`MIN_EDGE_TRANSFERS` transfers each, and the advised algorithm's edge mean lies outside the 95 %
+CI of the edge's best algorithm (worse side), the edge's best is advised instead and the explanation
+says so; otherwise the advice stands. The same test the testbed applies to the table's advice, so local
+evidence overrides the table exactly when it would have refuted it.
+
+The edge metric is the first criterion of :data:`PROFILE_METRICS` as a device measures it per transfer
+(``edgepath_agent.ccmetrics``): ζ_av and v_av in ms and throughput in Mbit/s as in the table, but the drop
+rate as δ of Eq. 12 (a fraction of the data segments, ``drop_rate_fraction``) instead of Table 3's seg/s,
+which depends on the transfer's rate; only the edge's own algorithms are compared with it, never the table.
 """
 
 from __future__ import annotations
@@ -148,6 +153,21 @@ PROFILE_METRICS: dict[Profile, tuple[tuple[str, bool], ...]] = {
         ("srtt_mean_avg_ms", False),
     ),
 }
+
+
+#: Profile → (edge metric, higher_is_better): what :func:`advise_with_edge` compares the edge's algorithms on
+#: (the first criterion of :data:`PROFILE_METRICS` in the unit a device measures per transfer; module docstring).
+EDGE_METRICS: dict[Profile, tuple[str, bool]] = {
+    Profile.STREAMING: ("hol_degree_avg_ms", False),
+    Profile.LOSS_SENSITIVE: ("drop_rate_fraction", False),
+    Profile.BULK: ("throughput_avg_mbps", True),
+    Profile.INTERACTIVE: ("protocol_delay_avg_ms", False),
+}
+
+
+def edge_metric(profile: Profile) -> tuple[str, bool]:
+    """(edge metric, higher_is_better) for ``profile`` (:data:`EDGE_METRICS`; unspecified → streaming's)."""
+    return EDGE_METRICS[Profile.STREAMING if profile is Profile.UNSPECIFIED else profile]
 
 
 @dataclass(frozen=True)
@@ -347,6 +367,27 @@ class EdgeStats:
     transfers: int
 
 
+def edge_stats(count: int, total: float, total_sq: float) -> EdgeStats | None:
+    """:class:`EdgeStats` of a metric from its running sums: ``count`` transfers, Σx and Σx².
+
+    mean = Σx / n; sample variance s² = (Σx² − n·mean²) / (n − 1), floored at 0 (cancellation in the
+    running sums can make it slightly negative); 95 % CI half-width = 1.96 · s / √n (normal approximation,
+    which the rule only applies from :data:`MIN_EDGE_TRANSFERS` transfers on). One transfer has no spread: the
+    half-width is then infinite (never refutes anything). Returns None for ``count`` < 1 or non-finite sums
+    (e.g. Σx² overflowed): such stats are no evidence.
+    """
+    if count < 1 or not (math.isfinite(total) and math.isfinite(total_sq)):
+        return None
+    mean = total / count
+    if count < 2:
+        return EdgeStats(mean=mean, ci95_half=math.inf, transfers=count)
+    var = max(0.0, (total_sq - count * mean * mean) / (count - 1))
+    half = 1.96 * math.sqrt(var / count)
+    if not (math.isfinite(mean) and math.isfinite(half)):
+        return None
+    return EdgeStats(mean=mean, ci95_half=half, transfers=count)
+
+
 def advise_with_edge(profile: Profile, caps: KernelCapabilities, edge: dict[str, EdgeStats]) -> CongestionAdvice:
     """:func:`advise`, overridden by the edge's own measurements when they refute it (rule in the module docstring).
 
@@ -355,9 +396,10 @@ def advise_with_edge(profile: Profile, caps: KernelCapabilities, edge: dict[str,
     profile, caps:
         As :func:`advise`.
     edge:
-        Algorithm → :class:`EdgeStats` of the profile's deciding metric (the first of
-        :data:`PROFILE_METRICS`; unspecified → streaming's), measured by the device/edge.
-        Algorithms the kernel does not offer, or with non-finite stats, are ignored.
+        Algorithm → :class:`EdgeStats` of the profile's edge metric (:func:`edge_metric`: the first
+        criterion of :data:`PROFILE_METRICS` as measured per transfer; unspecified → streaming's),
+        measured by the device/edge. Algorithms the kernel does not offer, with fewer than
+        :data:`MIN_EDGE_TRANSFERS` transfers or with non-finite stats are ignored.
 
     Returns
     -------
@@ -366,8 +408,7 @@ def advise_with_edge(profile: Profile, caps: KernelCapabilities, edge: dict[str,
         ``deciding_metric``/``deciding_value`` from the edge and the reason in ``explanation``.
     """
     base = advise(profile, caps)
-    effective = Profile.STREAMING if profile is Profile.UNSPECIFIED else profile
-    metric, hi = PROFILE_METRICS[effective][0]
+    metric, hi = edge_metric(profile)
     algos, _ = usable(caps)
     ok = {
         a.lower(): e

@@ -99,6 +99,8 @@ def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
             d[name] = getattr(msg, name)
     if msg.HasField("server_transfer"):  # issue 4
         d["server_transfer"] = server_transfer_dict(msg.server_transfer)
+    if msg.HasField("congestion_measurement"):  # issue 20
+        d["congestion_measurement"] = congestion_measurement_dict(msg.congestion_measurement)
     return OutcomeReport.model_validate(d)
 
 
@@ -178,6 +180,19 @@ def mlpm_cc_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
             "mptcp_schedulers": list(k.mptcp_schedulers),
             "path_managers": list(k.path_managers),
         }
+    return d
+
+
+_CONGESTION_METRICS = ("hol_degree_ms", "protocol_delay_ms", "drop_rate", "throughput_bps")
+
+
+def congestion_measurement_dict(m: pb.CongestionMeasurement) -> dict[str, Any]:
+    """``CongestionMeasurement`` → plain values for :class:`~edgepath.types.CongestionMeasurement` (issue 20);
+    metrics copied only when present."""
+    d: dict[str, Any] = {"algorithm": m.algorithm}
+    for name in _CONGESTION_METRICS:
+        if m.HasField(name):
+            d[name] = getattr(m, name)
     return d
 
 

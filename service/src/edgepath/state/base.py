@@ -54,6 +54,10 @@ class DecisionRecord:
     """Apprentice mode: the arm index the learner would have chosen (None otherwise)."""
     baseline_arm_index: int | None = None
     """Apprentice mode: the arm index the baseline chose (None otherwise)."""
+    # --- congestion edge measurements (issue 20) ---
+    application_profile: str = ""
+    """The request's ``application_profile`` (``ApplicationProfile`` value), or "" in records written before
+    the field existed (their congestion measurements are not counted)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,26 @@ class ServerScore:
 
 
 # --- end SSMP ---
+
+
+# --- congestion edge measurements (issue 20) ---
+#: Algorithms a store keeps statistics for per profile; measurements of further ones are dropped (bounded memory:
+#: a device may name any algorithm that matches the wire's pattern).
+MAX_CC_ALGORITHMS = 32
+
+
+@dataclass(frozen=True)
+class MetricSums:
+    """Running statistics of one congestion metric of one algorithm: ``count`` transfers, Σx (``total``), Σx²
+    (``total_sq``), in the metric's unit. :func:`edgepath.engines.congestion.edge_stats` turns them into a mean
+    and 95 % CI."""
+
+    count: int
+    total: float
+    total_sq: float
+
+
+# --- end congestion edge measurements ---
 
 
 # --- MEC 015 traffic steering sessions (issue 19) ---
@@ -229,6 +253,22 @@ class StateStore(Protocol):
         """
 
     # --- end SSMP ---
+
+    # --- congestion edge measurements (issue 20) ---
+    async def record_cc_measurement(self, profile: str, algorithm: str, metrics: Mapping[str, float]) -> None:
+        """Add one transfer's ``metrics`` (metric name → finite value) to the running statistics of
+        (``profile``, ``algorithm``): per metric, count + 1, Σx + x, Σx² + x², all at once (Redis: one script).
+
+        The plane calls it once per decision (its first accepted outcome). At most :data:`MAX_CC_ALGORITHMS`
+        algorithms are kept per profile; a measurement of a further one is dropped. Never raises for an
+        unreachable store (the measurement is then dropped: one transfer less of evidence).
+        """
+
+    async def cc_measurement_stats(self, profile: str) -> dict[str, dict[str, MetricSums]] | None:
+        """``{algorithm: {metric: MetricSums}}`` recorded for ``profile`` ({} when nothing was), or None when
+        the store cannot answer now (Redis unreachable: the caller keeps what it read before)."""
+
+    # --- end congestion edge measurements ---
 
     # --- MEC 015 traffic steering sessions (issue 19) ---
     async def put_mts_session(self, session: MtsSession) -> None:

@@ -8,6 +8,8 @@ would do) delivers unacknowledged ones again. Everything is lost when the
 process exits: use the Redis store when that matters. SSMP server scores live in a
 ``cachetools.LRUCache`` bounded by ``max_servers``. The decision log (issue 18) is a deque of at
 most ``decision_log_max_entries`` joined decisions, none older than ``decision_log_retention_s``.
+Congestion edge measurements (issue 20) are a dict profile → algorithm → metric → [count, Σx, Σx²]
+(at most ``MAX_CC_ALGORITHMS`` algorithms per profile).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from collections.abc import Mapping, Sequence
 from cachetools import LRUCache, TTLCache
 
 from edgepath.state.base import (
+    MAX_CC_ALGORITHMS,
     ClaimResult,
     DecisionRecord,
     LoggedDecision,
+    MetricSums,
     MtsSession,
     OutcomeRecord,
     PathEstimate,
@@ -66,6 +70,8 @@ class MemoryStore:
         )
         self._decision_log_seq = itertools.count(1)
         self.decision_log_retention_s = decision_log_retention_s
+        # Congestion edge measurements (issue 20): profile → algorithm → metric → [count, Σx, Σx²].
+        self._cc_stats: dict[str, dict[str, dict[str, list[float]]]] = {}
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
@@ -122,6 +128,26 @@ class MemoryStore:
         self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at, paths=dict(paths or {}))
 
     # --- end SSMP ---
+
+    # --- congestion edge measurements (issue 20) ---
+    async def record_cc_measurement(self, profile: str, algorithm: str, metrics: Mapping[str, float]) -> None:
+        algos = self._cc_stats.setdefault(profile, {})
+        if algorithm not in algos and len(algos) >= MAX_CC_ALGORITHMS:
+            return
+        per_metric = algos.setdefault(algorithm, {})
+        for name, value in metrics.items():
+            sums = per_metric.setdefault(name, [0.0, 0.0, 0.0])
+            sums[0] += 1
+            sums[1] += value
+            sums[2] += value * value
+
+    async def cc_measurement_stats(self, profile: str) -> dict[str, dict[str, MetricSums]] | None:
+        return {
+            algorithm: {name: MetricSums(int(n), total, total_sq) for name, (n, total, total_sq) in per_metric.items()}
+            for algorithm, per_metric in self._cc_stats.get(profile, {}).items()
+        }
+
+    # --- end congestion edge measurements ---
 
     # --- MEC 015 traffic steering sessions (issue 19) ---
     async def put_mts_session(self, session: MtsSession) -> None:

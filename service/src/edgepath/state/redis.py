@@ -11,6 +11,11 @@ Keys (``ns`` = ``settings.redis_namespace``)
 ``{ns}:outcomes``
     Redis Stream: one entry (field ``o``, JSON :class:`OutcomeRecord`) per first outcome of a decision,
     read by the consumer group ``trainers``.
+``{ns}:cc:{profile}``
+    Congestion edge measurements (issue 20): one hash per application profile, fields
+    ``{algorithm}|{metric}|n`` (HINCRBY), ``…|sum`` and ``…|sumsq`` (HINCRBYFLOAT), and ``#algorithms``
+    (how many algorithms it holds, at most ``MAX_CC_ALGORITHMS``), all updated by one Lua script per
+    measurement (atomic); read with one HGETALL. No expiry: the statistics are the edge's evidence.
 ``{ns}:decision_log``
     Redis Stream of joined decisions (issue 18; field ``d``, JSON
     :class:`~edgepath.state.base.LoggedDecision`), appended after each NEW claim, trimmed on every
@@ -77,9 +82,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from edgepath.errors import Unavailable
 from edgepath.metrics import Metrics
 from edgepath.state.base import (
+    MAX_CC_ALGORITHMS,
     ClaimResult,
     DecisionRecord,
     LoggedDecision,
+    MetricSums,
     MtsSession,
     OutcomeRecord,
     PathEstimate,
@@ -101,6 +108,24 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 'unknown' end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 redis.call('XADD', KEYS[3], '*', 'o', ARGV[2])
 return 'new'
+"""
+
+# KEYS: the profile's statistics hash; ARGV: algorithm, max algorithms, then metric, value, value² triples.
+# A new algorithm is admitted only while the hash holds fewer than the maximum (counted in '#algorithms').
+_CC_RECORD_LUA = """
+local algo = ARGV[1]
+if redis.call('HEXISTS', KEYS[1], algo .. '|transfers') == 0 then
+  if tonumber(redis.call('HGET', KEYS[1], '#algorithms') or '0') >= tonumber(ARGV[2]) then return 0 end
+  redis.call('HINCRBY', KEYS[1], '#algorithms', 1)
+end
+redis.call('HINCRBY', KEYS[1], algo .. '|transfers', 1)
+for i = 3, #ARGV, 3 do
+  local f = algo .. '|' .. ARGV[i] .. '|'
+  redis.call('HINCRBY', KEYS[1], f .. 'n', 1)
+  redis.call('HINCRBYFLOAT', KEYS[1], f .. 'sum', ARGV[i + 1])
+  redis.call('HINCRBYFLOAT', KEYS[1], f .. 'sumsq', ARGV[i + 2])
+end
+return 1
 """
 
 #: Longest XREADGROUP block (ms); the reader connection's timeout is this plus ``socket_timeout_s``.
@@ -214,6 +239,7 @@ class RedisStore:
         self.decision_log_max_entries = decision_log_max_entries
         self.decision_log_retention_s = decision_log_retention_s
         self._claim = self.redis.register_script(_CLAIM_LUA)
+        self._cc_record = self.redis.register_script(_CC_RECORD_LUA)  # issue 20
 
         cache_size = max(1, outbox_max_decisions)
         self._recent: TTLCache[str, DecisionRecord] = TTLCache(cache_size, decision_ttl_s, timer=time.monotonic)
@@ -676,6 +702,47 @@ class RedisStore:
             self._enter_degraded(exc)
 
     # --- end SSMP ---
+
+    # --- congestion edge measurements (issue 20; semantics in StateStore) ---
+    def cc_stats_key(self, profile: str) -> str:
+        return f"{self.namespace}:cc:{profile}"
+
+    async def record_cc_measurement(self, profile: str, algorithm: str, metrics: Mapping[str, float]) -> None:
+        """One Lua script (atomic: count, Σx, Σx² of every metric together); dropped while degraded."""
+        if self._degraded:
+            return
+        args: list[str | int] = [algorithm, MAX_CC_ALGORITHMS]
+        for name, value in metrics.items():
+            args += [name, repr(float(value)), repr(float(value) * float(value))]
+        try:
+            await self._cc_record(keys=[self.cc_stats_key(profile)], args=args)
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+
+    async def cc_measurement_stats(self, profile: str) -> dict[str, dict[str, MetricSums]] | None:
+        """HGETALL of the profile's hash; None while degraded or unreachable."""
+        if self._degraded:
+            return None
+        try:
+            raw: Any = await self.redis.hgetall(self.cc_stats_key(profile))
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return None
+        fields: dict[tuple[str, str], dict[str, str]] = {}
+        for key, value in raw.items():
+            k = key.decode() if isinstance(key, bytes) else str(key)
+            parts = k.split("|")
+            if len(parts) == 3:
+                fields.setdefault((parts[0], parts[1]), {})[parts[2]] = (
+                    value.decode() if isinstance(value, bytes) else str(value)
+                )
+        out: dict[str, dict[str, MetricSums]] = {}
+        for (algorithm, metric), f in fields.items():
+            if {"n", "sum", "sumsq"} <= f.keys():
+                out.setdefault(algorithm, {})[metric] = MetricSums(int(f["n"]), float(f["sum"]), float(f["sumsq"]))
+        return out
+
+    # --- end congestion edge measurements ---
 
     # --- MEC 015 traffic steering sessions (issue 19) ---
     #: Devices not seen for this long read as unknown (MEC 015 session validation), s.
