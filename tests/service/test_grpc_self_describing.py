@@ -96,13 +96,13 @@ def test_invalid_field_is_a_bad_request_detail_and_the_request_id_is_echoed(serv
         bad_request = error_details_pb2.BadRequest()
         assert status.details[0].Unpack(bad_request)
         assert bad_request.field_violations[0].field == "interfaces[0].rsrp_dbm"
-        assert ("x-request-id", "req-grpc-1") in tuple(err.initial_metadata())
+        assert ("x-request-id", "req-grpc-1") in tuple(err.trailing_metadata())
 
         good = pb.RecommendRequest(
             device_id="phone-ok", interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)]
         )
         _, call = stub.Recommend.with_call(good, timeout=5)
-        generated = dict(call.initial_metadata())["x-request-id"]
+        generated = dict(call.trailing_metadata())["x-request-id"]
         assert len(generated) == 32
     scrape = httpx.get(f"{service.http_url}/metrics", timeout=5.0).text
     assert (

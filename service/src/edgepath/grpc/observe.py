@@ -2,10 +2,14 @@
 
 - :class:`CallObserver` (a ``grpc.aio`` server interceptor) takes the caller's ``x-request-id`` metadata (or
   makes one), puts it in the request's context (the JSON logs carry it, :mod:`edgepath.logs`) and sends it
-  back as initial metadata; and it counts every call by method and status code, with its latency, under the
-  names of the Go and Java gRPC Prometheus interceptors (``grpc_server_handled_total``,
-  ``grpc_server_handling_seconds``), so existing gRPC dashboards work. (py-grpc-prometheus only
-  intercepts the synchronous server; this service runs ``grpc.aio``.)
+  back as *trailing* metadata (on errors too, :func:`with_call_trailers`: the status and its details travel
+  there). Not as initial metadata: ``send_initial_metadata`` is a batch of its own on the call, which cost
+  more CPU than the whole Recommend handler in a profile of the serving process (py-spy under
+  ``loadtest/bench``; issue 16), while the trailers go out with the status anyway. It also counts every call
+  by method and status code, with its latency, under the names of the Go and Java gRPC Prometheus
+  interceptors (``grpc_server_handled_total``, ``grpc_server_handling_seconds``), so existing gRPC
+  dashboards work. (py-grpc-prometheus only intercepts the synchronous server; this service runs
+  ``grpc.aio``.)
 - :func:`rich_status` builds the ``grpc.Status`` of an error with ``google.rpc`` details in the
   ``grpc-status-details-bin`` trailer (grpcio-status; https://cloud.google.com/apis/design/errors):
   ``BadRequest`` field violations naming each invalid field, ``RetryInfo`` for a shed or rate-limited call.
@@ -72,6 +76,13 @@ def rich_status(
     return _RichStatus(base.code, base.details, tuple(base.trailing_metadata) + tuple(trailing_metadata))
 
 
+def with_call_trailers(context: grpc.aio.ServicerContext, trailing: Sequence[tuple[str, Any]]) -> tuple[Any, ...]:
+    """``trailing`` after the trailing metadata already set on the call (the request id :class:`CallObserver` put
+    there). An abort that names trailing metadata sends exactly those, so every abort that names some passes them
+    through this."""
+    return (*tuple(context.trailing_metadata() or ()), *trailing)
+
+
 def request_id_of(metadata: Sequence[Any] | None) -> str:
     """The caller's ``x-request-id`` when it is 1-128 characters of ``[A-Za-z0-9-_.:/+=]``, else a new uuid4 hex."""
     for item in metadata or ():
@@ -85,6 +96,9 @@ def request_id_of(metadata: Sequence[Any] | None) -> str:
 class CallObserver(grpc.aio.ServerInterceptor):
     """Request id in and out, and per-method call counts and latency (module docstring).
 
+    The wrapped handler of a method is built once and reused for every call of it (the request id is read from
+    the call's own metadata), so the interceptor costs a dictionary lookup per call, not new closures.
+
     Parameters
     ----------
     on_call:
@@ -94,6 +108,7 @@ class CallObserver(grpc.aio.ServerInterceptor):
 
     def __init__(self, on_call: Callable[[str, str, float], None] | None = None) -> None:
         self.on_call = on_call
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
         self,
@@ -104,12 +119,18 @@ class CallObserver(grpc.aio.ServerInterceptor):
         if handler is None:
             return handler
         method = handler_call_details.method
-        request_id = request_id_of(handler_call_details.invocation_metadata)
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:  # the server's handlers are fixed objects per method
+            cached = self._wrapped[method] = (handler, self._wrap(method, handler))
+        return cached[1]
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         on_call = self.on_call
 
-        async def enter(context: grpc.aio.ServicerContext) -> float:
+        def enter(context: grpc.aio.ServicerContext) -> float:
+            request_id = request_id_of(context.invocation_metadata())
             correlation_id.set(request_id)
-            await context.send_initial_metadata(((REQUEST_ID_KEY, request_id),))
+            context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
             return time.perf_counter()
 
         def leave(context: grpc.aio.ServicerContext, start: float, failed: bool) -> None:
@@ -128,7 +149,7 @@ class CallObserver(grpc.aio.ServerInterceptor):
 
         def wrap_unary(behavior: Any) -> Any:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                start = await enter(context)
+                start = enter(context)
                 failed = True
                 try:
                     response = await behavior(request, context)
@@ -143,7 +164,7 @@ class CallObserver(grpc.aio.ServerInterceptor):
             if inspect.isasyncgenfunction(behavior):
 
                 async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                    start = await enter(context)
+                    start = enter(context)
                     failed = True
                     try:
                         async for response in behavior(request, context):

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
-from edgepath.grpc.observe import CallObserver, rich_status
+from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
@@ -62,7 +62,7 @@ async def abort_invalid(
         grpc.StatusCode.INVALID_ARGUMENT,
         validation_message(exc),
         violations=violations,
-        trailing_metadata=extra_trailing,
+        trailing_metadata=with_call_trailers(context, extra_trailing),
     )
     await context.abort_with_status(status)
 
@@ -84,7 +84,7 @@ async def abort_with(
         str(exc),
         violations=violations,
         retry_after_ms=retry_after_ms,
-        trailing_metadata=trailing,
+        trailing_metadata=with_call_trailers(context, trailing),
     )
     await context.abort_with_status(status)
 
@@ -139,7 +139,7 @@ def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHa
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
                         "malformed protobuf message",
-                        trailing_metadata=((MESSAGE_INDEX_KEY, str(index)),),
+                        trailing_metadata=with_call_trailers(context, ((MESSAGE_INDEX_KEY, str(index)),)),
                     )
                 index += 1
                 yield message
@@ -182,7 +182,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"overloaded: past capacity; retry after {RETRY_AFTER_MS} ms",
                 retry_after_ms=RETRY_AFTER_MS,
-                trailing_metadata=(("retry-after-ms", str(RETRY_AFTER_MS)), *trailing),
+                trailing_metadata=with_call_trailers(context, (("retry-after-ms", str(RETRY_AFTER_MS)), *trailing)),
             )
             await context.abort_with_status(status)
         self.inflight += 1
@@ -289,7 +289,9 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     rec = await self.plane.recommend(principal, convert.recommend_request(request))
                 except ValidationError as exc:
                     await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT, validation_message(exc), trailing_metadata=where
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        validation_message(exc),
+                        trailing_metadata=with_call_trailers(context, where),
                     )
                 except EdgePathError as exc:
                     await abort_with(context, exc, where)
