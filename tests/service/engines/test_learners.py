@@ -135,7 +135,7 @@ def test_logged_propensity_matches_empirical_frequency(policy: str) -> None:
             assert abs(freq[arm] - expected[arm]) <= 4.5 * sd + 1e-9, (policy, arm, freq, expected)
 
 
-# --- the exploration floor is in the draw, not only in the log ---------------------------------------------------------
+# --- the exploration floor is in the draw, not only in the log --------------------------------------------------------
 def _confident(policy: str, **cfg: float) -> tuple[PrimaryPathBandit, list[InterfaceContext]]:
     """A ridge learner fitted on the known world and a context where its rule gives the slower arm < 0.01."""
     bandit = PrimaryPathBandit(BanditConfig(policy=policy, seed=3, **cfg))  # type: ignore[arg-type]

@@ -22,9 +22,10 @@ Logging policies: ``uniform`` (½, ½); ``epsilon_greedy`` (WiFi-first with ε =
 exploration: WiFi 0.9, LTE 0.1 — what apprentice mode logs around a WiFi-first baseline); ``service``
 (the default learner ``ridge_squarecb`` from a cold start, refit every 50 outcomes, with the
 propensity the service logs — exact: the policy draws from a distribution whose every arm has
-probability ≥ ``propensity_floor`` 0.01, :func:`edgepath.engines.linear_bandit.floor_mix`). Candidates: ``wifi_first``, ``lte_first``,
-``offline_classifier`` (the cost-sensitive better-arm classifier trained on the training users,
-fixed) and ``ridge_squarecb`` (greedy, trained on the log's model part).
+probability ≥ ``propensity_floor`` 0.01, :func:`edgepath.engines.linear_bandit.floor_mix`).
+Candidates: ``wifi_first``, ``lte_first``, ``offline_classifier`` (the cost-sensitive better-arm
+classifier trained on the training users, fixed) and ``ridge_squarecb`` (greedy, trained on the
+log's model part).
 
 The situations are paired (two real single-arm tests of one city), not simultaneous measurements.
 """
@@ -45,8 +46,8 @@ from edgepath.evaluation.ope import (
     bca_interval,
     bootstrap_indices,
     candidate,
-    jackknife,
     estimate,
+    jackknife,
     one_hot,
     split,
 )
