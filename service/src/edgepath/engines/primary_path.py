@@ -84,9 +84,29 @@ oracle's greedy arm ``g`` and ``K`` arms:
   oracles, so 1;
 * explore_first: ``1/K`` during the exploration rounds, 1 after.
 
-The *logged* propensity is floored at ``propensity_floor`` (default 0.01) so
-that inverse-propensity weights stay bounded (≤ 100); ``ArmChoice.probability``
-keeps the unfloored value.
+Exploration floor (``propensity_floor``, default 0.01: inverse-propensity
+weights stay ≤ 100):
+
+* ridge_squarecb, ridge_lints, ridge_egreedy draw from a distribution that
+  already gives every arm at least the floor — the smallest mixture of the
+  rule's vector with a uniform draw that meets it
+  (:func:`~edgepath.engines.linear_bandit.floor_mix`; untouched where the rule
+  already does, e.g. ridge_egreedy's ε/K = 0.025). Their logged propensity is
+  the exact probability of the drawn arm, floor included
+  (``ArmChoice.propensity == ArmChoice.probability``), so IPS/DR on their logs
+  are unbiased. The floor is read from :class:`BanditConfig` at each decision
+  (a loaded model follows the serving settings); a floor above ``1/K`` is
+  capped at ``1/K`` (uniform), and then the logged ``max(floor, p)`` is a bound.
+* ridge_linucb, adaptive_active_greedy, bootstrapped_ucb and adaptive_greedy
+  outside its random branch are deterministic (propensity 1, exact).
+* The paper's randomised policies keep their published rules (their decisions
+  are not changed): their logged propensity is ``max(floor, p)``, which is a
+  *bound*, not the probability, whenever ``p`` < floor — epsilon_greedy's
+  exploration arms once its decayed ε/K falls below the floor (after ~23,000
+  decisions at ε = 0.2, decay 0.9999, K = 2), active_explorer's active-learning
+  arm (when it is not the greedy one) once its decayed p does (~9,000 decisions
+  at 0.15, decay 0.9997). ``ArmChoice.probability`` keeps the policy's exact
+  value; IPS/DR weight such rows by 1/floor instead of the larger 1/p.
 
 Bad outcomes never reach a model: :meth:`PrimaryPathBandit.update` drops
 samples whose features, propensity, throughput (negative, non-finite or above
@@ -189,8 +209,11 @@ class ArmChoice:
     """What :meth:`PrimaryPathBandit.decide` returns.
 
     ``features`` has shape ``(N_FEATURES,)``; ``arm_index`` indexes ``arms``;
-    ``propensity`` is floored at ``propensity_floor``, ``probability`` is the
-    exact, unfloored probability of the choice.
+    ``probability`` is the exact probability the policy gave the chosen arm (for the
+    ridge policies with the propensity floor enforced in the draw); ``propensity``
+    (logged) is ``max(propensity_floor, probability)`` — equal to ``probability`` for
+    the ridge policies, a bound for the paper's policies when their probability is
+    below the floor (module docstring, "Exploration floor").
     """
 
     arms: ArmSet
