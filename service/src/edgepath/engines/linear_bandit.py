@@ -212,8 +212,19 @@ class LinearBandit:
         (:data:`FLOORED_MODES`) every arm gets at least ``min(floor, 1/K)`` by :func:`floor_mix`; this is the
         vector :meth:`decide` draws from. ``linucb`` ignores it (deterministic). 0 = the rule as published.
         """
-        p = self._rule_probabilities(x)
-        return floor_mix(p, floor) if self.config.mode in FLOORED_MODES else p
+        return np.asarray(self._floored(self._rule_probabilities(x).tolist(), floor))
+
+    def _floored(self, p: list[float], floor: float) -> list[float]:
+        """:func:`floor_mix` of one probability vector as a list, for the single decision (a few scalar operations
+        instead of numpy reductions on a length-K array: the common case, no arm below the floor, costs one ``min``).
+        Same operations in the same order as :func:`floor_mix`, so the same floats."""
+        k = self.k
+        f = min(float(floor), 1.0 / k)
+        lo = min(p)
+        if f <= 0.0 or lo >= f or self.config.mode not in FLOORED_MODES:
+            return p
+        lam = min(max((f - lo) / max(1.0 / k - lo, 1e-300), 0.0), 1.0)
+        return [f if pa == lo else max((1.0 - lam) * pa + lam / k, f) for pa in p]
 
     def _rule_probabilities(self, x: np.ndarray) -> np.ndarray:
         cfg, k = self.config, self.k
@@ -241,7 +252,7 @@ class LinearBandit:
         """Draw an arm for features ``x`` (shape ``(d,)``) from :meth:`probabilities` ``(x, floor)``; returns
         ``(arm index, exact propensity)`` — the probability the drawn arm had, ≥ ``min(floor, 1/K)`` for the
         randomised rules."""
-        p = self.probabilities(x, floor).tolist()
+        p = self._floored(self._rule_probabilities(x).tolist(), floor)
         draw = self.rng.random()
         acc, arm = 0.0, self.k - 1
         for a, pa in enumerate(p):
