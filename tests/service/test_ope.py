@@ -14,8 +14,11 @@ from edgepath.evaluation.ope import (
     BanditLog,
     DirectModel,
     LogRefused,
+    bca_interval,
+    bootstrap_indices,
     effective_sample_size,
     estimate,
+    jackknife,
     load_log,
     off_policy_evaluation,
     one_hot,
@@ -111,6 +114,35 @@ def test_cli_refuses_with_a_clear_message_and_evaluates_a_good_log(tmp_path: Pat
     assert 0 < wifi["effective_sample_size"] <= report["n_evaluation_part"]
 
 
+def test_jackknife_values_are_the_estimates_without_each_row() -> None:
+    log, _ = synthetic(60, 3)
+    pi = np.column_stack([np.full(60, 0.3), np.full(60, 0.7)])
+    q = DirectModel.fit(log).predict(log.X)
+    for est in ("ips", "snips", "dr"):
+        keep = [np.delete(np.arange(60), i) for i in range(60)]
+        direct = [float(estimate(est, pi[k], log.subset(k), q[k])) for k in keep]
+        np.testing.assert_allclose(jackknife(est, pi, log, q), direct, rtol=1e-12, atol=1e-15)
+
+
+def test_bca_interval_is_the_percentile_interval_when_symmetric_and_moves_with_the_skew() -> None:
+    """BCa (Efron & Tibshirani §14.3): ≈ the percentile interval for a symmetric statistic (z₀ ≈ 0, a ≈ 0);
+    for the mean of right-skewed terms (a > 0) both ends move up, the upper end more."""
+    rng = np.random.default_rng(0)
+    idx = bootstrap_indices(400, 4000, rng)
+    for terms, skewed in ((rng.normal(size=400), False), (rng.lognormal(0.0, 1.5, size=400), True)):
+        boots = terms[idx].mean(axis=1)
+        jack = (terms.sum() - terms) / 399
+        lo, hi = bca_interval(boots, float(terms.mean()), jack)
+        p_lo, p_hi = np.quantile(boots, [0.025, 0.975])
+        if skewed:
+            assert lo > p_lo and hi - p_hi > lo - p_lo > 0.0
+        else:
+            assert lo == pytest.approx(p_lo, abs=0.1 * (p_hi - p_lo)) and hi == pytest.approx(
+                p_hi, abs=0.1 * (p_hi - p_lo)
+            )
+    assert bca_interval(np.full(10, 0.3), 0.3, np.full(5, 0.3)) == (0.3, 0.3)
+
+
 def test_a_tiny_log_is_refused() -> None:
     log, _ = synthetic(400, 2)
     with pytest.raises(LogRefused, match="too few"):
@@ -126,3 +158,5 @@ def test_ground_truth_dr_is_close_to_the_true_value_on_paired_data() -> None:
             # DR's error is small against the value itself (~0.05-0.07 mean utility): not a tuned threshold,
             # a sanity bound that a wrong propensity or a leaked model part would break
             assert row["dr"]["mean_abs_error"] < 0.5 * row["true_value_mean"], (lp, cand)
+            for est in ("ips", "snips", "dr"):
+                assert 0.0 <= row[est]["ci95_coverage_bca"] <= 1.0 and row[est]["mean_ci95_width_bca"] >= 0.0

@@ -200,6 +200,7 @@ class DecisionPlane:
                     arm_index=served.arm_index,
                     access_type=access,
                     interface=iface.name,
+                    # exact while ε/K ≥ the floor (default ε 0.05, K ≤ 4: ε/K ≥ 0.0125); a bound for a smaller ε
                     propensity=max(self.settings.propensity_floor, served.propensity),
                     probability=served.propensity,
                 )

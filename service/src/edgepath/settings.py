@@ -50,7 +50,13 @@ class BanditSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     policy: str = Field("ridge_squarecb", description="a name in edgepath.engines.primary_path.POLICIES")
-    propensity_floor: float = Field(0.01, gt=0.0, le=1.0, description="Logged propensities are at least this")
+    propensity_floor: float = Field(
+        0.01,
+        gt=0.0,
+        le=1.0,
+        description="Exploration floor: ridge_squarecb/lints/egreedy draw every arm with at least this probability "
+        "(logged exactly); other policies log max(this, p), a bound when p is smaller",
+    )
     reward_throughput_bps: float = Field(25e6, ge=0.0, description="Reward 1 needs throughput ≥ this, bit/s")
     reward_latency_ms: float = Field(100.0, ge=0.0, description="…and latency ≤ this, ms (if reported)")
     utility_throughput_cap_bps: float = Field(

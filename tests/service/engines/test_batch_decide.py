@@ -128,19 +128,26 @@ def test_batch_decisions_are_the_single_decisions_for_the_same_seed_and_model(po
     assert [c.arm_index for c in model.decide_batch(nxt)] == [twin.decide(c).arm_index for c in nxt]
 
 
+@pytest.mark.parametrize("floor", [0.0, 0.05])
 @pytest.mark.parametrize("mode", ["squarecb", "lints", "linucb", "egreedy"])
-def test_ridge_batch_propensities_are_the_exact_probabilities_of_the_chosen_arms(mode: str) -> None:
+def test_ridge_batch_propensities_are_the_exact_probabilities_of_the_chosen_arms(mode: str, floor: float) -> None:
     rng = np.random.default_rng(0)
-    bandit = LinearBandit(3, 6, LinearBanditConfig(mode=mode), seed=4)
+    bandit = LinearBandit(3, 6, LinearBanditConfig(mode=mode, epsilon=0.06), seed=4)
     X = rng.normal(size=(500, 6))
     bandit.update(X, rng.integers(0, 3, 500), rng.uniform(0, 1, 500))
     Q = rng.normal(size=(200, 6))
-    P = bandit.probabilities_batch(Q)
-    np.testing.assert_allclose(P, np.vstack([bandit.probabilities(q) for q in Q]), rtol=1e-9, atol=1e-12)
+    P = bandit.probabilities_batch(Q, floor)
+    np.testing.assert_allclose(P, np.vstack([bandit.probabilities(q, floor) for q in Q]), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(P.sum(axis=1), 1.0)
-    arms, propensities = bandit.decide_batch(Q)
+    if floor and mode != "linucb":  # the floor binds in some rows and holds in all of them
+        assert np.any(bandit.probabilities_batch(Q).min(axis=1) < floor) and np.all(P >= floor)
+    twin = copy.deepcopy(bandit)
+    arms, propensities = bandit.decide_batch(Q, floor)
     assert np.all(P[np.arange(200), arms] > 0.0)
     np.testing.assert_array_equal(propensities, P[np.arange(200), arms])
+    single = [twin.decide(q, floor) for q in Q]
+    assert arms.tolist() == [a for a, _ in single]
+    np.testing.assert_allclose(propensities, [p for _, p in single], rtol=1e-9, atol=1e-12)
 
 
 def test_batch_draws_follow_the_probabilities() -> None:

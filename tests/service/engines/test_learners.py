@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from edgepath.engines.active_explorer import PaperActiveExplorer
 from edgepath.engines.features import N_FEATURES, context_features
-from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
+from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig, floor_mix
 from edgepath.engines.primary_path import (
     DEFAULT_POLICY,
     PAPER_POLICIES,
@@ -133,6 +133,72 @@ def test_logged_propensity_matches_empirical_frequency(policy: str) -> None:
             assert logged[arm] <= {round(float(expected[arm]), 9)}, (policy, arm, logged[arm], expected)
             sd = math.sqrt(max(expected[arm] * (1 - expected[arm]), 1e-12) / draws)
             assert abs(freq[arm] - expected[arm]) <= 4.5 * sd + 1e-9, (policy, arm, freq, expected)
+
+
+# --- the exploration floor is in the draw, not only in the log --------------------------------------------------------
+def _confident(policy: str, **cfg: float) -> tuple[PrimaryPathBandit, list[InterfaceContext]]:
+    """A ridge learner fitted on the known world and a context where its rule gives the slower arm < 0.01."""
+    bandit = PrimaryPathBandit(BanditConfig(policy=policy, seed=3, **cfg))  # type: ignore[arg-type]
+    _run(bandit, _contexts(600, 3))
+    return bandit, _ifaces(-50.0, -120.0)  # WiFi ~180 Mbit/s, LTE ~12 Mbit/s: a clear gap
+
+
+@pytest.mark.parametrize(
+    ("policy", "cfg"),
+    [("ridge_squarecb", {}), ("ridge_lints", {}), ("ridge_egreedy", {"ridge_epsilon": 0.004})],
+)
+def test_floored_region_logged_propensity_is_the_probability_of_the_draw(policy: str, cfg: dict) -> None:
+    """Where the rule alone gives an arm less than ``propensity_floor``, the policy draws that arm with
+    probability exactly the floor, and the logged propensity is that probability: the IPS identity
+    E[1[a = arm] / propensity] = 1 holds for every arm. (Flooring only the logged value — the behaviour
+    before — drew the slow arm with the rule's smaller probability and logged 0.01: the identity gave ≈ p/0.01.)"""
+    bandit, ifaces = _confident(policy, **cfg)
+    floor = bandit.config.propensity_floor
+    rule = bandit._policies[ARMS].model.probabilities(context_features(ifaces))  # the published rule, no floor
+    assert rule.min() < 0.5 * floor, ("the context must be in the floored region", rule)
+    p = bandit.probabilities(ifaces)
+    assert p.min() == floor and p.sum() == pytest.approx(1.0, abs=1e-15)
+    draws = 20_000
+    counts = np.zeros(2)
+    ips = np.zeros(2)
+    for _ in range(draws):
+        choice = bandit.decide(ifaces)
+        assert choice.propensity == choice.probability == p[choice.arm_index]
+        counts[choice.arm_index] += 1
+        ips[choice.arm_index] += 1.0 / choice.propensity
+    slow = int(np.argmin(p))
+    sd = math.sqrt(floor * (1 - floor) / draws)
+    assert abs(counts[slow] / draws - floor) <= 4.5 * sd, (counts, p)
+    # IPS identity per arm: mean of 1[a]/p is 1 (s.d. of the slow arm's mean ≈ √((1−f)/(f·draws)) ≈ 0.07)
+    assert abs(ips[slow] / draws - 1.0) <= 4.5 * math.sqrt((1 - floor) / (floor * draws)), ips / draws
+    assert abs(ips[1 - slow] / draws - 1.0) <= 0.01, ips / draws
+
+
+def test_floor_leaves_the_rule_alone_where_it_does_not_bind() -> None:
+    """ε-greedy's ε/K = 0.025 ≥ 0.01: same probabilities as the rule, bit for bit; LinUCB stays deterministic."""
+    bandit, ifaces = _confident("ridge_egreedy")
+    x = context_features(ifaces)
+    np.testing.assert_array_equal(bandit.probabilities(ifaces), bandit._policies[ARMS].model.probabilities(x))
+    ucb, ifaces = _confident("ridge_linucb")
+    assert sorted(ucb.probabilities(ifaces).tolist()) == [0.0, 1.0]
+    assert ucb.decide(ifaces).propensity == 1.0
+
+
+def test_floor_mix_is_the_smallest_uniform_mixture_meeting_the_floor() -> None:
+    for row in ([0.5, 0.5], [0.999, 0.001], [0.0, 1.0], [0.2, 0.79, 0.01], [0.995, 0.004, 0.001]):
+        p = np.asarray(row, dtype=np.float64)
+        q = floor_mix(p, 0.01)
+        assert q.sum() == pytest.approx(1.0, abs=1e-15) and q.min() >= 0.01
+        if p.min() >= 0.01:
+            assert q is p  # untouched
+        else:
+            assert q.min() == 0.01  # the smallest mixture: the lowest arm sits exactly at the floor
+            lam = (q - p) / (1.0 / len(p) - p)  # the same uniform weight λ for every arm
+            np.testing.assert_allclose(lam, lam[0], rtol=1e-9)
+    rows = np.array([[0.999, 0.001], [0.6, 0.4], [0.0, 1.0]])
+    np.testing.assert_array_equal(floor_mix(rows, 0.01), np.vstack([floor_mix(r, 0.01) for r in rows]))
+    assert floor_mix(np.array([0.9, 0.1]), 0.7) == pytest.approx([0.5, 0.5])  # a floor above 1/K: uniform
+    assert floor_mix(np.array([1.0, 0.0]), 0.0).tolist() == [1.0, 0.0]
 
 
 def test_unfitted_learners_are_uniform() -> None:

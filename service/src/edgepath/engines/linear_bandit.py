@@ -54,6 +54,25 @@ choice had, not a bound):
 Until every arm has an outcome the choice is uniform (``1/K``). Ties in an
 argmax go to the lowest arm index, so every rule is a function of the state
 and one uniform draw.
+
+Exploration floor (``floor`` argument of :meth:`LinearBandit.probabilities`,
+:meth:`~LinearBandit.decide` and their batch forms; the service passes its
+``propensity_floor``, 0.01)
+    For the randomised rules (``squarecb``, ``lints``, ``egreedy``) the floor is
+    enforced *in the distribution the arm is drawn from*, so the logged
+    propensity is the draw's probability, never a bound: with ``p`` the rule's
+    vector, ``f = min(floor, 1/K)`` and ``p_min = min_a p_a``, the arm is drawn
+    from ``p' = (1 − λ) p + λ/K`` with
+    ``λ = clip((f − p_min) / (1/K − p_min), 0, 1)`` — the smallest mixture with a
+    uniform draw whose every arm has probability ≥ ``f`` (the uniform mixing of
+    Exp3, Auer, Cesa-Bianchi, Freund & Schapire, SIAM J. Comput. 2002, with the
+    smallest weight that meets the floor). Where the rule already gives every
+    arm ≥ ``f`` (``λ = 0``) nothing changes: ``egreedy``'s ``ε/K`` = 0.025 ≥ 0.01
+    never binds, SquareCB binds only where ``γ_t (μ_b − μ_a) > 1/f − K`` (98 at
+    0.01, K = 2: a confident learner), LinTS where a tail probability is < ``f``.
+    ``linucb`` is deterministic and stays so (its probabilities are 0/1; the
+    service's logged ``max(floor, 1)`` = 1 for the chosen arm is exact, and no
+    other arm is ever logged).
 """
 
 from __future__ import annotations
@@ -67,7 +86,30 @@ import numpy as np
 Mode = Literal["squarecb", "lints", "linucb", "egreedy"]
 MODES: tuple[str, ...] = ("squarecb", "lints", "linucb", "egreedy")
 
+#: Rules whose arm is drawn from a distribution, so that a probability floor can be enforced in the draw.
+FLOORED_MODES: tuple[str, ...] = ("squarecb", "lints", "egreedy")
+
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # ∫ f(z) e^{-z²/2} dz
+
+
+def floor_mix(p: np.ndarray, floor: float) -> np.ndarray:
+    """The smallest uniform mixture of ``p`` whose every arm has probability ≥ ``min(floor, 1/K)``.
+
+    ``p`` shape ``(K,)`` or ``(m, K)`` (rows sum to 1) → same shape, rows sum to 1 (to rounding):
+    ``p' = (1 − λ) p + λ/K`` with ``λ = clip((f − p_min)/(1/K − p_min), 0, 1)`` per row, ``f = min(floor, 1/K)``
+    (module docstring). Rows already at or above ``f`` are returned unchanged (bit for bit); in mixed rows the
+    arms at the floor are set to exactly ``f`` (the mixture gives ``f`` up to the last bit), so a probability
+    logged as ``max(floor, p'_a)`` equals ``p'_a``.
+    """
+    k = p.shape[-1]
+    f = min(float(floor), 1.0 / k)
+    lo = p.min(axis=-1, keepdims=True)
+    if f <= 0.0 or bool(np.all(lo >= f)):
+        return p
+    lam = np.clip((f - lo) / np.maximum(1.0 / k - lo, 1e-300), 0.0, 1.0)
+    mixed = np.maximum((1.0 - lam) * p + lam / k, f)
+    mixed = np.where(p == lo, f, mixed)  # the lowest arms: exactly f (the mixture's value to the last bit)
+    return np.where(lo < f, mixed, p)
 
 
 @dataclass(frozen=True)
@@ -163,8 +205,28 @@ class LinearBandit:
         xt = np.append(x, 1.0)
         return np.sqrt(np.maximum(np.einsum("i,kij,j->k", xt, self.cov, xt), 0.0))
 
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """Exact probability of each arm under the exploration rule; shape ``(K,)``, sums to 1."""
+    def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
+        """Exact probability of each arm under the exploration rule; shape ``(K,)``, sums to 1.
+
+        ``floor`` (a probability, e.g. the service's ``propensity_floor`` 0.01): for the randomised rules
+        (:data:`FLOORED_MODES`) every arm gets at least ``min(floor, 1/K)`` by :func:`floor_mix`; this is the
+        vector :meth:`decide` draws from. ``linucb`` ignores it (deterministic). 0 = the rule as published.
+        """
+        return np.asarray(self._floored(self._rule_probabilities(x).tolist(), floor))
+
+    def _floored(self, p: list[float], floor: float) -> list[float]:
+        """:func:`floor_mix` of one probability vector as a list, for the single decision (a few scalar operations
+        instead of numpy reductions on a length-K array: the common case, no arm below the floor, costs one ``min``).
+        Same operations in the same order as :func:`floor_mix`, so the same floats."""
+        k = self.k
+        f = min(float(floor), 1.0 / k)
+        lo = min(p)
+        if f <= 0.0 or lo >= f or self.config.mode not in FLOORED_MODES:
+            return p
+        lam = min(max((f - lo) / max(1.0 / k - lo, 1e-300), 0.0), 1.0)
+        return [f if pa == lo else max((1.0 - lam) * pa + lam / k, f) for pa in p]
+
+    def _rule_probabilities(self, x: np.ndarray) -> np.ndarray:
         cfg, k = self.config, self.k
         if not self.is_fitted:  # an arm never tried: uniform until every arm has an outcome
             return np.full(k, 1.0 / k)
@@ -186,9 +248,11 @@ class LinearBandit:
             return p
         return _thompson_probabilities(mu, cfg.ts_scale * sd)
 
-    def decide(self, x: np.ndarray) -> tuple[int, float]:
-        """Draw an arm for features ``x`` (shape ``(d,)``); returns ``(arm index, exact propensity)``."""
-        p = self.probabilities(x).tolist()
+    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
+        """Draw an arm for features ``x`` (shape ``(d,)``) from :meth:`probabilities` ``(x, floor)``; returns
+        ``(arm index, exact propensity)`` — the probability the drawn arm had, ≥ ``min(floor, 1/K)`` for the
+        randomised rules."""
+        p = self._floored(self._rule_probabilities(x).tolist(), floor)
         draw = self.rng.random()
         acc, arm = 0.0, self.k - 1
         for a, pa in enumerate(p):
@@ -200,12 +264,17 @@ class LinearBandit:
             arm -= 1
         return arm, p[arm]
 
-    def probabilities_batch(self, X: np.ndarray) -> np.ndarray:
+    def probabilities_batch(self, X: np.ndarray, floor: float = 0.0) -> np.ndarray:
         """:meth:`probabilities` of many contexts: ``X`` shape ``(m, d)`` → shape ``(m, K)``, rows sum to 1.
 
         One ``(m, d) @ (d, K)`` product for the estimates (plus, for LinTS/LinUCB, one batched quadratic form);
-        the same rules as :meth:`probabilities`, row by row (LinTS with K > 2 falls back to its quadrature per row).
+        the same rules as :meth:`probabilities`, row by row (LinTS with K > 2 falls back to its quadrature per row),
+        and the same ``floor`` (:func:`floor_mix`, row-wise).
         """
+        p = self._rule_probabilities_batch(X)
+        return floor_mix(p, floor) if self.config.mode in FLOORED_MODES else p
+
+    def _rule_probabilities_batch(self, X: np.ndarray) -> np.ndarray:
         cfg, k = self.config, self.k
         X = np.asarray(X, dtype=np.float64).reshape(-1, self.d)
         m = X.shape[0]
@@ -231,16 +300,16 @@ class LinearBandit:
             return p
         return np.vstack([_thompson_probabilities(mu[i], cfg.ts_scale * sd[i]) for i in range(m)])
 
-    def decide_batch(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def decide_batch(self, X: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`decide` for the rows of ``X`` (shape ``(m, d)``), in row order: arm indices ``(m,)`` (int) and
-        exact propensities ``(m,)``.
+        exact propensities ``(m,)`` (drawn from :meth:`probabilities_batch` ``(X, floor)``).
 
         The draws are ``m`` uniform numbers from the same generator, in row order (``rng.random(m)`` yields the
         numbers ``m`` calls of ``rng.random()`` would), and each row's arm is picked from its probability vector
         by the same cumulative rule, so a batch decides what the same rows decided one by one would (up to the
         last bit of the matrix product's rounding).
         """
-        p = self.probabilities_batch(X)
+        p = self.probabilities_batch(X, floor)
         m = p.shape[0]
         draws: np.ndarray = np.asarray(self.rng.random(size=m), dtype=np.float64)
         below = draws[:, None] < np.cumsum(p, axis=1)

@@ -84,9 +84,29 @@ oracle's greedy arm ``g`` and ``K`` arms:
   oracles, so 1;
 * explore_first: ``1/K`` during the exploration rounds, 1 after.
 
-The *logged* propensity is floored at ``propensity_floor`` (default 0.01) so
-that inverse-propensity weights stay bounded (≤ 100); ``ArmChoice.probability``
-keeps the unfloored value.
+Exploration floor (``propensity_floor``, default 0.01: inverse-propensity
+weights stay ≤ 100):
+
+* ridge_squarecb, ridge_lints, ridge_egreedy draw from a distribution that
+  already gives every arm at least the floor — the smallest mixture of the
+  rule's vector with a uniform draw that meets it
+  (:func:`~edgepath.engines.linear_bandit.floor_mix`; untouched where the rule
+  already does, e.g. ridge_egreedy's ε/K = 0.025). Their logged propensity is
+  the exact probability of the drawn arm, floor included
+  (``ArmChoice.propensity == ArmChoice.probability``), so IPS/DR on their logs
+  are unbiased. The floor is read from :class:`BanditConfig` at each decision
+  (a loaded model follows the serving settings); a floor above ``1/K`` is
+  capped at ``1/K`` (uniform), and then the logged ``max(floor, p)`` is a bound.
+* ridge_linucb, adaptive_active_greedy, bootstrapped_ucb and adaptive_greedy
+  outside its random branch are deterministic (propensity 1, exact).
+* The paper's randomised policies keep their published rules (their decisions
+  are not changed): their logged propensity is ``max(floor, p)``, which is a
+  *bound*, not the probability, whenever ``p`` < floor — epsilon_greedy's
+  exploration arms once its decayed ε/K falls below the floor (after ~23,000
+  decisions at ε = 0.2, decay 0.9999, K = 2), active_explorer's active-learning
+  arm (when it is not the greedy one) once its decayed p does (~9,000 decisions
+  at 0.15, decay 0.9997). ``ArmChoice.probability`` keeps the policy's exact
+  value; IPS/DR weight such rows by 1/floor instead of the larger 1/p.
 
 Bad outcomes never reach a model: :meth:`PrimaryPathBandit.update` drops
 samples whose features, propensity, throughput (negative, non-finite or above
@@ -189,8 +209,11 @@ class ArmChoice:
     """What :meth:`PrimaryPathBandit.decide` returns.
 
     ``features`` has shape ``(N_FEATURES,)``; ``arm_index`` indexes ``arms``;
-    ``propensity`` is floored at ``propensity_floor``, ``probability`` is the
-    exact, unfloored probability of the choice.
+    ``probability`` is the exact probability the policy gave the chosen arm (for the
+    ridge policies with the propensity floor enforced in the draw); ``propensity``
+    (logged) is ``max(propensity_floor, probability)`` — equal to ``probability`` for
+    the ridge policies, a bound for the paper's policies when their probability is
+    below the floor (module docstring, "Exploration floor").
     """
 
     arms: ArmSet
@@ -228,7 +251,16 @@ def _oracle(cfg: BanditConfig) -> SGDClassifier:
 
 # --- per-arm-set policy objects -------------------------------------------------------------------------------------
 class RidgePolicy:
-    """EdgePath's learner for one arm set: a :class:`LinearBandit` over the shared features."""
+    """EdgePath's learner for one arm set: a :class:`LinearBandit` over the shared features.
+
+    ``floor`` (the :class:`BanditConfig`'s ``propensity_floor``, passed by :class:`PrimaryPathBandit` at each
+    decision so that a loaded model follows the serving settings) is enforced in the distribution the arm is
+    drawn from (:func:`~edgepath.engines.linear_bandit.floor_mix`; not for the deterministic ``linucb``), so the
+    returned propensity is the exact probability of the drawn arm and already ≥ the floor.
+    """
+
+    #: The policy enforces the propensity floor in its own draw (the logged propensity is exact, not a bound).
+    FLOOR_IN_POLICY = True
 
     def __init__(self, k: int, cfg: BanditConfig, seed: int, mode: str) -> None:
         self.model = LinearBandit(k, N_FEATURES, cfg.linear(mode), seed=seed)
@@ -237,15 +269,15 @@ class RidgePolicy:
     def is_fitted(self) -> bool:
         return self.model.is_fitted
 
-    def decide(self, x: np.ndarray) -> tuple[int, float]:
-        return self.model.decide(x)
+    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
+        return self.model.decide(x, floor)
 
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        return self.model.probabilities(x)
+    def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
+        return self.model.probabilities(x, floor)
 
-    def decide_batch(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def decide_batch(self, X: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`decide` for the rows of ``X`` ``(m, N_FEATURES)``: arm indices ``(m,)``, propensities ``(m,)``."""
-        return self.model.decide_batch(X)
+        return self.model.decide_batch(X, floor)
 
     def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
         self.model.update(X, a, r, w)
@@ -852,7 +884,11 @@ class PrimaryPathBandit:
         if len(arms) == 1:
             index, probability = 0, 1.0
         else:
-            index, probability = self._policy(arms).decide(x)
+            policy = self._policy(arms)
+            if getattr(policy, "FLOOR_IN_POLICY", False):
+                index, probability = policy.decide(x, self.config.propensity_floor)
+            else:
+                index, probability = policy.decide(x)
             self.decisions_unsynced[arms] = self.decisions_unsynced.get(arms, 0) + 1
         chosen = arms[index]
         iface = representative(interfaces, chosen)
@@ -887,15 +923,15 @@ class PrimaryPathBandit:
         for i, arms in enumerate(arm_sets):
             if len(arms) > 1:
                 groups.setdefault(arms, []).append(i)
+        floor = self.config.propensity_floor
         for arms, rows in groups.items():
             policy = self._policy(arms)
             batch = getattr(policy, "decide_batch", None)
-            if batch is not None:
-                index[rows], probability[rows] = batch(X[rows])
+            if batch is not None:  # the ridge policies, which enforce the floor in their draw
+                index[rows], probability[rows] = batch(X[rows], floor)
             else:
                 for i in rows:
                     index[i], probability[i] = policy.decide(X[i])
-        floor = self.config.propensity_floor
         out = []
         for i, (arms, arm, p) in enumerate(zip(arm_sets, index.tolist(), probability.tolist(), strict=True)):
             chosen = arms[arm]
@@ -913,11 +949,17 @@ class PrimaryPathBandit:
         return out
 
     def probabilities(self, interfaces: Sequence[InterfaceContext]) -> np.ndarray:
-        """Exact probability of each arm of ``arm_set(interfaces)`` now, without deciding; shape ``(K,)``."""
+        """Exact probability of each arm of ``arm_set(interfaces)`` now, without deciding; shape ``(K,)``.
+
+        The distribution :meth:`decide` draws from: for the ridge policies with the propensity floor enforced in it.
+        """
         arms = arm_set(interfaces)
         if len(arms) == 1:
             return np.ones(1)
-        return np.asarray(self._policy(arms).probabilities(context_features(interfaces)), dtype=np.float64)
+        policy, x = self._policy(arms), context_features(interfaces)
+        if getattr(policy, "FLOOR_IN_POLICY", False):
+            return np.asarray(policy.probabilities(x, self.config.propensity_floor), dtype=np.float64)
+        return np.asarray(policy.probabilities(x), dtype=np.float64)
 
     def target(self, s: TrainingSample) -> float:
         """The value the policy learns from for sample ``s``: its utility or its Bernoulli reward."""

@@ -11,18 +11,21 @@ utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, defau
    keeps (features, arm, propensity, the chosen arm's utility) — nothing else;
 3. :func:`edgepath.evaluation.ope.off_policy_evaluation`'s protocol runs on that log (model part /
    evaluation part split, DR's reward model and the learned candidates fitted on the model part, 95%
-   percentile bootstrap on the evaluation part);
+   percentile and BCa bootstrap intervals from the same resamples of the evaluation part);
 4. truth = the candidate's true value on the evaluation part's situations (both arms known).
 
 Reported per logging policy × candidate × estimator: bias (mean of estimate − truth), mean absolute
-error, RMSE and the share of repetitions whose 95% interval covers the truth.
+error, RMSE and the share of repetitions whose 95% interval covers the truth (``ci95_coverage``:
+percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`).
 
 Logging policies: ``uniform`` (½, ½); ``epsilon_greedy`` (WiFi-first with ε = 0.2 uniform
 exploration: WiFi 0.9, LTE 0.1 — what apprentice mode logs around a WiFi-first baseline); ``service``
 (the default learner ``ridge_squarecb`` from a cold start, refit every 50 outcomes, with the
-propensity the service logs — exact, floored at 0.01). Candidates: ``wifi_first``, ``lte_first``,
-``offline_classifier`` (the cost-sensitive better-arm classifier trained on the training users,
-fixed) and ``ridge_squarecb`` (greedy, trained on the log's model part).
+propensity the service logs — exact: the policy draws from a distribution whose every arm has
+probability ≥ ``propensity_floor`` 0.01, :func:`edgepath.engines.linear_bandit.floor_mix`).
+Candidates: ``wifi_first``, ``lte_first``, ``offline_classifier`` (the cost-sensitive better-arm
+classifier trained on the training users, fixed) and ``ridge_squarecb`` (greedy, trained on the
+log's model part).
 
 The situations are paired (two real single-arm tests of one city), not simultaneous measurements.
 """
@@ -40,9 +43,11 @@ from edgepath.evaluation.ope import (
     ESTIMATORS,
     BanditLog,
     DirectModel,
+    bca_interval,
     bootstrap_indices,
     candidate,
     estimate,
+    jackknife,
     one_hot,
     split,
 )
@@ -73,7 +78,8 @@ def _as_log(X: np.ndarray, a: np.ndarray, p: np.ndarray, U: np.ndarray, T: np.nd
 
 
 def _log_service(stream: Sequence[Any], U: np.ndarray, T: np.ndarray, seed: int) -> BanditLog:
-    """The default learner from a cold start, refit every 50 outcomes, logging its floored propensity."""
+    """The default learner from a cold start, refit every 50 outcomes, logging its propensity (the exact
+    probability of the drawn arm; the floor is enforced in the policy's distribution)."""
     bandit = PrimaryPathBandit(BanditConfig(seed=seed))
     X, a, p, buffer = [], [], [], []
     for i, s in enumerate(stream):
@@ -113,7 +119,8 @@ def ground_truth(
     situations = pair_situations(split_.train_wifi, split_.train_cellular, 0)
     train = train_offline(situations, (), OfflineConfig(policy="active_explorer"))
     classifier = BetterArmPolicy(train.classifier)
-    rows: dict[str, dict[str, dict[str, list[tuple[float, float, float, float]]]]] = {}
+    # per repetition: (estimate, truth, percentile lo, hi, BCa lo, hi)
+    rows: dict[str, dict[str, dict[str, list[tuple[float, ...]]]]] = {}
     truths: dict[str, dict[str, list[float]]] = {}
     for rep in range(n_reps):
         seed = 1000 + rep
@@ -143,9 +150,11 @@ def ground_truth(
                 truths.setdefault(lp, {}).setdefault(cand, []).append(truth)
                 for est in ESTIMATORS:
                     value = float(estimate(est, pi, ev, q))
-                    lo, hi = np.quantile(estimate(est, pi, ev, q, idx), [0.025, 0.975])
+                    boots = estimate(est, pi, ev, q, idx)
+                    lo, hi = np.quantile(boots, [0.025, 0.975])
+                    b_lo, b_hi = bca_interval(boots, value, jackknife(est, pi, ev, q))
                     rows.setdefault(lp, {}).setdefault(cand, {}).setdefault(est, []).append(
-                        (value, truth, float(lo), float(hi))
+                        (value, truth, float(lo), float(hi), b_lo, b_hi)
                     )
         say(f"repetition {rep + 1}/{n_reps} done")
     summary: dict[str, Any] = {}
@@ -155,12 +164,15 @@ def ground_truth(
                 arr = np.asarray(reps)
                 err = arr[:, 0] - arr[:, 1]
                 covered = (arr[:, 2] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 3])
+                covered_bca = (arr[:, 4] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 5])
                 summary.setdefault(lp, {}).setdefault(cand, {})[est] = {
                     "bias": float(err.mean()),
                     "mean_abs_error": float(np.abs(err).mean()),
                     "rmse": float(np.sqrt((err**2).mean())),
                     "ci95_coverage": float(covered.mean()),
                     "mean_ci95_width": float((arr[:, 3] - arr[:, 2]).mean()),
+                    "ci95_coverage_bca": float(covered_bca.mean()),
+                    "mean_ci95_width_bca": float((arr[:, 5] - arr[:, 4]).mean()),
                 }
             summary[lp][cand]["true_value_mean"] = float(np.mean(truths[lp][cand]))
     return {
@@ -173,7 +185,7 @@ def ground_truth(
         "logging_policies": {
             "uniform": "WiFi 0.5 / LTE 0.5",
             "epsilon_greedy": f"WiFi-first with epsilon {EPSILON}: WiFi {1 - EPSILON / 2}, LTE {EPSILON / 2}",
-            "service": "ridge_squarecb cold start, refit every 50, logged (floored) propensity",
+            "service": "ridge_squarecb cold start, refit every 50, logged propensity (exact, >= 0.01 in the policy)",
         },
         "summary": summary,
         "per_rep": {
@@ -183,10 +195,11 @@ def ground_truth(
 
 
 def format_truth_table(report: dict[str, Any]) -> str:
-    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage."""
+    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile and BCa)."""
     lines = [
-        "| logging policy | candidate | true value | estimator | bias | MAE | 95% CI coverage | mean CI width |",
-        "|---|---|---|---|---|---|---|---|",
+        "| logging policy | candidate | true value | estimator | bias | MAE | 95% CI coverage | mean CI width "
+        "| BCa coverage | BCa mean width |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for lp, by_cand in report["summary"].items():
         for cand, by_est in by_cand.items():
@@ -194,6 +207,7 @@ def format_truth_table(report: dict[str, Any]) -> str:
                 r = by_est[est]
                 lines.append(
                     f"| {lp} | {cand} | {by_est['true_value_mean']:.4f} | {est} | {r['bias']:+.4f} | "
-                    f"{r['mean_abs_error']:.4f} | {100 * r['ci95_coverage']:.0f}% | {r['mean_ci95_width']:.4f} |"
+                    f"{r['mean_abs_error']:.4f} | {100 * r['ci95_coverage']:.0f}% | {r['mean_ci95_width']:.4f} | "
+                    f"{100 * r['ci95_coverage_bca']:.0f}% | {r['mean_ci95_width_bca']:.4f} |"
                 )
     return "\n".join(lines)

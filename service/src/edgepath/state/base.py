@@ -174,7 +174,9 @@ class LoggedDecision:
     ``context`` is the request's ``interfaces`` as received (list of objects; absent measurements
     absent), ``features`` the encoded vector of ``engines.features.FEATURE_NAMES`` the policy saw;
     ``arms`` access types in policy order, ``arm_index`` the chosen one, ``propensity`` its exact
-    probability under ``policy`` (floored at ``propensity_floor``). Reward inputs: ``throughput_bps``
+    probability under ``policy`` (the ridge policies draw with ``propensity_floor`` already in the
+    distribution, so theirs is exact; the paper's policies log ``max(propensity_floor, p)``, a bound
+    when their ``p`` is below the floor; see ``engines.primary_path``). Reward inputs: ``throughput_bps``
     (bit/s), ``latency_ms`` (ms), ``loss`` (fraction) as reported, and ``reward`` (Bernoulli, the
     wire's). ``decided_at``/``reported_at`` are Unix seconds. ``learner_arm_index`` is the arm an
     apprentice learner would have chosen (None outside apprentice mode).
