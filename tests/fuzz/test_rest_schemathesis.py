@@ -43,6 +43,27 @@ CHECKS = [
     response_headers_conformance,
 ]
 SETTINGS = fuzz_settings(25)  # EDGEPATH_FUZZ_EXAMPLES / EDGEPATH_FUZZ_SEED: nightly-sized runs
+SHED = "503 shed"
+
+
+def checks_for(response: Any) -> tuple[list[Any], str]:
+    """The checks an answer must pass and the status it is counted under.
+
+    Admission shedding (``rest.app.ShedPastCapacity``: 503, ``Retry-After``, problem ``error`` "unavailable",
+    detail "overloaded…") is the documented, retryable answer past capacity (README "Overload"; issue 17 counts
+    it as retryable, not as a server error), and what a loaded machine provokes: a nightly-sized run beside the
+    test suite drew one in 23,452 requests. It is exempt from ``not_a_server_error`` only, still checked for
+    conformance, and counted apart (``503 shed``). Any other 5xx fails, as before; so does gRPC's mutation run
+    for anything but its RESOURCE_EXHAUSTED.
+    """
+    if response.status_code == 503 and response.headers.get("retry-after"):
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        if body.get("error") == "unavailable" and str(body.get("detail", "")).startswith("overloaded"):
+            return [c for c in CHECKS if c is not not_a_server_error], SHED
+    return CHECKS, str(response.status_code)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +83,7 @@ def fuzz_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any
             alive = http.get("/healthz").status_code == 200
         for run in (RUN_STATELESS, RUN_STATEFUL):
             if run in FIGURES:
-                errors = sum(n for status, n in FIGURES[run].items() if status.startswith("5"))
+                errors = sum(n for status, n in FIGURES[run].items() if status.startswith("5") and status != SHED)
                 write_summary(run, server_errors=errors, crashes=0 if alive else 1)
 
 
@@ -84,8 +105,9 @@ def test_no_operation_answers_a_server_error(api_schema: Any, fuzz_service: tupl
         @SETTINGS
         def run(case: Any) -> None:
             response = case.call(headers={"Authorization": f"Bearer {admin}"})
-            record(RUN_STATELESS, str(response.status_code))
-            case.validate_response(response, checks=CHECKS)
+            checks, counted_as = checks_for(response)
+            record(RUN_STATELESS, counted_as)
+            case.validate_response(response, checks=checks)
 
         try:
             run()
@@ -102,10 +124,11 @@ def test_decision_outcome_link_never_answers_a_server_error(api_schema: Any, fuz
             return {"headers": {"Authorization": f"Bearer {admin}"}}
 
         def validate_response(self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any) -> None:
-            record(RUN_STATEFUL, str(response.status_code))
+            checks, counted_as = checks_for(response)
+            record(RUN_STATEFUL, counted_as)
             if case.operation.path == "/v1/outcomes" and response.status_code == 200:
                 links_followed["outcome_accepted"] += 1
-            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
+            case.validate_response(response, checks=checks, transport_kwargs=kwargs)
 
     DecisionOutcome.run(
         settings=settings(
