@@ -182,3 +182,32 @@ def test_denormal_transfer_duration_is_a_4xx_naming_the_field(duration_ms: float
         assert resp.status_code == 422 and resp.json()["field"] == "server_transfer.duration_ms", resp.text
         body["server_transfer"]["duration_ms"] = 1000.0
         assert http.post("/v1/outcomes", json=body).json()["accepted"] is True
+
+
+@pytest.mark.parametrize("duration_ms", [5e-324, 1e-310, 0.0009])
+def test_denormal_transfer_duration_is_invalid_argument_over_grpc(duration_ms: float) -> None:
+    """The gRPC half of the regression above: INVALID_ARGUMENT naming ``server_transfer.duration_ms`` (never
+    INTERNAL/UNKNOWN), and the decision still accepts a valid report afterwards."""
+    import grpc
+    from edgepath_agent.wire import edgepath_pb2 as pb
+    from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
+    from google.protobuf import json_format
+
+    with running_service() as svc, grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+        stub = pb_grpc.PathServiceStub(channel)
+        request = pb.RecommendRequest(device_id="dev-a")
+        body = context_body("dev-a", link_speed_mbps=50.0)
+        for i in body["interfaces"]:
+            i["access_type"] = f"ACCESS_TYPE_{i['access_type']}"
+        json_format.ParseDict(body, request)
+        rec = stub.Recommend(request, timeout=5)
+        transfer = pb.ServerTransfer(address="192.0.2.1", size_bytes=3, duration_ms=duration_ms)
+        report = pb.OutcomeRequest(
+            device_id="dev-a", decision_id=rec.decision_id, throughput_bps=1e6, server_transfer=transfer
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ReportOutcome(report, timeout=5)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+        assert "server_transfer.duration_ms" in (err.value.details() or "")
+        report.server_transfer.duration_ms = 1000.0
+        assert stub.ReportOutcome(report, timeout=5).accepted
