@@ -11,6 +11,7 @@ from edgepath_agent.collector import StaticCollector, TraceCollector
 from edgepath_agent.daemon import Agent, AgentConfig, congestion_measurement
 from edgepath_agent.messages import CongestionMeasurement, outcome_to_proto
 from edgepath_agent.meter import TransferResult, TransferServer, transfer
+from edgepath_agent.wire import edgepath_pb2 as pb
 from test_agent_daemon import ADDRS, RADIO, ROUTES
 
 TRAILER = {
@@ -38,7 +39,7 @@ def test_the_trailer_gives_the_block_with_the_senders_algorithm() -> None:
     msg = outcome_to_proto(
         {"device_id": "d", "decision_id": "x", "throughput_bps": 1.0, "congestion_measurement": m.as_json()}
     )
-    assert msg.congestion_measurement == m.to_proto()
+    assert msg.congestion_measurement == pb.CongestionMeasurement(**m.as_json())
     assert msg.congestion_measurement.algorithm == "bbr" and msg.congestion_measurement.drop_rate == 0.025
 
 

@@ -261,10 +261,6 @@ class CongestionMeasurement(BaseModel):
         """The REST JSON shape of ``CongestionMeasurement`` (absent metrics left out)."""
         return self.model_dump(exclude_none=True)
 
-    def to_proto(self) -> pb.CongestionMeasurement:
-        """The ``edgepath.v1.CongestionMeasurement`` message (absent metrics unset)."""
-        return pb.CongestionMeasurement(**self.as_json())
-
     @classmethod
     def from_meter(
         cls, paper_metrics: Mapping[str, Any], algorithm: str | None, throughput_bps: float | None
