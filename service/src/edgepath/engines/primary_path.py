@@ -259,9 +259,6 @@ class RidgePolicy:
     returned propensity is the exact probability of the drawn arm and already ≥ the floor.
     """
 
-    #: The policy enforces the propensity floor in its own draw (the logged propensity is exact, not a bound).
-    FLOOR_IN_POLICY = True
-
     def __init__(self, k: int, cfg: BanditConfig, seed: int, mode: str) -> None:
         self.model = LinearBandit(k, N_FEATURES, cfg.linear(mode), seed=seed)
 
@@ -297,6 +294,13 @@ class RidgePolicy:
 
 class ActiveExplorerPolicy(PaperActiveExplorer):
     """The paper's ActiveExplorer as a registry policy (Bernoulli reward)."""
+
+    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
+        """The paper's Algorithm 1 (``floor`` not used: its published rule is kept; module docstring)."""
+        return super().decide(x)
+
+    def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
+        return super().probabilities(x)
 
     def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
         self.partial_fit(X, a, r, w)
@@ -400,8 +404,9 @@ class LibraryPolicy:
         greedy = int(np.argmax(np.asarray(policy._oracles.decision_function(X)).reshape(-1)))
         return (*self._rule(X, greedy), greedy)
 
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """Exact probability of each arm at the current state (does not advance the policy)."""
+    def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
+        """Exact probability of each arm at the current state (does not advance the policy). ``floor`` is not
+        used: the paper's policies keep their published rules (module docstring, "Exploration floor")."""
         k = self.lib.nchoices
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -412,7 +417,8 @@ class LibraryPolicy:
         out[greedy] += 1.0 - p if rule == "epsilon" else 1.0
         return out
 
-    def decide(self, x: np.ndarray) -> tuple[int, float]:
+    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
+        """Arm and its exact probability under the published rule (``floor`` not used, as :meth:`probabilities`)."""
         snap = self._snapshot()
         if snap is not None:
             return self._fast_decide(x, snap)
@@ -495,10 +501,10 @@ class ExploreFirstPolicy(LibraryPolicy):
             return arm, 1.0 / k
         return greedy, 1.0
 
-    def probabilities(self, x: np.ndarray) -> np.ndarray:
+    def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
         if self._exploring():
             return np.full(self.lib.nchoices, 1.0 / self.lib.nchoices)
-        return super().probabilities(x)
+        return super().probabilities(x, floor)
 
 
 class AdaptiveGreedyPolicy(LibraryPolicy):
@@ -884,11 +890,7 @@ class PrimaryPathBandit:
         if len(arms) == 1:
             index, probability = 0, 1.0
         else:
-            policy = self._policy(arms)
-            if getattr(policy, "FLOOR_IN_POLICY", False):
-                index, probability = policy.decide(x, self.config.propensity_floor)
-            else:
-                index, probability = policy.decide(x)
+            index, probability = self._policy(arms).decide(x, self.config.propensity_floor)
             self.decisions_unsynced[arms] = self.decisions_unsynced.get(arms, 0) + 1
         chosen = arms[index]
         iface = representative(interfaces, chosen)
@@ -927,11 +929,11 @@ class PrimaryPathBandit:
         for arms, rows in groups.items():
             policy = self._policy(arms)
             batch = getattr(policy, "decide_batch", None)
-            if batch is not None:  # the ridge policies, which enforce the floor in their draw
+            if batch is not None:  # the ridge policies (vectorised)
                 index[rows], probability[rows] = batch(X[rows], floor)
             else:
                 for i in rows:
-                    index[i], probability[i] = policy.decide(X[i])
+                    index[i], probability[i] = policy.decide(X[i], floor)
         out = []
         for i, (arms, arm, p) in enumerate(zip(arm_sets, index.tolist(), probability.tolist(), strict=True)):
             chosen = arms[arm]
@@ -956,10 +958,8 @@ class PrimaryPathBandit:
         arms = arm_set(interfaces)
         if len(arms) == 1:
             return np.ones(1)
-        policy, x = self._policy(arms), context_features(interfaces)
-        if getattr(policy, "FLOOR_IN_POLICY", False):
-            return np.asarray(policy.probabilities(x, self.config.propensity_floor), dtype=np.float64)
-        return np.asarray(policy.probabilities(x), dtype=np.float64)
+        x = context_features(interfaces)
+        return np.asarray(self._policy(arms).probabilities(x, self.config.propensity_floor), dtype=np.float64)
 
     def target(self, s: TrainingSample) -> float:
         """The value the policy learns from for sample ``s``: its utility or its Bernoulli reward."""
