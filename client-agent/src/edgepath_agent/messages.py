@@ -20,7 +20,6 @@ descriptor (protobuf style: values carry the enum's name as prefix) and accepts 
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from functools import partial
@@ -28,7 +27,17 @@ from typing import Annotated, Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
 
 from edgepath_agent.wire import edgepath_pb2 as pb
 
@@ -267,29 +276,28 @@ class CongestionMeasurement(BaseModel):
     ) -> CongestionMeasurement | None:
         """From the meter trailer's ``paper_metrics`` (:func:`edgepath_agent.ccmetrics.paper_metrics`: ms, ``%``).
 
-        Each value is taken only when it is a finite number within the wire's range (a trailer is a server's JSON:
-        NaN, strings and absurd values are left out rather than refused); ``drop_rate_pct`` becomes a fraction.
-        None when there is no valid ``algorithm`` or no metric at all (no block is then sent).
+        Each value is taken only when it is a number that passes this model's own field bounds (a trailer is a
+        server's JSON: NaN, strings and absurd values are left out rather than refused); ``drop_rate_pct`` becomes
+        a fraction. None when there is no valid ``algorithm`` or no metric at all (no block is then sent).
         """
         if not isinstance(algorithm, str) or not _ALGORITHM.match(algorithm.strip()):
             return None
-
-        def number(value: Any, lo: float, hi: float, scale: float = 1.0) -> float | None:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                return None
-            x = float(value) * scale
-            return x if math.isfinite(x) and lo <= x <= hi else None
-
-        fields = {
-            "hol_degree_ms": number(paper_metrics.get("hol_degree_avg_ms"), -600_000.0, 600_000.0),
-            "protocol_delay_ms": number(paper_metrics.get("protocol_delay_avg_ms"), 0.0, 600_000.0),
-            "drop_rate": number(paper_metrics.get("drop_rate_pct"), 0.0, 1.0, 0.01),
-            "throughput_bps": number(throughput_bps, 0.0, 1e12),
+        raw = {
+            "hol_degree_ms": paper_metrics.get("hol_degree_avg_ms"),
+            "protocol_delay_ms": paper_metrics.get("protocol_delay_avg_ms"),
+            "drop_rate": paper_metrics.get("drop_rate_pct"),
+            "throughput_bps": throughput_bps,
         }
-        present = {k: v for k, v in fields.items() if v is not None}
-        if not present:
-            return None
-        return cls(algorithm=algorithm.strip().lower(), **present)
+        numbers = {k: float(v) for k, v in raw.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if "drop_rate" in numbers:
+            numbers["drop_rate"] *= 0.01
+        name = algorithm.strip().lower()
+        try:
+            return cls(algorithm=name, **numbers) if numbers else None
+        except ValidationError as exc:  # leave out the fields the bounds refuse, keep the rest
+            refused = {e["loc"][0] for e in exc.errors()}
+            kept = {k: v for k, v in numbers.items() if k not in refused}
+            return cls(algorithm=name, **kept) if kept else None
 
 
 def _proto_fields(msg: Message) -> dict[str, Any]:
