@@ -403,7 +403,8 @@ def eval_ope(
     seed: Annotated[int, typer.Option(help="Seed of the split and the bootstrap")] = 0,
     out: Annotated[Optional[Path], typer.Option(help="Write the JSON report here")] = None,
 ) -> None:
-    """Estimate candidate policies' values on a decision log: IPS, SNIPS, doubly robust, bootstrap 95% CIs, ESS."""
+    """Estimate candidate policies' values on a decision log: IPS, SNIPS, doubly robust (bootstrap 95% CIs, ESS)
+    and adaptively-weighted DR (its normal 95% CI, valid for adaptively collected logs)."""
     from edgepath.evaluation.ope import FIXED_POLICIES, LogRefused, format_table, load_log, off_policy_evaluation
 
     names = [p.strip() for p in policy.split(",") if p.strip()]
@@ -440,7 +441,7 @@ def eval_ope_truth(
         "service/data/mobilebandwidth/4G.csv"
     ),
 ) -> None:
-    """IPS, SNIPS and DR against the true values of paired real data (bias, MAE, CI coverage per logging policy)."""
+    """IPS, SNIPS, DR and adaptively-weighted DR against the true values of paired real data (bias, MAE, coverage)."""
     from edgepath.evaluation.ope_truth import format_truth_table, ground_truth
     from edgepath.evaluation.primary import load_split
 

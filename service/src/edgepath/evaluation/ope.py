@@ -29,6 +29,11 @@ Protocol
    on the service's own log BCa covered the truth *less* often than the percentile interval (README,
    "Ground truth"), so the percentile interval stays the reported one. Neither can represent heavy
    rows the evaluation part does not contain.
+4. ``adr``, the adaptively-weighted doubly robust estimator (:func:`adaptive_dr`; Hadad, Hirshberg, Zhan,
+   Wager & Athey, PNAS 2021; for a policy's value on contextual-bandit logs, Zhan, Hadad, Hirshberg &
+   Athey, KDD 2021) has its own normal 95% interval, valid for *adaptively collected* rows: the log is
+   read in its order (the decision log is appended in join order; :func:`split` keeps that order
+   within each part), its reward model and weights use only the rows before each evaluated row.
 
 Rewards: ``utility`` (default; :func:`edgepath.engines.reward.utility` of the reported throughput,
 latency and loss, what the ``ridge_*`` learners maximise) or ``bernoulli`` (the logged 0/1 reward).
@@ -50,6 +55,7 @@ from edgepath.training.offline import ARMS, DecisionLogError, OfflineConfig, rea
 #: Candidate policies that need no training (π(a|x) fixed); every registry policy is also a candidate.
 FIXED_POLICIES: tuple[str, ...] = ("wifi_first", "lte_first", "uniform")
 ESTIMATORS: tuple[str, ...] = ("ips", "snips", "dr")
+"""The estimators with a percentile-bootstrap interval; ``adr`` (:func:`adaptive_dr`) is reported beside them."""
 
 
 class LogRefused(ValueError):
@@ -335,6 +341,130 @@ def bca_interval(boots: np.ndarray, theta: float, jack: np.ndarray, alpha: float
     return float(lo), float(hi)
 
 
+# ------------------------------------------------------------------- adaptively-weighted doubly robust
+def logging_probabilities(log: BanditLog) -> np.ndarray:
+    """The logging policy's probabilities of *both* arms at each row's context, ``(n, 2)``.
+
+    The log records the probability ``p_t`` of the chosen arm only; on the two-arm WiFi × LTE set the other
+    arm's is ``1 − p_t`` exactly (the logging distribution sums to 1), so the row's whole distribution
+    ``e_t(·|x_t)`` is known. (It is not known at *other* contexts: see :func:`stablevar_weights`.)
+    """
+    n = len(log)
+    e = np.empty((n, len(ARMS)))
+    e[np.arange(n), log.actions] = log.propensity
+    e[np.arange(n), 1 - log.actions] = 1.0 - log.propensity
+    return e
+
+
+def predictable_reward_model(log: BanditLog, ridge_lambda: float = 1.0) -> np.ndarray:
+    """q̂_t(x_t, a) for every row ``t`` and arm, ``(n, K)``, fitted on the rows *before* ``t`` only.
+
+    The same per-arm ridge as :class:`DirectModel` (unpenalised intercept; fewer than 2 earlier rows of an arm:
+    the mean reward of all earlier rows, 0 before the first), refitted at every row from running sums, so
+    q̂_t depends on the history alone — the condition under which the AIPW scores of :func:`adaptive_dr` are a
+    martingale difference sequence (Hadad et al. 2021: "μ̂_t is estimated with data up to t − 1").
+    With an intercept column ``z = (1, x)`` the centred ridge of :class:`DirectModel` is
+    ``(Σ z zᵀ + λ diag(0, 1, …, 1)) β = Σ z r`` (the intercept's normal equation centres the columns).
+    """
+    n, d = log.X.shape
+    k = len(ARMS)
+    Z = np.column_stack([np.ones(n), log.X])
+    pen = ridge_lambda * np.eye(d + 1)
+    pen[0, 0] = 0.0
+    gram = np.zeros((k, d + 1, d + 1))
+    rhs = np.zeros((k, d + 1))
+    count = np.zeros(k, dtype=np.int64)
+    total = 0.0
+    q = np.empty((n, k))
+    for t in range(n):
+        overall = total / t if t else 0.0
+        for a in range(k):
+            if count[a] < 2:
+                q[t, a] = overall
+            else:
+                q[t, a] = Z[t] @ np.linalg.solve(gram[a] + pen, rhs[a])
+        a_t = int(log.actions[t])
+        gram[a_t] += np.outer(Z[t], Z[t])
+        rhs[a_t] += Z[t] * log.reward[t]
+        count[a_t] += 1
+        total += float(log.reward[t])
+    return q
+
+
+def stablevar_weights(pi: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Non-contextual "StableVar" evaluation weights ``h_t``, ``(n,)`` (Zhan et al. 2021; Hadad et al. 2021).
+
+    The paper's weight is ``h_t = (E_x[Σ_a π(a|x)² / e_t(a|x)])^{-1/2}``: the inverse square root of the
+    conditional variance scale of the t-th AIPW score, so each term contributes a comparable share of the
+    variance; for a deterministic π and a non-contextual design it is Hadad et al.'s ``h_t = √e_t(π)`` (the
+    authors' code, github.com/gsbDBI/contextual_bandits_evaluation ``adaptive/inference.py``, ``lvdl_expected``).
+    Its expectation needs the *current* logging policy e_t at every context; a decision log has e_s only at
+    its own context x_s. The expectation is therefore taken over the earlier rows with their own logging
+    probabilities, ``h_t = ((1/t) Σ_{s<t} Σ_a π(a|x_s)² / e_s(a|x_s))^{-1/2}`` — still predictable (the
+    history only), lagging the paper's when the logging policy changes. The first row (no history) takes the
+    uniform design's value ``Σ_a π(a|x_0)² · K``. An arm π uses where the logging probability is 0 makes the
+    variance infinite and every later weight 0 (that policy's value is not identified there).
+    """
+    k = pi.shape[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(pi > 0, pi * pi / e, 0.0)
+    cond_var = ratio.sum(axis=1)
+    past = np.concatenate([[(pi[0] ** 2).sum() * k], np.cumsum(cond_var)[:-1] / np.arange(1, len(cond_var))])
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(past), 1.0 / np.sqrt(past), 0.0)
+
+
+def aipw_scores(pi: np.ndarray, log: BanditLog, q: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Γ_t = Σ_a π(a|x_t) q̂_t(x_t,a) + π(a_t|x_t)/e_t(a_t|x_t) · (r_t − q̂_t(x_t,a_t)), ``(n,)``.
+
+    The policy-value AIPW score of Zhan et al. 2021 (there with ``q`` predictable); with the cross-fitted ``q``
+    and ``e`` from :func:`logging_probabilities` it is :func:`dr_terms`.
+    """
+    n = len(log)
+    chosen = np.arange(n), log.actions
+    return (pi * q).sum(axis=1) + pi[chosen] / e[chosen] * (log.reward - q[chosen])
+
+
+def weighted_estimate(gamma: np.ndarray, h: np.ndarray) -> tuple[float, float]:
+    """``Q̂ = Σ h_t Γ_t / Σ h_t`` and ``V̂ = Σ h_t² (Γ_t − Q̂)² / (Σ h_t)²`` (NaN when every weight is 0).
+
+    Hadad et al. 2021's adaptively-weighted estimator and its variance (the authors' ``aw_estimate``, ``aw_var``).
+    """
+    s = float(h.sum())
+    if s <= 0.0:
+        return float("nan"), float("nan")
+    value = float((h * gamma).sum()) / s
+    return value, float((h * h * (gamma - value) ** 2).sum()) / s**2
+
+
+def adaptive_dr(
+    pi: np.ndarray, log: BanditLog, rows: np.ndarray, q: np.ndarray | None = None, alpha: float = 0.05
+) -> dict[str, Any]:
+    """Adaptively-weighted DR ("adr") of the policy ``pi`` (``(n, K)`` on *every* row of ``log``) over ``rows``.
+
+    Hadad, Hirshberg, Zhan, Wager & Athey, "Confidence intervals for policy evaluation in adaptive
+    experiments", PNAS 118(15) 2021, applied to a policy's value as in Zhan, Hadad, Hirshberg & Athey,
+    "Off-Policy Evaluation via Adaptive Weighting with Data from Contextual Bandits", KDD 2021 (non-contextual
+    weighting): ``Q̂ = Σ_{t∈rows} h_t Γ_t / Σ h_t`` with the AIPW scores Γ_t of :func:`aipw_scores`, the reward
+    model q̂_t fitted on *all* rows of ``log`` before t (:func:`predictable_reward_model`) and the StableVar
+    weights of :func:`stablevar_weights` (also from all rows before t); interval ``Q̂ ± z_{1−α/2} √V̂``
+    (:func:`weighted_estimate`), asymptotically valid when the rows are collected adaptively (the t-statistic
+    is a martingale CLT's) given exact propensities. ``log`` must be in time order; ``rows`` (sorted) are the
+    evaluation part (a seeded split, independent of the data, keeps the scores a martingale difference sequence).
+    ``q``: :func:`predictable_reward_model` of ``log`` when already computed (it does not depend on π).
+    """
+    from scipy.special import ndtri
+
+    rows = np.asarray(rows, dtype=np.int64)
+    e = logging_probabilities(log)
+    q = predictable_reward_model(log) if q is None else q
+    gamma = aipw_scores(pi, log, q, e)[rows]
+    h = stablevar_weights(pi, e)[rows]
+    value, var = weighted_estimate(gamma, h)
+    half = float(ndtri(1 - alpha / 2)) * float(np.sqrt(var))
+    return {"estimate": value, "ci95": [value - half, value + half], "se": float(np.sqrt(var))}
+
+
 def bootstrap_indices(n: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
     """``(n_bootstrap, n)`` row indices drawn with replacement."""
     return rng.integers(0, n, size=(n_bootstrap, n))
@@ -395,6 +525,7 @@ def off_policy_evaluation(
     q = dm.predict(ev.X)
     idx = bootstrap_indices(len(ev), n_bootstrap, rng)
     w_min = float(log.propensity.min())
+    q_pred = predictable_reward_model(log)
     report: dict[str, Any] = {
         "n_log": len(log),
         "n_model_part": len(train),
@@ -410,8 +541,9 @@ def off_policy_evaluation(
         "policies": {},
     }
     for name in policies:
-        pi = candidate(name, train, seed)(ev.X)
-        report["policies"][name] = evaluate_policy(pi, ev, q, idx)
+        pi_all = candidate(name, train, seed)(log.X)
+        report["policies"][name] = evaluate_policy(pi_all[eval_idx], ev, q, idx)
+        report["policies"][name]["adr"] = adaptive_dr(pi_all, log, eval_idx, q_pred)
     return report
 
 
@@ -425,8 +557,8 @@ def format_table(report: dict[str, Any]) -> str:
         f"{'policy':<24}{'estimator':<10}{'value':>9}{'95% CI':>22}{'ESS':>9}",
     ]
     for name, row in report["policies"].items():
-        for est in ESTIMATORS:
+        for est in (*ESTIMATORS, "adr"):
             lo, hi = row[est]["ci95"]
-            ess = f"{row['effective_sample_size']:.0f}" if est != "dr" else ""
+            ess = f"{row['effective_sample_size']:.0f}" if est in ("ips", "snips") else ""
             lines.append(f"{name:<24}{est:<10}{row[est]['estimate']:>9.4f}   [{lo:.4f}, {hi:.4f}]{ess:>9}")
     return "\n".join(lines)

@@ -11,12 +11,15 @@ utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, defau
    keeps (features, arm, propensity, the chosen arm's utility) — nothing else;
 3. :func:`edgepath.evaluation.ope.off_policy_evaluation`'s protocol runs on that log (model part /
    evaluation part split, DR's reward model and the learned candidates fitted on the model part, 95%
-   percentile and BCa bootstrap intervals from the same resamples of the evaluation part);
+   percentile and BCa bootstrap intervals from the same resamples of the evaluation part), and the
+   adaptively-weighted DR ``adr`` with its normal interval (:func:`edgepath.evaluation.ope.adaptive_dr`:
+   reward model and weights from the log's earlier rows, in the logging order, over the same evaluation part);
 4. truth = the candidate's true value on the evaluation part's situations (both arms known).
 
 Reported per logging policy × candidate × estimator: bias (mean of estimate − truth), mean absolute
 error, RMSE and the share of repetitions whose 95% interval covers the truth (``ci95_coverage``:
-percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`).
+percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`; for ``adr`` its own
+interval, no BCa).
 
 Logging policies: ``uniform`` (½, ½); ``epsilon_greedy`` (WiFi-first with ε = 0.2 uniform
 exploration: WiFi 0.9, LTE 0.1 — what apprentice mode logs around a WiFi-first baseline); ``service``
@@ -43,12 +46,14 @@ from edgepath.evaluation.ope import (
     ESTIMATORS,
     BanditLog,
     DirectModel,
+    adaptive_dr,
     bca_interval,
     bootstrap_indices,
     candidate,
     estimate,
     jackknife,
     one_hot,
+    predictable_reward_model,
     split,
 )
 from edgepath.evaluation.primary import PAIRING_TEXT, Split, test_stream
@@ -139,13 +144,15 @@ def ground_truth(
             model_idx, eval_idx = split(len(log), 0.5, rng)
             tr, ev = log.subset(model_idx), log.subset(eval_idx)
             q = DirectModel.fit(tr).predict(ev.X)
+            q_pred = predictable_reward_model(log)
             idx = bootstrap_indices(len(ev), n_bootstrap, rng)
             U_ev = U[eval_idx]
             for cand in candidates:
                 if cand == "offline_classifier":
-                    pi = one_hot(classifier.choose(ev.X))
+                    pi_all = one_hot(classifier.choose(log.X))
                 else:
-                    pi = candidate(cand, tr, seed)(ev.X)
+                    pi_all = candidate(cand, tr, seed)(log.X)
+                pi = pi_all[eval_idx]  # every candidate decides row by row
                 truth = float((pi * U_ev).sum(axis=1).mean())
                 truths.setdefault(lp, {}).setdefault(cand, []).append(truth)
                 for est in ESTIMATORS:
@@ -156,6 +163,10 @@ def ground_truth(
                     rows.setdefault(lp, {}).setdefault(cand, {}).setdefault(est, []).append(
                         (value, truth, float(lo), float(hi), b_lo, b_hi)
                     )
+                adr = adaptive_dr(pi_all, log, eval_idx, q_pred)
+                rows.setdefault(lp, {}).setdefault(cand, {}).setdefault("adr", []).append(
+                    (adr["estimate"], truth, *adr["ci95"])
+                )
         say(f"repetition {rep + 1}/{n_reps} done")
     summary: dict[str, Any] = {}
     for lp, by_cand in rows.items():
@@ -164,16 +175,17 @@ def ground_truth(
                 arr = np.asarray(reps)
                 err = arr[:, 0] - arr[:, 1]
                 covered = (arr[:, 2] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 3])
-                covered_bca = (arr[:, 4] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 5])
-                summary.setdefault(lp, {}).setdefault(cand, {})[est] = {
+                entry = summary.setdefault(lp, {}).setdefault(cand, {})[est] = {
                     "bias": float(err.mean()),
                     "mean_abs_error": float(np.abs(err).mean()),
                     "rmse": float(np.sqrt((err**2).mean())),
                     "ci95_coverage": float(covered.mean()),
                     "mean_ci95_width": float((arr[:, 3] - arr[:, 2]).mean()),
-                    "ci95_coverage_bca": float(covered_bca.mean()),
-                    "mean_ci95_width_bca": float((arr[:, 5] - arr[:, 4]).mean()),
                 }
+                if arr.shape[1] == 6:  # the bootstrap estimators' BCa interval
+                    covered_bca = (arr[:, 4] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 5])
+                    entry["ci95_coverage_bca"] = float(covered_bca.mean())
+                    entry["mean_ci95_width_bca"] = float((arr[:, 5] - arr[:, 4]).mean())
             summary[lp][cand]["true_value_mean"] = float(np.mean(truths[lp][cand]))
     return {
         "what": "OPE estimates vs the true value on paired real situations (both arms measured)",
@@ -195,7 +207,8 @@ def ground_truth(
 
 
 def format_truth_table(report: dict[str, Any]) -> str:
-    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile and BCa)."""
+    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile and BCa; ``adr``: its
+    normal interval in the coverage columns, no BCa)."""
     lines = [
         "| logging policy | candidate | true value | estimator | bias | MAE | 95% CI coverage | mean CI width "
         "| BCa coverage | BCa mean width |",
@@ -203,11 +216,16 @@ def format_truth_table(report: dict[str, Any]) -> str:
     ]
     for lp, by_cand in report["summary"].items():
         for cand, by_est in by_cand.items():
-            for est in ESTIMATORS:
+            for est in (*ESTIMATORS, "adr"):
                 r = by_est[est]
+                bca = (
+                    f"{100 * r['ci95_coverage_bca']:.0f}% | {r['mean_ci95_width_bca']:.4f}"
+                    if "ci95_coverage_bca" in r
+                    else "– | –"
+                )
                 lines.append(
                     f"| {lp} | {cand} | {by_est['true_value_mean']:.4f} | {est} | {r['bias']:+.4f} | "
                     f"{r['mean_abs_error']:.4f} | {100 * r['ci95_coverage']:.0f}% | {r['mean_ci95_width']:.4f} | "
-                    f"{100 * r['ci95_coverage_bca']:.0f}% | {r['mean_ci95_width_bca']:.4f} |"
+                    f"{bca} |"
                 )
     return "\n".join(lines)
