@@ -173,7 +173,7 @@ def test_export_from_a_running_service_on_redis_feeds_training(
     # ... and evaluate three policies on it off-policy (the `edgepath eval ope` code path)
     report = off_policy_evaluation(load_log(out), ["wifi_first", "lte_first", "ridge_squarecb"], n_bootstrap=100)
     for row in report["policies"].values():
-        for est in ("ips", "snips", "dr"):
+        for est in ("ips", "snips", "dr", "adr"):
             assert row[est]["ci95"][0] <= row[est]["ci95"][1] and 0.0 <= row["matched_fraction"] <= 1.0
 
 
