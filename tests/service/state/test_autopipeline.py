@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from edgepath.state.autopipeline import AutoPipeline
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from edgepath.state.autopipeline import AutoPipeline
 from state.redis_helpers import RedisServer, free_port
 
 pytestmark = pytest.mark.timeout(60)
