@@ -18,7 +18,8 @@ Semantics, per command, as if it had been sent alone:
   error or time-out (the client's ``socket_timeout``) goes to every caller of that pipeline, each of which would
   have met it alone; redis-py's ``Retry`` of the client applies to the pipeline as it does to one command.
 * **Scripts** run as ``EVALSHA``; a ``NOSCRIPT`` reply (the server restarted or was flushed) makes that one call
-  fall back to redis-py's :class:`~redis.commands.core.AsyncScript`, which loads the script and retries.
+  fall back to redis-py's :class:`~redis.commands.core.AsyncScript`, which loads the script and retries (calls
+  retried this way are not ordered among themselves; none of EdgePath's scripts depends on that order).
 * **Cancellation.** A caller cancelled while its command is queued or in flight does not unsend it (nor would a
   lone command be unsent); its reply is dropped.
 

@@ -5,7 +5,11 @@ Serving never waits for training: deciders read :attr:`ModelRegistry.current`
 :class:`OnlineTrainer` consumes the outcome log of the state store; every
 ``batch_size`` outcomes (default 50, as in Alzadjali et al.) it clones the
 serving model, runs ``partial_fit`` on the clone in a worker thread, publishes
-the clone as version ``v+1`` and only then acknowledges the outcomes it used.
+the clone as version ``v+1`` and only then acknowledges the outcomes it used. When outcomes are
+already waiting beyond a full batch (a backlog after a pause, a restart or a burst), up to
+``catch_up_batches`` batches are refitted in order — one ``partial_fit``/``update`` per batch of
+``batch_size``, as one refit each would — and published as **one** version ``v+k`` (issue 16:
+incremental updates instead of catch-up bursts: replicas load one snapshot, not ``k`` in a row).
 
 With a shared store a ``publisher`` (``training.snapshots.SnapshotStore.publish``) stores the
 signed model and acknowledges its outcomes in one atomic step; if another trainer got there first
@@ -98,10 +102,12 @@ def to_sample(outcome: OutcomeRecord) -> TrainingSample:
     )
 
 
-def _refit_blob(blob: bytes, samples: Sequence[TrainingSample]) -> bytes:
-    """In the refit process: unpickle the serving model (a private copy), ``update`` it, pickle it back."""
+def _refit_blob(blob: bytes, batches: Sequence[Sequence[TrainingSample]]) -> bytes:
+    """In the refit process: unpickle the serving model (a private copy), ``update`` it with each batch in
+    order, pickle it back."""
     model: PrimaryPathBandit = pickle.loads(blob)  # our own process's model, pickled by the parent
-    model.update(samples)
+    for samples in batches:
+        model.update(samples)
     return bytes(cloudpickle.dumps(model))
 
 
@@ -128,11 +134,11 @@ class ProcessRefitter:
             initargs=(niceness,),
         )
 
-    async def __call__(self, model: PrimaryPathBandit, samples: list[TrainingSample]) -> PrimaryPathBandit:
-        """``model`` refitted on ``samples`` (a new object; ``model`` is not modified)."""
+    async def __call__(self, model: PrimaryPathBandit, batches: list[list[TrainingSample]]) -> PrimaryPathBandit:
+        """``model`` refitted on each of ``batches`` in order (a new object; ``model`` is not modified)."""
         loop = asyncio.get_running_loop()
         blob = await asyncio.to_thread(cloudpickle.dumps, model)
-        out = await loop.run_in_executor(self._pool, _refit_blob, blob, samples)
+        out = await loop.run_in_executor(self._pool, _refit_blob, blob, batches)
         refitted: PrimaryPathBandit = await asyncio.to_thread(pickle.loads, out)  # from our own refit process
         return refitted
 
@@ -141,8 +147,9 @@ class ProcessRefitter:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-#: ``refitter(model, samples) -> refitted copy``: where a refit runs (default: a worker thread).
-Refitter = Callable[[PrimaryPathBandit, list[TrainingSample]], Awaitable[PrimaryPathBandit]]
+#: ``refitter(model, batches) -> refitted copy`` (one ``update`` per batch, in order): where a refit runs
+#: (default: a worker thread).
+Refitter = Callable[[PrimaryPathBandit, list[list[TrainingSample]]], Awaitable[PrimaryPathBandit]]
 
 
 class OnlineTrainer:
@@ -161,6 +168,15 @@ class OnlineTrainer:
         default: publish in ``registry``, then ``store.ack_outcomes``.
     refitter:
         Where the refit runs (e.g. :class:`ProcessRefitter`); default: a clone refitted in a worker thread.
+    catch_up_batches:
+        With more than a batch waiting, at most this many full batches are refitted (one ``update`` each, in
+        order) and published as one version, numbered ``v + k`` for ``k`` batches (so ``version − 1`` still
+        counts batches); 1 = one publication per batch. ≥ 1.
+
+    Raises
+    ------
+    ValueError
+        ``batch_size`` or ``catch_up_batches`` below 1.
     """
 
     def __init__(
@@ -171,9 +187,13 @@ class OnlineTrainer:
         consumer: str = "trainer",
         publisher: Publisher | None = None,
         refitter: Refitter | None = None,
+        catch_up_batches: int = 20,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if catch_up_batches < 1:
+            raise ValueError("catch_up_batches must be >= 1")
+        self.catch_up_batches = catch_up_batches
         self.store = store
         self.registry = registry
         self.batch_size = batch_size
@@ -181,7 +201,8 @@ class OnlineTrainer:
         self.publisher = publisher
         self.refitter = refitter
         self.outcomes_used = 0
-        self.refits = 0
+        self.refits = 0  # batches refitted on
+        self.publications = 0  # versions published (one per step, covering 1..catch_up_batches batches)
         self._buffer: list[tuple[str, OutcomeRecord]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -207,13 +228,18 @@ class OnlineTrainer:
                 await asyncio.sleep(1.0)
 
     async def step(self, block_ms: int = 0) -> bool:
-        """Read outcomes once and refit if a full batch is buffered. Returns True when it refitted."""
+        """Read outcomes and refit if a full batch is buffered (with the batches already waiting behind it, up to
+        ``catch_up_batches``; one publication). Returns True when it refitted."""
         want = self.batch_size - len(self._buffer)
         if want > 0:
             self._buffer.extend(await self.store.read_outcomes(self.consumer, want, block_ms))
         if len(self._buffer) < self.batch_size:
             return False
-        batch, self._buffer = self._buffer[: self.batch_size], self._buffer[self.batch_size :]
+        room = self.batch_size * self.catch_up_batches - len(self._buffer)
+        if room > 0:  # a backlog: whatever is already waiting, without blocking
+            self._buffer.extend(await self.store.read_outcomes(self.consumer, room, 0))
+        n = min(len(self._buffer) // self.batch_size, self.catch_up_batches) * self.batch_size
+        batch, self._buffer = self._buffer[:n], self._buffer[n:]
         try:
             await self._refit(batch)
         except PublishConflictError:
@@ -225,23 +251,29 @@ class OnlineTrainer:
         return True
 
     async def _refit(self, batch: list[tuple[str, OutcomeRecord]]) -> None:
+        """Refit on ``batch`` (a multiple of ``batch_size`` outcomes, one ``update`` per ``batch_size``), publish
+        as ``v + k`` for ``k`` batches, then acknowledge."""
         live = self.registry.current.model
         samples = [to_sample(o) for _, o in batch]
+        batches = [samples[i : i + self.batch_size] for i in range(0, len(samples), self.batch_size)]
 
         def fit() -> PrimaryPathBandit:
             clone = live.clone()
-            clone.update(samples)
+            for part in batches:
+                clone.update(part)
             return clone
 
-        refitted = await (self.refitter(live, samples) if self.refitter is not None else asyncio.to_thread(fit))
+        refitted = await (self.refitter(live, batches) if self.refitter is not None else asyncio.to_thread(fit))
         refitted.carry_exploration_from(self.registry.current.model)
         entry_ids = [entry_id for entry_id, _ in batch]
+        version = self.registry.current.version + len(batches)
         if self.publisher is not None:
-            version = await self.publisher(refitted, self.registry.current.version + 1, entry_ids)
+            version = await self.publisher(refitted, version, entry_ids)
             published = await self.registry.publish(refitted, version)
         else:
-            published = await self.registry.publish(refitted)
+            published = await self.registry.publish(refitted, version)
             await self.store.ack_outcomes(entry_ids)
         self.outcomes_used += len(batch)
-        self.refits += 1
-        log.info("refit on %d outcomes -> model version %d", len(batch), published.version)
+        self.refits += len(batches)
+        self.publications += 1
+        log.info("refit on %d outcomes (%d batches) -> model version %d", len(batch), len(batches), published.version)

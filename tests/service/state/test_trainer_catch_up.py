@@ -1,0 +1,74 @@
+"""The online trainer's catch-up (issue 16): a backlog is refitted batch by batch and published as one version."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from edgepath.engines.primary_path import PrimaryPathBandit
+from edgepath.state.memory import MemoryStore
+from edgepath.training.online import ModelRegistry, OnlineTrainer
+from edgepath.types import AccessType, InterfaceContext
+
+from state.redis_helpers import decision, outcome
+
+
+async def _backlog(store: MemoryStore, n: int) -> None:
+    for i in range(n):
+        d = decision(f"c-{i}", device_id=f"dev-{i % 7}")
+        d = dataclasses.replace(d, arm_index=i % 2, features=(float(i % 5), -1.0 + i % 3, *d.features[2:]))
+        await store.put_decision(d, 600)
+        await store.claim_outcome(outcome(d, throughput_bps=1e7 * (1 + i % 4)))
+
+
+def _probe(model: PrimaryPathBandit) -> list[float]:
+    wifi = InterfaceContext(name="wlan0", access_type=AccessType.WIFI, wifi_rssi_dbm=-60.0, link_speed_mbps=300.0)
+    lte = InterfaceContext(name="wwan0", access_type=AccessType.LTE, rsrp_dbm=-95.0, rsrq_db=-10.0)
+    return [float(p) for p in model.probabilities([wifi, lte])]
+
+
+def test_a_backlog_is_one_publication_covering_each_batch_in_order() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        await _backlog(store, 175)  # 3 full batches of 50 and 25 more
+        registry = ModelRegistry(PrimaryPathBandit())
+        trainer = OnlineTrainer(store, registry, batch_size=50, catch_up_batches=20)
+        assert await trainer.step() is True
+        # one version, numbered as three refits would have numbered it
+        assert registry.current.version == 4
+        assert (trainer.refits, trainer.publications, trainer.outcomes_used) == (3, 1, 150)
+        assert registry.current.model.samples_seen == 150
+        assert await trainer.step() is False  # 25 left: not a batch
+
+        # the same outcomes one batch per publication: same model, three versions
+        one_by_one = MemoryStore()
+        await _backlog(one_by_one, 175)
+        reference = ModelRegistry(PrimaryPathBandit())
+        single = OnlineTrainer(one_by_one, reference, batch_size=50, catch_up_batches=1)
+        for expected_version in (2, 3, 4):
+            assert await single.step() is True
+            assert reference.current.version == expected_version
+        assert single.publications == 3
+        assert _probe(reference.current.model) == pytest.approx(_probe(registry.current.model), abs=1e-12)
+
+    asyncio.run(run())
+
+
+def test_catch_up_is_bounded() -> None:
+    async def run() -> None:
+        store = MemoryStore()
+        await _backlog(store, 100)
+        registry = ModelRegistry(PrimaryPathBandit())
+        trainer = OnlineTrainer(store, registry, batch_size=10, catch_up_batches=4)
+        assert await trainer.step() is True
+        assert (registry.current.version, trainer.refits) == (5, 4)
+        assert await trainer.step() is True
+        assert (registry.current.version, trainer.refits, trainer.publications) == (9, 8, 2)
+
+    asyncio.run(run())
+
+
+def test_catch_up_batches_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="catch_up_batches"):
+        OnlineTrainer(MemoryStore(), ModelRegistry(PrimaryPathBandit()), catch_up_batches=0)
