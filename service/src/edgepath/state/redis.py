@@ -72,7 +72,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
-from cachetools import TTLCache
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -184,6 +183,49 @@ def decode_outcome(raw: bytes) -> OutcomeRecord:
     return OutcomeRecord(**d)
 
 
+class _TtlIndex:
+    """A bounded mapping whose entries expire ``ttl_s`` after they were set; past ``maxsize`` the oldest go first.
+
+    What ``cachetools.TTLCache`` does, without its two linked-list objects per entry. The store keeps one entry per
+    recent decision (tens of thousands on a busy replica), and a full garbage collection walks every tracked
+    object: 17k cached ``DecisionRecord`` objects and their 34k TTLCache links made each full collection of the
+    serving process 34-38 ms (a ``gc.callbacks`` probe under ``loadtest/bench``, issue 16). Here an entry is one
+    ``(expiry, value)`` tuple of untracked values (the record's JSON bytes, or True), which the collector skips.
+    """
+
+    def __init__(self, maxsize: int, ttl_s: float, timer: Callable[[], float] = time.monotonic) -> None:
+        self.maxsize = maxsize
+        self.ttl_s = ttl_s
+        self.timer = timer
+        self._items: collections.OrderedDict[str, tuple[float, Any]] = collections.OrderedDict()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        items = self._items
+        now = self.timer()
+        items[key] = (now + self.ttl_s, value)
+        items.move_to_end(key)
+        while len(items) > self.maxsize:
+            items.popitem(last=False)
+        while items:  # one TTL for all: the front holds the earliest expiry
+            _, (expiry, _) = next(iter(items.items()))
+            if expiry > now:
+                break
+            items.popitem(last=False)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        item = self._items.get(key)
+        if item is None or item[0] <= self.timer():
+            return default
+        return item[1]
+
+    def __contains__(self, key: object) -> bool:
+        item = self._items.get(key)  # type: ignore[call-overload]
+        return item is not None and item[0] > self.timer()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
 class RedisStore:
     """:class:`~edgepath.state.base.StateStore` on Redis, shared by every replica and the trainer.
 
@@ -252,8 +294,8 @@ class RedisStore:
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
 
         cache_size = max(1, outbox_max_decisions)
-        self._recent: TTLCache[str, DecisionRecord] = TTLCache(cache_size, decision_ttl_s, timer=time.monotonic)
-        self._claimed_recent: TTLCache[str, bool] = TTLCache(cache_size, decision_ttl_s * 2, timer=time.monotonic)
+        self._recent = _TtlIndex(cache_size, decision_ttl_s)  # decision id -> its record's JSON (encode_decision)
+        self._claimed_recent = _TtlIndex(cache_size, decision_ttl_s * 2)  # decision id -> True
         self._unsynced: collections.OrderedDict[str, DecisionRecord] = collections.OrderedDict()
         self._outbox: collections.deque[OutcomeRecord] = collections.deque()
         self._outbox_ids: set[str] = set()
@@ -296,7 +338,7 @@ class RedisStore:
         """Journal records of a dead process: buffered as if made here while degraded, flushed on reconnect."""
         for record in records:
             if isinstance(record, DecisionRecord):
-                self._recent[record.decision_id] = record
+                self._recent[record.decision_id] = encode_decision(record)
                 self._keep_unsynced(record)
             elif record.decision_id not in self._outbox_ids:
                 self._outbox.append(record)
@@ -366,7 +408,7 @@ class RedisStore:
                 await self._flush_decisions()
             outcome = self._outbox[0]
             result = await self._claim_in_redis(outcome)
-            if result is ClaimResult.UNKNOWN and (known := self._recent.get(outcome.decision_id)) is not None:
+            if result is ClaimResult.UNKNOWN and (known := self._recent_decision(outcome.decision_id)) is not None:
                 self._unsynced[known.decision_id] = known  # e.g. lost by a Redis restart without its data
                 await self._flush_decisions()
                 result = await self._claim_in_redis(outcome)
@@ -408,13 +450,19 @@ class RedisStore:
         self._unsynced[record.decision_id] = record
 
     # ----------------------------------------------------------- decisions
+    def _recent_decision(self, decision_id: str) -> DecisionRecord | None:
+        """A decision this replica made or read within the decision TTL (degraded-mode joins), else None."""
+        raw = self._recent.get(decision_id)
+        return None if raw is None else decode_decision(raw)
+
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
-        self._recent[record.decision_id] = record
+        raw = encode_decision(record)
+        self._recent[record.decision_id] = raw
         self._ensure_reconnecting()
         if not self._degraded:
             try:
                 await self._auto.execute(
-                    "set", self.decision_key(record.decision_id), encode_decision(record), px=max(1, int(ttl_s * 1000))
+                    "set", self.decision_key(record.decision_id), raw, px=max(1, int(ttl_s * 1000))
                 )
                 return
             except UNREACHABLE as exc:
@@ -425,14 +473,15 @@ class RedisStore:
 
     async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
         """:meth:`put_decision` of every record in one pipeline (one round trip); unreachable: all kept unsynced."""
-        for record in records:
-            self._recent[record.decision_id] = record
+        raws = [encode_decision(record) for record in records]
+        for record, raw in zip(records, raws, strict=True):
+            self._recent[record.decision_id] = raw
         if not self._degraded:
             try:
                 async with self.redis.pipeline(transaction=False) as pipe:
                     px = max(1, int(ttl_s * 1000))
-                    for record in records:
-                        pipe.set(self.decision_key(record.decision_id), encode_decision(record), px=px)
+                    for record, raw in zip(records, raws, strict=True):
+                        pipe.set(self.decision_key(record.decision_id), raw, px=px)
                     await pipe.execute()
                 return
             except UNREACHABLE as exc:
@@ -450,11 +499,10 @@ class RedisStore:
                 self._enter_degraded(exc)
             else:
                 if raw is not None:
-                    record = decode_decision(raw)
-                    self._recent[decision_id] = record  # joinable here even if Redis goes away next
-                    return record
-                return self._recent.get(decision_id)
-        cached = self._recent.get(decision_id)
+                    self._recent[decision_id] = raw  # joinable here even if Redis goes away next
+                    return decode_decision(raw)
+                return self._recent_decision(decision_id)
+        cached = self._recent_decision(decision_id)
         if cached is None:
             # Degraded: maybe another replica's decision, only in Redis. "Unknown" would make the device drop
             # its outcome for good; this is retryable (HTTP 503 + Retry-After / gRPC UNAVAILABLE).
