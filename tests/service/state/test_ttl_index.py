@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 
 from edgepath.main import freeze_startup_heap
-from edgepath.state.redis import _TtlIndex
+from edgepath.state.codec import TtlIndex
 
 
 class Clock:
@@ -18,7 +18,7 @@ class Clock:
 
 def test_entries_expire_after_the_ttl() -> None:
     clock = Clock()
-    index = _TtlIndex(10, ttl_s=5.0, timer=clock)
+    index = TtlIndex(10, ttl_s=5.0, timer=clock)
     index["a"] = b"A"
     clock.now += 4.9
     assert index.get("a") == b"A" and "a" in index
@@ -30,7 +30,7 @@ def test_entries_expire_after_the_ttl() -> None:
 
 def test_past_maxsize_the_oldest_go_first_and_a_reset_key_is_young_again() -> None:
     clock = Clock()
-    index = _TtlIndex(3, ttl_s=60.0, timer=clock)
+    index = TtlIndex(3, ttl_s=60.0, timer=clock)
     for key in "abc":
         index[key] = key.encode()
         clock.now += 1
@@ -41,7 +41,7 @@ def test_past_maxsize_the_oldest_go_first_and_a_reset_key_is_young_again() -> No
 
 
 def test_entries_are_not_tracked_by_the_collector() -> None:
-    index = _TtlIndex(1000, ttl_s=60.0)
+    index = TtlIndex(1000, ttl_s=60.0)
     for i in range(500):
         index[f"id-{i}"] = b'{"decision_id": "x"}'
     gc.collect()  # tuples of untracked values are untracked by the first collection that sees them

@@ -1,7 +1,9 @@
 """In-process state store (the default for one replica; no Redis needed).
 
-Decisions live in a ``cachetools.TTLCache`` bounded by ``max_decisions`` (the
-oldest are evicted first when full). The outcome log is a list with a
+Decisions live as their JSON (:mod:`edgepath.state.codec`) in a :class:`~edgepath.state.codec.TtlIndex`
+bounded by ``max_decisions`` (the oldest are evicted first when full): bytes, which the garbage collector
+does not walk — a million cached record objects would make every full collection a stall of the serving
+loop (issue 16). The outcome log is a list with a
 delivery cursor: entries are delivered once to the reader and stay
 *pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
 would do) delivers unacknowledged ones again. Everything is lost when the
@@ -20,7 +22,7 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 
-from cachetools import LRUCache, TTLCache
+from cachetools import LRUCache
 
 from edgepath.state.base import (
     MAX_CC_ALGORITHMS,
@@ -32,6 +34,13 @@ from edgepath.state.base import (
     OutcomeRecord,
     PathEstimate,
     ServerScore,
+)
+from edgepath.state.codec import (
+    TtlIndex,
+    decode_decision,
+    decode_logged_decision,
+    encode_decision,
+    encode_logged_decision,
 )
 from edgepath.tasks import wait_event
 
@@ -47,12 +56,8 @@ class MemoryStore:
         decision_log_max_entries: int = 100_000,
         decision_log_retention_s: float = 7 * 24 * 3600.0,
     ) -> None:
-        self._decisions: TTLCache[str, DecisionRecord] = TTLCache(
-            maxsize=max_decisions, ttl=decision_ttl_s, timer=time.monotonic
-        )
-        self._outcome_seen: TTLCache[str, bool] = TTLCache(
-            maxsize=max_decisions, ttl=decision_ttl_s * 2, timer=time.monotonic
-        )
+        self._decisions = TtlIndex(max_decisions, decision_ttl_s)  # decision id -> encode_decision(record)
+        self._outcome_seen = TtlIndex(max_decisions, decision_ttl_s * 2)  # decision id -> True
         self._log: dict[str, OutcomeRecord] = {}
         self._undelivered: list[str] = []
         self._pending: set[str] = set()
@@ -64,8 +69,8 @@ class MemoryStore:
         self._mts_sessions: dict[str, MtsSession] = {}
         self._device_accesses: LRUCache[str, tuple[str, ...]] = LRUCache(maxsize=max_decisions)
         self._access_types: set[str] = set()
-        # Decision log (issue 18): (sequence number, entry), oldest first, bounded in size and age.
-        self._decision_log: collections.deque[tuple[int, LoggedDecision]] = collections.deque(
+        # Decision log (issue 18): (sequence number, reported_at, entry JSON), oldest first, bounded in size and age.
+        self._decision_log: collections.deque[tuple[int, float, bytes]] = collections.deque(
             maxlen=max(1, decision_log_max_entries)
         )
         self._decision_log_seq = itertools.count(1)
@@ -74,15 +79,16 @@ class MemoryStore:
         self._cc_stats: dict[str, dict[str, dict[str, list[float]]]] = {}
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
-        # TTLCache has one TTL for all entries; ttl_s is honoured by the cache's own setting.
-        self._decisions[record.decision_id] = record
+        # The index has one TTL for all entries; ttl_s is honoured by the index's own setting.
+        self._decisions[record.decision_id] = encode_decision(record)
 
     async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
         for record in records:
-            self._decisions[record.decision_id] = record
+            self._decisions[record.decision_id] = encode_decision(record)
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
-        return self._decisions.get(decision_id)
+        raw = self._decisions.get(decision_id)
+        return None if raw is None else decode_decision(raw)
 
     async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
         if outcome.decision_id in self._outcome_seen:
@@ -188,11 +194,11 @@ class MemoryStore:
     # --- decision log (issue 18) ---
     def _trim_decision_log(self) -> None:
         cutoff = time.time() - self.decision_log_retention_s
-        while self._decision_log and self._decision_log[0][1].reported_at < cutoff:
+        while self._decision_log and self._decision_log[0][1] < cutoff:
             self._decision_log.popleft()
 
     async def append_decision_log(self, entry: LoggedDecision) -> None:
-        self._decision_log.append((next(self._decision_log_seq), entry))
+        self._decision_log.append((next(self._decision_log_seq), entry.reported_at, encode_logged_decision(entry)))
         self._trim_decision_log()
 
     async def read_decision_log(
@@ -201,10 +207,11 @@ class MemoryStore:
         self._trim_decision_log()
         start = int(after) if after else 0
         since_s = max(since_s, time.time() - self.decision_log_retention_s)
-        page = [(n, e) for n, e in list(self._decision_log) if n > start and e.reported_at >= since_s][:count]
+        page = [(n, raw) for n, at, raw in list(self._decision_log) if n > start and at >= since_s][:count]
+        entries = [decode_logged_decision(raw) for _, raw in page]
         if len(page) < count:
-            return [e for _, e in page], None
-        return [e for _, e in page], str(page[-1][0])
+            return entries, None
+        return entries, str(page[-1][0])
 
     # --- end decision log ---
 

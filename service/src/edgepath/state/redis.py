@@ -71,7 +71,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -93,6 +92,15 @@ from edgepath.state.base import (
     PathEstimate,
     ServerScore,
 )  # PathEstimate, ServerScore: issue 4
+from edgepath.state.codec import (  # re-exported: the record codecs lived here first
+    TtlIndex,
+    decode_decision,
+    decode_logged_decision,
+    decode_outcome,
+    encode_decision,
+    encode_logged_decision,
+    encode_outcome,
+)
 from edgepath.state.outbox import DurableOutbox
 
 log = logging.getLogger(__name__)
@@ -131,99 +139,6 @@ return 1
 
 #: Longest XREADGROUP block (ms); the reader connection's timeout is this plus ``socket_timeout_s``.
 MAX_BLOCK_MS = 5000
-
-
-_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(DecisionRecord))
-
-
-def encode_decision(record: DecisionRecord) -> bytes:
-    """The record as compact JSON, every field by name (what ``dataclasses.asdict`` + ``json.dumps`` give).
-
-    orjson serialises the dataclass directly: no ``asdict`` deep copy (~50 µs a record) and no Python-level
-    encoder (issue 16). Every float in a record is finite (validated where it enters), so orjson's ``null``
-    for NaN never applies."""
-    return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
-
-
-def decode_decision(raw: bytes) -> DecisionRecord:
-    """A stored decision; fields it lacks (older records) take their defaults, unknown ones (newer) are ignored."""
-    d = {k: v for k, v in json.loads(raw).items() if k in _DECISION_FIELDS}
-    d["arms"] = tuple(d["arms"])
-    d["features"] = tuple(d["features"])
-    d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
-    return DecisionRecord(**d)
-
-
-def encode_logged_decision(entry: LoggedDecision) -> bytes:
-    """As :func:`encode_decision`: compact JSON of every field, orjson straight from the dataclass."""
-    return orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS)
-
-
-_LOGGED_FIELDS = frozenset(f.name for f in dataclasses.fields(LoggedDecision))
-
-
-def decode_logged_decision(raw: bytes | str) -> LoggedDecision:
-    """A decision-log entry; unknown (newer) fields are ignored, missing optional ones take their defaults."""
-    d = {k: v for k, v in json.loads(raw).items() if k in _LOGGED_FIELDS}
-    d["arms"] = tuple(d["arms"])
-    d["features"] = tuple(d["features"])
-    d["context"] = tuple(d.get("context", ()))
-    return LoggedDecision(**d)
-
-
-def encode_outcome(record: OutcomeRecord) -> bytes:
-    """As :func:`encode_decision`: compact JSON of every field, orjson straight from the dataclass."""
-    return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
-
-
-def decode_outcome(raw: bytes) -> OutcomeRecord:
-    d = json.loads(raw)
-    d["arms"] = tuple(d["arms"])
-    d["features"] = tuple(d["features"])
-    return OutcomeRecord(**d)
-
-
-class _TtlIndex:
-    """A bounded mapping whose entries expire ``ttl_s`` after they were set; past ``maxsize`` the oldest go first.
-
-    What ``cachetools.TTLCache`` does, without its two linked-list objects per entry. The store keeps one entry per
-    recent decision (tens of thousands on a busy replica), and a full garbage collection walks every tracked
-    object: 17k cached ``DecisionRecord`` objects and their 34k TTLCache links made each full collection of the
-    serving process 34-38 ms (a ``gc.callbacks`` probe under ``loadtest/bench``, issue 16). Here an entry is one
-    ``(expiry, value)`` tuple of untracked values (the record's JSON bytes, or True), which the collector skips.
-    """
-
-    def __init__(self, maxsize: int, ttl_s: float, timer: Callable[[], float] = time.monotonic) -> None:
-        self.maxsize = maxsize
-        self.ttl_s = ttl_s
-        self.timer = timer
-        self._items: collections.OrderedDict[str, tuple[float, Any]] = collections.OrderedDict()
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        items = self._items
-        now = self.timer()
-        items[key] = (now + self.ttl_s, value)
-        items.move_to_end(key)
-        while len(items) > self.maxsize:
-            items.popitem(last=False)
-        while items:  # one TTL for all: the front holds the earliest expiry
-            _, (expiry, _) = next(iter(items.items()))
-            if expiry > now:
-                break
-            items.popitem(last=False)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        item = self._items.get(key)
-        if item is None or item[0] <= self.timer():
-            return default
-        return item[1]
-
-    def __contains__(self, key: object) -> bool:
-        item = self._items.get(key)  # type: ignore[call-overload]
-        return item is not None and item[0] > self.timer()
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 class RedisStore:
@@ -294,8 +209,8 @@ class RedisStore:
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
 
         cache_size = max(1, outbox_max_decisions)
-        self._recent = _TtlIndex(cache_size, decision_ttl_s)  # decision id -> its record's JSON (encode_decision)
-        self._claimed_recent = _TtlIndex(cache_size, decision_ttl_s * 2)  # decision id -> True
+        self._recent = TtlIndex(cache_size, decision_ttl_s)  # decision id -> its record's JSON (encode_decision)
+        self._claimed_recent = TtlIndex(cache_size, decision_ttl_s * 2)  # decision id -> True
         self._unsynced: collections.OrderedDict[str, DecisionRecord] = collections.OrderedDict()
         self._outbox: collections.deque[OutcomeRecord] = collections.deque()
         self._outbox_ids: set[str] = set()

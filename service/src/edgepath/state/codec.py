@@ -1,0 +1,114 @@
+"""JSON codecs of the state records, and the GC-friendly TTL index both stores keep recent decisions in.
+
+The codecs are the one wire form of :class:`~edgepath.state.base.DecisionRecord`,
+:class:`~edgepath.state.base.LoggedDecision` and :class:`~edgepath.state.base.OutcomeRecord` inside the stores
+(Redis values and streams, the in-process store's decision table): compact JSON of every field by name, never
+pickle. Encoding is orjson straight from the dataclass (issue 16: no ``dataclasses.asdict`` deep copy, no
+Python-level encoder); every float in a record is finite (validated where it enters), so orjson's ``null`` for
+NaN never applies. Decoding ignores unknown (newer) fields and lets missing optional ones take their defaults.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from edgepath.state.base import DecisionRecord, LoggedDecision, OutcomeRecord
+
+_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(DecisionRecord))
+
+
+def encode_decision(record: DecisionRecord) -> bytes:
+    """The record as compact JSON, every field by name (what ``dataclasses.asdict`` + ``json.dumps`` give)."""
+    return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+
+
+def decode_decision(raw: bytes) -> DecisionRecord:
+    """A stored decision; fields it lacks (older records) take their defaults, unknown ones (newer) are ignored."""
+    d = {k: v for k, v in orjson.loads(raw).items() if k in _DECISION_FIELDS}
+    d["arms"] = tuple(d["arms"])
+    d["features"] = tuple(d["features"])
+    d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
+    return DecisionRecord(**d)
+
+
+def encode_logged_decision(entry: LoggedDecision) -> bytes:
+    """As :func:`encode_decision`: compact JSON of every field, orjson straight from the dataclass."""
+    return orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS)
+
+
+_LOGGED_FIELDS = frozenset(f.name for f in dataclasses.fields(LoggedDecision))
+
+
+def decode_logged_decision(raw: bytes | str) -> LoggedDecision:
+    """A decision-log entry; unknown (newer) fields are ignored, missing optional ones take their defaults."""
+    d = {k: v for k, v in orjson.loads(raw).items() if k in _LOGGED_FIELDS}
+    d["arms"] = tuple(d["arms"])
+    d["features"] = tuple(d["features"])
+    d["context"] = tuple(d.get("context", ()))
+    return LoggedDecision(**d)
+
+
+def encode_outcome(record: OutcomeRecord) -> bytes:
+    """As :func:`encode_decision`: compact JSON of every field, orjson straight from the dataclass."""
+    return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+
+
+def decode_outcome(raw: bytes) -> OutcomeRecord:
+    d = orjson.loads(raw)
+    d["arms"] = tuple(d["arms"])
+    d["features"] = tuple(d["features"])
+    return OutcomeRecord(**d)
+
+
+class TtlIndex:
+    """A bounded mapping whose entries expire ``ttl_s`` after they were set; past ``maxsize`` the oldest go first.
+
+    What ``cachetools.TTLCache`` does, without its two linked-list objects per entry. The store keeps one entry per
+    recent decision (tens of thousands on a busy replica), and a full garbage collection walks every tracked
+    object: 17k cached ``DecisionRecord`` objects and their 34k TTLCache links made each full collection of the
+    serving process 34-38 ms (a ``gc.callbacks`` probe under ``loadtest/bench``, issue 16). Here an entry is one
+    ``(expiry, value)`` tuple of untracked values (the record's JSON bytes, or True), which the collector skips.
+    """
+
+    def __init__(self, maxsize: int, ttl_s: float, timer: Callable[[], float] = time.monotonic) -> None:
+        self.maxsize = maxsize
+        self.ttl_s = ttl_s
+        self.timer = timer
+        self._items: collections.OrderedDict[str, tuple[float, Any]] = collections.OrderedDict()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        items = self._items
+        now = self.timer()
+        items[key] = (now + self.ttl_s, value)
+        items.move_to_end(key)
+        while len(items) > self.maxsize:
+            items.popitem(last=False)
+        while items:  # one TTL for all: the front holds the earliest expiry
+            _, (expiry, _) = next(iter(items.items()))
+            if expiry > now:
+                break
+            items.popitem(last=False)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        item = self._items.get(key)
+        if item is None or item[0] <= self.timer():
+            return default
+        return item[1]
+
+    def __contains__(self, key: object) -> bool:
+        item = self._items.get(key)  # type: ignore[call-overload]
+        return item is not None and item[0] > self.timer()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def values(self) -> list[Any]:
+        """The values not yet expired, oldest first."""
+        now = self.timer()
+        return [value for expiry, value in self._items.values() if expiry > now]
