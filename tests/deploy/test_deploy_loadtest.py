@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from deploy_helpers import ROOT, VENV_BIN, served
-from edgepath.state.codec import decode_decision
+from edgepath.state.codec import row_decision
 from service_harness import running_service
 
 sys.path.insert(0, str(ROOT / "loadtest"))
@@ -229,7 +229,7 @@ def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tm
             ["bash", "-c", command + overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=200
         )
         # which identities the service decided for (the in-process store's records; read after the run)
-        devices = {decode_decision(raw).device_id for raw in svc.service.store._decisions.values()}
+        devices = {row_decision(row).device_id for row in svc.service.store._decisions.values()}
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     final = json.loads((tmp_path / "final.json").read_text())
     assert final["Aggregated"]["failures"] == 0 and final["Aggregated"]["requests"] > 0

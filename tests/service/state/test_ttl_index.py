@@ -55,3 +55,16 @@ def test_freeze_startup_heap_moves_live_objects_out_of_collections() -> None:
         assert gc.get_freeze_count() > before
     finally:
         gc.unfreeze()
+
+
+def test_a_decision_row_round_trips_and_is_untracked_after_a_collection() -> None:
+    from edgepath.state.codec import decision_row, row_decision
+
+    from state.redis_helpers import decision
+
+    record = decision("row-1")
+    row = decision_row(record)
+    assert row_decision(row) == record
+    gc.collect()
+    gc.collect()  # nested tuples first, then the row that holds them
+    assert not gc.is_tracked(row)

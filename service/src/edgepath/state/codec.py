@@ -28,6 +28,18 @@ def encode_decision(record: DecisionRecord) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
 
 
+def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
+    """The record's field values in field order: a tuple of strings, numbers, None and tuples of those, which the
+    garbage collector untracks (an in-process table of rows is never walked by a full collection, issue 16) and
+    which :func:`row_decision` turns back into the record in ~1 µs (the JSON round trip costs ~15 µs)."""
+    return tuple(record.__dict__.values())  # a dataclass's __dict__ holds its fields in definition order
+
+
+def row_decision(row: tuple[Any, ...]) -> DecisionRecord:
+    """The record of a :func:`decision_row`."""
+    return DecisionRecord(*row)
+
+
 def decode_decision(raw: bytes) -> DecisionRecord:
     """A stored decision; fields it lacks (older records) take their defaults, unknown ones (newer) are ignored."""
     d = {k: v for k, v in orjson.loads(raw).items() if k in _DECISION_FIELDS}

@@ -1,10 +1,10 @@
 """In-process state store (the default for one replica; no Redis needed).
 
-Decisions live as their JSON (:mod:`edgepath.state.codec`) in a :class:`~edgepath.state.codec.TtlIndex`
-bounded by ``max_decisions`` (the oldest are evicted first when full): bytes, which the garbage collector
-does not walk — a million cached record objects would make every full collection a stall of the serving
-loop (issue 16). The outcome log is a list with a
-delivery cursor: entries are delivered once to the reader and stay
+Decisions live as rows of plain values (:func:`edgepath.state.codec.decision_row`) in a
+:class:`~edgepath.state.codec.TtlIndex` bounded by ``max_decisions`` (the oldest are evicted first when full):
+tuples the garbage collector untracks and never walks again — a million cached record objects would make
+every full collection a stall of the serving loop (issue 16). The outcome log is a list with a delivery
+cursor: entries are delivered once to the reader and stay
 *pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
 would do) delivers unacknowledged ones again. Everything is lost when the
 process exits: use the Redis store when that matters. SSMP server scores live in a
@@ -37,10 +37,10 @@ from edgepath.state.base import (
 )
 from edgepath.state.codec import (
     TtlIndex,
-    decode_decision,
+    decision_row,
     decode_logged_decision,
-    encode_decision,
     encode_logged_decision,
+    row_decision,
 )
 from edgepath.tasks import wait_event
 
@@ -56,7 +56,7 @@ class MemoryStore:
         decision_log_max_entries: int = 100_000,
         decision_log_retention_s: float = 7 * 24 * 3600.0,
     ) -> None:
-        self._decisions = TtlIndex(max_decisions, decision_ttl_s)  # decision id -> encode_decision(record)
+        self._decisions = TtlIndex(max_decisions, decision_ttl_s)  # decision id -> decision_row(record)
         self._outcome_seen = TtlIndex(max_decisions, decision_ttl_s * 2)  # decision id -> True
         self._log: dict[str, OutcomeRecord] = {}
         self._undelivered: list[str] = []
@@ -80,15 +80,15 @@ class MemoryStore:
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         # The index has one TTL for all entries; ttl_s is honoured by the index's own setting.
-        self._decisions[record.decision_id] = encode_decision(record)
+        self._decisions[record.decision_id] = decision_row(record)
 
     async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
         for record in records:
-            self._decisions[record.decision_id] = encode_decision(record)
+            self._decisions[record.decision_id] = decision_row(record)
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
-        raw = self._decisions.get(decision_id)
-        return None if raw is None else decode_decision(raw)
+        row = self._decisions.get(decision_id)
+        return None if row is None else row_decision(row)
 
     async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
         if outcome.decision_id in self._outcome_seen:
