@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Server CPU per call: the service against the echo of ``loadtest/bench``, under the same closed-loop load.
+
+Usage::
+
+    .venv/bin/python loadtest/cpu_per_call.py [--store memory://|redis://HOST:PORT/DB] [--transport grpc|rest]
+        [--duration-s 4] [--rounds 2]
+
+Starts ``edgepath serve`` (rate limits lifted, as the bench does; with a Redis URL add ``--no-trainer`` through
+``--serve-arg``) and the bench's echo server, drives each with 16 in-flight Recommend calls, and prints per round
+the calls/s, the **server process's CPU µs per call** (user + system time from ``/proc/PID/stat``, all its
+threads) and the generator's. Unlike decisions/s, the CPU per call does not depend on how the 2 cores are shared
+between the generator and the server, so it says how much more a decision costs than a bare call of the same
+framework (issue 16: what holds the ratio). Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+_loader = importlib.machinery.SourceFileLoader("bench", str(HERE / "bench"))
+_spec = importlib.util.spec_from_loader("bench", _loader)
+assert _spec is not None
+bench = importlib.util.module_from_spec(_spec)
+_loader.exec_module(bench)
+import workload  # noqa: E402  (on sys.path through the bench module)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all threads), from /proc/PID/stat fields 14 and 15."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(transport: str, ports: dict[str, int], pid: int, pool: list, duration_s: float) -> tuple[float, ...]:
+    target = bench.Target(transport, ports)
+    load = bench.Load(pool, 1)
+    await bench.closed_loop(target, load, 16, 1.0)  # warm-up
+    server0, gen0 = cpu_s(pid), time.process_time()
+    result = await bench.closed_loop(target, load, 16, duration_s)
+    server1, gen1 = cpu_s(pid), time.process_time()
+    await target.close()
+    calls = result["rps"] * duration_s
+    return result["rps"], (server1 - server0) / calls * 1e6, (gen1 - gen0) / calls * 1e6
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", default="memory://")
+    p.add_argument("--transport", choices=("grpc", "rest"), default="grpc")
+    p.add_argument("--duration-s", type=float, default=4.0)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--serve-arg", action="append", default=[], help="extra `edgepath serve` argument (repeatable)")
+    args = p.parse_args()
+    pool = workload.situations(1000)
+    env = {
+        "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
+        "EDGEPATH_RATE_LIMIT_BURST": "1000000",
+        "EDGEPATH_OUTCOME_CAP_PER_WINDOW": "100000000",
+        "EDGEPATH_HMAC_KEY": "bench-only-hmac-key-0123456789abcdef0123456789",
+    }
+    with tempfile.TemporaryDirectory(prefix="edgepath-cpu-") as tmp_s:
+        tmp = Path(tmp_s)
+        service, service_ports = bench.start(
+            [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
+             "--ready-file", str(tmp / "service.json"), "--log-level", "WARNING", "--store", args.store,
+             *args.serve_arg],
+            tmp / "service.json", tmp / "service.log", env,
+        )  # fmt: skip
+        echo = None
+        try:
+            (tmp / "canned.json").write_text(json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0]))))
+            echo, echo_ports = bench.start(
+                [sys.executable, str(HERE / "bench"), "--echo-server", "--ready-file", str(tmp / "echo.json"),
+                 "--canned", str(tmp / "canned.json")],
+                tmp / "echo.json", tmp / "echo.log", {},
+            )  # fmt: skip
+            print("server   calls/s  server CPU µs/call  generator CPU µs/call")
+            for _ in range(args.rounds):
+                for name, ports, proc in (("echo", echo_ports, echo), ("service", service_ports, service)):
+                    rps, server_us, gen_us = asyncio.run(
+                        measure(args.transport, ports, proc.pid, pool, args.duration_s)
+                    )
+                    print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}", flush=True)
+        finally:
+            if echo is not None:
+                bench.stop(echo)
+            bench.stop(service)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
