@@ -105,6 +105,7 @@ def serve_worker(settings: Settings, ready: Any) -> None:
     async def main() -> None:
         service = Service.build(settings)
         service.reuse_port = True
+        service.freeze_heap = True
         task = asyncio.create_task(service.run())
         started = asyncio.create_task(service.wait_started())
         done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
@@ -274,6 +275,9 @@ class Service:
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
     reuse_port: bool = False  # one of several worker processes sharing the ports (SO_REUSEPORT)
+    # the process is this service's own (`edgepath serve`): freeze the startup heap once serving (freeze_startup_heap);
+    # off for a service embedded in another process (tests), whose later garbage must stay collectable
+    freeze_heap: bool = False
     metrics_port: int = 0  # the bound metrics port when settings.metrics_port is set
     tracer_provider: Any = None  # OpenTelemetry TracerProvider when settings.otel_tracing (edgepath.tracing)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -402,7 +406,8 @@ class Service:
             background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
-        freeze_startup_heap()  # no full collection of the startup heap while serving (issue 16)
+        if self.freeze_heap:
+            freeze_startup_heap()  # no full collection of the startup heap while serving (issue 16)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
