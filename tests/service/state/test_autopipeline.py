@@ -4,6 +4,7 @@ unreachable Redis, and drain."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 from edgepath.state.autopipeline import AutoPipeline
@@ -16,104 +17,89 @@ from state.redis_helpers import RedisServer, free_port
 pytestmark = pytest.mark.timeout(60)
 
 
+def run_with_pipeline(
+    make_client: Callable[[], Redis], body: Callable[[AutoPipeline], Awaitable[None]], max_commands: int = 512
+) -> None:
+    """``body(auto)`` on a new event loop, with an auto-pipeline over a new client (closed afterwards)."""
+
+    async def run() -> None:
+        client = make_client()
+        try:
+            await body(AutoPipeline(client, max_commands=max_commands))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
 def test_one_iterations_commands_are_one_pipeline_with_each_reply_to_its_caller(
     redis_server: RedisServer, namespace: str
 ) -> None:
-    async def run() -> None:
-        client = Redis.from_url(redis_server.url)
-        auto = AutoPipeline(client)
-        try:
-            writes = [auto.execute("set", f"{namespace}:k{i}", f"v{i}") for i in range(20)]
-            assert await asyncio.gather(*writes) == [True] * 20
-            assert (auto.pipelines, auto.commands) == (1, 20)
-            reads = await asyncio.gather(*(auto.execute("get", f"{namespace}:k{i}") for i in range(20)))
-            assert reads == [f"v{i}".encode() for i in range(20)]
-            assert (auto.pipelines, auto.commands) == (2, 40)
-        finally:
-            await client.aclose()
+    async def body(auto: AutoPipeline) -> None:
+        writes = [auto.execute("set", f"{namespace}:k{i}", f"v{i}") for i in range(20)]
+        assert await asyncio.gather(*writes) == [True] * 20
+        assert (auto.pipelines, auto.commands) == (1, 20)
+        reads = await asyncio.gather(*(auto.execute("get", f"{namespace}:k{i}") for i in range(20)))
+        assert reads == [f"v{i}".encode() for i in range(20)]
+        assert (auto.pipelines, auto.commands) == (2, 40)
 
-    asyncio.run(run())
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
 
 
 def test_order_of_one_callers_commands_is_kept(redis_server: RedisServer, namespace: str) -> None:
-    async def run() -> None:
-        client = Redis.from_url(redis_server.url)
-        auto = AutoPipeline(client)
-        try:
-            futures = [auto.execute("rpush", f"{namespace}:list", i) for i in range(50)]
-            futures.append(auto.execute("lrange", f"{namespace}:list", 0, -1))
-            replies = await asyncio.gather(*futures)
-            assert replies[-1] == [str(i).encode() for i in range(50)]
-        finally:
-            await client.aclose()
+    async def body(auto: AutoPipeline) -> None:
+        futures = [auto.execute("rpush", f"{namespace}:list", i) for i in range(50)]
+        futures.append(auto.execute("lrange", f"{namespace}:list", 0, -1))
+        replies = await asyncio.gather(*futures)
+        assert replies[-1] == [str(i).encode() for i in range(50)]
 
-    asyncio.run(run())
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
 
 
 def test_a_reply_error_goes_to_its_own_caller_only(redis_server: RedisServer, namespace: str) -> None:
-    async def run() -> None:
-        client = Redis.from_url(redis_server.url)
-        auto = AutoPipeline(client)
-        try:
-            await auto.execute("set", f"{namespace}:str", "x")
-            ok = auto.execute("set", f"{namespace}:a", "1")
-            wrong = auto.execute("hvals", f"{namespace}:str")  # WRONGTYPE
-            ok2 = auto.execute("get", f"{namespace}:a")
-            assert await ok is True
-            with pytest.raises(ResponseError, match="WRONGTYPE"):
-                await wrong
-            assert await ok2 == b"1"
-        finally:
-            await client.aclose()
+    async def body(auto: AutoPipeline) -> None:
+        await auto.execute("set", f"{namespace}:str", "x")
+        ok = auto.execute("set", f"{namespace}:a", "1")
+        wrong = auto.execute("hvals", f"{namespace}:str")  # WRONGTYPE
+        ok2 = auto.execute("get", f"{namespace}:a")
+        assert await ok is True
+        with pytest.raises(ResponseError, match="WRONGTYPE"):
+            await wrong
+        assert await ok2 == b"1"
 
-    asyncio.run(run())
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
 
 
 def test_scripts_run_as_evalsha_and_reload_after_a_script_flush(redis_server: RedisServer, namespace: str) -> None:
-    async def run() -> None:
-        client = Redis.from_url(redis_server.url)
-        auto = AutoPipeline(client)
+    async def body(auto: AutoPipeline) -> None:
         incr = auto.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
-        try:
-            await client.script_flush()
-            # not loaded: NOSCRIPT in the pipeline, then loaded and retried call by call (in any order)
-            replies = await asyncio.gather(*(incr(keys=[f"{namespace}:n"], args=[2]) for _ in range(3)))
-            assert sorted(replies) == [2, 4, 6]
-            assert await incr(keys=[f"{namespace}:n"], args=[1]) == 7
-        finally:
-            await client.aclose()
+        await auto.client.script_flush()
+        # not loaded: NOSCRIPT in the pipeline, then loaded and retried call by call (in any order)
+        replies = await asyncio.gather(*(incr(keys=[f"{namespace}:n"], args=[2]) for _ in range(3)))
+        assert sorted(replies) == [2, 4, 6]
+        assert await incr(keys=[f"{namespace}:n"], args=[1]) == 7
 
-    asyncio.run(run())
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
 
 
 def test_unreachable_redis_fails_every_caller_of_the_pipeline() -> None:
-    async def run() -> None:
-        client = Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5)
-        auto = AutoPipeline(client)
-        try:
-            futures = [auto.execute("get", f"k{i}") for i in range(3)]
-            results = await asyncio.gather(*futures, return_exceptions=True)
-            assert all(isinstance(r, RedisConnectionError) for r in results), results
-        finally:
-            await client.aclose()
+    async def body(auto: AutoPipeline) -> None:
+        futures = [auto.execute("get", f"k{i}") for i in range(3)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        assert all(isinstance(r, RedisConnectionError) for r in results), results
 
-    asyncio.run(run())
+    run_with_pipeline(lambda: Redis(port=free_port(), socket_connect_timeout=0.5, socket_timeout=0.5), body)
 
 
 def test_drain_sends_what_is_queued_and_waits_for_it(redis_server: RedisServer, namespace: str) -> None:
-    async def run() -> None:
-        client = Redis.from_url(redis_server.url)
-        auto = AutoPipeline(client, max_commands=4)
-        try:
-            futures = [auto.execute("set", f"{namespace}:d{i}", i) for i in range(10)]  # 4 + 4 sent at once, 2 queued
-            await auto.drain()
-            assert all(f.done() for f in futures)
-            assert auto.commands == 10 and auto.pipelines == 3
-            assert await client.get(f"{namespace}:d9") == b"9"
-        finally:
-            await client.aclose()
+    async def body(auto: AutoPipeline) -> None:
+        futures = [auto.execute("set", f"{namespace}:d{i}", i) for i in range(10)]  # 4 + 4 sent at once, 2 queued
+        await auto.drain()
+        assert all(f.done() for f in futures)
+        assert auto.commands == 10 and auto.pipelines == 3
+        assert await auto.client.get(f"{namespace}:d9") == b"9"
 
-    asyncio.run(run())
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body, max_commands=4)
 
 
 def test_max_commands_must_be_positive() -> None:

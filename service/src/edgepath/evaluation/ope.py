@@ -56,6 +56,8 @@ from edgepath.training.offline import ARMS, DecisionLogError, OfflineConfig, rea
 FIXED_POLICIES: tuple[str, ...] = ("wifi_first", "lte_first", "uniform")
 ESTIMATORS: tuple[str, ...] = ("ips", "snips", "dr")
 """The estimators with a percentile-bootstrap interval; ``adr`` (:func:`adaptive_dr`) is reported beside them."""
+REPORTED_ESTIMATORS: tuple[str, ...] = (*ESTIMATORS, "adr")
+"""Every estimator ``eval ope`` and ``eval ope-truth`` report, in table order."""
 
 
 class LogRefused(ValueError):
@@ -414,17 +416,6 @@ def stablevar_weights(pi: np.ndarray, e: np.ndarray) -> np.ndarray:
         return np.where(np.isfinite(past), 1.0 / np.sqrt(past), 0.0)
 
 
-def aipw_scores(pi: np.ndarray, log: BanditLog, q: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Γ_t = Σ_a π(a|x_t) q̂_t(x_t,a) + π(a_t|x_t)/e_t(a_t|x_t) · (r_t − q̂_t(x_t,a_t)), ``(n,)``.
-
-    The policy-value AIPW score of Zhan et al. 2021 (there with ``q`` predictable); with the cross-fitted ``q``
-    and ``e`` from :func:`logging_probabilities` it is :func:`dr_terms`.
-    """
-    n = len(log)
-    chosen = np.arange(n), log.actions
-    return (pi * q).sum(axis=1) + pi[chosen] / e[chosen] * (log.reward - q[chosen])
-
-
 def weighted_estimate(gamma: np.ndarray, h: np.ndarray) -> tuple[float, float]:
     """``Q̂ = Σ h_t Γ_t / Σ h_t`` and ``V̂ = Σ h_t² (Γ_t − Q̂)² / (Σ h_t)²`` (NaN when every weight is 0).
 
@@ -442,15 +433,16 @@ def adaptive_dr(
 ) -> dict[str, Any]:
     """Adaptively-weighted DR ("adr") of the policy ``pi`` (``(n, K)`` on *every* row of ``log``) over ``rows``.
 
-    Hadad, Hirshberg, Zhan, Wager & Athey, "Confidence intervals for policy evaluation in adaptive
-    experiments", PNAS 118(15) 2021, applied to a policy's value as in Zhan, Hadad, Hirshberg & Athey,
-    "Off-Policy Evaluation via Adaptive Weighting with Data from Contextual Bandits", KDD 2021 (non-contextual
-    weighting): ``Q̂ = Σ_{t∈rows} h_t Γ_t / Σ h_t`` with the AIPW scores Γ_t of :func:`aipw_scores`, the reward
-    model q̂_t fitted on *all* rows of ``log`` before t (:func:`predictable_reward_model`) and the StableVar
-    weights of :func:`stablevar_weights` (also from all rows before t); interval ``Q̂ ± z_{1−α/2} √V̂``
-    (:func:`weighted_estimate`), asymptotically valid when the rows are collected adaptively (the t-statistic
-    is a martingale CLT's) given exact propensities. ``log`` must be in time order; ``rows`` (sorted) are the
-    evaluation part (a seeded split, independent of the data, keeps the scores a martingale difference sequence).
+    Hadad, Hirshberg, Zhan, Wager & Athey, "Confidence intervals for policy evaluation in adaptive experiments",
+    PNAS 118(15) 2021, applied to a policy's value as in Zhan, Hadad, Hirshberg & Athey, "Off-Policy Evaluation via
+    Adaptive Weighting with Data from Contextual Bandits", KDD 2021 (non-contextual weighting): ``Q̂ = Σ_{t∈rows}
+    h_t Γ_t / Σ h_t`` with the policy-value AIPW scores Γ_t (Zhan et al. 2021; :func:`dr_terms`, here with a
+    predictable model), the reward model q̂_t fitted on *all* rows of ``log`` before t
+    (:func:`predictable_reward_model`) and the StableVar weights of :func:`stablevar_weights` (also from all rows
+    before t); interval ``Q̂ ± z_{1−α/2} √V̂`` (:func:`weighted_estimate`), asymptotically valid when the rows are
+    collected adaptively (the t-statistic is a martingale CLT's) given exact propensities. ``log`` must be in time
+    order; ``rows`` (sorted) are the evaluation part (a seeded split, independent of the data, keeps the scores a
+    martingale difference sequence).
     ``q``: :func:`predictable_reward_model` of ``log`` when already computed (it does not depend on π).
     """
     from scipy.special import ndtri
@@ -458,7 +450,7 @@ def adaptive_dr(
     rows = np.asarray(rows, dtype=np.int64)
     e = logging_probabilities(log)
     q = predictable_reward_model(log) if q is None else q
-    gamma = aipw_scores(pi, log, q, e)[rows]
+    gamma = dr_terms(pi, log, q)[rows]  # π(a_t|x_t)/e_t(a_t|x_t) is π(a_t|x_t)/p_t: the logged propensity
     h = stablevar_weights(pi, e)[rows]
     value, var = weighted_estimate(gamma, h)
     half = float(ndtri(1 - alpha / 2)) * float(np.sqrt(var))
@@ -557,7 +549,7 @@ def format_table(report: dict[str, Any]) -> str:
         f"{'policy':<24}{'estimator':<10}{'value':>9}{'95% CI':>22}{'ESS':>9}",
     ]
     for name, row in report["policies"].items():
-        for est in (*ESTIMATORS, "adr"):
+        for est in REPORTED_ESTIMATORS:
             lo, hi = row[est]["ci95"]
             ess = f"{row['effective_sample_size']:.0f}" if est in ("ips", "snips") else ""
             lines.append(f"{name:<24}{est:<10}{row[est]['estimate']:>9.4f}   [{lo:.4f}, {hi:.4f}]{ess:>9}")

@@ -44,6 +44,7 @@ from edgepath.datasets.mobilebandwidth import pair_situations
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample, UtilityConfig
 from edgepath.evaluation.ope import (
     ESTIMATORS,
+    REPORTED_ESTIMATORS,
     BanditLog,
     DirectModel,
     adaptive_dr,
@@ -216,7 +217,7 @@ def format_truth_table(report: dict[str, Any]) -> str:
     ]
     for lp, by_cand in report["summary"].items():
         for cand, by_est in by_cand.items():
-            for est in (*ESTIMATORS, "adr"):
+            for est in REPORTED_ESTIMATORS:
                 r = by_est[est]
                 bca = (
                     f"{100 * r['ci95_coverage_bca']:.0f}% | {r['mean_ci95_width_bca']:.4f}"

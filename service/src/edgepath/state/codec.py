@@ -14,18 +14,50 @@ import collections
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from edgepath.state.base import DecisionRecord, LoggedDecision, OutcomeRecord
 
-_DECISION_FIELDS = frozenset(f.name for f in dataclasses.fields(DecisionRecord))
+_R = TypeVar("_R", DecisionRecord, LoggedDecision, OutcomeRecord)
+_FIELDS: dict[type, frozenset[str]] = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in (DecisionRecord, LoggedDecision, OutcomeRecord)
+}
 
 
-def encode_decision(record: DecisionRecord) -> bytes:
+def encode_record(record: DecisionRecord | LoggedDecision | OutcomeRecord) -> bytes:
     """The record as compact JSON, every field by name (what ``dataclasses.asdict`` + ``json.dumps`` give)."""
     return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+
+
+encode_decision = encode_logged_decision = encode_outcome = encode_record
+
+
+def _decode(cls: type[_R], raw: bytes | str, tuples: tuple[str, ...]) -> _R:
+    """``cls`` from its JSON: unknown (newer) fields ignored, missing optional ones at their defaults, the fields
+    ``tuples`` (JSON arrays) as tuples."""
+    names = _FIELDS[cls]
+    d = {k: v for k, v in orjson.loads(raw).items() if k in names}
+    for name in tuples:
+        if name in d:
+            d[name] = tuple(d[name])
+    return cls(**d)
+
+
+def decode_decision(raw: bytes | str) -> DecisionRecord:
+    """A stored decision record (:func:`_decode`)."""
+    return _decode(DecisionRecord, raw, ("arms", "features", "link_speed_mbps"))
+
+
+def decode_logged_decision(raw: bytes | str) -> LoggedDecision:
+    """A decision-log entry (:func:`_decode`)."""
+    return _decode(LoggedDecision, raw, ("arms", "features", "context"))
+
+
+def decode_outcome(raw: bytes | str) -> OutcomeRecord:
+    """An outcome-log entry (:func:`_decode`)."""
+    return _decode(OutcomeRecord, raw, ("arms", "features"))
 
 
 def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
@@ -38,44 +70,6 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
 def row_decision(row: tuple[Any, ...]) -> DecisionRecord:
     """The record of a :func:`decision_row`."""
     return DecisionRecord(*row)
-
-
-def decode_decision(raw: bytes) -> DecisionRecord:
-    """A stored decision; fields it lacks (older records) take their defaults, unknown ones (newer) are ignored."""
-    d = {k: v for k, v in orjson.loads(raw).items() if k in _DECISION_FIELDS}
-    d["arms"] = tuple(d["arms"])
-    d["features"] = tuple(d["features"])
-    d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
-    return DecisionRecord(**d)
-
-
-def encode_logged_decision(entry: LoggedDecision) -> bytes:
-    """As :func:`encode_decision`: compact JSON of every field, orjson straight from the dataclass."""
-    return orjson.dumps(entry, option=orjson.OPT_NON_STR_KEYS)
-
-
-_LOGGED_FIELDS = frozenset(f.name for f in dataclasses.fields(LoggedDecision))
-
-
-def decode_logged_decision(raw: bytes | str) -> LoggedDecision:
-    """A decision-log entry; unknown (newer) fields are ignored, missing optional ones take their defaults."""
-    d = {k: v for k, v in orjson.loads(raw).items() if k in _LOGGED_FIELDS}
-    d["arms"] = tuple(d["arms"])
-    d["features"] = tuple(d["features"])
-    d["context"] = tuple(d.get("context", ()))
-    return LoggedDecision(**d)
-
-
-def encode_outcome(record: OutcomeRecord) -> bytes:
-    """As :func:`encode_decision`: compact JSON of every field, orjson straight from the dataclass."""
-    return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
-
-
-def decode_outcome(raw: bytes) -> OutcomeRecord:
-    d = orjson.loads(raw)
-    d["arms"] = tuple(d["arms"])
-    d["features"] = tuple(d["features"])
-    return OutcomeRecord(**d)
 
 
 class TtlIndex:
