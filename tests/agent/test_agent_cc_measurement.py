@@ -73,7 +73,10 @@ def test_a_measured_step_reports_the_block_and_the_service_counts_it(service) ->
     config = AgentConfig(device_id="dev-cc", service=[service.grpc_url], interfaces={"wlan0": "WIFI", "wwan0": "LTE"})
     applier = Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal(), config.applier_config(), allowed_cc=("reno",))
     trace = TraceCollector()
-    trace.set(RADIO)
+    # The transfer runs over loopback (several Gbit/s on an idle machine): the device reports a WiFi link at Wi-Fi 7's
+    # 46 Gbit/s peak so that the service's plausibility guard (throughput <= 1.5 x the reported capacity) admits it.
+    # With RADIO's 6 Mbit/s WiFi the capacity was LTE's 4 Gbit/s peak plus 6 Mbit/s: a 6.1 Gbit/s run was refused.
+    trace.set({**RADIO, "wlan0": {**RADIO["wlan0"], "link_speed_mbps": 46_000.0}})
     client = FailoverClient([connect(service.grpc_url, 2.0)], attempts=1)
     with TransferServer("127.0.0.1", 0, congestion_control="reno", sample_interval_s=0.005) as srv:
         agent = Agent(
