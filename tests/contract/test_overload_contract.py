@@ -8,6 +8,7 @@ shedding path is what answers. Health checks and metrics are never shed.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import grpc
@@ -19,6 +20,7 @@ from edgepath.rest.app import create_app
 from edgepath.settings import Settings
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+from service_harness import running_service
 
 BODY = {"device_id": "phone-1", "interfaces": [{"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -60.0}]}
 
@@ -109,3 +111,47 @@ def test_the_monitor_measures_the_lag_of_a_blocked_loop() -> None:
         return admission.lag_s
 
     assert asyncio.run(run()) >= 0.05
+
+
+def test_the_busy_share_is_an_exponential_average_of_clipped_measurements() -> None:
+    admission = Admission(busy_window_s=0.1)
+    admission.observe(1.0, 0.1)  # one time constant at full demand: 1 - e^-1
+    assert abs(admission.busy - (1 - math.exp(-1))) < 1e-12
+    admission.observe(7.0, 10.0)  # a share above 1 (clock skew between two reads) counts as 1
+    assert admission.busy == 1.0
+    for interval in (0.0, -1.0, float("nan")):  # no time passed (or a broken clock): nothing learned
+        admission.observe(0.0, interval)
+    assert admission.busy == 1.0
+
+
+def test_the_monitor_sees_a_spinning_loop_busy_and_an_idle_one_not() -> None:
+    admission = Admission(period_s=0.005, busy_window_s=0.05)
+
+    async def run() -> tuple[float, float]:
+        task = asyncio.create_task(admission.monitor())
+        await asyncio.sleep(0)  # let the monitor take its first reading
+        spin_until = time.perf_counter() + 0.3
+        while time.perf_counter() < spin_until:  # 300 ms of CPU on the serving thread, no yield
+            pass
+        async with asyncio.timeout(5):
+            while admission.busy == 0.0:  # its first sample, overdue: it folds in the 300 ms
+                await asyncio.sleep(0)
+        busy_after_spin = admission.busy
+        await asyncio.sleep(0.4)  # the loop idles (blocked in the selector), the monitor samples every 5 ms
+        task.cancel()
+        return busy_after_spin, admission.busy
+
+    busy, idle = asyncio.run(run())
+    assert busy > 0.9
+    assert idle < 0.3
+
+
+def test_metrics_export_the_admission_signals_of_a_running_service() -> None:
+    with running_service(trainer=False) as running:
+        text = httpx.get(f"{running.http_url}/metrics", timeout=10.0).text
+    values = {
+        line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.startswith("edgepath_admission_")
+    }
+    assert set(values) == {"edgepath_admission_busy_ratio", "edgepath_admission_loop_lag_seconds"}
+    assert 0.0 <= values["edgepath_admission_busy_ratio"] <= 1.0
+    assert values["edgepath_admission_loop_lag_seconds"] >= 0.0

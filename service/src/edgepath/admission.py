@@ -12,6 +12,17 @@ Two signals, either one sheds:
   lag of a 5 ms timer is the queueing delay every new call is about to see. Shedding while it exceeds
   ``max_lag_ms`` bounds the wait of the admitted calls near that figure.
 
+The monitor also measures the serving thread's **busy share**: the share of the last ~``busy_window_s`` it wanted
+the CPU (running, or runnable and waiting for a core), from its scheduler statistics,
+``/proc/thread-self/schedstat`` (time on the CPU + time waiting on a runqueue, ns; kernel
+``Documentation/scheduler/sched-stats.rst``), or ``time.thread_time`` (on the CPU only) where the kernel has none.
+It is exported (``edgepath_admission_busy_ratio``, the serving process's saturation for an operator's
+dashboard) and does not shed. grpc.aio accepts one call per loop wake-up (``AioServer._server_main_loop`` keeps one
+``grpc_server_request_call`` outstanding), so a backlog of gRPC calls waits in gRPC core, where neither the
+handlers' in-flight count nor a timer's lag sees it. A busy share near 1 says the loop has no spare capacity, not
+that a queue grows: shedding on it (at 0.97) also shed a closed loop of 16 calls in flight at the max rate, whose
+queue is bounded by its 16 (gRPC, memory store: 871 decisions/s against 2,159 without it), so it is a gauge only.
+
 Transports call :meth:`Admission.shed` before they read a request body; the loop-lag monitor runs as a
 task of :class:`edgepath.main.Service` (without it only the in-flight bound applies).
 """
@@ -19,14 +30,48 @@ task of :class:`edgepath.main.Service` (without it only the in-flight bound appl
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
 
 #: Calls in progress per transport beyond which new ones are shed.
 DEFAULT_MAX_INFLIGHT = 64
 #: Event-loop lag beyond which new calls are shed, ms (two measurements in a row: one GC pause or a
 #: moment of CPU starvation on a shared machine does not shed).
 DEFAULT_MAX_LAG_MS = 100.0
+#: Time constant of the busy share's exponential average, s.
+DEFAULT_BUSY_WINDOW_S = 0.1
 #: Retry hint of a shed call, ms (REST rounds it up to whole seconds, RFC 9110 §10.2.3).
 RETRY_AFTER_MS = 100
+
+
+@contextlib.contextmanager
+def thread_busy_clock() -> Iterator[Callable[[], int]]:
+    """A clock of the calling thread's demand for CPU, ns: time on the CPU plus time runnable on a runqueue
+    (``/proc/thread-self/schedstat`` fields 1 and 2, read with ``pread`` on a descriptor open for the ``with``
+    block), or the thread's CPU time (``time.thread_time_ns``) where the kernel has no scheduler statistics.
+    Enter it on the thread it measures."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        yield time.thread_time_ns
+        return
+
+    def schedstat_ns() -> int:
+        run, wait = os.pread(fd, 64, 0).split()[:2]
+        return int(run) + int(wait)
+
+    try:
+        try:
+            schedstat_ns()
+        except ValueError:  # not the documented format: fall back
+            yield time.thread_time_ns
+        else:
+            yield schedstat_ns
+    finally:
+        os.close(fd)
 
 
 class Admission:
@@ -37,25 +82,47 @@ class Admission:
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
         max_lag_ms: float = DEFAULT_MAX_LAG_MS,
         period_s: float = 0.005,
+        busy_window_s: float = DEFAULT_BUSY_WINDOW_S,
     ) -> None:
+        """``period_s``: the monitor's period, s; ``busy_window_s`` > 0: the busy share's time constant, s."""
         self.max_inflight = max_inflight
         self.max_lag_s = max_lag_ms / 1000.0
         self.period_s = period_s
+        self.busy_window_s = busy_window_s
         #: Smaller of the last two measured event-loop lags, s (0 until the monitor runs).
         self.lag_s = 0.0
         self._last_lag_s = 0.0
+        #: Exponential average (time constant ``busy_window_s``) of the serving thread's busy share, 0..1.
+        self.busy = 0.0
 
     def shed(self, inflight: int) -> bool:
         """True when a new call must be refused: ``inflight`` (the transport's calls in progress) is at the
         bound, or the loop lags past ``max_lag_ms``."""
         return inflight >= self.max_inflight or self.lag_s > self.max_lag_s
 
+    def observe(self, busy_share: float, interval_s: float) -> None:
+        """Fold one measurement (``busy_share`` of the last ``interval_s`` seconds, clipped to 0..1) into
+        :attr:`busy`: an exponential average with time constant ``busy_window_s``, weight 1 − exp(−Δt/τ)."""
+        if not interval_s > 0.0:
+            return
+        share = min(1.0, max(0.0, busy_share))
+        weight = -math.expm1(-interval_s / self.busy_window_s)
+        self.busy += weight * (share - self.busy)
+
     async def monitor(self) -> None:
-        """Measure the loop's lag every ``period_s`` until cancelled (a service task)."""
+        """Measure the loop's lag and the serving thread's busy share every ``period_s`` until cancelled (a
+        service task, on the serving loop's thread)."""
         loop = asyncio.get_running_loop()
-        while True:
-            start = loop.time()
-            # The probe of the lag measurement: how late a period_s timer fires (a service loop, not a test wait).
-            await asyncio.sleep(self.period_s)
-            lag = max(0.0, loop.time() - start - self.period_s)
-            self.lag_s, self._last_lag_s = min(lag, self._last_lag_s), lag
+        with thread_busy_clock() as busy_clock:
+            busy_ns, wall_ns = busy_clock(), time.monotonic_ns()
+            while True:
+                start = loop.time()
+                # The probe of the lag measurement: how late a period_s timer fires (a service loop, not a test
+                # wait).
+                await asyncio.sleep(self.period_s)
+                lag = max(0.0, loop.time() - start - self.period_s)
+                self.lag_s, self._last_lag_s = min(lag, self._last_lag_s), lag
+                now_busy, now_wall = busy_clock(), time.monotonic_ns()
+                if now_wall > wall_ns:
+                    self.observe((now_busy - busy_ns) / (now_wall - wall_ns), (now_wall - wall_ns) / 1e9)
+                busy_ns, wall_ns = now_busy, now_wall

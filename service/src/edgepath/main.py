@@ -347,6 +347,8 @@ class Service:
                 )
         self.security = build_security(s, self.backend, guard=self.plane.guard)
         admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
+        self.metrics.admission_busy.set_function(lambda: admission.busy)
+        self.metrics.admission_loop_lag_seconds.set_function(lambda: admission.lag_s)
         if s.otel_tracing and self.tracer_provider is None:  # off by default (issue 22)
             from edgepath.tracing import build_tracer_provider
 

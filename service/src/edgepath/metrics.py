@@ -140,6 +140,10 @@ class Metrics:
     #: Seconds from a decision to its joined outcome (late outcomes are the tail).
     outcome_delay_seconds: HotHistogram
     model_published: Gauge
+    #: Admission signals (issue 16, :mod:`edgepath.admission`), read at scrape time from the process's
+    #: ``Admission``: the serving thread's busy share (0-1) and the event loop's lag, s.
+    admission_busy: Gauge
+    admission_loop_lag_seconds: Gauge
 
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         """Count one finished gRPC call (``/edgepath.v1.PathService/Recommend``, status code name, latency in s)
@@ -241,6 +245,17 @@ class Metrics:
             model_published=Gauge(
                 "edgepath_model_published_timestamp_seconds",
                 "Unix time this process started serving its current model version (age = time() - this)",
+                registry=reg,
+            ),
+            admission_busy=Gauge(
+                "edgepath_admission_busy_ratio",
+                "Share of the last ~0.1 s the serving thread was running or waiting for a core (new calls are shed "
+                "at or above the admission bound, 0.97 by default)",
+                registry=reg,
+            ),
+            admission_loop_lag_seconds=Gauge(
+                "edgepath_admission_loop_lag_seconds",
+                "How late the serving event loop ran a 5 ms timer (smaller of the last two), s",
                 registry=reg,
             ),
             grpc_handling_seconds=Histogram(
