@@ -155,3 +155,39 @@ def test_metrics_export_the_admission_signals_of_a_running_service() -> None:
     assert set(values) == {"edgepath_admission_busy_ratio", "edgepath_admission_loop_lag_seconds"}
     assert 0.0 <= values["edgepath_admission_busy_ratio"] <= 1.0
     assert values["edgepath_admission_loop_lag_seconds"] >= 0.0
+
+
+def test_grpc_core_refuses_calls_past_the_pending_bound_and_serves_all_without_it() -> None:
+    """300 calls at once on one channel: grpc.aio takes one call per loop wake-up, so the rest wait in gRPC core.
+    With a pending bound of 1 (refusals certain from 2 on) gRPC core refuses most of them with CANCELLED before
+    any handler runs; with gRPC's defaults (1,000 / 3,000) every call is served."""
+    service = Service.build(Settings())
+    request = pb.RecommendRequest(
+        device_id="phone-1", interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)]
+    )
+
+    async def burst(max_pending_calls: int | None) -> tuple[int, set[grpc.StatusCode]]:
+        server, _, port = create_server(service.plane, "127.0.0.1:0", max_pending_calls=max_pending_calls)
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pb_grpc.PathServiceStub(channel)
+                replies = await asyncio.gather(
+                    *[stub.Recommend(request, timeout=30.0) for _ in range(300)], return_exceptions=True
+                )
+        finally:
+            await server.stop(None)
+        errors = [r for r in replies if isinstance(r, BaseException)]
+        assert all(isinstance(e, grpc.aio.AioRpcError) for e in errors), errors[:1]
+        return 300 - len(errors), {e.code() for e in errors}
+
+    served, codes = asyncio.run(burst(1))
+    assert 1 <= served < 300
+    assert codes == {grpc.StatusCode.CANCELLED}
+    assert asyncio.run(burst(None)) == (300, set())
+
+
+def test_the_agent_retries_a_call_grpc_core_refused() -> None:
+    from edgepath_agent.client import ServiceError, is_transient
+
+    assert is_transient(ServiceError("CANCELLED", "CANCELLED"))

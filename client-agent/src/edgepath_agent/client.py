@@ -175,7 +175,11 @@ def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | N
 #: Failures worth another attempt (the service or the network may come back).
 #: Server-side failures a retry (or the other transport) may fix. INTERNAL/UNKNOWN include replies the
 #: client cannot parse (a server answering garbage): the agent keeps its last configuration (issue 17).
-TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL", "UNKNOWN"})
+#: CANCELLED: this client never cancels its own calls, so it is the service's gRPC core refusing a call past its
+#: pending-call bound (``grpc_max_pending_calls``) before any handler saw it.
+TRANSIENT_GRPC = frozenset(
+    {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED", "INTERNAL", "UNKNOWN", "CANCELLED"}
+)
 #: Code of a reply that is not what the API documents (not JSON, wrong shape): treated as transient.
 BAD_RESPONSE = "BAD_RESPONSE"
 

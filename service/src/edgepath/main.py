@@ -362,6 +362,7 @@ class Service:
             max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
             max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),
             tracer_provider=self.tracer_provider,
+            max_pending_calls=s.grpc_max_pending_calls,
         )
         await grpc_server.start()
         await set_serving(health_servicer, True)

@@ -283,6 +283,12 @@ class Settings(BaseSettings):
     grpc_max_connection_age_grace_s: float | None = Field(
         None, ge=0.0, description="Time calls in flight get to finish after a max-age GOAWAY, s"
     )
+    grpc_max_pending_calls: int = Field(
+        32,
+        ge=1,
+        description="Calls gRPC core may hold before the serving loop takes them; beyond it new calls are refused "
+        "(CANCELLED; random early detection up to 2x this, then all), so the queue in front of the loop stays bounded",
+    )
     otel_tracing: bool = Field(
         False, description="OpenTelemetry traces of both transports (OTLP exporter from the OTEL_* environment)"
     )

@@ -317,6 +317,10 @@ class PathServicer(pb_grpc.PathServiceServicer):
             self.inflight -= 1
 
 
+#: gRPC core's hard limit of pending calls as a multiple of ``max_pending_calls`` (its soft limit).
+PENDING_HARD_LIMIT_FACTOR = 2
+
+
 def create_server(
     plane: DecisionPlane,
     address: str,
@@ -326,6 +330,7 @@ def create_server(
     max_connection_age_ms: int | None = None,
     max_connection_age_grace_ms: int | None = None,
     tracer_provider: Any = None,
+    max_pending_calls: int | None = None,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """Build (not start) the gRPC server on ``address`` ("host:port"; port 0 = any free).
 
@@ -342,6 +347,13 @@ def create_server(
     calls in flight then have ``max_connection_age_grace_ms`` to finish. None leaves connections open.
     ``tracer_provider`` (OpenTelemetry) traces every call (:mod:`edgepath.tracing`).
 
+    ``max_pending_calls`` bounds the calls gRPC core holds before the serving loop takes them (None: gRPC's
+    defaults, 1,000 soft / 3,000 hard). grpc.aio takes one call per loop wake-up, so past capacity the backlog
+    waits there, where the in-flight count and the loop lag of ``admission`` cannot see it. Between the bound and
+    :data:`PENDING_HARD_LIMIT_FACTOR` times it gRPC core refuses new calls with a probability rising to 1
+    (random early detection), beyond it always. Its refusal is ``CANCELLED`` with no retry hint (gRPC core's own
+    answer, before any EdgePath code runs), not the ``RESOURCE_EXHAUSTED`` of ``admission``.
+
     Returns the server, its health servicer (to flip serving status) and the bound port.
     """
     max_bytes = security.max_message_bytes if security is not None else DEFAULT_MAX_MESSAGE_BYTES
@@ -353,6 +365,12 @@ def create_server(
         options.append(("grpc.max_connection_age_ms", max_connection_age_ms))
     if max_connection_age_grace_ms is not None:
         options.append(("grpc.max_connection_age_grace_ms", max_connection_age_grace_ms))
+    if max_pending_calls is not None:
+        # gRPC core's bound on calls received but not yet taken by the serving loop (grpc.aio takes one per loop
+        # wake-up, so an overload queues there, unseen by Admission): random early detection between the soft and
+        # the hard limit (grpc_core::Server's pending_backlog_protector_; defaults 1,000 / 3,000)
+        options.append(("grpc.server.max_pending_requests", max_pending_calls))
+        options.append(("grpc.server.max_pending_requests_hard_limit", PENDING_HARD_LIMIT_FACTOR * max_pending_calls))
     interceptors: list[Any] = [CallObserver(plane.metrics.grpc_call)]
     if tracer_provider is not None:
         from edgepath.tracing import grpc_interceptor
