@@ -191,3 +191,13 @@ def test_the_agent_retries_a_call_grpc_core_refused() -> None:
     from edgepath_agent.client import ServiceError, is_transient
 
     assert is_transient(ServiceError("CANCELLED", "CANCELLED"))
+
+
+def test_the_settings_spell_out_the_admission_defaults() -> None:
+    from edgepath.admission import DEFAULT_MAX_INFLIGHT, DEFAULT_MAX_LAG_MS
+
+    settings = Settings()
+    assert (settings.admission_max_inflight, settings.admission_max_lag_ms) == (
+        DEFAULT_MAX_INFLIGHT,
+        DEFAULT_MAX_LAG_MS,
+    )

@@ -346,7 +346,8 @@ class Service:
                     "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
                 )
         self.security = build_security(s, self.backend, guard=self.plane.guard)
-        admission = Admission()  # explicit overload: both transports shed past capacity (issue 16)
+        # explicit overload: both transports shed past capacity (issue 16)
+        admission = Admission(max_inflight=s.admission_max_inflight, max_lag_ms=s.admission_max_lag_ms)
         self.metrics.admission_busy.set_function(lambda: admission.busy)
         self.metrics.admission_loop_lag_seconds.set_function(lambda: admission.lag_s)
         if s.otel_tracing and self.tracer_provider is None:  # off by default (issue 22)

@@ -283,6 +283,17 @@ class Settings(BaseSettings):
     grpc_max_connection_age_grace_s: float | None = Field(
         None, ge=0.0, description="Time calls in flight get to finish after a max-age GOAWAY, s"
     )
+    admission_max_inflight: int = Field(
+        64,
+        ge=0,
+        description="Calls of one transport in the handlers beyond which new ones are shed (503 / RESOURCE_EXHAUSTED)",
+    )
+    admission_max_lag_ms: float = Field(
+        100.0,
+        gt=0.0,
+        description="Event-loop lag (two readings in a row) beyond which new calls are shed, ms: about the longest "
+        "wait an admitted call sees in front of the loop",
+    )
     grpc_max_pending_calls: int = Field(
         32,
         ge=1,
