@@ -108,6 +108,13 @@ def test_default_ports_match_the_service_settings(render: Any) -> None:
     assert float(config["EDGEPATH_GRPC_MAX_CONNECTION_AGE_GRACE_S"]) >= 0
 
 
+def test_the_chart_deploys_the_service_default_learner(render: Any) -> None:
+    """The chart's policy is the service's default primary-path learner (it once kept wave 1's cold
+    ``active_explorer`` after the default moved on); a values file may still select any policy."""
+    config = one(render("defaults"), "ConfigMap", "-settings")["data"]
+    assert config["EDGEPATH_POLICY"] == Settings().bandit.policy
+
+
 def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
     objects = render("external-redis-values.yaml")
     deploy = one(objects, "Deployment", "ep-edgepath")
