@@ -249,8 +249,8 @@ class Metrics:
             ),
             admission_busy=Gauge(
                 "edgepath_admission_busy_ratio",
-                "Share of the last ~0.1 s the serving thread was running or waiting for a core (new calls are shed "
-                "at or above the admission bound, 0.97 by default)",
+                "Share of the last ~0.1 s the serving thread was running or waiting for a core (saturation: near 1, "
+                "no spare capacity; it does not shed)",
                 registry=reg,
             ),
             admission_loop_lag_seconds=Gauge(
