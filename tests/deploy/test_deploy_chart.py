@@ -115,6 +115,27 @@ def test_the_chart_deploys_the_service_default_learner(render: Any) -> None:
     assert config["EDGEPATH_POLICY"] == Settings().bandit.policy
 
 
+def test_the_chart_admits_a_full_rest_batch_of_agent_contexts(render: Any) -> None:
+    """The chart's message bound lets a gateway send RecommendBatch's largest batch over REST: MAX_BATCH contexts
+    with the fields an agent reports (WiFi and LTE, every radio reading; one real vendored situation's shape)."""
+    from edgepath.types import MAX_BATCH, RecommendBatchRequest
+
+    item = {
+        "device_id": "cpe-client-0000",
+        "interfaces": [
+            {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -59.0, "link_speed_mbps": 144.0,
+             "frequency_mhz": 2462.0, "wifi_rssi_spread_db": 0.0, "max_link_speed_mbps": 300.0},
+            {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -115.0, "rsrq_db": -9.0, "sinr_db": 12.0,
+             "cell_rssi_dbm": -65.0, "rsrp_spread_db": 0.5916079783099616, "frequency_mhz": 2017.5,
+             "channel_bandwidth_mhz": 15.0},
+        ],
+    }  # fmt: skip
+    body = json.dumps({"requests": [item] * MAX_BATCH}).encode()
+    assert len(RecommendBatchRequest.model_validate_json(body).requests) == MAX_BATCH  # a valid batch
+    config = one(render("defaults"), "ConfigMap", "-settings")["data"]
+    assert len(body) <= int(config["EDGEPATH_MAX_MESSAGE_BYTES"])
+
+
 def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
     objects = render("external-redis-values.yaml")
     deploy = one(objects, "Deployment", "ep-edgepath")
