@@ -17,6 +17,9 @@ from edgepath.evaluation.ope import (
     adaptive_dr,
     bca_interval,
     bootstrap_indices,
+    contextual_adaptive_dr,
+    contextual_stablevar_weights,
+    contextual_weighted_estimate,
     dr_terms,
     effective_sample_size,
     estimate,
@@ -29,8 +32,10 @@ from edgepath.evaluation.ope import (
     stablevar_weights,
     weighted_estimate,
 )
-from edgepath.evaluation.ope_truth import ground_truth
+from edgepath.evaluation.ope_truth import _log_service, _versions_at_contexts, ground_truth
 from edgepath.evaluation.primary import load_split
+from edgepath.evaluation.primary import test_stream as paired_stream
+from edgepath.training.offline import situation_matrix
 
 DATA = Path(__file__).resolve().parents[2] / "service" / "data" / "mobilebandwidth"
 
@@ -171,8 +176,13 @@ def test_ground_truth_dr_is_close_to_the_true_value_on_paired_data() -> None:
             assert row["dr"]["mean_abs_error"] < 0.5 * row["true_value_mean"], (lp, cand)
             assert row["adr"]["mean_abs_error"] < 0.5 * row["true_value_mean"], (lp, cand)
             assert "ci95_coverage_bca" not in row["adr"] and row["adr"]["mean_ci95_width"] > 0.0
+            assert row["cadr_exact"]["mean_abs_error"] < 0.5 * row["true_value_mean"], (lp, cand)
+            assert "ci95_coverage_bca" not in row["cadr_exact"] and row["cadr_exact"]["mean_ci95_width"] > 0.0
             for est in ("ips", "snips", "dr"):
                 assert 0.0 <= row[est]["ci95_coverage_bca"] <= 1.0 and row[est]["mean_ci95_width_bca"] >= 0.0
+    # uniform logging: both weightings are constant (every candidate here is deterministic), so the two agree
+    for cand, by_est in report["per_rep"]["uniform"].items():
+        np.testing.assert_allclose(by_est["cadr_exact"], by_est["adr"], rtol=1e-9, err_msg=cand)
 
 
 # ------------------------------------------------------------------ adaptively-weighted DR (adr)
@@ -245,3 +255,92 @@ def test_adr_recovers_a_known_value_on_an_adaptively_logged_stream() -> None:
     adr = adaptive_dr(one_hot(np.zeros(n, dtype=np.int64)), log, rows)
     assert adr["ci95"][0] <= U[rows, 0].mean() <= adr["ci95"][1]
     assert adr["se"] < 0.01
+
+
+# ------------------------------------------------ adaptively-weighted DR with contextual weights (cadr_exact)
+def two_arm(e0: np.ndarray) -> np.ndarray:
+    """``(..., 2)`` distributions from the probability of arm 0."""
+    return np.stack([e0, 1.0 - e0], axis=-1)
+
+
+def test_cadr_exact_on_a_hand_computed_example() -> None:
+    """Rows 0 and 2 of a 3-row log evaluated, π = always arm 0, so h_t(x_s) = √e_t(0|x_s): e_t(0|x_s) =
+    [[0.25, 0.16], [0.49, 0.36]] → h = [[0.5, 0.4], [0.7, 0.6]], Z = (1.2, 1.0), h/Z = [[5/12, 0.4], [7/12, 0.6]].
+    Arm 0 logged at 0.25 and 0.36 with rewards 0.25 and 0.72 and q̂ = 0: Γ = (1, 2). B = (5/12, 1.2), Q̂ = 97/60,
+    V̂ = (5/12 − (25/144 + 0.48))² + (1.2 − (35/144 + 0.72))²."""
+    log = BanditLog(np.zeros((3, 1)), np.array([0, 1, 0]), np.array([0.25, 0.5, 0.36]), np.array([0.25, 9.0, 0.72]), ())
+    pi = one_hot(np.zeros(3, dtype=np.int64))
+    probs_all = two_arm(np.array([[0.25, 0.16], [0.49, 0.36]]))
+    np.testing.assert_allclose(contextual_stablevar_weights(pi[[0, 2]], probs_all), [[0.5, 0.4], [0.7, 0.6]])
+    out = contextual_adaptive_dr(pi, log, np.array([0, 2]), probs_all, q=np.zeros((3, 2)))
+    var = (5 / 12 - 25 / 144 - 0.48) ** 2 + (1.2 - 35 / 144 - 0.72) ** 2
+    assert out["estimate"] == pytest.approx(97 / 60, rel=1e-12) and out["se"] == pytest.approx(np.sqrt(var), rel=1e-12)
+    assert out["ci95"][1] - out["estimate"] == pytest.approx(1.959963984540054 * np.sqrt(var), rel=1e-9)
+    # the same numbers from the building block
+    value, v = contextual_weighted_estimate(np.array([1.0, 2.0]), np.array([[0.5, 0.4], [0.7, 0.6]]))
+    assert value == pytest.approx(97 / 60, rel=1e-12) and v == pytest.approx(var, rel=1e-12)
+
+
+def test_cadr_exact_with_a_stationary_logging_policy_is_the_plain_mean_of_the_scores() -> None:
+    """e_t(·|x) = e(·|x) for every t (here depending on the context): h_t(x_s)/Z(x_s) = 1/T, so Q̂ is the mean of the
+    AIPW scores (the predictable model's DR terms) and V̂ = Σ (Γ_t − Q̂)² / T²."""
+    rng = np.random.default_rng(8)
+    n = 300
+    X = rng.normal(size=(n, 3))
+    e0 = 1.0 / (1.0 + np.exp(-1.5 * X[:, 0]))  # context-dependent, time-invariant
+    a = (rng.random(n) >= e0).astype(np.int64)
+    p = np.where(a == 0, e0, 1.0 - e0)
+    log = BanditLog(X, a, p, 0.4 + 0.1 * X[:, 1] + 0.2 * a + rng.normal(0, 0.05, n), ())
+    rows = np.arange(0, n, 3)
+    m = len(rows)
+    probs_all = np.broadcast_to(two_arm(e0[rows])[None], (m, m, 2))
+    q = predictable_reward_model(log)
+    for pi in (one_hot(np.zeros(n, dtype=np.int64)), two_arm(np.full(n, 0.3)), two_arm(1.0 - e0)):
+        scores = dr_terms(pi, log, q)[rows]
+        out = contextual_adaptive_dr(pi, log, rows, probs_all, q)
+        assert out["estimate"] == pytest.approx(float(scores.mean()), rel=1e-12)
+        assert out["se"] == pytest.approx(float(scores.std()) / np.sqrt(m), rel=1e-9)
+        assert contextual_adaptive_dr(pi, log, rows, probs_all)["estimate"] == out["estimate"]  # q computed inside
+
+
+def test_cadr_exact_refuses_bad_probabilities_and_is_nan_without_rows_or_weight() -> None:
+    log = BanditLog(np.zeros((2, 1)), np.array([0, 0]), np.array([0.5, 0.4]), np.array([1.0, 2.0]), ())
+    pi = one_hot(np.zeros(2, dtype=np.int64))
+    good = two_arm(np.array([[0.5, 0.3], [0.7, 0.4]]))
+    assert np.isfinite(contextual_adaptive_dr(pi, log, np.arange(2), good)["estimate"])
+    with pytest.raises(ValueError, match="shape"):
+        contextual_adaptive_dr(pi, log, np.arange(2), good[:1])
+    bad = good.copy()
+    bad[0, 1, 0] = np.nan
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        contextual_adaptive_dr(pi, log, np.arange(2), bad)
+    with pytest.raises(ValueError, match="logged distribution"):  # e_1(·|x_1) is not the logged 0.4
+        contextual_adaptive_dr(pi, log, np.arange(2), two_arm(np.array([[0.5, 0.3], [0.7, 0.45]])))
+    empty = contextual_adaptive_dr(pi, log, np.array([], dtype=np.int64), np.zeros((0, 0, 2)))
+    assert np.isnan(empty["estimate"]) and np.isnan(empty["se"]) and all(np.isnan(empty["ci95"]))
+    # π always plays an arm the logging policy never plays: every weight is 0, nothing is identified
+    never = BanditLog(np.zeros((2, 1)), np.array([1, 1]), np.array([1.0, 1.0]), np.array([1.0, 2.0]), ())
+    out = contextual_adaptive_dr(pi, never, np.arange(2), two_arm(np.zeros((2, 2))))
+    assert np.isnan(out["estimate"]) and np.isnan(out["se"])
+    # a NaN reward propagates
+    nan_log = BanditLog(np.zeros((2, 1)), np.array([0, 0]), np.array([0.5, 0.4]), np.array([np.nan, 2.0]), ())
+    assert np.isnan(contextual_adaptive_dr(pi, nan_log, np.arange(2), good, q=np.zeros((2, 2)))["estimate"])
+
+
+def test_service_log_keeps_every_model_version_and_its_diagonal_is_the_logged_propensity() -> None:
+    """The harness's service logging policy: one version per 50 outcomes; each row's own version at its own context
+    gives exactly the logged distribution (the input check of contextual_adaptive_dr, here on every row)."""
+    split = load_split(DATA / "wifi4.csv", DATA / "4G.csv", DATA / "wifi4.csv", DATA / "4G.csv")
+    stream = paired_stream(split, 1000)[:400]
+    _, T = situation_matrix(stream)
+    log, version, versions = _log_service(stream, T / 1000.0, T, 1000)
+    np.testing.assert_array_equal(version, np.arange(400) // 50)
+    assert len(versions) == 9  # the cold start and one refit per 50 outcomes
+    rows = np.arange(400)
+    probs_all = _versions_at_contexts(log, version, versions, rows)
+    diagonal = probs_all[rows, rows]
+    assert np.array_equal(diagonal[rows, log.actions], log.propensity)
+    np.testing.assert_allclose(diagonal, logging_probabilities(log), rtol=0.0, atol=1e-15)
+    np.testing.assert_allclose(probs_all.sum(axis=-1), 1.0, rtol=0.0, atol=1e-12)
+    assert np.all(probs_all[:50] == 0.5)  # the cold start is uniform at every context
+    assert np.abs(probs_all[399] - probs_all[100]).max() > 0.05  # the learner's policy changes between versions

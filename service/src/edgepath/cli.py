@@ -442,7 +442,8 @@ def eval_ope_truth(
         "service/data/mobilebandwidth/4G.csv"
     ),
 ) -> None:
-    """IPS, SNIPS, DR and adaptively-weighted DR against the true values of paired real data (bias, MAE, coverage)."""
+    """IPS, SNIPS, DR and adaptively-weighted DR against the true values of paired real data (bias, MAE, coverage);
+    also cadr_exact, the contextually weighted ADR, which needs the logging policy at every context (harness only)."""
     from edgepath.evaluation.ope_truth import format_truth_table, ground_truth
     from edgepath.evaluation.primary import load_split
 

@@ -116,3 +116,20 @@ def test_epsilon_greedy_propensity_matches_its_formula() -> None:
         seen.add(round(bandit.decide(_world(rng)[0]).propensity, 6))
     # (1-ε)+ε/K for the greedy arm, ε/K for the other one.
     assert seen <= {0.9, 0.1} and 0.9 in seen
+
+
+def test_probabilities_features_are_the_decision_distribution_at_encoded_contexts() -> None:
+    """What the ground-truth harness evaluates every kept model version with: row by row the vector ``probabilities``
+    (and so ``decide``) uses, at features already encoded."""
+    bandit = PrimaryPathBandit(BanditConfig(seed=4))
+    _simulate(bandit, 300, seed=9)
+    rng = np.random.default_rng(1)
+    worlds = [_world(rng)[0] for _ in range(20)]
+    X = np.vstack([context_features(w) for w in worlds])
+    arms = arm_set(worlds[0])
+    got = bandit.probabilities_features(arms, X)
+    assert got.shape == (20, 2)
+    for row, w in zip(got, worlds, strict=True):
+        assert np.array_equal(row, bandit.probabilities(w))
+    assert len(np.unique(got[:, 0])) > 1  # fitted: the distribution depends on the context
+    np.testing.assert_array_equal(bandit.probabilities_features((AccessType.ETHERNET,), X[:3]), np.ones((3, 1)))

@@ -961,6 +961,20 @@ class PrimaryPathBandit:
         x = context_features(interfaces)
         return np.asarray(self._policy(arms).probabilities(x, self.config.propensity_floor), dtype=np.float64)
 
+    def probabilities_features(self, arms: ArmSet, X: np.ndarray) -> np.ndarray:
+        """:meth:`probabilities` of arm set ``arms`` at already-encoded features ``X`` ``(m, N_FEATURES)``; ``(m, K)``.
+
+        Row by row the vector :meth:`decide_features` draws from now (the same computation, so the same floats).
+        An arm set without a policy gets its (unfitted) one, as :meth:`decide` would. Off the serving path: the
+        ground-truth harness evaluates every model version at every context with it.
+        """
+        arms = tuple(arms)
+        X = np.asarray(X, dtype=np.float64).reshape(-1, N_FEATURES)
+        if len(arms) == 1:
+            return np.ones((X.shape[0], 1))
+        policy, floor = self._policy(arms), self.config.propensity_floor
+        return np.asarray([policy.probabilities(x, floor) for x in X], dtype=np.float64).reshape(-1, len(arms))
+
     def target(self, s: TrainingSample) -> float:
         """The value the policy learns from for sample ``s``: its utility or its Bernoulli reward."""
         if self.reward_name == "utility" and s.throughput_bps is not None:

@@ -34,6 +34,9 @@ Protocol
    Athey, KDD 2021) has its own normal 95% interval, valid for *adaptively collected* rows: the log is
    read in its order (the decision log is appended in join order; :func:`split` keeps that order
    within each part), its reward model and weights use only the rows before each evaluated row.
+5. ``cadr_exact`` (:func:`contextual_adaptive_dr`, the same paper's *contextual* weights) needs the logging
+   policy of every time at every context, which a decision log does not hold: only ``edgepath eval ope-truth``
+   reports it (its harness runs the logging policy and keeps every model version).
 
 Rewards: ``utility`` (default; :func:`edgepath.engines.reward.utility` of the reported throughput,
 latency and loss, what the ``ridge_*`` learners maximise) or ``bernoulli`` (the logged 0/1 reward).
@@ -455,6 +458,100 @@ def adaptive_dr(
     value, var = weighted_estimate(gamma, h)
     half = float(ndtri(1 - alpha / 2)) * float(np.sqrt(var))
     return {"estimate": value, "ci95": [value - half, value + half], "se": float(np.sqrt(var))}
+
+
+def contextual_stablevar_weights(pi_rows: np.ndarray, probs_all: np.ndarray) -> np.ndarray:
+    """Contextual StableVar weights ``h[t, s] = h_t(x_s) = (Σ_a π(a|x_s)² / e_t(a|x_s))^{-1/2}``, ``(T, T)``.
+
+    ``pi_rows`` ``(T, K)``: the candidate at the T evaluated rows' contexts; ``probs_all`` ``(T, T, K)``:
+    ``probs_all[t, s, a] = e_t(a|x_s)``, the logging policy that decided row t evaluated at row s's context.
+    As the authors' code (github.com/gsbDBI/contextual_bandits_evaluation, ``adaptive/inference.py``,
+    ``analyze``: ``lvdl_X = sqrt(1 / condVar)``), ``h = 0`` where the conditional variance ``Σ_a π²/e`` is
+    ≤ 1e-6; where π plays an arm whose logging probability is 0 the variance is infinite and ``h = 0`` (an arm
+    π does not play contributes 0, where the authors' ``0²/0`` would be NaN).
+    """
+    p = pi_rows[None, :, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cond_var = np.where(p > 0, p * p / probs_all, 0.0).sum(axis=-1)
+        return np.where(cond_var > 1e-6, 1.0 / np.sqrt(cond_var), 0.0)
+
+
+def contextual_weighted_estimate(gamma: np.ndarray, h: np.ndarray) -> tuple[float, float]:
+    """``Q̂ = Σ_t B_t`` and ``V̂ = Σ_t (B_t − Σ_s [h_t(x_s)/Z(x_s)] B_s)²`` with ``B_t = h_t(x_t)/Z(x_t) · Γ_t`` and
+    ``Z(x) = Σ_t h_t(x)``; ``gamma`` ``(T,)``, ``h`` ``(T, T)`` (``h[t, s] = h_t(x_s)``). NaN when no context has
+    ``Z > 1e-6``.
+
+    The authors' ``calculate_continuous_X_statistics`` (gsbDBI/contextual_bandits_evaluation,
+    ``adaptive/inference.py``), including its rule that a context with ``Z(x) ≤ 1e-6`` is left undivided (its
+    weights are then ≤ 1e-6 themselves). With ``h_t(x) = h(x)`` for all t every weight is 1/T: the plain mean
+    and ``V̂ = Σ (Γ_t − Q̂)² / T²``.
+    """
+    ok = h.sum(axis=0) > 1e-6
+    if gamma.size == 0 or not ok.any():
+        return float("nan"), float("nan")
+    hz = h.copy()
+    hz[:, ok] /= h.sum(axis=0)[ok]
+    b = np.diagonal(hz) * gamma
+    return float(b.sum()), float(((b - hz @ b) ** 2).sum())
+
+
+def contextual_adaptive_dr(
+    pi: np.ndarray,
+    log: BanditLog,
+    rows: np.ndarray,
+    probs_all: np.ndarray,
+    q: np.ndarray | None = None,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Adaptively-weighted DR with the paper's *contextual* StableVar weights ("cadr_exact"); needs the logging
+    policy of every evaluated time at every evaluated context, so it is computable in the ground-truth harness
+    (``eval ope-truth``, which runs the logging policy itself), not from a decision log.
+
+    Zhan, Hadad, Hirshberg & Athey, "Off-Policy Evaluation via Adaptive Weighting with Data from Contextual
+    Bandits", KDD 2021, contextual weighting; formulas as in the authors' code (github.com/gsbDBI/
+    contextual_bandits_evaluation, ``adaptive/inference.py``: ``analyze`` → ``lvdl_X`` and
+    ``calculate_continuous_X_statistics``). Over the T evaluated rows ``rows`` (sorted, log order):
+
+    * ``h_t(x) = (Σ_a π(a|x)² / e_t(a|x))^{-1/2}`` (:func:`contextual_stablevar_weights`), ``Z(x) = Σ_t h_t(x)``
+      over the T evaluated times;
+    * ``Q̂ = Σ_t h_t(x_t)/Z(x_t) · Γ_t``, ``V̂ = Σ_t (B_t − Σ_s h_t(x_s)/Z(x_s) · B_s)²`` with ``B_t`` the t-th
+      term of Q̂ (:func:`contextual_weighted_estimate`); interval ``Q̂ ± z_{1−α/2} √V̂``;
+    * Γ_t the same AIPW scores as :func:`adaptive_dr` (:func:`dr_terms` with the predictable reward model
+      :func:`predictable_reward_model` of *all* rows of ``log`` before t): the two differ only in the weights.
+
+    Shapes: ``pi`` ``(n, K)`` on every row of ``log``; ``rows`` ``(T,)``; ``probs_all`` ``(T, T, K)`` with
+    ``probs_all[t, s, a] = e_{rows[t]}(a | x_{rows[s]})``, the distribution the policy that decided row ``rows[t]``
+    gave at row ``rows[s]``'s context (a stationary logging policy: ``e(a | x_{rows[s]})`` for every t; a broadcast
+    view is fine). ``q``: :func:`predictable_reward_model` of ``log`` when already computed. No rows, or no
+    context with a positive weight: estimate, interval and se are NaN; a NaN reward propagates.
+
+    Raises
+    ------
+    ValueError
+        ``probs_all`` not ``(T, T, K)``, not finite or outside [0, 1], or its diagonal ``probs_all[t, t]`` not the
+        logged distribution at row ``rows[t]`` (:func:`logging_probabilities`: the logged propensity of the chosen
+        arm and its complement) within 1e-9 — the weights would then describe another policy than the scores.
+    """
+    from scipy.special import ndtri
+
+    rows = np.asarray(rows, dtype=np.int64)
+    n_rows, k = rows.shape[0], pi.shape[1]
+    if probs_all.shape != (n_rows, n_rows, k):
+        raise ValueError(f"probs_all must have shape {(n_rows, n_rows, k)}, not {probs_all.shape}")
+    if not np.all(np.isfinite(probs_all)) or np.any(probs_all < 0.0) or np.any(probs_all > 1.0):
+        raise ValueError("probs_all must hold probabilities in [0, 1]")
+    nan = float("nan")
+    if n_rows == 0:
+        return {"estimate": nan, "ci95": [nan, nan], "se": nan}
+    diagonal = probs_all[np.arange(n_rows), np.arange(n_rows)]
+    if not np.allclose(diagonal, logging_probabilities(log)[rows], rtol=0.0, atol=1e-9):
+        raise ValueError("probs_all[t, t] is not the logged distribution at row rows[t]")
+    q = predictable_reward_model(log) if q is None else q
+    gamma = dr_terms(pi, log, q)[rows]
+    value, var = contextual_weighted_estimate(gamma, contextual_stablevar_weights(pi[rows], probs_all))
+    se = float(np.sqrt(var))
+    half = float(ndtri(1 - alpha / 2)) * se
+    return {"estimate": value, "ci95": [value - half, value + half], "se": se}
 
 
 def bootstrap_indices(n: int, n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:

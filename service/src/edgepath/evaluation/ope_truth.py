@@ -13,13 +13,17 @@ utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, defau
    evaluation part split, DR's reward model and the learned candidates fitted on the model part, 95%
    percentile and BCa bootstrap intervals from the same resamples of the evaluation part), and the
    adaptively-weighted DR ``adr`` with its normal interval (:func:`edgepath.evaluation.ope.adaptive_dr`:
-   reward model and weights from the log's earlier rows, in the logging order, over the same evaluation part);
+   reward model and weights from the log's earlier rows, in the logging order, over the same evaluation part),
+   and ``cadr_exact`` (:func:`edgepath.evaluation.ope.contextual_adaptive_dr`: the same scores with the paper's
+   contextual weights, which need the logging policy of every evaluated time at every evaluated context — known
+   here because the harness runs the logging policy, keeping every model version of ``service``; a decision log
+   does not hold it, so ``eval ope`` cannot report it);
 4. truth = the candidate's true value on the evaluation part's situations (both arms known).
 
 Reported per logging policy × candidate × estimator: bias (mean of estimate − truth), mean absolute
 error, RMSE and the share of repetitions whose 95% interval covers the truth (``ci95_coverage``:
-percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`; for ``adr`` its own
-interval, no BCa).
+percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`; for ``adr`` and
+``cadr_exact`` their own normal interval, no BCa).
 
 Logging policies: ``uniform`` (½, ½); ``epsilon_greedy`` (WiFi-first with ε = 0.2 uniform
 exploration: WiFi 0.9, LTE 0.1 — what apprentice mode logs around a WiFi-first baseline); ``service``
@@ -51,6 +55,7 @@ from edgepath.evaluation.ope import (
     bca_interval,
     bootstrap_indices,
     candidate,
+    contextual_adaptive_dr,
     estimate,
     jackknife,
     one_hot,
@@ -63,6 +68,9 @@ from edgepath.training.offline import ARMS, BetterArmPolicy, OfflineConfig, situ
 LOGGING_POLICIES: tuple[str, ...] = ("uniform", "epsilon_greedy", "service")
 CANDIDATES: tuple[str, ...] = ("wifi_first", "lte_first", "offline_classifier", "ridge_squarecb")
 EPSILON = 0.2
+HARNESS_ONLY_ESTIMATORS: tuple[str, ...] = ("cadr_exact",)
+"""Reported by ``eval ope-truth`` only: they need the logging policy at every context, not in a decision log."""
+TRUTH_ESTIMATORS: tuple[str, ...] = (*REPORTED_ESTIMATORS, *HARNESS_ONLY_ESTIMATORS)
 
 
 def _log_fixed(X: np.ndarray, U: np.ndarray, T: np.ndarray, probs: np.ndarray, rng: np.random.Generator) -> BanditLog:
@@ -83,13 +91,21 @@ def _as_log(X: np.ndarray, a: np.ndarray, p: np.ndarray, U: np.ndarray, T: np.nd
     return BanditLog(X, a, p, r, samples)
 
 
-def _log_service(stream: Sequence[Any], U: np.ndarray, T: np.ndarray, seed: int) -> BanditLog:
+def _log_service(
+    stream: Sequence[Any], U: np.ndarray, T: np.ndarray, seed: int
+) -> tuple[BanditLog, np.ndarray, list[PrimaryPathBandit]]:
     """The default learner from a cold start, refit every 50 outcomes, logging its propensity (the exact
-    probability of the drawn arm; the floor is enforced in the policy's distribution)."""
+    probability of the drawn arm; the floor is enforced in the policy's distribution).
+
+    Also returns, for :func:`_versions_at_contexts`, the model version that decided each row ``(n,)`` and a copy
+    of every version (version 0: the cold start; version v: after the v-th refit).
+    """
     bandit = PrimaryPathBandit(BanditConfig(seed=seed))
-    X, a, p, buffer = [], [], [], []
+    versions = [bandit.clone()]
+    X, a, p, buffer, version = [], [], [], [], []
     for i, s in enumerate(stream):
         choice = bandit.decide(s.interfaces)
+        version.append(len(versions) - 1)
         arm = ARMS.index(choice.access_type)
         X.append(choice.features)
         a.append(arm)
@@ -108,7 +124,20 @@ def _log_service(stream: Sequence[Any], U: np.ndarray, T: np.ndarray, seed: int)
         if len(buffer) >= 50:
             bandit.update(buffer)
             buffer = []
-    return _as_log(np.vstack(X), np.asarray(a), np.asarray(p), U, T)
+            versions.append(bandit.clone())
+    return _as_log(np.vstack(X), np.asarray(a), np.asarray(p), U, T), np.asarray(version), versions
+
+
+def _versions_at_contexts(
+    log: BanditLog, version: np.ndarray, versions: Sequence[PrimaryPathBandit], rows: np.ndarray
+) -> np.ndarray:
+    """``probs_all[t, s] = e_{rows[t]}(·|x_{rows[s]})`` ``(T, T, K)``: the version that decided row ``rows[t]`` at
+    row ``rows[s]``'s context (:func:`edgepath.evaluation.ope.contextual_adaptive_dr`'s input)."""
+    used = np.unique(version[rows])
+    at = np.zeros((len(versions), len(rows), len(ARMS)))
+    for v in used:
+        at[v] = versions[v].probabilities_features(ARMS, log.X[rows])
+    return at[version[rows]]
 
 
 def ground_truth(
@@ -135,14 +164,18 @@ def ground_truth(
         U = np.vectorize(lambda t: utility(t * 1e6, None, None))(T)
         rng = np.random.default_rng(seed)
         for lp in logging:
-            if lp == "uniform":
-                log = _log_fixed(X, U, T, np.full((len(stream), 2), 0.5), rng)
-            elif lp == "epsilon_greedy":
-                probs = np.tile([1 - EPSILON / 2, EPSILON / 2], (len(stream), 1))
+            if lp in ("uniform", "epsilon_greedy"):
+                dist = [0.5, 0.5] if lp == "uniform" else [1 - EPSILON / 2, EPSILON / 2]
+                probs = np.tile(dist, (len(stream), 1))
                 log = _log_fixed(X, U, T, probs, rng)
             else:
-                log = _log_service(stream, U, T, seed)
+                log, version, versions = _log_service(stream, U, T, seed)
             model_idx, eval_idx = split(len(log), 0.5, rng)
+            m = len(eval_idx)
+            if lp == "service":
+                probs_all = _versions_at_contexts(log, version, versions, eval_idx)
+            else:  # stationary: e_t(·|x_s) = e(·|x_s) for every t
+                probs_all = np.broadcast_to(probs[eval_idx][None, :, :], (m, m, len(ARMS)))
             tr, ev = log.subset(model_idx), log.subset(eval_idx)
             q = DirectModel.fit(tr).predict(ev.X)
             q_pred = predictable_reward_model(log)
@@ -168,6 +201,8 @@ def ground_truth(
                 rows.setdefault(lp, {}).setdefault(cand, {}).setdefault("adr", []).append(
                     (adr["estimate"], truth, *adr["ci95"])
                 )
+                cadr = contextual_adaptive_dr(pi_all, log, eval_idx, probs_all, q_pred)
+                rows[lp][cand].setdefault("cadr_exact", []).append((cadr["estimate"], truth, *cadr["ci95"]))
         say(f"repetition {rep + 1}/{n_reps} done")
     summary: dict[str, Any] = {}
     for lp, by_cand in rows.items():
@@ -200,6 +235,11 @@ def ground_truth(
             "epsilon_greedy": f"WiFi-first with epsilon {EPSILON}: WiFi {1 - EPSILON / 2}, LTE {EPSILON / 2}",
             "service": "ridge_squarecb cold start, refit every 50, logged propensity (exact, >= 0.01 in the policy)",
         },
+        "harness_only": {
+            "cadr_exact": "adaptively-weighted DR with the contextual StableVar weights of Zhan et al. 2021: needs "
+            "every model version's policy at every evaluated context (kept by this harness), not computable by "
+            "'eval ope' on a decision log"
+        },
         "summary": summary,
         "per_rep": {
             lp: {c: {e: [list(r) for r in v] for e, v in by.items()} for c, by in bc.items()} for lp, bc in rows.items()
@@ -208,8 +248,9 @@ def ground_truth(
 
 
 def format_truth_table(report: dict[str, Any]) -> str:
-    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile and BCa; ``adr``: its
-    normal interval in the coverage columns, no BCa)."""
+    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile and BCa; ``adr`` and
+    ``cadr_exact``: their normal interval in the coverage columns, no BCa; ``cadr_exact`` is harness-only, it needs
+    the logging policy at every context)."""
     lines = [
         "| logging policy | candidate | true value | estimator | bias | MAE | 95% CI coverage | mean CI width "
         "| BCa coverage | BCa mean width |",
@@ -217,7 +258,7 @@ def format_truth_table(report: dict[str, Any]) -> str:
     ]
     for lp, by_cand in report["summary"].items():
         for cand, by_est in by_cand.items():
-            for est in REPORTED_ESTIMATORS:
+            for est in (e for e in TRUTH_ESTIMATORS if e in by_est):
                 r = by_est[est]
                 bca = (
                     f"{100 * r['ci95_coverage_bca']:.0f}% | {r['mean_ci95_width_bca']:.4f}"
