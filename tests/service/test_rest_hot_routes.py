@@ -51,3 +51,46 @@ def test_a_hot_route_answers_decisions_errors_and_wrong_methods_as_before() -> N
     assert bad.json()["field"].startswith("interfaces[0]")
     assert wrong.status_code == 405
     assert 'handler="/v1/recommendations"' in metrics.text
+
+
+def test_request_metrics_label_route_templates_unknown_paths_and_skip_metrics() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    app = create_app(Service.build(Settings()).plane)
+
+    async def run() -> str:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as http:
+            assert (await http.put("/v1/admin/quarantine/dev-7")).status_code == 401  # templated, refused
+            assert (await http.get("/no/such/path")).status_code == 404
+            assert (await http.get("/healthz")).status_code == 200
+            await http.get("/metrics")
+            return (await http.get("/metrics")).text
+
+    counts = {
+        (s.labels["handler"], s.labels["method"], s.labels["status"]): s.value
+        for family in text_string_to_metric_families(asyncio.run(run()))
+        if family.name == "edgepath_http_requests"
+        for s in family.samples
+        if s.name == "edgepath_http_requests_total"
+    }
+    assert counts == {
+        ("/v1/admin/quarantine/{device_id}", "PUT", "401"): 1.0,
+        ("none", "GET", "404"): 1.0,
+        ("/healthz", "GET", "200"): 1.0,
+    }
+
+
+def test_a_labelled_hot_histogram_exports_cumulative_buckets_per_label_set() -> None:
+    from edgepath.metrics import HotHistogramFamily
+
+    family = HotHistogramFamily("t_seconds", "test", ["handler"], (0.01, 0.1))
+    for value in (0.005, 0.05, 0.5):
+        family.labels("/a").observe(value)
+    family.labels("/b").observe(0.01)  # on a bound: in that bucket (le)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.collect().samples}
+    assert samples[("t_seconds_bucket", (("handler", "/a"), ("le", "0.01")))] == 1
+    assert samples[("t_seconds_bucket", (("handler", "/a"), ("le", "0.1")))] == 2
+    assert samples[("t_seconds_bucket", (("handler", "/a"), ("le", "+Inf")))] == 3
+    assert samples[("t_seconds_count", (("handler", "/a"),))] == 3
+    assert abs(samples[("t_seconds_sum", (("handler", "/a"),))] - 0.555) < 1e-12
+    assert samples[("t_seconds_bucket", (("handler", "/b"), ("le", "0.01")))] == 1

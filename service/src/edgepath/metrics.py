@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -82,20 +82,48 @@ class HotHistogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
 
-    def collect(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation)
+    def cumulative_buckets(self) -> list[tuple[str, float]]:
+        """``(upper bound, observations ≤ it)`` per bucket, the last ``+Inf``: Prometheus's exposition."""
         cumulative, buckets = 0, []
         for bound, count in zip((*self.bounds, math.inf), self.counts, strict=True):
             cumulative += count
             buckets.append(("+Inf" if bound == math.inf else repr(float(bound)), float(cumulative)))
-        family.add_metric([], buckets, self.sum)
+        return buckets
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation)
+        family.add_metric([], self.cumulative_buckets(), self.sum)
+        return family
+
+
+class HotHistogramFamily:
+    """A labelled :class:`HotHistogram` (one per label set, created on first use), seconds; no lock."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]) -> None:
+        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        self.buckets = tuple(buckets)
+        self._children: dict[tuple[str, ...], HotHistogram] = {}
+
+    def labels(self, *values: str) -> HotHistogram:
+        """The histogram of ``values`` (one per label name, in order), created on first use."""
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+            child = self._children[values] = HotHistogram(self.name, self.documentation, self.buckets)
+        return child
+
+    def collect(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in list(self._children.items()):
+            family.add_metric(list(values), child.cumulative_buckets(), child.sum)
         return family
 
 
 class _HotCollector(Collector):
     """Exports the hot metrics when the registry is scraped."""
 
-    def __init__(self, *metrics: HotCounter | HotHistogram) -> None:
+    def __init__(self, *metrics: HotCounter | HotHistogram | HotHistogramFamily) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
@@ -126,8 +154,12 @@ class Metrics:
     decision_log_dropped: Counter
     apprentice_value: Gauge
     apprentice_serving_learner: Gauge
-    grpc_handled: Counter
-    grpc_handling_seconds: Histogram
+    #: Per-call count and latency of each transport (go-grpc-prometheus's and prometheus-fastapi-instrumentator's
+    #: names and labels): hot, updated by the serving loop's own thread, no lock per call (issue 16).
+    grpc_handled: HotCounter
+    grpc_handling_seconds: HotHistogramFamily
+    http_requests: HotCounter
+    http_request_seconds: HotHistogramFamily
     #: Propensity of each chosen primary path under the serving policy (0-1].
     propensity: HotHistogram
     #: Decisions that did not take the policy's most likely arm (propensity < 0.5; with 2 arms exactly the
@@ -186,9 +218,43 @@ class Metrics:
             "Time from a decision to its joined outcome, s",
             buckets=(1, 5, 15, 60, 300, 900, 3600),
         )
+        grpc_handled = HotCounter(
+            "grpc_server_handled",
+            "gRPC calls completed on the server, by service, method and status code",
+            ["grpc_service", "grpc_method", "grpc_code"],
+        )
+        grpc_handling_seconds = HotHistogramFamily(
+            "grpc_server_handling_seconds",
+            "gRPC call latency on the server (request received to status sent), s",
+            ["grpc_service", "grpc_method"],
+            REQUEST_SECONDS_BUCKETS,
+        )
+        http_requests = HotCounter(
+            "edgepath_http_requests",
+            "REST requests by route template, method and status",
+            ["handler", "method", "status"],
+        )
+        http_request_seconds = HotHistogramFamily(
+            "edgepath_http_request_duration_seconds",
+            "REST request latency by route template and method, s",
+            ["handler", "method"],
+            REQUEST_SECONDS_BUCKETS,
+        )
         reg.register(
             _HotCollector(
-                decisions, outcomes, decision_seconds, shed, propensity, explored, reward, utility, outcome_delay
+                decisions,
+                outcomes,
+                decision_seconds,
+                shed,
+                propensity,
+                explored,
+                reward,
+                utility,
+                outcome_delay,
+                grpc_handled,
+                grpc_handling_seconds,
+                http_requests,
+                http_request_seconds,
             )
         )
         return cls(
@@ -231,12 +297,9 @@ class Metrics:
                 "Apprentice mode: 1 while the learner is promoted and serves, 0 while the baseline serves",
                 registry=reg,
             ),
-            grpc_handled=Counter(
-                "grpc_server_handled",
-                "gRPC calls completed on the server, by service, method and status code",
-                ["grpc_service", "grpc_method", "grpc_code"],
-                registry=reg,
-            ),
+            grpc_handled=grpc_handled,
+            http_requests=http_requests,
+            http_request_seconds=http_request_seconds,
             propensity=propensity,
             explored=explored,
             reward=reward,
@@ -258,11 +321,5 @@ class Metrics:
                 "How late the serving event loop ran a 5 ms timer (smaller of the last two), s",
                 registry=reg,
             ),
-            grpc_handling_seconds=Histogram(
-                "grpc_server_handling_seconds",
-                "gRPC call latency on the server (request received to status sent), s",
-                ["grpc_service", "grpc_method"],
-                buckets=REQUEST_SECONDS_BUCKETS,
-                registry=reg,
-            ),
+            grpc_handling_seconds=grpc_handling_seconds,
         )
