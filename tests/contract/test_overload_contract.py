@@ -42,6 +42,8 @@ def test_rest_past_capacity_is_503_with_retry_after_and_health_still_answers() -
     assert shed.json()["error"] == "unavailable" and "overloaded" in shed.json()["message"]
     assert health.status_code == 200
     assert 'edgepath_shed_total{transport="rest"} 1.0' in metrics.text
+    # counted under the route it was for, though it never reached the router
+    assert 'edgepath_http_requests_total{handler="/v1/recommendations",method="POST",status="503"} 1.0' in metrics.text
     assert service.plane.metrics.decisions.labels("active_explorer", "WIFI")._value.get() == 0
 
 

@@ -45,6 +45,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
@@ -268,11 +269,18 @@ class RequestMetrics:
         self._templates: dict[Any, str] | None = None
 
     def _template_of(self, scope: dict[str, Any]) -> str:
-        """The path template of the route whose endpoint served ``scope`` (``none`` when no route matched)."""
+        """The path template of the route whose endpoint served ``scope``; for a request answered before routing
+        (shed 503, 413) the route its path matches; ``none`` when no route matches."""
+        routes = getattr(scope.get("app"), "routes", ())
         if self._templates is None:  # the app's routes, once: endpoint -> path template
-            routes = getattr(scope.get("app"), "routes", ())
             self._templates = {r.endpoint: r.path for r in routes if hasattr(r, "endpoint") and hasattr(r, "path")}
-        return self._templates.get(scope.get("endpoint"), "none")
+        endpoint = scope.get("endpoint")
+        if endpoint is not None:
+            return self._templates.get(endpoint, "none")
+        for route in routes:  # not routed: off the decision path's normal flow, so matching here costs little
+            if route.matches(scope)[0] is Match.FULL:
+                return getattr(route, "path", "none")
+        return "none"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
