@@ -14,10 +14,13 @@ import bisect
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+ChildT = TypeVar("ChildT")
 
 
 class _Value:
@@ -45,21 +48,37 @@ class HotCounterChild:
         self._value.v += amount
 
 
-class HotCounter:
-    """A labelled counter for the serving loop; exported as ``<name>_total`` like a Prometheus counter."""
+class _LabelledFamily(Generic[ChildT]):
+    """Children of one metric per label set, created on first use (one event-loop thread updates them: no lock)."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
-        self._children: dict[tuple[str, ...], HotCounterChild] = {}
+        self._children: dict[tuple[str, ...], ChildT] = {}
 
-    def labels(self, *values: str) -> HotCounterChild:
-        """The child of ``values`` (one per label name, in order), created on first use."""
+    def _new_child(self) -> ChildT:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> ChildT:
+        """The child of ``values`` (one per label name, in order), created on first use.
+
+        Raises
+        ------
+        ValueError
+            Not one value per label name.
+        """
         child = self._children.get(values)
         if child is None:
             if len(values) != len(self.labelnames):
                 raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
-            child = self._children[values] = HotCounterChild()
+            child = self._children[values] = self._new_child()
         return child
+
+
+class HotCounter(_LabelledFamily[HotCounterChild]):
+    """A labelled counter for the serving loop; exported as ``<name>_total`` like a Prometheus counter."""
+
+    def _new_child(self) -> HotCounterChild:
+        return HotCounterChild()
 
     def collect(self) -> Metric:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
@@ -96,22 +115,15 @@ class HotHistogram:
         return family
 
 
-class HotHistogramFamily:
+class HotHistogramFamily(_LabelledFamily[HotHistogram]):
     """A labelled :class:`HotHistogram` (one per label set, created on first use), seconds; no lock."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]) -> None:
-        self.name, self.documentation, self.labelnames = name, documentation, tuple(labelnames)
+        super().__init__(name, documentation, labelnames)
         self.buckets = tuple(buckets)
-        self._children: dict[tuple[str, ...], HotHistogram] = {}
 
-    def labels(self, *values: str) -> HotHistogram:
-        """The histogram of ``values`` (one per label name, in order), created on first use."""
-        child = self._children.get(values)
-        if child is None:
-            if len(values) != len(self.labelnames):
-                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
-            child = self._children[values] = HotHistogram(self.name, self.documentation, self.buckets)
-        return child
+    def _new_child(self) -> HotHistogram:
+        return HotHistogram(self.name, self.documentation, self.buckets)
 
     def collect(self) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
