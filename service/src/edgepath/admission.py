@@ -64,12 +64,12 @@ def thread_busy_clock() -> Iterator[Callable[[], int]]:
         return int(run) + int(wait)
 
     try:
-        try:
-            schedstat_ns()
-        except ValueError:  # not the documented format: fall back
-            yield time.thread_time_ns
-        else:
-            yield schedstat_ns
+        schedstat_ns()  # the documented format, or fall back
+        clock: Callable[[], int] = schedstat_ns
+    except ValueError:
+        clock = time.thread_time_ns
+    try:
+        yield clock
     finally:
         os.close(fd)
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 from edgepath.state.base import ClaimResult, StateStore
+from edgepath.state.codec import decode_decision, encode_record
 from edgepath.state.memory import MemoryStore
-from edgepath.state.redis import RedisStore, decode_decision, encode_decision
+from edgepath.state.redis import RedisStore
 
 from state.redis_helpers import decision, outcome
 
@@ -89,9 +90,9 @@ def test_decision_records_of_older_and_newer_replicas_decode() -> None:
     # Rolling upgrade: a record without link_speed_mbps (older replica) reads as "none reported";
     # a field this version does not know (newer replica) is ignored rather than refused.
     d = decision("d-old")
-    stored = json.loads(encode_decision(d))
+    stored = json.loads(encode_record(d))
     assert stored["link_speed_mbps"] == [144.0, None]
-    assert decode_decision(encode_decision(d)) == d
+    assert decode_decision(encode_record(d)) == d
     del stored["link_speed_mbps"]
     assert decode_decision(json.dumps(stored).encode()) == dataclasses.replace(d, link_speed_mbps=())
     stored["added_later"] = 1

@@ -955,11 +955,7 @@ class PrimaryPathBandit:
 
         The distribution :meth:`decide` draws from: for the ridge policies with the propensity floor enforced in it.
         """
-        arms = arm_set(interfaces)
-        if len(arms) == 1:
-            return np.ones(1)
-        x = context_features(interfaces)
-        return np.asarray(self._policy(arms).probabilities(x, self.config.propensity_floor), dtype=np.float64)
+        return self.probabilities_features(arm_set(interfaces), context_features(interfaces))[0]
 
     def probabilities_features(self, arms: ArmSet, X: np.ndarray) -> np.ndarray:
         """:meth:`probabilities` of arm set ``arms`` at already-encoded features ``X`` ``(m, N_FEATURES)``; ``(m, K)``.

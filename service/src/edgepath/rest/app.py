@@ -272,10 +272,10 @@ class RequestMetrics:
         """The path template of the route whose endpoint served ``scope``; for a request answered before routing
         (shed 503, 413) the route its path matches; ``none`` when no route matches."""
         routes = getattr(scope.get("app"), "routes", ())
-        if self._templates is None:  # the app's routes, once: endpoint -> path template
-            self._templates = {r.endpoint: r.path for r in routes if hasattr(r, "endpoint") and hasattr(r, "path")}
         endpoint = scope.get("endpoint")
         if endpoint is not None:
+            if self._templates is None:  # the app's routes, once: endpoint -> path template
+                self._templates = {r.endpoint: r.path for r in routes if hasattr(r, "endpoint") and hasattr(r, "path")}
             return self._templates.get(endpoint, "none")
         for route in routes:  # not routed: off the decision path's normal flow, so matching here costs little
             if route.matches(scope)[0] is Match.FULL:

@@ -31,9 +31,6 @@ def encode_record(record: DecisionRecord | LoggedDecision | OutcomeRecord) -> by
     return orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
 
 
-encode_decision = encode_logged_decision = encode_outcome = encode_record
-
-
 def _decode(cls: type[_R], raw: bytes | str, tuples: tuple[str, ...]) -> _R:
     """``cls`` from its JSON: unknown (newer) fields ignored, missing optional ones at their defaults, the fields
     ``tuples`` (JSON arrays) as tuples."""

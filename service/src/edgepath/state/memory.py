@@ -39,7 +39,7 @@ from edgepath.state.codec import (
     TtlIndex,
     decision_row,
     decode_logged_decision,
-    encode_logged_decision,
+    encode_record,
     row_decision,
 )
 from edgepath.tasks import wait_event
@@ -198,7 +198,7 @@ class MemoryStore:
             self._decision_log.popleft()
 
     async def append_decision_log(self, entry: LoggedDecision) -> None:
-        self._decision_log.append((next(self._decision_log_seq), entry.reported_at, encode_logged_decision(entry)))
+        self._decision_log.append((next(self._decision_log_seq), entry.reported_at, encode_record(entry)))
         self._trim_decision_log()
 
     async def read_decision_log(

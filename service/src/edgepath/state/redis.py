@@ -92,15 +92,7 @@ from edgepath.state.base import (
     PathEstimate,
     ServerScore,
 )  # PathEstimate, ServerScore: issue 4
-from edgepath.state.codec import (  # re-exported: the record codecs lived here first
-    TtlIndex,
-    decode_decision,
-    decode_logged_decision,
-    decode_outcome,
-    encode_decision,
-    encode_logged_decision,
-    encode_outcome,
-)
+from edgepath.state.codec import TtlIndex, decode_decision, decode_logged_decision, decode_outcome, encode_record
 from edgepath.state.outbox import DurableOutbox
 
 log = logging.getLogger(__name__)
@@ -209,7 +201,7 @@ class RedisStore:
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
 
         cache_size = max(1, outbox_max_decisions)
-        self._recent = TtlIndex(cache_size, decision_ttl_s)  # decision id -> its record's JSON (encode_decision)
+        self._recent = TtlIndex(cache_size, decision_ttl_s)  # decision id -> its record's JSON (encode_record)
         self._claimed_recent = TtlIndex(cache_size, decision_ttl_s * 2)  # decision id -> True
         self._unsynced: collections.OrderedDict[str, DecisionRecord] = collections.OrderedDict()
         self._outbox: collections.deque[OutcomeRecord] = collections.deque()
@@ -253,7 +245,7 @@ class RedisStore:
         """Journal records of a dead process: buffered as if made here while degraded, flushed on reconnect."""
         for record in records:
             if isinstance(record, DecisionRecord):
-                self._recent[record.decision_id] = encode_decision(record)
+                self._recent[record.decision_id] = encode_record(record)
                 self._keep_unsynced(record)
             elif record.decision_id not in self._outbox_ids:
                 self._outbox.append(record)
@@ -345,7 +337,7 @@ class RedisStore:
             for decision_id, record in batch:
                 remaining_ms = int((record.decided_at + self.decision_ttl_s - now) * 1000)
                 if remaining_ms > 0:
-                    pipe.set(self.decision_key(decision_id), encode_decision(record), px=remaining_ms)
+                    pipe.set(self.decision_key(decision_id), encode_record(record), px=remaining_ms)
             await pipe.execute()
             for decision_id, _ in batch:
                 self._unsynced.pop(decision_id, None)
@@ -371,7 +363,7 @@ class RedisStore:
         return None if raw is None else decode_decision(raw)
 
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
-        raw = encode_decision(record)
+        raw = encode_record(record)
         self._recent[record.decision_id] = raw
         self._ensure_reconnecting()
         if not self._degraded:
@@ -388,7 +380,7 @@ class RedisStore:
 
     async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
         """:meth:`put_decision` of every record in one pipeline (one round trip); unreachable: all kept unsynced."""
-        raws = [encode_decision(record) for record in records]
+        raws = [encode_record(record) for record in records]
         for record, raw in zip(records, raws, strict=True):
             self._recent[record.decision_id] = raw
         if not self._degraded:
@@ -428,7 +420,7 @@ class RedisStore:
     async def _claim_in_redis(self, outcome: OutcomeRecord) -> ClaimResult:
         marker_ttl_ms = int(self.decision_ttl_s * 2000)
         keys = [self.decision_key(outcome.decision_id), self.marker_key(outcome.decision_id), self.stream]
-        raw = await self._claim(keys=keys, args=[marker_ttl_ms, encode_outcome(outcome)])
+        raw = await self._claim(keys=keys, args=[marker_ttl_ms, encode_record(outcome)])
         return ClaimResult(raw.decode() if isinstance(raw, bytes) else raw)
 
     async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
@@ -587,7 +579,7 @@ class RedisStore:
                 self._auto.execute(
                     "xadd",
                     self.decision_log_stream,
-                    {"d": encode_logged_decision(entry)},
+                    {"d": encode_record(entry)},
                     maxlen=self.decision_log_max_entries,
                     approximate=True,
                 ),

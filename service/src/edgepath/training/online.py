@@ -102,13 +102,19 @@ def to_sample(outcome: OutcomeRecord) -> TrainingSample:
     )
 
 
-def _refit_blob(blob: bytes, batches: Sequence[Sequence[TrainingSample]]) -> bytes:
-    """In the refit process: unpickle the serving model (a private copy), ``update`` it with each batch in
-    order, pickle it back."""
-    model: PrimaryPathBandit = pickle.loads(blob)  # our own process's model, pickled by the parent
+def update_in_order(model: PrimaryPathBandit, batches: Sequence[Sequence[TrainingSample]]) -> PrimaryPathBandit:
+    """``model`` (modified in place, and returned) after one ``update`` per batch, in order: what one refit per
+    batch would have given."""
     for samples in batches:
         model.update(samples)
-    return bytes(cloudpickle.dumps(model))
+    return model
+
+
+def _refit_blob(blob: bytes, batches: Sequence[Sequence[TrainingSample]]) -> bytes:
+    """In the refit process: unpickle the serving model (a private copy), :func:`update_in_order`, pickle it
+    back."""
+    model: PrimaryPathBandit = pickle.loads(blob)  # our own process's model, pickled by the parent
+    return bytes(cloudpickle.dumps(update_in_order(model, batches)))
 
 
 def _lower_priority(niceness: int) -> None:
@@ -257,21 +263,18 @@ class OnlineTrainer:
         samples = [to_sample(o) for _, o in batch]
         batches = [samples[i : i + self.batch_size] for i in range(0, len(samples), self.batch_size)]
 
-        def fit() -> PrimaryPathBandit:
-            clone = live.clone()
-            for part in batches:
-                clone.update(part)
-            return clone
-
-        refitted = await (self.refitter(live, batches) if self.refitter is not None else asyncio.to_thread(fit))
+        refitted = await (
+            self.refitter(live, batches)
+            if self.refitter is not None
+            else asyncio.to_thread(lambda: update_in_order(live.clone(), batches))
+        )
         refitted.carry_exploration_from(self.registry.current.model)
         entry_ids = [entry_id for entry_id, _ in batch]
         version = self.registry.current.version + len(batches)
-        if self.publisher is not None:
+        if self.publisher is not None:  # stores and acknowledges in one step; its version wins
             version = await self.publisher(refitted, version, entry_ids)
-            published = await self.registry.publish(refitted, version)
-        else:
-            published = await self.registry.publish(refitted, version)
+        published = await self.registry.publish(refitted, version)
+        if self.publisher is None:
             await self.store.ack_outcomes(entry_ids)
         self.outcomes_used += len(batch)
         self.refits += len(batches)
