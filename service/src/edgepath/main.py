@@ -312,7 +312,14 @@ class Service:
         follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
         role = None
         if settings.trainer:
-            role = TrainerRole(backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+            role = TrainerRole(
+                backend,
+                snapshots,
+                registry,
+                settings.batch_size,
+                settings.trainer_lock_ttl_s,
+                refitter=ProcessRefitter(),  # a refit never holds the serving loop's GIL, nor its CPU
+            )
         from edgepath.training.exploration import FleetExploration
 
         exploration = FleetExploration(backend, registry, period_s=settings.exploration_sync_s)
@@ -482,8 +489,9 @@ class Service:
                 log.warning("trainer role did not stop cleanly (%r); its lock expires by itself", exc)
         if self.trainer is not None:
             await self.trainer.stop()
-            if isinstance(self.trainer.refitter, ProcessRefitter):
-                self.trainer.refitter.close()
+        for owner in (self.trainer, self.trainer_role):
+            if isinstance(getattr(owner, "refitter", None), ProcessRefitter):
+                owner.refitter.close()
         if self.follower is not None:
             try:
                 await asyncio.wait_for(self.follower.stop(), timeout=5.0)
@@ -541,7 +549,12 @@ async def run_trainer(settings: Settings) -> None:
     backend = build_backend(settings, metrics)
     snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
     registry = ModelRegistry(build_model(settings))
-    role = TrainerRole(backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s)
+    # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where the
+    # trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
+    refitter = ProcessRefitter()
+    role = TrainerRole(
+        backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s, refitter=refitter
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -550,6 +563,7 @@ async def run_trainer(settings: Settings) -> None:
     try:
         await role.run(stop)
     finally:
+        refitter.close()
         await backend.close()
 
 

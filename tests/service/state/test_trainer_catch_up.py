@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import multiprocessing
+import os
 
 import pytest
 from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.state.memory import MemoryStore
-from edgepath.training.online import ModelRegistry, OnlineTrainer
+from edgepath.training.online import ModelRegistry, OnlineTrainer, ProcessRefitter
 from edgepath.types import AccessType, InterfaceContext
 
 from state.redis_helpers import decision, outcome
@@ -72,3 +74,29 @@ def test_catch_up_is_bounded() -> None:
 def test_catch_up_batches_must_be_positive() -> None:
     with pytest.raises(ValueError, match="catch_up_batches"):
         OnlineTrainer(MemoryStore(), ModelRegistry(PrimaryPathBandit()), catch_up_batches=0)
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")
+def test_the_refit_process_refits_as_the_thread_would_and_runs_under_sched_idle() -> None:
+    """Training never starves serving: the refit process yields the CPU to any serving thread that wakes."""
+
+    async def run() -> None:
+        store, reference_store = MemoryStore(), MemoryStore()
+        await _backlog(store, 100)
+        await _backlog(reference_store, 100)
+        refitter = ProcessRefitter()
+        try:
+            registry = ModelRegistry(PrimaryPathBandit())
+            assert await OnlineTrainer(store, registry, batch_size=50, refitter=refitter).step() is True
+            workers = [child.pid for child in multiprocessing.active_children()]  # the refit pool's worker
+            assert len(workers) == 1
+            assert os.sched_getscheduler(workers[0]) == os.SCHED_IDLE
+            assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the serving process keeps its policy
+        finally:
+            refitter.close()
+        reference = ModelRegistry(PrimaryPathBandit())
+        assert await OnlineTrainer(reference_store, reference, batch_size=50).step() is True
+        assert registry.current.version == reference.current.version == 3
+        assert _probe(registry.current.model) == pytest.approx(_probe(reference.current.model), abs=1e-12)
+
+    asyncio.run(run())

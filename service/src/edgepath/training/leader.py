@@ -33,7 +33,7 @@ import time
 
 from edgepath.state.backend import LockLost, StateBackend, StoreUnreachable
 from edgepath.tasks import wait_event
-from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError
+from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError, Refitter
 from edgepath.training.snapshots import SnapshotRejectedError, SnapshotStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,9 @@ class TrainerRole:
         Lock expiry, s; renewed every ``lock_ttl_s / 3``.
     lock_poll_s:
         How often a follower retries ``SET NX`` while another trainer holds the lock, s.
+    refitter:
+        Where the refits run (:class:`~edgepath.training.online.ProcessRefitter`: a process below serving in
+        the CPU scheduler); default: a worker thread of this process. The caller closes it.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class TrainerRole:
         lock_ttl_s: float = 10.0,
         consumer: str | None = None,
         lock_poll_s: float = 0.1,
+        refitter: Refitter | None = None,
     ) -> None:
         self.backend = backend
         self.store = backend.store
@@ -77,6 +81,7 @@ class TrainerRole:
         self.batch_size = batch_size
         self.lock_ttl_s = lock_ttl_s
         self.lock_poll_s = lock_poll_s
+        self.refitter = refitter
         self.consumer = consumer or consumer_name()
         self.is_leader = False
         self.trainer: OnlineTrainer | None = None
@@ -138,7 +143,12 @@ class TrainerRole:
                 self.backend.forget_inflight()
                 await self.backend.prune_consumers(keep=self.consumer)
                 trainer = OnlineTrainer(
-                    self.store, self.registry, self.batch_size, consumer=self.consumer, publisher=self._publish
+                    self.store,
+                    self.registry,
+                    self.batch_size,
+                    consumer=self.consumer,
+                    publisher=self._publish,
+                    refitter=self.refitter,
                 )
                 self.trainer = trainer
                 trainer.start()
