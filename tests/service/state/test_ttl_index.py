@@ -1,4 +1,4 @@
-"""The Redis store's recent-decision index (issue 16): TTL, bound, and no objects for the garbage collector."""
+"""The in-process stores and the serving process (issue 16): TTL, bound, and no objects for the garbage collector."""
 
 from __future__ import annotations
 
@@ -68,3 +68,65 @@ def test_a_decision_row_round_trips_and_is_untracked_after_a_collection() -> Non
     gc.collect()
     gc.collect()  # nested tuples first, then the row that holds them
     assert not gc.is_tracked(row)
+
+
+def test_an_outcome_row_round_trips_with_its_extra_and_is_untracked_after_a_collection() -> None:
+    import dataclasses
+
+    from edgepath.state.codec import outcome_row, row_outcome
+
+    from state.redis_helpers import decision, outcome
+
+    record = dataclasses.replace(outcome(decision("row-2"), throughput_bps=2e7), extra={"rtt_ms": 31.0})
+    row = outcome_row(record)
+    assert row_outcome(row) == record
+    for _ in range(3):  # one nesting level per collection: (name, value) pairs, their tuple, the row
+        gc.collect()
+    assert not gc.is_tracked(row)
+
+
+def test_the_memory_stores_outcome_backlog_adds_no_tracked_objects() -> None:
+    """A paused trainer's backlog is not walked by full collections (issue 16)."""
+    import asyncio
+
+    from edgepath.state.memory import MemoryStore
+
+    from state.redis_helpers import decision, outcome
+
+    async def run() -> None:
+        store = MemoryStore()
+        records = [decision(f"backlog-{i}") for i in range(300)]
+        for d in records:
+            await store.put_decision(d, 600)
+        gc.collect()
+        gc.collect()
+        before = len(gc.get_objects())
+        for i, d in enumerate(records):  # each outcome object is the store's alone once claimed
+            await store.claim_outcome(outcome(d, throughput_bps=1e7 + i))
+        for _ in range(3):  # one nesting level of the rows per collection
+            gc.collect()
+        assert len(gc.get_objects()) - before < 30  # 300 OutcomeRecord objects held would add >= 300
+        read = await store.read_outcomes("trainer", 300, 0)
+        assert [(o.decision_id, o.throughput_bps, o.extra) for _, o in read] == [
+            (d.decision_id, 1e7 + i, {"rtt_ms": 12.5}) for i, d in enumerate(records)
+        ]
+
+    asyncio.run(run())
+
+
+def test_the_in_process_rate_limiter_adds_no_tracked_object_per_device() -> None:
+    import asyncio
+
+    from edgepath.state.limits import MemoryRateLimiter
+
+    async def run() -> None:
+        limiter = MemoryRateLimiter(100.0, 10)
+        gc.collect()
+        before = len(gc.get_objects())
+        for i in range(500):
+            assert await limiter.acquire(f"device-{i}") == 0.0
+        gc.collect()
+        assert len(gc.get_objects()) - before < 30  # cachetools.TTLCache kept one link object per key
+
+    asyncio.run(run())
+

@@ -69,6 +69,20 @@ def row_decision(row: tuple[Any, ...]) -> DecisionRecord:
     return DecisionRecord(*row)
 
 
+def outcome_row(outcome: OutcomeRecord) -> tuple[Any, ...]:
+    """The outcome's field values in field order, its ``extra`` mapping (the last field) as a tuple of
+    ``(name, value)`` pairs: like :func:`decision_row`, a tuple the garbage collector untracks. An in-process
+    outcome log of dataclass objects is walked by every full collection, and a paused or lagging trainer's
+    backlog (thousands of outcomes) made those collections several ms each (issue 16)."""
+    *fields, extra = outcome.__dict__.values()
+    return (*fields, tuple(extra.items()))
+
+
+def row_outcome(row: tuple[Any, ...]) -> OutcomeRecord:
+    """The record of an :func:`outcome_row`."""
+    return OutcomeRecord(*row[:-1], dict(row[-1]))
+
+
 class TtlIndex:
     """A bounded mapping whose entries expire ``ttl_s`` after they were set; past ``maxsize`` the oldest go first.
 

@@ -32,9 +32,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from cachetools import TTLCache
-
 from edgepath.errors import Unavailable
+from edgepath.state.codec import TtlIndex
 
 
 class RateLimiter(Protocol):
@@ -87,7 +86,8 @@ class MemoryRateLimiter:
         self.interval_s = 1.0 / rate_per_s
         self.burst = burst
         self.clock = clock
-        self._tat: TTLCache[str, float] = TTLCache(maxsize=max_keys, ttl=burst * self.interval_s + 1.0, timer=clock)
+        # one entry per device key; TtlIndex keeps no linked-list objects the garbage collector would walk
+        self._tat = TtlIndex(max_keys, burst * self.interval_s + 1.0, timer=clock)
 
     async def acquire(self, key: str) -> float:
         now = self.clock()

@@ -21,6 +21,7 @@ import collections
 import itertools
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from cachetools import LRUCache
 
@@ -40,7 +41,9 @@ from edgepath.state.codec import (
     decision_row,
     decode_logged_decision,
     encode_record,
+    outcome_row,
     row_decision,
+    row_outcome,
 )
 from edgepath.tasks import wait_event
 
@@ -58,7 +61,7 @@ class MemoryStore:
     ) -> None:
         self._decisions = TtlIndex(max_decisions, decision_ttl_s)  # decision id -> decision_row(record)
         self._outcome_seen = TtlIndex(max_decisions, decision_ttl_s * 2)  # decision id -> True
-        self._log: dict[str, OutcomeRecord] = {}
+        self._log: dict[str, tuple[Any, ...]] = {}  # entry id -> outcome_row(outcome), untracked by the collector
         self._undelivered: list[str] = []
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
@@ -97,7 +100,7 @@ class MemoryStore:
             return ClaimResult.UNKNOWN
         self._outcome_seen[outcome.decision_id] = True
         entry_id = f"{next(self._ids)}-0"
-        self._log[entry_id] = outcome
+        self._log[entry_id] = outcome_row(outcome)
         self._undelivered.append(entry_id)
         self._arrived.set()
         return ClaimResult.NEW
@@ -109,7 +112,7 @@ class MemoryStore:
                 return []
         batch, self._undelivered = self._undelivered[:count], self._undelivered[count:]
         self._pending.update(batch)
-        return [(i, self._log[i]) for i in batch]
+        return [(i, row_outcome(self._log[i])) for i in batch]
 
     async def ack_outcomes(self, entry_ids: list[str]) -> None:
         for entry_id in entry_ids:
