@@ -294,6 +294,14 @@ class Settings(BaseSettings):
         description="Event-loop lag (two readings in a row) beyond which new calls are shed, ms: about the longest "
         "wait an admitted call sees in front of the loop",
     )
+    gil_switch_interval_ms: float = Field(
+        0.5,
+        gt=0.0,
+        le=100.0,
+        description="The serving process's GIL switch interval (sys.setswitchinterval), ms: about the longest a "
+        "background thread (the refit hand-off, snapshot loads) keeps the event loop waiting for the GIL; "
+        "Python's default is 5",
+    )
     grpc_max_pending_calls: int = Field(
         32,
         ge=1,

@@ -130,3 +130,18 @@ def test_the_in_process_rate_limiter_adds_no_tracked_object_per_device() -> None
 
     asyncio.run(run())
 
+
+def test_a_serving_process_shortens_the_gil_switch_interval_to_the_setting() -> None:
+    import sys
+
+    from edgepath.main import tune_serving_process
+    from edgepath.settings import Settings
+
+    before = sys.getswitchinterval()
+    try:
+        tune_serving_process(Settings(gil_switch_interval_ms=0.25))
+        assert sys.getswitchinterval() == 0.00025
+        assert Settings().gil_switch_interval_ms == 0.5  # Python's default is 5 ms
+    finally:
+        sys.setswitchinterval(before)
+        gc.unfreeze()
