@@ -91,6 +91,8 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
             "200",
             "--overload-s",
             "1",
+            "--latency-rounds",
+            "2",
         ],
         capture_output=True,
         text=True,
@@ -108,6 +110,14 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         overload = data[transport]["overload"]
         assert {"shed_share", "p99_ms_admitted", "recovery_s"} <= set(overload)
         assert 0.0 <= overload["shed_share"] <= 1.0
+        # idle and training alternate; each condition's p99 pools its rounds, so it lies within theirs
+        rounds = data[transport]["latency_rounds"]
+        assert len(rounds) == 2
+        published = sum(r["model_versions_published_while_training"] for r in rounds)
+        assert data[transport]["model_versions_published_while_training"] == published
+        for key in ("p99_ms", "p99_ms_while_training"):
+            per_round = [r[key] for r in rounds]
+            assert min(per_round) - 1e-6 <= data[transport][key] <= max(per_round) + 1e-6, key
 
 
 @pytest.mark.slow
