@@ -80,7 +80,7 @@ def outcome_row(outcome: OutcomeRecord) -> tuple[Any, ...]:
 
 def row_outcome(row: tuple[Any, ...]) -> OutcomeRecord:
     """The record of an :func:`outcome_row`."""
-    return OutcomeRecord(*row[:-1], dict(row[-1]))
+    return OutcomeRecord(*(*row[:-1], dict(row[-1])))  # the fields in order, extra last
 
 
 class TtlIndex:
