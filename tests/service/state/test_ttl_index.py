@@ -45,7 +45,32 @@ def test_entries_are_not_tracked_by_the_collector() -> None:
     for i in range(500):
         index[f"id-{i}"] = b'{"decision_id": "x"}'
     gc.collect()  # tuples of untracked values are untracked by the first collection that sees them
-    assert not any(gc.is_tracked(entry) for entry in index._items.values())
+    assert not any(gc.is_tracked(entry) for shard in index._shards for entry in shard.values())
+
+
+def test_a_large_index_is_sharded_so_no_table_holds_more_than_its_share() -> None:
+    """A dict rebuilds its whole table as it grows: a big index is many small tables (issue 16)."""
+    clock = Clock()
+    index = TtlIndex(200_000, ttl_s=60.0, timer=clock)
+    assert len(index._shards) == TtlIndex.MAX_SHARDS
+    for i in range(250_000):  # past the bound: each shard drops its oldest
+        index[f"id-{i}"] = i
+    shard_max = -(-200_000 // TtlIndex.MAX_SHARDS)
+    assert max(len(shard) for shard in index._shards) <= shard_max
+    assert 199_000 <= len(index) <= 200_000
+    assert index.get("id-249999") == 249_999 and "id-249999" in index
+    assert index.get("id-0") is None  # the oldest went first
+    clock.now += 60.1
+    assert index.get("id-249999") is None and "id-249999" not in index
+
+
+def test_values_are_oldest_first_across_shards() -> None:
+    clock = Clock()
+    index = TtlIndex(100_000, ttl_s=60.0, timer=clock)
+    for i in range(500):
+        index[f"k{i}"] = i
+        clock.now += 0.01
+    assert index.values() == list(range(500))
 
 
 def test_freeze_startup_heap_moves_live_objects_out_of_collections() -> None:

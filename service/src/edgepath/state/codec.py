@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -91,20 +92,37 @@ class TtlIndex:
     object: 17k cached ``DecisionRecord`` objects and their 34k TTLCache links made each full collection of the
     serving process 34-38 ms (a ``gc.callbacks`` probe under ``loadtest/bench``, issue 16). Here an entry is one
     ``(expiry, value)`` tuple of untracked values (the record's JSON bytes, or True), which the collector skips.
+
+    Sharded: from ``maxsize`` ≥ 65,536 the entries are spread by the key's hash over up to ``MAX_SHARDS``
+    ordered dicts (each ≥ 1,024 entries), and the bound holds per shard (``ceil(maxsize / shards)``; its oldest
+    go first). A dict rebuilds its whole table when it grows or has filled with deleted slots: one insert into
+    the serving process's decision index took ~26 ms of the event loop at a few hundred thousand entries (a
+    ``py-spy --idle`` sample run under ``loadtest/bench``, issue 16). A shard rebuilds 1/shards of that.
     """
+
+    MAX_SHARDS = 64
+    MIN_SHARD_SIZE = 1024
 
     def __init__(self, maxsize: int, ttl_s: float, timer: Callable[[], float] = time.monotonic) -> None:
         self.maxsize = maxsize
         self.ttl_s = ttl_s
         self.timer = timer
-        self._items: collections.OrderedDict[str, tuple[float, Any]] = collections.OrderedDict()
+        n = max(1, min(self.MAX_SHARDS, maxsize // self.MIN_SHARD_SIZE))
+        self._shard_max = -(-maxsize // n)
+        self._shards: list[collections.OrderedDict[str, tuple[float, Any]]] = [
+            collections.OrderedDict() for _ in range(n)
+        ]
+
+    def _shard(self, key: object) -> collections.OrderedDict[str, tuple[float, Any]]:
+        shards = self._shards
+        return shards[hash(key) % len(shards)] if len(shards) > 1 else shards[0]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        items = self._items
+        items = self._shard(key)
         now = self.timer()
         items[key] = (now + self.ttl_s, value)
         items.move_to_end(key)
-        while len(items) > self.maxsize:
+        while len(items) > self._shard_max:
             items.popitem(last=False)
         while items:  # one TTL for all: the front holds the earliest expiry
             _, (expiry, _) = next(iter(items.items()))
@@ -113,19 +131,20 @@ class TtlIndex:
             items.popitem(last=False)
 
     def get(self, key: str, default: Any = None) -> Any:
-        item = self._items.get(key)
+        item = self._shard(key).get(key)
         if item is None or item[0] <= self.timer():
             return default
         return item[1]
 
     def __contains__(self, key: object) -> bool:
-        item = self._items.get(key)  # type: ignore[call-overload]
+        item = self._shard(key).get(key)  # type: ignore[call-overload]
         return item is not None and item[0] > self.timer()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return sum(len(items) for items in self._shards)
 
     def values(self) -> list[Any]:
         """The values not yet expired, oldest first."""
         now = self.timer()
-        return [value for expiry, value in self._items.values() if expiry > now]
+        merged = heapq.merge(*(items.values() for items in self._shards), key=lambda item: item[0])
+        return [value for expiry, value in merged if expiry > now]
