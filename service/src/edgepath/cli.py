@@ -193,7 +193,7 @@ def serve(
 
     async def run() -> None:
         service = Service.build(settings)
-        service.freeze_heap = True  # this process is the service's own
+        service.own_process = True  # this process is the service's own
         task = asyncio.create_task(service.run())
         started = asyncio.create_task(service.wait_started())
         done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)

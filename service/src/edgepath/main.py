@@ -121,7 +121,7 @@ def serve_worker(settings: Settings, ready: Any) -> None:
     async def main() -> None:
         service = Service.build(settings)
         service.reuse_port = True
-        service.freeze_heap = True
+        service.own_process = True
         task = asyncio.create_task(service.run())
         started = asyncio.create_task(service.wait_started())
         done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
@@ -291,9 +291,10 @@ class Service:
     http_port: int = 0
     security: EdgeSecurity | None = None  # built by run(): auth, rate limits (SECURITY.md)
     reuse_port: bool = False  # one of several worker processes sharing the ports (SO_REUSEPORT)
-    # the process is this service's own (`edgepath serve`): freeze the startup heap once serving (freeze_startup_heap);
-    # off for a service embedded in another process (tests), whose later garbage must stay collectable
-    freeze_heap: bool = False
+    # the process is this service's own (`edgepath serve`): tune it once serving (tune_serving_process: frozen startup
+    # heap, GIL switch interval); off for a service embedded in another process (tests), whose later garbage must
+    # stay collectable and whose interpreter settings are not ours
+    own_process: bool = False
     metrics_port: int = 0  # the bound metrics port when settings.metrics_port is set
     tracer_provider: Any = None  # OpenTelemetry TracerProvider when settings.otel_tracing (edgepath.tracing)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -433,7 +434,7 @@ class Service:
             background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
-        if self.freeze_heap:
+        if self.own_process:
             tune_serving_process(self.settings)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -114,8 +114,7 @@ class TtlIndex:
         ]
 
     def _shard(self, key: object) -> collections.OrderedDict[str, tuple[float, Any]]:
-        shards = self._shards
-        return shards[hash(key) % len(shards)] if len(shards) > 1 else shards[0]
+        return self._shards[hash(key) % len(self._shards)]
 
     def __setitem__(self, key: str, value: Any) -> None:
         items = self._shard(key)

@@ -117,25 +117,23 @@ def _refit_blob(blob: bytes, batches: Sequence[Sequence[TrainingSample]]) -> byt
     return bytes(cloudpickle.dumps(update_in_order(model, batches)))
 
 
-def yield_cpu_to_serving(niceness: int = 10) -> str:
-    """Put this process below every serving process in the CPU scheduler; returns the policy applied.
+def yield_cpu_to_serving(niceness: int = 10) -> None:
+    """Put this process below every serving process in the CPU scheduler.
 
-    ``"idle"``: Linux ``SCHED_IDLE`` (sched(7)): the process runs only on CPU time no normal task wants,
-    and a normal task that wakes up preempts it at once (the fair scheduler's wake-up check preempts an
-    idle-policy task unconditionally; a nice +10 task keeps the CPU until its slice ends, a few ms, which is
-    what a decision waiting behind a refit saw). A process may always lower itself to it, without
-    ``CAP_SYS_NICE``. ``"nice"``: ``nice(niceness)`` where ``SCHED_IDLE`` is unavailable (not Linux, or
-    refused). The cost: on a machine whose serving load takes every core, this process only falls behind
-    (training waits, serving does not).
+    Linux ``SCHED_IDLE`` (sched(7)): the process runs only on CPU time no normal task wants, and a normal task
+    that wakes up preempts it at once (the fair scheduler's wake-up check preempts an idle-policy task
+    unconditionally; a nice +10 task keeps the CPU until its slice ends, a few ms, which is what a decision
+    waiting behind a refit saw). A process may always lower itself to it, without ``CAP_SYS_NICE``. Where
+    ``SCHED_IDLE`` is unavailable (not Linux, or refused): ``nice(niceness)``. The cost: on a machine whose
+    serving load takes every core, this process only falls behind (training waits, serving does not).
     """
     if hasattr(os, "SCHED_IDLE"):
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            return "idle"
+            return
         except OSError:
             pass
     os.nice(niceness)
-    return "nice"
 
 
 class ProcessRefitter:
