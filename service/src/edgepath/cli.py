@@ -402,11 +402,21 @@ def eval_ope(
     n_bootstrap: Annotated[int, typer.Option(min=50, help="Bootstrap resamples of the 95% intervals")] = 500,
     model_fraction: Annotated[float, typer.Option(min=0.1, max=0.9, help="Share of the log fitting DR's model")] = 0.5,
     seed: Annotated[int, typer.Option(help="Seed of the split and the bootstrap")] = 0,
+    reward_model: Annotated[
+        str, typer.Option(help="DR's reward model: gbm (gradient-boosted trees, default) or ridge")
+    ] = "gbm",
     out: Annotated[Optional[Path], typer.Option(help="Write the JSON report here")] = None,
 ) -> None:
     """Estimate candidate policies' values on a decision log: IPS, SNIPS, doubly robust (bootstrap 95% CIs, ESS)
     and adaptively-weighted DR (its normal 95% CI, valid for adaptively collected logs)."""
-    from edgepath.evaluation.ope import FIXED_POLICIES, LogRefused, format_table, load_log, off_policy_evaluation
+    from edgepath.evaluation.ope import (
+        FIXED_POLICIES,
+        REWARD_MODELS,
+        LogRefused,
+        format_table,
+        load_log,
+        off_policy_evaluation,
+    )
 
     names = [p.strip() for p in policy.split(",") if p.strip()]
     for name in names:
@@ -416,9 +426,13 @@ def eval_ope(
             )
     if reward not in ("utility", "bernoulli"):
         raise typer.BadParameter("utility or bernoulli", param_hint="--reward")
+    if reward_model not in REWARD_MODELS:
+        raise typer.BadParameter(f"one of {', '.join(REWARD_MODELS)}", param_hint="--reward-model")
     try:
         data = load_log(log, reward)
-        report = off_policy_evaluation(data, names, model_fraction=model_fraction, n_bootstrap=n_bootstrap, seed=seed)
+        report = off_policy_evaluation(
+            data, names, model_fraction=model_fraction, n_bootstrap=n_bootstrap, seed=seed, reward_model=reward_model
+        )
     except LogRefused as exc:
         raise typer.BadParameter(f"log refused: {exc}", param_hint="--log") from exc
     report["log"] = str(log)
@@ -434,6 +448,10 @@ def eval_ope(
 def eval_ope_truth(
     reps: Annotated[int, typer.Option(min=2, help="Repetitions (streams) per logging policy")] = 50,
     n_bootstrap: Annotated[int, typer.Option(min=50, help="Bootstrap resamples per interval")] = 200,
+    first_seed: Annotated[int, typer.Option(min=0, help="Seed of the first repetition (then +1 each)")] = 1000,
+    reward_model: Annotated[
+        str, typer.Option(help="DR's reward model: gbm (gradient-boosted trees, default) or ridge")
+    ] = "gbm",
     out: Annotated[Path, typer.Option(help="JSON report")] = Path("out/ope-truth/report.json"),
     wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV")] = Path(
         "service/data/mobilebandwidth/wifi4.csv"
@@ -444,11 +462,21 @@ def eval_ope_truth(
 ) -> None:
     """IPS, SNIPS, DR and adaptively-weighted DR against the true values of paired real data (bias, MAE, coverage);
     also cadr_exact, the contextually weighted ADR, which needs the logging policy at every context (harness only)."""
+    from edgepath.evaluation.ope import REWARD_MODELS
     from edgepath.evaluation.ope_truth import format_truth_table, ground_truth
     from edgepath.evaluation.primary import load_split
 
+    if reward_model not in REWARD_MODELS:
+        raise typer.BadParameter(f"one of {', '.join(REWARD_MODELS)}", param_hint="--reward-model")
     split = load_split(wifi, cellular, wifi, cellular)
-    report = ground_truth(split, n_reps=reps, n_bootstrap=n_bootstrap, progress=typer.echo)
+    report = ground_truth(
+        split,
+        n_reps=reps,
+        n_bootstrap=n_bootstrap,
+        progress=typer.echo,
+        first_seed=first_seed,
+        reward_model=reward_model,
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report) + "\n")
     (out.parent / "table.md").write_text(format_truth_table(report) + "\n")

@@ -5,12 +5,13 @@ A paired situation (:mod:`edgepath.datasets.mobilebandwidth`) knows both arms' m
 so the true value of any policy π on a stream is ``(1/n) Σ_i Σ_a π(a|x_i) U(x_i, a)`` with ``U`` the
 utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, default 50):
 
-1. the test users' situations are paired and shuffled with seed ``1000 + r`` (one stream,
+1. the test users' situations are paired and shuffled with seed ``first_seed + r`` (default 1000; one stream,
    :func:`edgepath.evaluation.primary.test_stream`; the test users are unseen by any trained model);
 2. each logging policy runs on the stream, drawing arms with its exact propensities, and the log
    keeps (features, arm, propensity, the chosen arm's utility) — nothing else;
 3. :func:`edgepath.evaluation.ope.off_policy_evaluation`'s protocol runs on that log (model part /
-   evaluation part split, DR's reward model and the learned candidates fitted on the model part, 95%
+   evaluation part split, DR's reward model (gradient-boosted trees by default) and the learned candidates
+   fitted on the model part, 95%
    percentile and BCa bootstrap intervals from the same resamples of the evaluation part), and the
    adaptively-weighted DR ``adr`` with its normal interval (:func:`edgepath.evaluation.ope.adaptive_dr`:
    reward model and weights from the log's earlier rows, in the logging order, over the same evaluation part),
@@ -50,13 +51,13 @@ from edgepath.evaluation.ope import (
     ESTIMATORS,
     REPORTED_ESTIMATORS,
     BanditLog,
-    DirectModel,
     adaptive_dr,
     bca_interval,
     bootstrap_indices,
     candidate,
     contextual_adaptive_dr,
     estimate,
+    fit_reward_model,
     jackknife,
     one_hot,
     predictable_reward_model,
@@ -147,8 +148,14 @@ def ground_truth(
     logging: Sequence[str] = LOGGING_POLICIES,
     candidates: Sequence[str] = CANDIDATES,
     progress: Callable[[str], None] | None = None,
+    first_seed: int = 1000,
+    reward_model: str = "gbm",
 ) -> dict[str, Any]:
-    """Run the protocol of the module docstring; JSON-ready report with per-repetition rows and summaries."""
+    """Run the protocol of the module docstring; JSON-ready report with per-repetition rows and summaries.
+
+    Repetition ``r`` pairs, shuffles and draws with seed ``first_seed + r``; ``reward_model`` is DR's
+    (:func:`edgepath.evaluation.ope.fit_reward_model`).
+    """
     say = progress or (lambda _m: None)
     utility = UtilityConfig()
     situations = pair_situations(split_.train_wifi, split_.train_cellular, 0)
@@ -158,7 +165,7 @@ def ground_truth(
     rows: dict[str, dict[str, dict[str, list[tuple[float, ...]]]]] = {}
     truths: dict[str, dict[str, list[float]]] = {}
     for rep in range(n_reps):
-        seed = 1000 + rep
+        seed = first_seed + rep
         stream = test_stream(split_, seed)
         X, T = situation_matrix(stream)
         U = np.vectorize(lambda t: utility(t * 1e6, None, None))(T)
@@ -177,7 +184,7 @@ def ground_truth(
             else:  # stationary: e_t(·|x_s) = e(·|x_s) for every t
                 probs_all = np.broadcast_to(probs[eval_idx][None, :, :], (m, m, len(ARMS)))
             tr, ev = log.subset(model_idx), log.subset(eval_idx)
-            q = DirectModel.fit(tr).predict(ev.X)
+            q = fit_reward_model(tr, reward_model).predict(ev.X)
             q_pred = predictable_reward_model(log)
             idx = bootstrap_indices(len(ev), n_bootstrap, rng)
             U_ev = U[eval_idx]
@@ -228,6 +235,8 @@ def ground_truth(
         "pairing": PAIRING_TEXT,
         "value": "mean utility per decision (utility of the chosen arm's measured downlink; no latency/loss data)",
         "n_reps": n_reps,
+        "seeds": [first_seed, first_seed + n_reps - 1],
+        "reward_model": reward_model,
         "n_bootstrap": n_bootstrap,
         "situations_per_stream": len(X),
         "logging_policies": {
