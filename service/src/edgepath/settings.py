@@ -344,7 +344,9 @@ class Settings(BaseSettings):
         mlpm_bias: float | None
 
     decision_ttl_s: float = Field(3600.0, gt=0.0, description="How long a decision accepts its outcome, s")
-    max_decisions: int = Field(1_000_000, ge=1, description="In-process store capacity (decisions)")
+    max_decisions: int = Field(
+        1_000_000, ge=1, description="In-process store capacity (decisions, ~1.9 KB each: 1M is ~1.9 GB)"
+    )
     # --- decision log (issue 18) ---
     decision_log_max_entries: int = Field(
         100_000, ge=1, description="Joined decisions the decision log keeps (oldest dropped first; Redis: approximate)"
