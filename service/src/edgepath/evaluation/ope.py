@@ -256,8 +256,8 @@ class BoostedDirectModel:
     """Per-arm gradient-boosted regression trees q̂(x, a): DR's default reward model.
 
     scikit-learn's ``HistGradientBoostingRegressor`` (its default hyper-parameters: 100 trees, 31 leaves,
-    learning rate 0.1, at least 20 rows per leaf; ``random_state`` fixed, no early stopping below 10,000 rows,
-    so a fit is deterministic), one per arm, fitted on the rows where arm ``a`` was chosen (squared error). An arm
+    learning rate 0.1, at least 20 rows per leaf; early stopping off and ``random_state`` fixed, so a fit is
+    deterministic), one per arm, fitted on the rows where arm ``a`` was chosen (squared error). An arm
     with fewer than 2 such rows predicts the log's mean reward.
 
     Why not the linear :class:`DirectModel`: a log written by an adaptive learner holds an arm's rewards mostly
