@@ -107,7 +107,7 @@ def row_outcome(row: tuple[Any, ...]) -> OutcomeRecord:
     """The record of an :func:`outcome_row`."""
     *fields, extra = row
     fields[_OUTCOME_FEATURES_AT] = tuple(array("d", fields[_OUTCOME_FEATURES_AT]))
-    return OutcomeRecord(*fields, dict(extra))  # the fields in order, extra last
+    return OutcomeRecord(*(*fields, dict(extra)))  # the fields in order, extra last (one star: mypy's arity check)
 
 
 class TtlIndex:
