@@ -320,13 +320,7 @@ class Service:
 
         if not backend.shared:
             # Refits in their own lower-priority process: a refit never holds the serving loop's GIL.
-            trainer = OnlineTrainer(
-                store,
-                registry,
-                batch_size=settings.batch_size,
-                refitter=ProcessRefitter(),
-                min_publish_interval_s=settings.trainer_min_publish_interval_ms / 1000.0,
-            )
+            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size, refitter=ProcessRefitter())
             return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
         from edgepath.training.leader import TrainerRole
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
@@ -342,7 +336,6 @@ class Service:
                 settings.batch_size,
                 settings.trainer_lock_ttl_s,
                 refitter=ProcessRefitter(),  # a refit never holds the serving loop's GIL, nor its CPU
-                min_publish_interval_s=settings.trainer_min_publish_interval_ms / 1000.0,
             )
         from edgepath.training.exploration import FleetExploration
 
@@ -577,13 +570,7 @@ async def run_trainer(settings: Settings) -> None:
     # trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
     refitter = ProcessRefitter()
     role = TrainerRole(
-        backend,
-        snapshots,
-        registry,
-        settings.batch_size,
-        settings.trainer_lock_ttl_s,
-        refitter=refitter,
-        min_publish_interval_s=settings.trainer_min_publish_interval_ms / 1000.0,
+        backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s, refitter=refitter
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -469,13 +469,6 @@ class Settings(BaseSettings):
         30_000, ge=1, description="Pending outcomes idle this long are reclaimed from dead consumers (XAUTOCLAIM)"
     )
     trainer_lock_ttl_s: float = Field(10.0, gt=0.0, description="Expiry of the trainer's Redis lock, s")
-    trainer_min_publish_interval_ms: float = Field(
-        200.0,
-        ge=0.0,
-        allow_inf_nan=False,
-        description="The trainer publishes a model at most this often, refitting every batch that arrived "
-        "meanwhile (one update per batch), ms; each publication costs the serving processes a model hand-off",
-    )
     # Graceful shutdown (issue 17): SIGTERM → readiness false → drain → flush the outbox → release the lock.
     drain_readiness_delay_s: float = Field(
         0.0, ge=0.0, description="After SIGTERM, readiness reads false this long before the listeners close, s"

@@ -16,8 +16,8 @@ from edgepath.types import AccessType, InterfaceContext
 from state.redis_helpers import decision, outcome
 
 
-async def _backlog(store: MemoryStore, n: int, first: int = 0) -> None:
-    for i in range(first, first + n):
+async def _backlog(store: MemoryStore, n: int) -> None:
+    for i in range(n):
         d = decision(f"c-{i}", device_id=f"dev-{i % 7}")
         d = dataclasses.replace(d, arm_index=i % 2, features=(float(i % 5), -1.0 + i % 3, *d.features[2:]))
         await store.put_decision(d, 600)
@@ -74,43 +74,6 @@ def test_catch_up_is_bounded() -> None:
 def test_catch_up_batches_must_be_positive() -> None:
     with pytest.raises(ValueError, match="catch_up_batches"):
         OnlineTrainer(MemoryStore(), ModelRegistry(PrimaryPathBandit()), catch_up_batches=0)
-    for bad in (-0.1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="min_publish_interval_s"):
-            OnlineTrainer(MemoryStore(), ModelRegistry(PrimaryPathBandit()), min_publish_interval_s=bad)
-
-
-def test_publications_are_spaced_and_the_next_covers_every_batch_that_arrived_meanwhile(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``min_publish_interval_s``: the first full batch is published at once; the next full batch waits out the rest
-    of the interval (the sleep is replaced by one that records its duration while 120 more outcomes arrive), then
-    every full batch waiting is refitted, one update each, and published as one version."""
-    real_sleep = asyncio.sleep
-
-    async def run() -> None:
-        store = MemoryStore()
-        registry = ModelRegistry(PrimaryPathBandit())
-        trainer = OnlineTrainer(store, registry, batch_size=50, min_publish_interval_s=0.25)
-        waits: list[float] = []
-
-        async def outcomes_arrive_meanwhile(delay: float) -> None:
-            if delay <= 0.0:
-                return await real_sleep(delay)
-            waits.append(delay)
-            await _backlog(store, 120, first=100)
-
-        monkeypatch.setattr(asyncio, "sleep", outcomes_arrive_meanwhile)
-        await _backlog(store, 50)
-        assert await trainer.step() is True and waits == []  # nothing published yet: no wait
-        assert registry.current.version == 2
-        await _backlog(store, 50, first=50)
-        assert await trainer.step() is True
-        assert len(waits) == 1 and 0.0 < waits[0] <= 0.25
-        # 50 buffered + 120 arrived: three batches in one publication, 20 left for the next
-        assert (registry.current.version, trainer.refits, trainer.publications) == (5, 4, 2)
-        assert registry.current.model.samples_seen == 200
-
-    asyncio.run(run())
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")

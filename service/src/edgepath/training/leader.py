@@ -61,9 +61,6 @@ class TrainerRole:
     refitter:
         Where the refits run (:class:`~edgepath.training.online.ProcessRefitter`: a process below serving in
         the CPU scheduler); default: a worker thread of this process. The caller closes it.
-    min_publish_interval_s:
-        The trainer's :class:`~edgepath.training.online.OnlineTrainer` publishes at most this often, s (every
-        replica loads each published snapshot).
     """
 
     def __init__(
@@ -76,10 +73,8 @@ class TrainerRole:
         consumer: str | None = None,
         lock_poll_s: float = 0.1,
         refitter: Refitter | None = None,
-        min_publish_interval_s: float = 0.0,
     ) -> None:
         self.backend = backend
-        self.min_publish_interval_s = min_publish_interval_s
         self.store = backend.store
         self.snapshots = snapshots
         self.registry = registry
@@ -154,7 +149,6 @@ class TrainerRole:
                     consumer=self.consumer,
                     publisher=self._publish,
                     refitter=self.refitter,
-                    min_publish_interval_s=self.min_publish_interval_s,
                 )
                 self.trainer = trainer
                 trainer.start()

@@ -22,11 +22,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
 import multiprocessing
 import os
 import pickle
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -197,17 +195,11 @@ class OnlineTrainer:
         With more than a batch waiting, at most this many full batches are refitted (one ``update`` each, in
         order) and published as one version, numbered ``v + k`` for ``k`` batches (so ``version − 1`` still
         counts batches); 1 = one publication per batch. ≥ 1.
-    min_publish_interval_s:
-        Once a full batch is buffered, wait until this long after the previous publication, then refit every full
-        batch that arrived meanwhile (still one ``update`` per batch, in order; up to ``catch_up_batches``). Each
-        publication costs the serving process a model hand-off (pickling to and from the refit process, or a
-        replica's snapshot load); at 1,000 outcomes/s a batch of 50 published 20 versions a second. ≥ 0; 0 =
-        publish as soon as a batch is full.
 
     Raises
     ------
     ValueError
-        ``batch_size`` or ``catch_up_batches`` below 1, ``min_publish_interval_s`` negative or not finite.
+        ``batch_size`` or ``catch_up_batches`` below 1.
     """
 
     def __init__(
@@ -219,17 +211,12 @@ class OnlineTrainer:
         publisher: Publisher | None = None,
         refitter: Refitter | None = None,
         catch_up_batches: int = 20,
-        min_publish_interval_s: float = 0.0,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if catch_up_batches < 1:
             raise ValueError("catch_up_batches must be >= 1")
-        if not (math.isfinite(min_publish_interval_s) and min_publish_interval_s >= 0.0):
-            raise ValueError("min_publish_interval_s must be a finite number >= 0")
         self.catch_up_batches = catch_up_batches
-        self.min_publish_interval_s = min_publish_interval_s
-        self._published_at = -math.inf  # time.monotonic() of the last publication
         self.store = store
         self.registry = registry
         self.batch_size = batch_size
@@ -271,9 +258,6 @@ class OnlineTrainer:
             self._buffer.extend(await self.store.read_outcomes(self.consumer, want, block_ms))
         if len(self._buffer) < self.batch_size:
             return False
-        wait_s = self._published_at + self.min_publish_interval_s - time.monotonic()
-        if wait_s > 0.0:  # outcomes keep arriving in the store meanwhile; the backlog read below takes them
-            await asyncio.sleep(wait_s)
         room = self.batch_size * self.catch_up_batches - len(self._buffer)
         if room > 0:  # a backlog: whatever is already waiting, without blocking
             self._buffer.extend(await self.store.read_outcomes(self.consumer, room, 0))
@@ -309,7 +293,6 @@ class OnlineTrainer:
         published = await self.registry.publish(refitted, version)
         if self.publisher is None:
             await self.store.ack_outcomes(entry_ids)
-        self._published_at = time.monotonic()
         self.outcomes_used += len(batch)
         self.refits += len(batches)
         self.publications += 1
