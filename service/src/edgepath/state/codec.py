@@ -15,7 +15,7 @@ import dataclasses
 import heapq
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import orjson
@@ -71,6 +71,20 @@ _FEATURES_AT = [f.name for f in dataclasses.fields(DecisionRecord)].index("featu
 _OUTCOME_FEATURES_AT = [f.name for f in dataclasses.fields(OutcomeRecord)].index("features")
 
 
+def _packed(values: Iterable[Any], at: int) -> list[Any]:
+    """``values`` as a list, the float sequence at index ``at`` packed as native doubles (``array('d')`` bytes)."""
+    out = list(values)
+    out[at] = array("d", out[at]).tobytes()
+    return out
+
+
+def _unpacked(values: Iterable[Any], at: int) -> list[Any]:
+    """The inverse of :func:`_packed`: the doubles at index ``at`` back as a tuple of floats (exact)."""
+    out = list(values)
+    out[at] = tuple(array("d", out[at]))
+    return out
+
+
 def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
     """The record's field values in field order, its ``features`` packed as native doubles (``array('d')`` bytes):
     a tuple of strings, numbers, bytes, None and tuples of those, which the garbage collector untracks (an in-process
@@ -80,16 +94,12 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
     Packed because a tuple of 68 float objects is 2.2 KB, three quarters of a stored decision (2.8 KB measured with
     tracemalloc): at the in-process store's ``max_decisions`` (1M) that is ~2.8 GB, and the chart's 512 MiB pod
     would fill after ~150k. Packed, the 68 features are 577 bytes and round-trip exactly."""
-    row = list(record.__dict__.values())  # a dataclass's __dict__ holds its fields in definition order
-    row[_FEATURES_AT] = array("d", record.features).tobytes()
-    return tuple(row)
+    return tuple(_packed(record.__dict__.values(), _FEATURES_AT))  # a dataclass's __dict__: fields in order
 
 
 def row_decision(row: tuple[Any, ...]) -> DecisionRecord:
     """The record of a :func:`decision_row`."""
-    fields = list(row)
-    fields[_FEATURES_AT] = tuple(array("d", row[_FEATURES_AT]))
-    return DecisionRecord(*fields)
+    return DecisionRecord(*_unpacked(row, _FEATURES_AT))
 
 
 def outcome_row(outcome: OutcomeRecord) -> tuple[Any, ...]:
@@ -99,15 +109,14 @@ def outcome_row(outcome: OutcomeRecord) -> tuple[Any, ...]:
     and a paused or lagging trainer's backlog (thousands of outcomes) made those collections several ms each
     (issue 16); packed, a backlogged outcome costs ~0.6 KB of features instead of 2.2 KB."""
     *fields, extra = outcome.__dict__.values()
-    fields[_OUTCOME_FEATURES_AT] = array("d", outcome.features).tobytes()
-    return (*fields, tuple(extra.items()))
+    return (*_packed(fields, _OUTCOME_FEATURES_AT), tuple(extra.items()))
 
 
 def row_outcome(row: tuple[Any, ...]) -> OutcomeRecord:
     """The record of an :func:`outcome_row`."""
     *fields, extra = row
-    fields[_OUTCOME_FEATURES_AT] = tuple(array("d", fields[_OUTCOME_FEATURES_AT]))
-    return OutcomeRecord(*(*fields, dict(extra)))  # the fields in order, extra last (one star: mypy's arity check)
+    # the fields in order, extra last (one star: mypy's arity check)
+    return OutcomeRecord(*(*_unpacked(fields, _OUTCOME_FEATURES_AT), dict(extra)))
 
 
 class TtlIndex:
