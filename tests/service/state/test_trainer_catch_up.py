@@ -6,6 +6,10 @@ import asyncio
 import dataclasses
 import multiprocessing
 import os
+import select
+import signal
+import subprocess
+import sys
 
 import pytest
 from edgepath.engines.primary_path import PrimaryPathBandit
@@ -102,3 +106,42 @@ def test_the_refit_process_refits_as_the_thread_would_and_runs_under_sched_idle(
         assert _probe(registry.current.model) == pytest.approx(_probe(reference.current.model), abs=1e-12)
 
     asyncio.run(run())
+
+
+_KILLED_PARENT = """
+import asyncio, multiprocessing, sys
+from edgepath.engines.primary_path import PrimaryPathBandit
+from edgepath.training.online import ProcessRefitter
+
+async def main():
+    refitter = ProcessRefitter()
+    await refitter(PrimaryPathBandit(), [])  # starts the refit process
+    (worker,) = multiprocessing.active_children()
+    print(worker.pid, flush=True)
+    sys.stdin.read()  # until the test kills this process
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfd_open to wait for a non-child process")
+def test_the_refit_process_dies_with_a_killed_serving_process() -> None:
+    """A replica SIGKILLed without a drain (power cut, OOM kill) leaves no refit process behind under PID 1."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        worker_pid = int(parent.stdout.readline())
+        pidfd = os.pidfd_open(worker_pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    try:
+        # the worker's exit makes its pidfd readable; without PR_SET_PDEATHSIG it would run on under PID 1
+        readable, _, _ = select.select([pidfd], [], [], 20.0)
+        assert readable == [pidfd], f"refit process {worker_pid} still alive after its parent was killed"
+    finally:
+        os.close(pidfd)
+        if not readable:
+            os.kill(worker_pid, signal.SIGKILL)

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import logging
 import multiprocessing
 import os
 import pickle
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -136,6 +139,34 @@ def yield_cpu_to_serving(niceness: int = 10) -> None:
     os.nice(niceness)
 
 
+#: prctl(2) option: the signal this process gets when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process when ``parent_pid``, its parent, dies, however it dies (SIGKILL and OOM kill included).
+
+    Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (prctl(2)); the kernel sends the signal when the thread that
+    started this process exits, which for a :class:`ProcessRefitter` is the serving loop's thread. If the parent
+    already died before the call (this process was re-parented, ``getppid() != parent_pid``), it exits at once.
+    Elsewhere than Linux: nothing (a refit worker then outlives a killed parent until its own pipe breaks).
+    Without this, a ``SIGKILL``-ed replica left its refit worker and that worker's ``resource_tracker`` running
+    under PID 1.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def _refit_worker_init(niceness: int, parent_pid: int) -> None:
+    """Initializer of the refit process: it dies with the serving process and runs below it in the scheduler."""
+    die_with_parent(parent_pid)
+    yield_cpu_to_serving(niceness)
+
+
 class ProcessRefitter:
     """Refits in one separate, lower-priority process (issue 16: training never starves serving).
 
@@ -146,15 +177,16 @@ class ProcessRefitter:
     holding gRPC threads) under ``SCHED_IDLE`` (:func:`yield_cpu_to_serving`; nice ``niceness`` where that is
     unavailable), so the scheduler serves decisions first. One worker: refits are sequential anyway (one
     trainer). Measured (``loadtest/bench --store memory``, gRPC, three interleaved rounds, two runs each): p99
-    while training 0.89-1.10× the idle p99 under ``SCHED_IDLE`` against 1.69-2.85× at nice +10.
+    while training 0.89-1.10× the idle p99 under ``SCHED_IDLE`` against 1.69-2.85× at nice +10. The process
+    dies with the serving process (:func:`die_with_parent`), also when that one is killed without a drain.
     """
 
     def __init__(self, niceness: int = 10) -> None:
         self._pool = concurrent.futures.ProcessPoolExecutor(
             max_workers=1,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=yield_cpu_to_serving,
-            initargs=(niceness,),
+            initializer=_refit_worker_init,
+            initargs=(niceness, os.getpid()),
         )
 
     async def __call__(self, model: PrimaryPathBandit, batches: list[list[TrainingSample]]) -> PrimaryPathBandit:
