@@ -21,6 +21,7 @@ from edgepath.evaluation.ope import (
     contextual_adaptive_dr,
     contextual_stablevar_weights,
     contextual_weighted_estimate,
+    cross_fitted_q,
     dr_terms,
     effective_sample_size,
     estimate,
@@ -108,6 +109,8 @@ def test_cli_refuses_with_a_clear_message_and_evaluates_a_good_log(tmp_path: Pat
     assert done.returncode == 2 and "degenerate propensities" in done.stderr
     done = subprocess.run([*cli, "--log", str(bad), "--reward-model", "forest"], capture_output=True, text=True)
     assert done.returncode == 2 and "--reward-model" in done.stderr and "gbm, ridge" in done.stderr
+    done = subprocess.run([*cli, "--log", str(bad), "--dr-folds", "0"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--dr-folds" in done.stderr
     rng = np.random.default_rng(3)
     good = write(
         tmp_path / "good.jsonl",
@@ -188,6 +191,24 @@ def test_boosted_reward_model_predicts_the_mean_reward_for_an_arm_never_chosen()
     q = BoostedDirectModel.fit(only_wifi).predict(log.X)
     np.testing.assert_allclose(q[:, 1], only_wifi.reward.mean())
     assert np.std(q[:, 0]) > 0.0  # arm 0's trees depend on the features
+
+
+def test_cross_fitted_reward_model_never_predicts_a_row_it_was_fitted_on() -> None:
+    """Cross-fitting: a row's q̂ comes from models that did not see it (changing its reward leaves its q̂ as it was),
+    while the other fold's model did see it; one fold is the model part's model alone."""
+    log, _ = synthetic(400, 6)
+    model_idx, eval_idx = np.arange(0, 400, 2), np.arange(1, 400, 2)
+    one = cross_fitted_q(log, model_idx, eval_idx, "gbm", folds=1)
+    np.testing.assert_array_equal(one, fit_reward_model(log.subset(model_idx)).predict(log.X[eval_idx]))
+    two = cross_fitted_q(log, model_idx, eval_idx, "gbm", folds=2)
+    changed = BanditLog(log.X, log.actions, log.propensity, log.reward.copy(), ())
+    changed.reward[eval_idx[0]] += 5.0  # evaluation row 0 is in fold 0
+    two_changed = cross_fitted_q(changed, model_idx, eval_idx, "gbm", folds=2)
+    fold0 = np.arange(len(eval_idx)) % 2 == 0
+    np.testing.assert_array_equal(two_changed[fold0], two[fold0])  # fold 0's model never saw row 0
+    assert np.abs(two_changed[~fold0] - two[~fold0]).max() > 0  # fold 1's model did
+    with pytest.raises(ValueError, match="folds"):
+        cross_fitted_q(log, model_idx, eval_idx, "gbm", folds=0)
 
 
 def test_a_tiny_log_is_refused() -> None:

@@ -405,6 +405,9 @@ def eval_ope(
     reward_model: Annotated[
         str, typer.Option(help="DR's reward model: gbm (gradient-boosted trees, default) or ridge")
     ] = "gbm",
+    dr_folds: Annotated[
+        int, typer.Option(min=1, max=10, help="Cross-fitting folds of DR's reward model (1: fitted on the model part)")
+    ] = 1,
     out: Annotated[Optional[Path], typer.Option(help="Write the JSON report here")] = None,
 ) -> None:
     """Estimate candidate policies' values on a decision log: IPS, SNIPS, doubly robust (bootstrap 95% CIs, ESS)
@@ -431,7 +434,13 @@ def eval_ope(
     try:
         data = load_log(log, reward)
         report = off_policy_evaluation(
-            data, names, model_fraction=model_fraction, n_bootstrap=n_bootstrap, seed=seed, reward_model=reward_model
+            data,
+            names,
+            model_fraction=model_fraction,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+            reward_model=reward_model,
+            dr_folds=dr_folds,
         )
     except LogRefused as exc:
         raise typer.BadParameter(f"log refused: {exc}", param_hint="--log") from exc
@@ -452,6 +461,9 @@ def eval_ope_truth(
     reward_model: Annotated[
         str, typer.Option(help="DR's reward model: gbm (gradient-boosted trees, default) or ridge")
     ] = "gbm",
+    dr_folds: Annotated[
+        int, typer.Option(min=1, max=10, help="Cross-fitting folds of DR's reward model (1: fitted on the model part)")
+    ] = 1,
     out: Annotated[Path, typer.Option(help="JSON report")] = Path("out/ope-truth/report.json"),
     wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV")] = Path(
         "service/data/mobilebandwidth/wifi4.csv"
@@ -476,6 +488,7 @@ def eval_ope_truth(
         progress=typer.echo,
         first_seed=first_seed,
         reward_model=reward_model,
+        dr_folds=dr_folds,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report) + "\n")

@@ -48,6 +48,7 @@ import numpy as np
 from edgepath.datasets.mobilebandwidth import pair_situations
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample, UtilityConfig
 from edgepath.evaluation.ope import (
+    DR_FOLDS,
     ESTIMATORS,
     REPORTED_ESTIMATORS,
     BanditLog,
@@ -56,8 +57,8 @@ from edgepath.evaluation.ope import (
     bootstrap_indices,
     candidate,
     contextual_adaptive_dr,
+    cross_fitted_q,
     estimate,
-    fit_reward_model,
     jackknife,
     one_hot,
     predictable_reward_model,
@@ -150,11 +151,13 @@ def ground_truth(
     progress: Callable[[str], None] | None = None,
     first_seed: int = 1000,
     reward_model: str = "gbm",
+    dr_folds: int = DR_FOLDS,
 ) -> dict[str, Any]:
     """Run the protocol of the module docstring; JSON-ready report with per-repetition rows and summaries.
 
     Repetition ``r`` pairs, shuffles and draws with seed ``first_seed + r``; ``reward_model`` is DR's
-    (:func:`edgepath.evaluation.ope.fit_reward_model`).
+    (:func:`edgepath.evaluation.ope.fit_reward_model`), fitted with ``dr_folds``
+    (:func:`edgepath.evaluation.ope.cross_fitted_q`).
     """
     say = progress or (lambda _m: None)
     utility = UtilityConfig()
@@ -184,7 +187,7 @@ def ground_truth(
             else:  # stationary: e_t(·|x_s) = e(·|x_s) for every t
                 probs_all = np.broadcast_to(probs[eval_idx][None, :, :], (m, m, len(ARMS)))
             tr, ev = log.subset(model_idx), log.subset(eval_idx)
-            q = fit_reward_model(tr, reward_model).predict(ev.X)
+            q = cross_fitted_q(log, model_idx, eval_idx, reward_model, dr_folds)
             q_pred = predictable_reward_model(log)
             idx = bootstrap_indices(len(ev), n_bootstrap, rng)
             U_ev = U[eval_idx]
@@ -237,6 +240,7 @@ def ground_truth(
         "n_reps": n_reps,
         "seeds": [first_seed, first_seed + n_reps - 1],
         "reward_model": reward_model,
+        "dr_folds": dr_folds,
         "n_bootstrap": n_bootstrap,
         "situations_per_stream": len(X),
         "logging_policies": {
