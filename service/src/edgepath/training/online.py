@@ -121,7 +121,7 @@ def _refit_blob(blob: bytes, batches: Sequence[Sequence[TrainingSample]]) -> byt
 
 
 def yield_cpu_to_serving(niceness: int = 10) -> None:
-    """Put this process below every serving process in the CPU scheduler.
+    """Put this process, every thread of it, below every serving process in the CPU scheduler.
 
     Linux ``SCHED_IDLE`` (sched(7)): the process runs only on CPU time no normal task wants, and a normal task
     that wakes up preempts it at once (the fair scheduler's wake-up check preempts an idle-policy task
@@ -129,14 +129,35 @@ def yield_cpu_to_serving(niceness: int = 10) -> None:
     waiting behind a refit saw). A process may always lower itself to it, without ``CAP_SYS_NICE``. Where
     ``SCHED_IDLE`` is unavailable (not Linux, or refused): ``nice(niceness)``. The cost: on a machine whose
     serving load takes every core, this process only falls behind (training waits, serving does not).
+
+    Linux schedules threads, not processes: ``sched_setscheduler`` and ``setpriority`` with id 0 change the
+    calling thread only (sched(7), "the threads of a process"). Threads that exist already (OpenBLAS starts its
+    pool when numpy and scipy are imported, before this runs) are each moved by their id from
+    ``/proc/self/task``; threads started later inherit the policy of the thread that starts them.
     """
+    task_dir = "/proc/self/task"
+    threads = [int(t) for t in os.listdir(task_dir)] if os.path.isdir(task_dir) else [0]
     if hasattr(os, "SCHED_IDLE"):
         try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            for tid in threads:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             return
         except OSError:
             pass
-    os.nice(niceness)
+    for tid in threads:
+        os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + niceness, 19))
+
+
+def single_threaded_numerics() -> None:
+    """Limit the BLAS and OpenMP thread pools of this process to one thread each (threadpoolctl).
+
+    For the refit process: a refit's products (a batch of 50 × 68 features) are small, and a second BLAS thread
+    would run on the core a serving thread wants, then spin-wait there for more work after each product
+    (OpenBLAS's idle threads busy-poll before they sleep).
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
 
 
 #: prctl(2) option: the signal this process gets when its parent dies (linux/prctl.h).
@@ -162,8 +183,10 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def _refit_worker_init(niceness: int, parent_pid: int) -> None:
-    """Initializer of the refit process: it dies with the serving process and runs below it in the scheduler."""
+    """Initializer of the refit process: it dies with the serving process, runs below it in the scheduler, and
+    computes on one thread."""
     die_with_parent(parent_pid)
+    single_threaded_numerics()
     yield_cpu_to_serving(niceness)
 
 
