@@ -303,10 +303,12 @@ def train(
     known_policy(settings.policy, param_hint=None)
     configure_logging(settings.log_level, settings.log_format)
     from edgepath.main import run_trainer
+    from edgepath.training.online import renice
 
     # Training never starves serving (issue 16): where the trainer shares cores with deciders, the
-    # scheduler serves the deciders first; the trainer takes what is left (it only falls behind).
-    os.nice(10)
+    # scheduler serves the deciders first; the trainer takes what is left (it only falls behind). Every
+    # thread of it: os.nice would lower only this one.
+    renice(10)
     asyncio.run(run_trainer(settings))
 
 

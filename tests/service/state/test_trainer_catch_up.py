@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import multiprocessing
 import os
 import select
@@ -150,3 +151,27 @@ def test_the_refit_process_dies_with_a_killed_serving_process() -> None:
         os.close(pidfd)
         if not readable:
             os.kill(worker_pid, signal.SIGKILL)
+
+
+_RENICED = """
+import json, os, threading
+from edgepath.training.online import renice
+
+started = threading.Event()
+threading.Thread(target=lambda: (started.set(), threading.Event().wait()), daemon=True).start()
+started.wait()
+before = {int(t): os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}
+renice(10)
+after = {t: os.getpriority(os.PRIO_PROCESS, t) for t in before}
+print(json.dumps([[before[t] for t in sorted(before)], [after[t] for t in sorted(before)]]))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux /proc/<pid>/task")
+def test_renice_lowers_every_thread_of_the_trainer_process() -> None:
+    """``edgepath train`` is nice +10 in each of its threads, also those started before (os.nice: one thread)."""
+    done = subprocess.run([sys.executable, "-c", _RENICED], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = json.loads(done.stdout)
+    assert len(before) >= 2  # the test's thread, numpy's pools: more than the calling thread
+    assert after == [min(b + 10, 19) for b in before]

@@ -135,16 +135,30 @@ def yield_cpu_to_serving(niceness: int = 10) -> None:
     pool when numpy and scipy are imported, before this runs) are each moved by their id from
     ``/proc/self/task``; threads started later inherit the policy of the thread that starts them.
     """
-    task_dir = "/proc/self/task"
-    threads = [int(t) for t in os.listdir(task_dir)] if os.path.isdir(task_dir) else [0]
     if hasattr(os, "SCHED_IDLE"):
         try:
-            for tid in threads:
+            for tid in _threads():
                 os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
             return
         except OSError:
             pass
-    for tid in threads:
+    renice(niceness)
+
+
+def _threads() -> list[int]:
+    """Ids of this process's threads (``/proc/self/task``), or ``[0]`` (the calling thread) without ``/proc``."""
+    task_dir = "/proc/self/task"
+    return [int(t) for t in os.listdir(task_dir)] if os.path.isdir(task_dir) else [0]
+
+
+def renice(niceness: int) -> None:
+    """Raise the nice value of every thread of this process by ``niceness`` (capped at 19).
+
+    ``os.nice`` changes the calling thread only (setpriority(2), BUGS: under Linux/NPTL the nice value is a
+    per-thread attribute); the threads that exist already, such as the OpenBLAS pools started when numpy is
+    imported, are reniced by their ids.
+    """
+    for tid in _threads():
         os.setpriority(os.PRIO_PROCESS, tid, min(os.getpriority(os.PRIO_PROCESS, tid) + niceness, 19))
 
 
