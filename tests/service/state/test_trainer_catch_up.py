@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
@@ -13,8 +14,10 @@ import subprocess
 import sys
 
 import pytest
-from edgepath.engines.primary_path import PrimaryPathBandit
+from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
+from edgepath.state.base import OutcomeRecord
 from edgepath.state.memory import MemoryStore
+from edgepath.training import online
 from edgepath.training.online import ModelRegistry, OnlineTrainer, ProcessRefitter
 from edgepath.types import AccessType, InterfaceContext
 
@@ -58,6 +61,51 @@ def test_a_backlog_is_one_publication_covering_each_batch_in_order() -> None:
             assert reference.current.version == expected_version
         assert single.publications == 3
         assert _probe(reference.current.model) == pytest.approx(_probe(registry.current.model), abs=1e-12)
+
+    asyncio.run(run())
+
+
+def test_a_backlog_is_read_and_converted_a_batch_per_loop_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Catch-up (issue 16) never holds the serving loop for a whole backlog: it reads one batch per call, and other
+    tasks (decisions) run between every two reads. Reading 1,000 outcomes at once held the loop for several ms."""
+    reads: list[tuple[int, int]] = []  # (count asked, loop turns of the other task so far)
+    turns = 0
+
+    class RecordingStore(MemoryStore):
+        async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
+            reads.append((count, turns))
+            return await super().read_outcomes(consumer, count, block_ms)
+
+    async def other_task() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    converted: list[int] = []  # loop turns of the other task at each outcome -> sample conversion
+    original = online.to_sample
+
+    def recording_to_sample(outcome: OutcomeRecord) -> TrainingSample:
+        converted.append(turns)
+        return original(outcome)
+
+    monkeypatch.setattr(online, "to_sample", recording_to_sample)
+
+    async def run() -> None:
+        store = RecordingStore()
+        await _backlog(store, 500)
+        registry = ModelRegistry(PrimaryPathBandit())
+        ticker = asyncio.create_task(other_task())
+        await asyncio.sleep(0)
+        assert await OnlineTrainer(store, registry, batch_size=50, catch_up_batches=20).step() is True
+        ticker.cancel()
+        assert registry.current.version == 11  # ten batches, one publication
+        assert [count for count, _ in reads] == [50] * 10 + [50]  # the last read finds the backlog empty
+        seen = [t for _, t in reads]
+        assert all(later > earlier for earlier, later in itertools.pairwise(seen))
+        per_batch = [set(converted[i : i + 50]) for i in range(0, 500, 50)]
+        assert all(len(turns_in_batch) == 1 for turns_in_batch in per_batch)  # a batch converts in one go
+        assert len(set.union(*per_batch)) == 10  # and the other task ran between every two batches
 
     asyncio.run(run())
 

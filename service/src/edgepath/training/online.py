@@ -328,8 +328,13 @@ class OnlineTrainer:
         if len(self._buffer) < self.batch_size:
             return False
         room = self.batch_size * self.catch_up_batches - len(self._buffer)
-        if room > 0:  # a backlog: whatever is already waiting, without blocking
-            self._buffer.extend(await self.store.read_outcomes(self.consumer, room, 0))
+        while room > 0:  # a backlog: whatever is already waiting, without blocking, a batch per loop turn
+            await asyncio.sleep(0)  # decisions go between the reads (see _refit)
+            more = await self.store.read_outcomes(self.consumer, min(room, self.batch_size), 0)
+            if not more:
+                break
+            self._buffer.extend(more)
+            room -= len(more)
         n = min(len(self._buffer) // self.batch_size, self.catch_up_batches) * self.batch_size
         batch, self._buffer = self._buffer[:n], self._buffer[n:]
         try:
@@ -346,8 +351,10 @@ class OnlineTrainer:
         """Refit on ``batch`` (a multiple of ``batch_size`` outcomes, one ``update`` per ``batch_size``), publish
         as ``v + k`` for ``k`` batches, then acknowledge."""
         live = self.registry.current.model
-        samples = [to_sample(o) for _, o in batch]
-        batches = [samples[i : i + self.batch_size] for i in range(0, len(samples), self.batch_size)]
+        batches: list[list[TrainingSample]] = []
+        for i in range(0, len(batch), self.batch_size):
+            batches.append([to_sample(o) for _, o in batch[i : i + self.batch_size]])
+            await asyncio.sleep(0)  # a catch-up converts up to catch_up_batches batches: one per loop turn
 
         refitted = await (
             self.refitter(live, batches)
