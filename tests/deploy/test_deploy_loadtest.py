@@ -267,3 +267,36 @@ def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tm
     assert final["Aggregated"]["failures"] == 0 and final["Aggregated"]["requests"] > 0
     assert final["gRPC Recommend"]["requests"] > 0 and final["REST Recommend"]["requests"] > 0
     assert len(devices) >= 6 and all(d.startswith("loadtest-") for d in devices), devices
+
+
+def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(tmp_path: Path) -> None:
+    """``loadtest/training_interference.py``: paused / catch-up / training phases over the real in-process service;
+    the paused phase's outcomes are a backlog the trainer works through (published versions), then it trains on."""
+    report = tmp_path / "interference.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "loadtest" / "training_interference.py"),
+            "--rate",
+            "300",
+            "--duration-s",
+            "0.6",
+            "--rounds",
+            "2",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(report.read_text())
+    for phase in ("paused", "catch_up", "training"):
+        assert data[phase]["calls"] > 0 and 0 < data[phase]["p50_ms"] <= data[phase]["p99_ms"] <= data[phase]["max_ms"]
+        assert len(data[phase]["p99_ms_per_round"]) == 2
+    assert data["training"]["p99_vs_paused"] == pytest.approx(data["training"]["p99_ms"] / data["paused"]["p99_ms"])
+    for r in data["rounds"]:
+        assert r["backlog"] >= 150  # 300/s x 0.6 s of outcomes queued while paused
+        assert r["versions_in_catch_up"] >= 1  # ... and trained on once the trainer ran again
