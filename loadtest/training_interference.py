@@ -24,6 +24,12 @@ Per round, three phases of the same load:
 
 The report gives each condition's p50 / p99 / max over all rounds (and per round) and the ratios to ``paused``.
 Speed is printed, never asserted; the load average is printed with it.
+
+``--store redis`` measures the chart's topology the same way: a ``redis-server`` on loopback, this process as a
+replica with ``--no-trainer`` (its decisions and outcomes go to Redis; its snapshot follower hot-swaps the
+published models) and a separate ``edgepath train`` process. ``paused`` is that trainer stopped (SIGSTOP);
+``catch_up`` ends when the backlog has been delivered to the trainer (the group's ``lag`` below a batch) and the
+next version has reached this replica (at most 30 s).
 """
 
 from __future__ import annotations
@@ -47,6 +53,88 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
+HMAC_KEY = "interference-only-hmac-key-0123456789abcdef0123"
+OUTCOME_STREAM = "edgepath:outcomes"  # the Redis store's outcome stream (default namespace)
+
+
+class RedisTopology:
+    """A ``redis-server`` on a free loopback port and an ``edgepath train`` process on it; ``start``/``stop`` resume
+    and pause the trainer (SIGCONT/SIGSTOP), as the bench does."""
+
+    def __init__(self) -> None:
+        import shutil
+        import signal
+        import socket
+        import subprocess
+        import tempfile
+
+        import redis
+        from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+        if shutil.which("redis-server") is None:
+            raise SystemExit("--store redis needs redis-server on PATH")
+        self._signal = signal
+        self.batch_size = 50
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        self._tmp = tempfile.mkdtemp(prefix="edgepath-interference-")
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self._redis_proc = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", self._tmp],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.client = redis.Redis.from_url(self.url)
+        for attempt in Retrying(
+            retry=retry_if_exception_type(redis.ConnectionError), stop=stop_after_delay(30), wait=wait_fixed(0.05)
+        ):
+            with attempt:
+                self.client.ping()
+        env = {**os.environ, "EDGEPATH_HMAC_KEY": HMAC_KEY, "EDGEPATH_LOG_LEVEL": "WARNING"}
+        self.trainer_log = Path(self._tmp) / "trainer.log"
+        with open(self.trainer_log, "wb") as out:
+            self._trainer = subprocess.Popen(
+                [str(Path(sys.executable).parent / "edgepath"), "train", "--store", self.url, "--batch-size", "50"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+
+        for attempt in Retrying(stop=stop_after_delay(120), wait=wait_fixed(0.1), reraise=True):
+            with attempt:  # the trainer is up: its consumer group reads the outcome stream
+                assert self._consumers() >= 1, f"edgepath train not reading yet (log: {self.trainer_log})"
+
+    def _consumers(self) -> int:
+        import redis
+
+        try:
+            return sum(int(g.get("consumers") or 0) for g in self.client.xinfo_groups(OUTCOME_STREAM))
+        except redis.ResponseError:  # no stream yet
+            return 0
+
+    def start(self) -> None:
+        self._trainer.send_signal(self._signal.SIGCONT)
+
+    async def stop(self) -> None:
+        self._trainer.send_signal(self._signal.SIGSTOP)
+
+    def backlog(self) -> int:
+        """Outcomes in the Redis streams not yet delivered to the trainer's group (XINFO GROUPS ``lag``)."""
+        return sum(int(g.get("lag") or 0) for g in self.client.xinfo_groups(OUTCOME_STREAM))
+
+    def close(self) -> None:
+        import shutil
+
+        self._trainer.send_signal(self._signal.SIGCONT)
+        for proc in (self._trainer, self._redis_proc):
+            proc.terminate()
+            proc.wait(timeout=30)
+        if self._trainer.returncode not in (0, -self._signal.SIGTERM):
+            print(self.trainer_log.read_text()[-3000:], file=sys.stderr)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
 def summary(latencies_ms: list[np.ndarray]) -> dict[str, Any]:
     """p50 / p99 / max (ms) over every round's calls, and each round's p99."""
     pooled = np.concatenate(latencies_ms) if latencies_ms else np.zeros(1)
@@ -65,15 +153,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from edgepath.main import Service, tune_serving_process
     from edgepath.settings import Settings
 
+    topology = RedisTopology() if args.store == "redis" else None
     settings = Settings(
         host="127.0.0.1",
         rate_limit_per_s=1e9,
         rate_limit_burst=1_000_000_000,
         outcome_cap_per_window=1_000_000_000,
+        **({} if topology is None else {"store_url": topology.url, "trainer": False, "hmac_key": HMAC_KEY}),
     )
     service = Service.build(settings)
-    plane, trainer = service.plane, service.trainer
-    assert trainer is not None  # the in-process store trains in this process
+    plane = service.plane
+    trainer: Any = service.trainer if topology is None else topology
+    if service.follower is not None:
+        service.follower.start()
     pool = workload.situations(1000)
     requests = [ep_types.RecommendRequest.model_validate(workload.recommend_body(s, "bench-1")) for s in pool]
     principal = ep_types.Principal(device_id="bench-1")
@@ -106,7 +198,33 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         return np.asarray(latencies) * 1e3
 
     def backlog() -> int:
+        if topology is not None:
+            return topology.backlog()
         return len(service.store._undelivered)  # type: ignore[attr-defined]  # MemoryStore's queue
+
+    def caught_up_when(used: int, queued: int) -> Any:
+        """The end of the catch-up phase: the backlog trained on and published (memory: counted by the trainer;
+        Redis: delivered to the trainer, then the next version loaded here; at most 30 s)."""
+        if topology is None:
+            target = used + queued - trainer.batch_size
+            return lambda t: t >= 0.05 and trainer.outcomes_used >= target
+        assert topology is not None
+        state: dict[str, Any] = {"checked": -1.0, "delivered_at": None, "version": None}
+
+        def done(t: float) -> bool:
+            if t >= 30.0:
+                return True
+            if state["delivered_at"] is None:
+                if t - state["checked"] < 0.05:  # a synchronous Redis call: at most 20 per second in the loop
+                    return False
+                state["checked"] = t
+                if topology.backlog() < topology.batch_size:  # all delivered to the trainer
+                    state["delivered_at"], state["version"] = t, plane.registry.current.version
+                return False
+            # ... and the refit of the last of it published and loaded here (or 2 s)
+            return plane.registry.current.version != state["version"] or t - state["delivered_at"] >= 2.0
+
+        return done
 
     phases: dict[str, list[np.ndarray]] = {"paused": [], "catch_up": [], "training": []}
     rounds: list[dict[str, Any]] = []
@@ -115,14 +233,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for r in range(args.rounds):
         await trainer.stop()
         phases["paused"].append(await open_loop(lambda t: t >= args.duration_s))
-        queued, v0, used = backlog(), plane.registry.current.version, trainer.outcomes_used
+        queued, v0 = backlog(), plane.registry.current.version
+        until = caught_up_when(getattr(trainer, "outcomes_used", 0), queued)
         trainer.start()
         c0 = time.perf_counter()
-        # until the backlog is trained on and published (less than a batch of it may wait for the next outcomes)
-        caught_up = used + queued - trainer.batch_size
-        phases["catch_up"].append(
-            await open_loop(lambda t, target=caught_up: t >= 0.05 and trainer.outcomes_used >= target)
-        )
+        phases["catch_up"].append(await open_loop(until))
         catch_up_s = time.perf_counter() - c0
         v1 = plane.registry.current.version
         phases["training"].append(await open_loop(lambda t: t >= args.duration_s))
@@ -141,8 +256,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     await trainer.stop()
-    if trainer.refitter is not None and hasattr(trainer.refitter, "close"):
+    if getattr(trainer, "refitter", None) is not None and hasattr(trainer.refitter, "close"):
         trainer.refitter.close()
+    if service.follower is not None:
+        await service.follower.stop()
+    await (service.backend or service.store).close()
+    if topology is not None:
+        topology.close()
     report: dict[str, Any] = {name: summary(values) for name, values in phases.items()}
     for name in ("catch_up", "training"):
         report[name]["p99_vs_paused"] = report[name]["p99_ms"] / report["paused"]["p99_ms"]
@@ -151,6 +271,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "rate_per_s": args.rate,
             "duration_s": args.duration_s,
             "rounds": rounds,
+            "store": args.store,
             "policy": plane.registry.current.model.policy_name,
             "cores": os.cpu_count(),
             "load_average": os.getloadavg(),
@@ -164,6 +285,7 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=800.0, help="Recommend calls (each with its outcome) per second")
     p.add_argument("--duration-s", type=float, default=5.0, help="Seconds of the paused and training phases")
     p.add_argument("--rounds", type=int, default=4, help="Rounds of (paused, catch-up, training)")
+    p.add_argument("--store", choices=("memory", "redis"), default="memory", help="memory (default) or redis")
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args()
     report = asyncio.run(run(args))

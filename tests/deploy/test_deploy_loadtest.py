@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -269,9 +270,13 @@ def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tm
     assert len(devices) >= 6 and all(d.startswith("loadtest-") for d in devices), devices
 
 
-def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(tmp_path: Path) -> None:
-    """``loadtest/training_interference.py``: paused / catch-up / training phases over the real in-process service;
-    the paused phase's outcomes are a backlog the trainer works through (published versions), then it trains on."""
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(tmp_path: Path, store: str) -> None:
+    """``loadtest/training_interference.py``: paused / catch-up / training phases over the real in-process service
+    (Redis: a real redis-server and ``edgepath train`` process); the paused phase's outcomes are a backlog the
+    trainer works through (published versions), then it trains on."""
+    if store == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
     report = tmp_path / "interference.json"
     proc = subprocess.run(
         [
@@ -283,6 +288,8 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
             "0.6",
             "--rounds",
             "2",
+            "--store",
+            store,
             "--report",
             str(report),
         ],
