@@ -38,7 +38,12 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -62,18 +67,11 @@ class RedisTopology:
     and pause the trainer (SIGCONT/SIGSTOP), as the bench does."""
 
     def __init__(self) -> None:
-        import shutil
-        import signal
-        import socket
-        import subprocess
-        import tempfile
-
         import redis
         from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
         if shutil.which("redis-server") is None:
             raise SystemExit("--store redis needs redis-server on PATH")
-        self._signal = signal
         self.batch_size = 50
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -114,23 +112,21 @@ class RedisTopology:
             return 0
 
     def start(self) -> None:
-        self._trainer.send_signal(self._signal.SIGCONT)
+        self._trainer.send_signal(signal.SIGCONT)
 
     async def stop(self) -> None:
-        self._trainer.send_signal(self._signal.SIGSTOP)
+        self._trainer.send_signal(signal.SIGSTOP)
 
     def backlog(self) -> int:
         """Outcomes in the Redis streams not yet delivered to the trainer's group (XINFO GROUPS ``lag``)."""
         return sum(int(g.get("lag") or 0) for g in self.client.xinfo_groups(OUTCOME_STREAM))
 
     def close(self) -> None:
-        import shutil
-
-        self._trainer.send_signal(self._signal.SIGCONT)
+        self._trainer.send_signal(signal.SIGCONT)
         for proc in (self._trainer, self._redis_proc):
             proc.terminate()
             proc.wait(timeout=30)
-        if self._trainer.returncode not in (0, -self._signal.SIGTERM):
+        if self._trainer.returncode not in (0, -signal.SIGTERM):
             print(self.trainer_log.read_text()[-3000:], file=sys.stderr)
         shutil.rmtree(self._tmp, ignore_errors=True)
 
