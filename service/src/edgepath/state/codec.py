@@ -15,7 +15,7 @@ import dataclasses
 import heapq
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -71,18 +71,17 @@ _FEATURES_AT = [f.name for f in dataclasses.fields(DecisionRecord)].index("featu
 _OUTCOME_FEATURES_AT = [f.name for f in dataclasses.fields(OutcomeRecord)].index("features")
 
 
-def _packed(values: Iterable[Any], at: int) -> list[Any]:
-    """``values`` as a list, the float sequence at index ``at`` packed as native doubles (``array('d')`` bytes)."""
-    out = list(values)
-    out[at] = array("d", out[at]).tobytes()
-    return out
+def _packed(values: list[Any], at: int) -> list[Any]:
+    """``values`` (a fresh list of the caller's, changed in place and returned) with the float sequence at index
+    ``at`` packed as native doubles (``array('d')`` bytes)."""
+    values[at] = array("d", values[at]).tobytes()
+    return values
 
 
-def _unpacked(values: Iterable[Any], at: int) -> list[Any]:
-    """The inverse of :func:`_packed`: the doubles at index ``at`` back as a tuple of floats (exact)."""
-    out = list(values)
-    out[at] = tuple(array("d", out[at]))
-    return out
+def _unpacked(values: list[Any], at: int) -> list[Any]:
+    """The inverse of :func:`_packed` (in place): the doubles at index ``at`` back as a tuple of floats (exact)."""
+    values[at] = tuple(array("d", values[at]))
+    return values
 
 
 def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
@@ -94,12 +93,12 @@ def decision_row(record: DecisionRecord) -> tuple[Any, ...]:
     Packed because a tuple of 68 float objects is 2.2 KB, three quarters of a stored decision (2.8 KB measured with
     tracemalloc): at the in-process store's ``max_decisions`` (1M) that is ~2.8 GB, and the chart's 512 MiB pod
     would fill after ~150k. Packed, the 68 features are 577 bytes and round-trip exactly."""
-    return tuple(_packed(record.__dict__.values(), _FEATURES_AT))  # a dataclass's __dict__: fields in order
+    return tuple(_packed(list(record.__dict__.values()), _FEATURES_AT))  # a dataclass's __dict__: fields in order
 
 
 def row_decision(row: tuple[Any, ...]) -> DecisionRecord:
     """The record of a :func:`decision_row`."""
-    return DecisionRecord(*_unpacked(row, _FEATURES_AT))
+    return DecisionRecord(*_unpacked(list(row), _FEATURES_AT))
 
 
 def outcome_row(outcome: OutcomeRecord) -> tuple[Any, ...]:
