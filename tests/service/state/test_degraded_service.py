@@ -83,6 +83,9 @@ async def test_degraded_state_is_reported_and_decisions_go_on(
         return (await health.Check(health_pb2.HealthCheckRequest(service=name))).status
 
     try:
+        # The service may start degraded if its first Redis connect misses the 0.5 s timeout on a busy
+        # machine (seen once in a fresh clone's full run); the outage below is what this test is about.
+        await wait_for(lambda: _ready(http))
         assert (await http.get("/readyz")).json() == {"ready": True, "degraded": False, "model_version": 1}
         assert await status("edgepath.v1.PathService") == health_pb2.HealthCheckResponse.SERVING
         before = (await http.post("/v1/recommendations", json=CONTEXT)).json()
@@ -138,3 +141,43 @@ async def _ready(http: httpx.AsyncClient) -> bool:
 async def _serving(health: Any) -> bool:
     resp = await health.Check(health_pb2.HealthCheckRequest(service="edgepath.v1.PathService"))
     return resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_a_service_started_while_redis_hangs_comes_up_degraded_and_recovers(tmp_path: Path) -> None:
+    """The path the fixture above relies on: a first connect that times out leaves the service serving,
+    reported degraded, and it turns ready on its own once Redis answers (no request needed)."""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
+    server = RedisServer(tmp_path, appendonly=True).start()
+    server.pause()
+    settings = Settings(
+        host="127.0.0.1",
+        grpc_port=0,
+        http_port=0,
+        store_url=server.url,
+        hmac_key="k" * 32,
+        redis_socket_timeout_s=0.5,
+        outbox_dir=str(tmp_path / "outbox"),
+    )
+    svc = Service.build(settings)
+    task = asyncio.create_task(svc.run())
+    try:
+        await asyncio.wait_for(svc.wait_started(), 30)
+    except BaseException:
+        svc.stop()
+        server.stop()
+        raise
+    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0)
+    try:
+        resp = await http.get("/readyz")
+        assert resp.status_code == 503 and resp.json()["degraded"] is True
+        rec = await http.post("/v1/recommendations", json=CONTEXT)
+        assert rec.status_code == 200 and rec.json()["decision_id"]
+        server.resume()
+        await wait_for(lambda: _ready(http))
+        assert (await http.get("/readyz")).json()["degraded"] is False
+    finally:
+        await http.aclose()
+        svc.stop()
+        await asyncio.wait_for(task, 30)
+        server.stop()
