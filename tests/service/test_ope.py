@@ -33,6 +33,7 @@ from edgepath.evaluation.ope import (
     one_hot,
     predictable_reward_model,
     stablevar_weights,
+    wald_interval,
     weighted_estimate,
 )
 from edgepath.evaluation.ope_truth import _log_service, _versions_at_contexts, ground_truth
@@ -145,6 +146,31 @@ def test_jackknife_values_are_the_estimates_without_each_row() -> None:
         keep = [np.delete(np.arange(60), i) for i in range(60)]
         direct = [float(estimate(est, pi[k], log.subset(k), q[k])) for k in keep]
         np.testing.assert_allclose(jackknife(est, pi, log, q), direct, rtol=1e-12, atol=1e-15)
+
+
+def test_wald_interval_is_the_estimate_plus_minus_z_standard_errors() -> None:
+    """IPS and DR: z·s/√n of their per-row terms; SNIPS: the delta-method SE, which must agree with the bootstrap's
+    standard deviation of the ratio (a wrong formula, e.g. IPS's, would not)."""
+    log, _ = synthetic(2000, 5)
+    n = len(log)
+    pi = np.column_stack([np.full(n, 0.2), np.full(n, 0.8)])
+    q = DirectModel.fit(log).predict(log.X)
+    w = pi[np.arange(n), log.actions] / log.propensity
+    z = 1.959963984540054
+    for est, terms in (("ips", w * log.reward), ("dr", dr_terms(pi, log, q))):
+        value, lo, hi = wald_interval(est, pi, log, q)
+        assert value == pytest.approx(terms.mean(), rel=1e-12)
+        assert (hi - lo) / 2 == pytest.approx(z * terms.std(ddof=1) / np.sqrt(n), rel=1e-9)
+        assert lo < value < hi
+    value, lo, hi = wald_interval("snips", pi, log, q)
+    idx = bootstrap_indices(n, 4000, np.random.default_rng(1))
+    boot_sd = float(estimate("snips", pi, log, q, idx).std())
+    assert value == pytest.approx(float(estimate("snips", pi, log, q)), rel=1e-12)
+    assert (hi - lo) / 2 == pytest.approx(z * boot_sd, rel=0.1)
+    ips_half = (wald_interval("ips", pi, log, q)[2] - wald_interval("ips", pi, log, q)[1]) / 2
+    assert (hi - lo) / 2 < 0.8 * ips_half  # self-normalising removes the weights' own variance here
+    one = log.subset(np.array([0]))
+    assert wald_interval("dr", pi[:1], one, q[:1])[1:] == (float(dr_terms(pi[:1], one, q[:1])[0]),) * 2
 
 
 def test_bca_interval_is_the_percentile_interval_when_symmetric_and_moves_with_the_skew() -> None:

@@ -12,7 +12,8 @@ utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, defau
 3. :func:`edgepath.evaluation.ope.off_policy_evaluation`'s protocol runs on that log (model part /
    evaluation part split, DR's reward model (gradient-boosted trees by default) and the learned candidates
    fitted on the model part, 95%
-   percentile and BCa bootstrap intervals from the same resamples of the evaluation part), and the
+   percentile and BCa bootstrap intervals from the same resamples of the evaluation part, and the normal (Wald)
+   interval, :func:`edgepath.evaluation.ope.wald_interval`), and the
    adaptively-weighted DR ``adr`` with its normal interval (:func:`edgepath.evaluation.ope.adaptive_dr`:
    reward model and weights from the log's earlier rows, in the logging order, over the same evaluation part),
    and ``cadr_exact`` (:func:`edgepath.evaluation.ope.contextual_adaptive_dr`: the same scores with the paper's
@@ -23,8 +24,8 @@ utility of arm ``a``'s real measurement. Per repetition ``r`` (``n_reps``, defau
 
 Reported per logging policy × candidate × estimator: bias (mean of estimate − truth), mean absolute
 error, RMSE and the share of repetitions whose 95% interval covers the truth (``ci95_coverage``:
-percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`; for ``adr`` and
-``cadr_exact`` their own normal interval, no BCa).
+percentile; ``ci95_coverage_bca``: BCa, :func:`edgepath.evaluation.ope.bca_interval`; ``ci95_coverage_normal``:
+Wald; for ``adr`` and ``cadr_exact`` their own normal interval, no BCa).
 
 Logging policies: ``uniform`` (½, ½); ``epsilon_greedy`` (WiFi-first with ε = 0.2 uniform
 exploration: WiFi 0.9, LTE 0.1 — what apprentice mode logs around a WiFi-first baseline); ``service``
@@ -63,6 +64,7 @@ from edgepath.evaluation.ope import (
     one_hot,
     predictable_reward_model,
     split,
+    wald_interval,
 )
 from edgepath.evaluation.primary import PAIRING_TEXT, Split, test_stream
 from edgepath.training.offline import ARMS, BetterArmPolicy, OfflineConfig, situation_matrix, train_offline
@@ -164,7 +166,7 @@ def ground_truth(
     situations = pair_situations(split_.train_wifi, split_.train_cellular, 0)
     train = train_offline(situations, (), OfflineConfig(policy="active_explorer"))
     classifier = BetterArmPolicy(train.classifier)
-    # per repetition: (estimate, truth, percentile lo, hi, BCa lo, hi)
+    # per repetition: (estimate, truth, percentile lo, hi, BCa lo, hi, Wald lo, hi)
     rows: dict[str, dict[str, dict[str, list[tuple[float, ...]]]]] = {}
     truths: dict[str, dict[str, list[float]]] = {}
     for rep in range(n_reps):
@@ -204,8 +206,9 @@ def ground_truth(
                     boots = estimate(est, pi, ev, q, idx)
                     lo, hi = np.quantile(boots, [0.025, 0.975])
                     b_lo, b_hi = bca_interval(boots, value, jackknife(est, pi, ev, q))
+                    _, n_lo, n_hi = wald_interval(est, pi, ev, q)
                     rows.setdefault(lp, {}).setdefault(cand, {}).setdefault(est, []).append(
-                        (value, truth, float(lo), float(hi), b_lo, b_hi)
+                        (value, truth, float(lo), float(hi), b_lo, b_hi, n_lo, n_hi)
                     )
                 adr = adaptive_dr(pi_all, log, eval_idx, q_pred)
                 rows.setdefault(lp, {}).setdefault(cand, {}).setdefault("adr", []).append(
@@ -228,10 +231,11 @@ def ground_truth(
                     "ci95_coverage": float(covered.mean()),
                     "mean_ci95_width": float((arr[:, 3] - arr[:, 2]).mean()),
                 }
-                if arr.shape[1] == 6:  # the bootstrap estimators' BCa interval
-                    covered_bca = (arr[:, 4] <= arr[:, 1]) & (arr[:, 1] <= arr[:, 5])
-                    entry["ci95_coverage_bca"] = float(covered_bca.mean())
-                    entry["mean_ci95_width_bca"] = float((arr[:, 5] - arr[:, 4]).mean())
+                if arr.shape[1] == 8:  # the bootstrap estimators' BCa interval and their Wald interval
+                    for key, (lo_col, hi_col) in (("bca", (4, 5)), ("normal", (6, 7))):
+                        covered_k = (arr[:, lo_col] <= arr[:, 1]) & (arr[:, 1] <= arr[:, hi_col])
+                        entry[f"ci95_coverage_{key}"] = float(covered_k.mean())
+                        entry[f"mean_ci95_width_{key}"] = float((arr[:, hi_col] - arr[:, lo_col]).mean())
             summary[lp][cand]["true_value_mean"] = float(np.mean(truths[lp][cand]))
     return {
         "what": "OPE estimates vs the true value on paired real situations (both arms measured)",
@@ -261,13 +265,13 @@ def ground_truth(
 
 
 def format_truth_table(report: dict[str, Any]) -> str:
-    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile and BCa; ``adr`` and
+    """Markdown table: logging policy, candidate, estimator, bias, MAE, coverage (percentile, BCa and Wald; ``adr`` and
     ``cadr_exact``: their normal interval in the coverage columns, no BCa; ``cadr_exact`` is harness-only, it needs
     the logging policy at every context)."""
     lines = [
         "| logging policy | candidate | true value | estimator | bias | MAE | 95% CI coverage | mean CI width "
-        "| BCa coverage | BCa mean width |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| BCa coverage | BCa mean width | Wald coverage | Wald mean width |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for lp, by_cand in report["summary"].items():
         for cand, by_est in by_cand.items():
@@ -278,9 +282,14 @@ def format_truth_table(report: dict[str, Any]) -> str:
                     if "ci95_coverage_bca" in r
                     else "– | –"
                 )
+                wald = (
+                    f"{100 * r['ci95_coverage_normal']:.0f}% | {r['mean_ci95_width_normal']:.4f}"
+                    if "ci95_coverage_normal" in r
+                    else "– | –"
+                )
                 lines.append(
                     f"| {lp} | {cand} | {by_est['true_value_mean']:.4f} | {est} | {r['bias']:+.4f} | "
                     f"{r['mean_abs_error']:.4f} | {100 * r['ci95_coverage']:.0f}% | {r['mean_ci95_width']:.4f} | "
-                    f"{bca} |"
+                    f"{bca} | {wald} |"
                 )
     return "\n".join(lines)
