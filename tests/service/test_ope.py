@@ -25,6 +25,7 @@ from edgepath.evaluation.ope import (
     dr_terms,
     effective_sample_size,
     estimate,
+    evaluate_policy,
     fit_reward_model,
     jackknife,
     load_log,
@@ -130,6 +131,10 @@ def test_cli_refuses_with_a_clear_message_and_evaluates_a_good_log(tmp_path: Pat
     assert wifi["dr"]["estimate"] == pytest.approx(0.03, abs=1e-9)  # WiFi always measured 30 Mbit/s
     assert lte["snips"]["estimate"] == pytest.approx(0.01, abs=1e-9)
     assert wifi["ips"]["ci95"][0] <= wifi["ips"]["estimate"] <= wifi["ips"]["ci95"][1]
+    # each estimator names its reported interval; DR reports its Wald interval (chosen on ground truth)
+    assert [lte[e]["interval"] for e in ("ips", "snips", "dr")] == ["percentile", "percentile", "normal"]
+    assert lte["dr"]["ci95"] == lte["dr"]["ci95_normal"]
+    assert lte["ips"]["ci95"] == lte["ips"]["ci95_percentile"]
     # adr: WiFi's reward is constant, so once two WiFi rows precede a row its predictable model is exact; only
     # the first rows' scores (model = the earlier rows' mean) differ from 0.03
     assert wifi["adr"]["estimate"] == pytest.approx(0.03, abs=1e-3)
@@ -169,6 +174,10 @@ def test_wald_interval_is_the_estimate_plus_minus_z_standard_errors() -> None:
     assert (hi - lo) / 2 == pytest.approx(z * boot_sd, rel=0.1)
     ips_half = (wald_interval("ips", pi, log, q)[2] - wald_interval("ips", pi, log, q)[1]) / 2
     assert (hi - lo) / 2 < 0.8 * ips_half  # self-normalising removes the weights' own variance here
+    report = evaluate_policy(pi, log, q, idx[:500])
+    assert report["dr"]["interval"] == "normal" and report["dr"]["ci95"] == list(wald_interval("dr", pi, log, q)[1:])
+    assert report["dr"]["ci95_percentile"] != report["dr"]["ci95"]
+    assert report["snips"]["interval"] == "percentile" and report["snips"]["ci95"] == report["snips"]["ci95_percentile"]
     one = log.subset(np.array([0]))
     assert wald_interval("dr", pi[:1], one, q[:1])[1:] == (float(dr_terms(pi[:1], one, q[:1])[0]),) * 2
 
