@@ -22,7 +22,9 @@ Per round, three phases of the same load:
    publication) while decisions go on; the phase ends when the backlog is trained on and published;
 3. ``training``: steady state, a refit and a publication every 50 outcomes as they arrive.
 
-The report gives each condition's p50 / p99 / max over all rounds (and per round) and the ratios to ``paused``.
+The report gives each condition's p50 / p99 / max over all rounds (and per round) and the ratios to ``paused``,
+and the CPU time each call cost, in µs: this serving process (all its threads) and its child processes (psutil;
+the refit process, and for ``--store redis`` the redis-server and trainer it started).
 Speed is printed, never asserted; the load average is printed with it.
 
 ``--store redis`` measures the chart's topology the same way: a ``redis-server`` on loopback, this process as a
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -53,6 +56,7 @@ if _VENV_PYTHON.exists() and Path(sys.prefix).resolve() != _VENV_PYTHON.parent.p
     os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])  # run inside the project's venv
 
 import numpy as np  # noqa: E402  (after the re-exec into the venv above)
+import psutil  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -222,21 +226,42 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         return done
 
+    me = psutil.Process()
+
+    def cpu_s() -> np.ndarray:
+        """CPU seconds (user + system) so far: ``[this serving process (all threads), its child processes]``
+        (the refit process; for ``--store redis`` also redis-server and ``edgepath train``)."""
+        own = me.cpu_times()
+        children = 0.0
+        for child in me.children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = child.cpu_times()
+                children += t.user + t.system
+        return np.array([own.user + own.system, children])
+
     phases: dict[str, list[np.ndarray]] = {"paused": [], "catch_up": [], "training": []}
+    cpu: dict[str, np.ndarray] = {name: np.zeros(2) for name in phases}
     rounds: list[dict[str, Any]] = []
+
+    async def timed(name: str, until: Any) -> None:
+        """One phase of the open loop: its latencies, and the CPU seconds spent meanwhile added to ``cpu``."""
+        c0 = cpu_s()
+        phases[name].append(await open_loop(until))
+        cpu[name] += cpu_s() - c0
+
     await open_loop(lambda t: t >= 1.0)  # warm-up: first calls, caches, the refit process
     trainer.start()
     for r in range(args.rounds):
         await trainer.stop()
-        phases["paused"].append(await open_loop(lambda t: t >= args.duration_s))
+        await timed("paused", lambda t: t >= args.duration_s)
         queued, v0 = backlog(), plane.registry.current.version
         until = caught_up_when(getattr(trainer, "outcomes_used", 0), queued)
         trainer.start()
         c0 = time.perf_counter()
-        phases["catch_up"].append(await open_loop(until))
+        await timed("catch_up", until)
         catch_up_s = time.perf_counter() - c0
         v1 = plane.registry.current.version
-        phases["training"].append(await open_loop(lambda t: t >= args.duration_s))
+        await timed("training", lambda t: t >= args.duration_s)
         rounds.append(
             {
                 "backlog": queued,
@@ -260,6 +285,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if topology is not None:
         topology.close()
     report: dict[str, Any] = {name: summary(values) for name, values in phases.items()}
+    for name, values in phases.items():
+        calls = sum(len(v) for v in values)
+        report[name]["serving_cpu_us_per_call"] = float(cpu[name][0] / calls * 1e6)
+        report[name]["children_cpu_us_per_call"] = float(cpu[name][1] / calls * 1e6)
     for name in ("catch_up", "training"):
         report[name]["p99_vs_paused"] = report[name]["p99_ms"] / report["paused"]["p99_ms"]
     report.update(
@@ -288,7 +317,10 @@ def main() -> int:
     for name in ("paused", "catch_up", "training"):
         r = report[name]
         ratio = f" ({r['p99_vs_paused']:.2f}x paused)" if "p99_vs_paused" in r else ""
-        print(f"{name:9s} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms{ratio}  max {r['max_ms']:.1f} ms")
+        print(
+            f"{name:9s} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms{ratio}  max {r['max_ms']:.1f} ms  CPU per "
+            f"call: serving {r['serving_cpu_us_per_call']:.0f} us, children {r['children_cpu_us_per_call']:.0f} us"
+        )
     print(f"load average {report['load_average']}, {report['cores']} cores")
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)

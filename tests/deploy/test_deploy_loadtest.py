@@ -303,6 +303,7 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
     for phase in ("paused", "catch_up", "training"):
         assert data[phase]["calls"] > 0 and 0 < data[phase]["p50_ms"] <= data[phase]["p99_ms"] <= data[phase]["max_ms"]
         assert len(data[phase]["p99_ms_per_round"]) == 2
+        assert data[phase]["serving_cpu_us_per_call"] > 0 and data[phase]["children_cpu_us_per_call"] >= 0
     assert data["training"]["p99_vs_paused"] == pytest.approx(data["training"]["p99_ms"] / data["paused"]["p99_ms"])
     for r in data["rounds"]:
         assert r["backlog"] >= 150  # 300/s x 0.6 s of outcomes queued while paused
