@@ -105,3 +105,37 @@ def test_drain_sends_what_is_queued_and_waits_for_it(redis_server: RedisServer, 
 def test_max_commands_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_commands"):
         AutoPipeline(Redis(), max_commands=0)
+
+
+async def test_a_batch_writes_its_decisions_and_reads_its_sessions_in_one_command_each(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """RecommendBatch's two store calls reach Redis as one command each (counted by the server), not one per item."""
+    from edgepath.state.redis import RedisStore
+
+    from state.redis_helpers import decision
+
+    store = RedisStore(redis_server.url, namespace=namespace)
+    admin = Redis.from_url(redis_server.url)
+    records = [decision(f"b-{i}", device_id=f"dev-{i}") for i in range(64)]
+
+    async def calls() -> dict[str, int]:
+        stats = await admin.info("commandstats")
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+
+    try:
+        await store.put_decisions([decision("warm-up")], 60.0)  # connect and load both scripts before counting
+        await store.devices_mts_sessions(["warm-up"])
+        before = await calls()
+        await store.put_decisions(records, 60.0)
+        sessions = await store.devices_mts_sessions([r.device_id for r in records])
+        after = await calls()
+        assert sessions == [[] for _ in records]
+        assert all([await store.get_decision(r.decision_id) == r for r in records])
+        sent = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        # the server counts the commands a script runs too: 64 of each, all inside the two scripts' calls
+        assert sent.get("set", 0) == 64 and sent.get("hvals", 0) == 64
+        assert sent.get("evalsha", 0) == 2 and sent.get("eval", 0) == 0
+    finally:
+        await store.close()
+        await admin.aclose()

@@ -315,3 +315,18 @@ async def test_redis_mts_writes_fail_as_unavailable_and_reads_as_none_when_unrea
             await store.delete_mts_session("s")
     finally:
         await store.close()
+
+
+async def test_redis_batch_calls_when_unreachable_keep_the_decisions_and_read_no_sessions() -> None:
+    """RecommendBatch's store calls with no server on the port: the records stay readable on this replica (kept
+    unsynced for the reconnect), every device reads as having no session, and nothing raises."""
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2, reconnect_interval_s=60.0)
+    records = [decision(f"u-{i}", device_id=f"dev-{i}") for i in range(3)]
+    try:
+        assert await store.devices_mts_sessions(["dev-0", "dev-1"]) == [[], []]
+        await store.put_decisions(records, 60.0)
+        assert store.degraded
+        assert [await store.get_decision(r.decision_id) for r in records] == records
+        assert await store.devices_mts_sessions(["dev-0", "dev-1"]) == [[], []]
+    finally:
+        await store.close()
