@@ -16,6 +16,7 @@ log and the trainer (:mod:`edgepath.training.online`), not in the request.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import json
@@ -210,13 +211,23 @@ class DecisionPlane:
         if learner_arm is not None:
             record = dataclasses.replace(record, learner_arm_index=learner_arm, baseline_arm_index=baseline_arm)
         # Written before the reply, never behind it: an outcome may be reported to any replica at once
-        # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first.
-        await self.store.put_decision(record, self.settings.decision_ttl_s)
-        self._count_decision(record.policy, choice)
+        # (tests/service/state/test_redis_replicas.py), so the record must be in the shared store first. On a
+        # network store the write runs beside the adapters (their reads, e.g. the MEC 015 sessions' HVALS, join it
+        # in one auto-pipelined round trip) and the reply waits for both.
+        write: asyncio.Future[None] | None = None
+        if self.store.overlaps_io:
+            write = asyncio.ensure_future(self.store.put_decision(record, self.settings.decision_ttl_s))
+        else:
+            await self.store.put_decision(record, self.settings.decision_ttl_s)
         sections: dict[str, Any] = {}  # filled in registry order; later adapters may read earlier sections
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=sections)
-        for engine in self.engines:
-            sections[engine.section] = await engine.recommend(decided)
+        try:
+            for engine in self.engines:
+                sections[engine.section] = await engine.recommend(decided)
+        finally:
+            if write is not None:
+                await write  # stored before any reply, also when an adapter failed
+        self._count_decision(record.policy, choice)
         self.metrics.decision_seconds.observe(time.perf_counter() - start)
         # model_construct: every member is the service's own typed output (issue 16: validating it again was ~9 %
         # of a decision); the adapters' sections are typed models (adapters.base.EngineAdapter)
@@ -274,20 +285,28 @@ class DecisionPlane:
             _decision_record(decision_id, request, choice, serving.version, policy, now)
             for request, choice, decision_id in zip(requests, choices, new_decision_ids(len(requests)), strict=True)
         ]
-        await self.store.put_decisions(records, self.settings.decision_ttl_s)
+        write: asyncio.Future[None] | None = None  # as in recommend: beside the adapters on a network store
+        if self.store.overlaps_io:
+            write = asyncio.ensure_future(self.store.put_decisions(records, self.settings.decision_ttl_s))
+        else:
+            await self.store.put_decisions(records, self.settings.decision_ttl_s)
         sections: list[dict[str, Any]] = [{} for _ in items]
         inputs = [
             DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=item_sections)
             for request, record, item_sections in zip(requests, records, sections, strict=True)
         ]
-        for engine in self.engines:
-            batch = getattr(engine, "recommend_batch", None)
-            if batch is not None:
-                results = await batch(inputs)
-            else:
-                results = [await engine.recommend(decided) for decided in inputs]
-            for item_sections, result in zip(sections, results, strict=True):
-                item_sections[engine.section] = result
+        try:
+            for engine in self.engines:
+                batch = getattr(engine, "recommend_batch", None)
+                if batch is not None:
+                    results = await batch(inputs)
+                else:
+                    results = [await engine.recommend(decided) for decided in inputs]
+                for item_sections, result in zip(sections, results, strict=True):
+                    item_sections[engine.section] = result
+        finally:
+            if write is not None:
+                await write  # every record stored before any reply
         decided_at_unix_ms = int(now * 1000)
         out = []
         for record, choice, item_sections in zip(records, choices, sections, strict=True):

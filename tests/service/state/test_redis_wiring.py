@@ -103,3 +103,35 @@ async def test_serve_without_trainer_flag_does_not_train(redis_server: RedisServ
     svc = Service.build(settings)
     assert svc.trainer is None and svc.trainer_role is None  # a separate `edgepath train` does it
     await svc.store.close()
+
+
+@pytest.mark.redis
+async def test_a_decisions_write_and_its_session_read_share_one_round_trip(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """On Redis the plane writes the decision beside the adapters' reads: the record's SET and the MEC 015 sessions'
+    HVALS go out in one auto-pipelined round trip, and the record is stored when the reply comes back."""
+    from edgepath import types as ep_types
+
+    settings = Settings(grpc_port=0, http_port=0, store_url=redis_server.url, redis_namespace=namespace)
+    svc = Service.build(settings)
+    store = svc.store
+    assert isinstance(store, RedisStore)
+    principal = ep_types.Principal(device_id="phone-1")
+    request = ep_types.RecommendRequest.model_validate(
+        {
+            "device_id": "phone-1",
+            "interfaces": [
+                {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0},
+                {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0},
+            ],
+        }
+    )
+    try:
+        await svc.plane.recommend(principal, request)  # first sight of the device: its access types are written
+        before = store._auto.pipelines
+        rec = await svc.plane.recommend(principal, request)
+        assert store._auto.pipelines - before == 1
+        assert (await store.redis.get(store.decision_key(rec.decision_id))) is not None
+    finally:
+        await store.close()

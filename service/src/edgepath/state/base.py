@@ -208,6 +208,11 @@ class LoggedDecision:
 class StateStore(Protocol):
     """Async state store used by the plane (decisions, outcomes) and the trainer."""
 
+    #: True when the store's calls wait on the network (Redis): the plane then overlaps a decision's write with
+    #: the engine adapters' reads, so that both go out in one round trip (the reply still waits for the write).
+    #: False for the in-process store, whose calls never wait (a task per write would only cost CPU).
+    overlaps_io: bool
+
     async def put_decision(self, record: DecisionRecord, ttl_s: float) -> None:
         """Store a decision for ``ttl_s`` seconds."""
 

@@ -51,6 +51,8 @@ from edgepath.tasks import wait_event
 class MemoryStore:
     """:class:`~edgepath.state.base.StateStore` in process memory (single event loop)."""
 
+    overlaps_io = False  # no call waits on anything (StateStore.overlaps_io)
+
     def __init__(
         self,
         max_decisions: int = 1_000_000,

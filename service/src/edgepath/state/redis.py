@@ -177,6 +177,8 @@ class RedisStore:
         refused (retryable) while Redis is unreachable instead of being acknowledged from memory.
     """
 
+    overlaps_io = True  # every call is a round trip (StateStore.overlaps_io)
+
     def __init__(
         self,
         url: str,
