@@ -385,13 +385,14 @@ class DecisionPlane:
                 loss=report.loss,
                 reward=reward,
                 reported_at=time.time(),
-            )
+            ),
+            # appended with the claim when it is NEW (Redis: in the claim's script, one round trip)
+            log_entry=_logged(decision, report, reward),
         )
         self.metrics.outcomes.labels(result.value).inc()
         if result is ClaimResult.UNKNOWN:
             raise NotFound("unknown or expired decision", field="decision_id")
         if result is ClaimResult.NEW:  # the engines learn once per decision
-            await self.store.append_decision_log(_logged(decision, report, reward))
             self._apprentice_observe(decision, report)
             self.observe_joined(decision, report, reward)
             lesson = OutcomeInput(report=report, decision=decision, store=self.store, now_s=time.time())

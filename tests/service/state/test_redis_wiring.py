@@ -106,11 +106,12 @@ async def test_serve_without_trainer_flag_does_not_train(redis_server: RedisServ
 
 
 @pytest.mark.redis
-async def test_a_decisions_write_and_its_session_read_share_one_round_trip(
+async def test_a_decision_and_its_outcome_take_one_and_three_round_trips(
     redis_server: RedisServer, namespace: str
 ) -> None:
     """On Redis the plane writes the decision beside the adapters' reads: the record's SET and the MEC 015 sessions'
-    HVALS go out in one auto-pipelined round trip, and the record is stored when the reply comes back."""
+    HVALS go out in one auto-pipelined round trip, and the record is stored when the reply comes back. The outcome's
+    claim carries its decision-log entry (one script)."""
     from edgepath import types as ep_types
 
     settings = Settings(grpc_port=0, http_port=0, store_url=redis_server.url, redis_namespace=namespace)
@@ -133,5 +134,15 @@ async def test_a_decisions_write_and_its_session_read_share_one_round_trip(
         rec = await svc.plane.recommend(principal, request)
         assert store._auto.pipelines - before == 1
         assert (await store.redis.get(store.decision_key(rec.decision_id))) is not None
+        # its outcome: the decision's GET, the outcome rate limit's script, then the claim with the decision-log
+        # entry in the same script (three round trips; the log's XADD was a fourth)
+        before = store._auto.pipelines
+        report = ep_types.OutcomeReport.model_validate(
+            {"device_id": "phone-1", "decision_id": rec.decision_id, "throughput_bps": 3e7}
+        )
+        assert (await svc.plane.report_outcome(principal, report)).accepted
+        assert store._auto.pipelines - before == 3
+        logged, _ = await store.read_decision_log()
+        assert [e.decision_id for e in logged] == [rec.decision_id]
     finally:
         await store.close()

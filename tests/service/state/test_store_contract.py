@@ -86,6 +86,43 @@ async def test_decisions_written_in_one_call_round_trip(harness: Harness) -> Non
     await store.put_decisions([], 60.0)
 
 
+async def test_a_new_outcome_appends_its_decision_log_entry_with_the_claim_and_only_then(harness: Harness) -> None:
+    """claim_outcome(..., log_entry): NEW appends the entry (Redis: inside the claim's script); DUPLICATE and UNKNOWN
+    append nothing."""
+    from edgepath.state.base import LoggedDecision
+
+    store = harness.make()
+    d = decision("log-1")
+    await store.put_decision(d, 60.0)
+
+    def entry(decision_id: str) -> LoggedDecision:
+        return LoggedDecision(
+            decision_id=decision_id,
+            device_id=d.device_id,
+            decided_at=d.decided_at,
+            reported_at=d.decided_at + 1.0,
+            model_version=d.model_version,
+            policy=d.policy,
+            arms=d.arms,
+            arm_index=d.arm_index,
+            interface=d.interface,
+            propensity=d.propensity,
+            features=tuple(d.features),
+            context=({"name": "wlan0", "access_type": "WIFI"},),
+            throughput_bps=3e7,
+            latency_ms=40.0,
+            loss=None,
+            reward=1,
+        )
+
+    assert await store.claim_outcome(outcome(d), log_entry=entry("log-1")) is ClaimResult.NEW
+    assert await store.claim_outcome(outcome(d), log_entry=entry("log-1")) is ClaimResult.DUPLICATE
+    unknown = dataclasses.replace(outcome(d), decision_id="never-decided")
+    assert await store.claim_outcome(unknown, log_entry=entry("never-decided")) is ClaimResult.UNKNOWN
+    logged, _ = await store.read_decision_log(since_s=0.0)
+    assert logged == [entry("log-1")]
+
+
 def test_decision_records_of_older_and_newer_replicas_decode() -> None:
     # Rolling upgrade: a record without link_speed_mbps (older replica) reads as "none reported";
     # a field this version does not know (newer replica) is ignored rather than refused.

@@ -222,11 +222,15 @@ class StateStore(Protocol):
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         """The decision, or None when unknown or expired."""
 
-    async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
+    async def claim_outcome(self, outcome: OutcomeRecord, log_entry: LoggedDecision | None = None) -> ClaimResult:
         """Atomically record the first outcome of a decision and append it to the outcome log.
 
         Returns NEW the first time, DUPLICATE afterwards (nothing appended),
         UNKNOWN when the decision does not exist or has expired.
+
+        ``log_entry``: on NEW, also appended to the decision log as :meth:`append_decision_log` would (Redis: in the
+        same script, one round trip instead of two; dropped and counted, never raising, where the store cannot
+        take it). Never appended on DUPLICATE or UNKNOWN.
         """
 
     async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:

@@ -95,7 +95,7 @@ class MemoryStore:
         row = self._decisions.get(decision_id)
         return None if row is None else row_decision(row)
 
-    async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
+    async def claim_outcome(self, outcome: OutcomeRecord, log_entry: LoggedDecision | None = None) -> ClaimResult:
         if outcome.decision_id in self._outcome_seen:
             return ClaimResult.DUPLICATE
         if outcome.decision_id not in self._decisions:
@@ -105,6 +105,8 @@ class MemoryStore:
         self._log[entry_id] = outcome_row(outcome)
         self._undelivered.append(entry_id)
         self._arrived.set()
+        if log_entry is not None:
+            await self.append_decision_log(log_entry)
         return ClaimResult.NEW
 
     async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:

@@ -102,12 +102,18 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 GROUP = "trainers"
 
-# KEYS: decision, marker, stream; ARGV: marker ttl (ms), outcome JSON
+# KEYS: decision, marker, stream, decision log; ARGV: marker ttl (ms), outcome JSON, and optionally the decision-log
+# entry's JSON, the log's approximate maximum length and its approximate minimum id (the retention cut-off): a NEW
+# outcome's decision-log entry goes in the same round trip (append_decision_log's XADD MAXLEN ~ and XTRIM MINID ~).
 _CLAIM_LUA = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 'duplicate' end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 'unknown' end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 redis.call('XADD', KEYS[3], '*', 'o', ARGV[2])
+if #ARGV >= 5 then
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'd', ARGV[3])
+  redis.call('XTRIM', KEYS[4], 'MINID', '~', ARGV[5])
+end
 return 'new'
 """
 
@@ -438,18 +444,27 @@ class RedisStore:
         return cached
 
     # ------------------------------------------------------------ outcomes
-    async def _claim_in_redis(self, outcome: OutcomeRecord) -> ClaimResult:
+    async def _claim_in_redis(self, outcome: OutcomeRecord, log_entry: LoggedDecision | None = None) -> ClaimResult:
         marker_ttl_ms = int(self.decision_ttl_s * 2000)
-        keys = [self.decision_key(outcome.decision_id), self.marker_key(outcome.decision_id), self.stream]
-        raw = await self._claim(keys=keys, args=[marker_ttl_ms, encode_record(outcome)])
+        keys = [
+            self.decision_key(outcome.decision_id),
+            self.marker_key(outcome.decision_id),
+            self.stream,
+            self.decision_log_stream,
+        ]
+        args: list[Any] = [marker_ttl_ms, encode_record(outcome)]
+        if log_entry is not None:
+            cutoff_ms = max(0, int((time.time() - self.decision_log_retention_s) * 1000))
+            args += [encode_record(log_entry), self.decision_log_max_entries, f"{cutoff_ms}-0"]
+        raw = await self._claim(keys=keys, args=args)
         return ClaimResult(raw.decode() if isinstance(raw, bytes) else raw)
 
-    async def claim_outcome(self, outcome: OutcomeRecord) -> ClaimResult:
+    async def claim_outcome(self, outcome: OutcomeRecord, log_entry: LoggedDecision | None = None) -> ClaimResult:
         decision_id = outcome.decision_id
         self._ensure_reconnecting()
         if not self._degraded:
             try:
-                result = await self._claim_in_redis(outcome)
+                result = await self._claim_in_redis(outcome, log_entry)
             except UNREACHABLE as exc:
                 self._enter_degraded(exc)
             else:
@@ -473,6 +488,8 @@ class RedisStore:
         self._claimed_recent[decision_id] = True
         if self.metrics is not None:
             self.metrics.outbox_outcomes.set(len(self._outbox))
+        if log_entry is not None:
+            self._drop_log_entry("degraded")  # as append_decision_log while degraded
         return ClaimResult.NEW
 
     async def _ensure_group(self) -> None:
