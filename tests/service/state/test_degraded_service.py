@@ -43,12 +43,9 @@ async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 1
             await asyncio.sleep(0.05)
 
 
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
-    server = RedisServer(tmp_path, appendonly=True).start()
-    settings = Settings(
+def service_settings(server: RedisServer, tmp_path: Path) -> Settings:
+    """A service on ``server`` that reports degraded after 0.5 s without an answer, with a durable outbox."""
+    return Settings(
         host="127.0.0.1",
         grpc_port=0,
         http_port=0,
@@ -57,6 +54,14 @@ async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
         redis_socket_timeout_s=0.5,
         outbox_dir=str(tmp_path / "outbox"),
     )
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
+    server = RedisServer(tmp_path, appendonly=True).start()
+    settings = service_settings(server, tmp_path)
     svc = Service.build(settings)
     task = asyncio.create_task(svc.run())
     await asyncio.wait_for(svc.wait_started(), 30)
@@ -150,15 +155,7 @@ async def test_a_service_started_while_redis_hangs_comes_up_degraded_and_recover
         pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
     server = RedisServer(tmp_path, appendonly=True).start()
     server.pause()
-    settings = Settings(
-        host="127.0.0.1",
-        grpc_port=0,
-        http_port=0,
-        store_url=server.url,
-        hmac_key="k" * 32,
-        redis_socket_timeout_s=0.5,
-        outbox_dir=str(tmp_path / "outbox"),
-    )
+    settings = service_settings(server, tmp_path)
     svc = Service.build(settings)
     task = asyncio.create_task(svc.run())
     try:
