@@ -43,8 +43,6 @@ import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +59,7 @@ import psutil  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from topology import start_redis_server, start_trainer  # noqa: E402  (loadtest/, on the path above)
 
 HMAC_KEY = "interference-only-hmac-key-0123456789abcdef0123"
 OUTCOME_STREAM = "edgepath:outcomes"  # the Redis store's outcome stream (default namespace)
@@ -72,37 +71,14 @@ class RedisTopology:
 
     def __init__(self) -> None:
         import redis
-        from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+        from tenacity import Retrying, stop_after_delay, wait_fixed
 
-        if shutil.which("redis-server") is None:
-            raise SystemExit("--store redis needs redis-server on PATH")
         self.batch_size = 50
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
         self._tmp = tempfile.mkdtemp(prefix="edgepath-interference-")
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self._redis_proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", self._tmp],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self._redis_proc, self.url = start_redis_server(Path(self._tmp))
         self.client = redis.Redis.from_url(self.url)
-        for attempt in Retrying(
-            retry=retry_if_exception_type(redis.ConnectionError), stop=stop_after_delay(30), wait=wait_fixed(0.05)
-        ):
-            with attempt:
-                self.client.ping()
-        env = {**os.environ, "EDGEPATH_HMAC_KEY": HMAC_KEY, "EDGEPATH_LOG_LEVEL": "WARNING"}
         self.trainer_log = Path(self._tmp) / "trainer.log"
-        with open(self.trainer_log, "wb") as out:
-            self._trainer = subprocess.Popen(
-                [str(Path(sys.executable).parent / "edgepath"), "train", "--store", self.url, "--batch-size", "50"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-
+        self._trainer = start_trainer(self.url, self.trainer_log, {"EDGEPATH_HMAC_KEY": HMAC_KEY})
         for attempt in Retrying(stop=stop_after_delay(120), wait=wait_fixed(0.1), reraise=True):
             with attempt:  # the trainer is up: its consumer group reads the outcome stream
                 assert self._consumers() >= 1, f"edgepath train not reading yet (log: {self.trainer_log})"

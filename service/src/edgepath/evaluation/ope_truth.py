@@ -202,11 +202,10 @@ def ground_truth(
                 truth = float((pi * U_ev).sum(axis=1).mean())
                 truths.setdefault(lp, {}).setdefault(cand, []).append(truth)
                 for est in ESTIMATORS:
-                    value = float(estimate(est, pi, ev, q))
+                    value, n_lo, n_hi = wald_interval(est, pi, ev, q)  # the estimate and its Wald interval
                     boots = estimate(est, pi, ev, q, idx)
                     lo, hi = np.quantile(boots, [0.025, 0.975])
                     b_lo, b_hi = bca_interval(boots, value, jackknife(est, pi, ev, q))
-                    _, n_lo, n_hi = wald_interval(est, pi, ev, q)
                     rows.setdefault(lp, {}).setdefault(cand, {}).setdefault(est, []).append(
                         (value, truth, float(lo), float(hi), b_lo, b_hi, n_lo, n_hi)
                     )
