@@ -368,7 +368,7 @@ class _CancellationSwallowingStore:
         self.swallowed = 0
         self.reading = asyncio.Event()
 
-    async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[Any]:
+    async def read_outcome_rows(self, consumer: str, count: int, block_ms: int, min_count: int = 1) -> list[Any]:
         self.reading.set()
         try:
             await asyncio.sleep(block_ms / 1000.0)

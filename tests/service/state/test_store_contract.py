@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from edgepath.state.base import ClaimResult, StateStore
-from edgepath.state.codec import decode_decision, encode_record
+from edgepath.state.codec import decode_decision, encode_record, row_outcome
 from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
 
@@ -179,6 +179,23 @@ async def test_read_in_order_then_ack(harness: Harness) -> None:
     # acknowledged entries are not delivered again, even to a restarted reader
     again = harness.restart(store)
     assert await again.read_outcomes("c1", 10, 0) == []
+
+
+async def test_outcome_rows_are_the_records_as_plain_values(harness: Harness) -> None:
+    """What the trainer reads (``read_outcome_rows``): the same log, in order, each row turning back into the record
+    ``read_outcomes`` would have given; acknowledged by entry id like the records."""
+    store = harness.make()
+    claimed = []
+    for i in range(3):
+        d = decision(f"row-{i}")
+        await store.put_decision(d, 60.0)
+        claimed.append(outcome(d))
+        await store.claim_outcome(claimed[-1])
+    rows = await store.read_outcome_rows("trainer", 2, 0, min_count=2)
+    assert [row_outcome(row) for _, row in rows] == claimed[:2]
+    assert all(type(v) in (str, int, float, bytes, tuple, type(None)) for _, row in rows for v in row)
+    await store.ack_outcomes([i for i, _ in rows])
+    assert [o.decision_id for _, o in await harness.restart(store).read_outcomes("trainer", 10, 0)] == ["row-2"]
 
 
 async def test_unacknowledged_outcomes_are_delivered_again_after_restart(harness: Harness) -> None:

@@ -11,7 +11,7 @@ Records
   what outcomes join on and what off-policy evaluation reads.
 * :class:`OutcomeRecord` — an outcome joined with its decision, appended to the
   outcome log exactly once per decision (``claim_outcome`` is atomic). The
-  trainer reads the log (``read_outcomes``) and acknowledges entries
+  trainer reads the log (``read_outcome_rows``) and acknowledges entries
   (``ack_outcomes``) only after the model has used them, so a trainer crash
   loses nothing: unacknowledged entries are delivered again.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,11 @@ class OutcomeRecord:
     reward: int
     reported_at: float
     extra: dict[str, float] = field(default_factory=dict)
+
+
+#: An :class:`OutcomeRecord` as plain values (``edgepath.state.codec.outcome_row``; back with ``row_outcome``): a
+#: tuple of strings, numbers, bytes and tuples, which the garbage collector untracks and pickle writes in one pass.
+OutcomeRow = tuple[Any, ...]
 
 
 class ClaimResult(enum.Enum):
@@ -238,6 +243,17 @@ class StateStore(Protocol):
 
         Entries delivered but not acknowledged are delivered again to the next
         reader after a restart.
+        """
+
+    async def read_outcome_rows(
+        self, consumer: str, count: int, block_ms: int, min_count: int = 1
+    ) -> list[tuple[str, OutcomeRow]]:
+        """What :meth:`read_outcomes` reads, each outcome as its :data:`OutcomeRow`: the trainer's form, which its refit
+        worker turns into samples, so a trainer in the serving process builds no object per outcome (issue 16).
+
+        ``min_count``: wait (up to ``block_ms``) until this many are waiting, not just one, so that a reader wakes
+        once per batch instead of once per outcome (Kafka's ``fetch.min.bytes``). A store may return as soon as one
+        is there: the Redis store does (``XREADGROUP BLOCK`` has no minimum; its trainer runs in its own process).
         """
 
     async def ack_outcomes(self, entry_ids: list[str]) -> None:

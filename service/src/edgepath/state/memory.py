@@ -33,6 +33,7 @@ from edgepath.state.base import (
     MetricSums,
     MtsSession,
     OutcomeRecord,
+    OutcomeRow,
     PathEstimate,
     ServerScore,
 )
@@ -68,6 +69,7 @@ class MemoryStore:
         self._pending: set[str] = set()
         self._ids = itertools.count(1)
         self._arrived = asyncio.Event()
+        self._wanted = 1  # outcomes a blocked reader waits for (read_outcome_rows' min_count)
         # SSMP server scores (issue 4): least recently used evicted beyond max_servers.
         self._server_scores: LRUCache[str, ServerScore] = LRUCache(maxsize=max_servers)
         # MEC 015 sessions and the access types devices reported (issue 19).
@@ -104,19 +106,31 @@ class MemoryStore:
         entry_id = f"{next(self._ids)}-0"
         self._log[entry_id] = outcome_row(outcome)
         self._undelivered.append(entry_id)
-        self._arrived.set()
+        if len(self._undelivered) >= self._wanted:
+            self._arrived.set()
         if log_entry is not None:
             await self.append_decision_log(log_entry)
         return ClaimResult.NEW
 
     async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
-        if not self._undelivered and block_ms > 0:
+        return [(i, row_outcome(row)) for i, row in await self.read_outcome_rows(consumer, count, block_ms)]
+
+    async def read_outcome_rows(
+        self, consumer: str, count: int, block_ms: int, min_count: int = 1
+    ) -> list[tuple[str, OutcomeRow]]:
+        """The stored rows themselves (no conversion); ``min_count`` is honoured: :meth:`claim_outcome` wakes the
+        reader only once that many are waiting."""
+        wanted = max(1, min(min_count, count))
+        if len(self._undelivered) < wanted and block_ms > 0:
+            self._wanted = wanted
             self._arrived.clear()
-            if not await wait_event(self._arrived, block_ms / 1000.0):
-                return []
+            try:
+                await wait_event(self._arrived, block_ms / 1000.0)
+            finally:
+                self._wanted = 1
         batch, self._undelivered = self._undelivered[:count], self._undelivered[count:]
         self._pending.update(batch)
-        return [(i, row_outcome(self._log[i])) for i in batch]
+        return [(i, self._log[i]) for i in batch]
 
     async def ack_outcomes(self, entry_ids: list[str]) -> None:
         for entry_id in entry_ids:

@@ -89,10 +89,18 @@ from edgepath.state.base import (
     MetricSums,
     MtsSession,
     OutcomeRecord,
+    OutcomeRow,
     PathEstimate,
     ServerScore,
 )  # PathEstimate, ServerScore: issue 4
-from edgepath.state.codec import TtlIndex, decode_decision, decode_logged_decision, decode_outcome, encode_record
+from edgepath.state.codec import (
+    TtlIndex,
+    decode_decision,
+    decode_logged_decision,
+    decode_outcome,
+    encode_record,
+    outcome_row,
+)
 from edgepath.state.outbox import DurableOutbox
 
 log = logging.getLogger(__name__)
@@ -560,6 +568,14 @@ class RedisStore:
         block = min(block_ms, MAX_BLOCK_MS) if block_ms > 0 else None
         resp = await self._reader.xreadgroup(GROUP, consumer, {self.stream: ">"}, count=count, block=block)  # type: ignore[assignment]
         return await self._decode_entries(resp[0][1]) if resp else []
+
+    async def read_outcome_rows(
+        self, consumer: str, count: int, block_ms: int, min_count: int = 1
+    ) -> list[tuple[str, OutcomeRow]]:
+        """:meth:`read_outcomes` as rows (``StateStore.read_outcome_rows``). It returns on the first entry whatever
+        ``min_count`` says: ``XREADGROUP BLOCK`` has no minimum, and this store's trainer runs in its own process,
+        where a wake-up per outcome takes nothing from serving. Raises as :meth:`read_outcomes`."""
+        return [(i, outcome_row(o)) for i, o in await self.read_outcomes(consumer, count, block_ms)]
 
     def forget_inflight(self) -> None:
         """Forget what this process holds unacknowledged: the next reads start from its pending list again."""
