@@ -209,8 +209,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     servicer = PathServicer(plane, security)
     context = FakeContext(token)
     pool = workload.situations(min(args.n, 2000))
-    bodies = [json.dumps(workload.recommend_body(s, DEVICE)).encode() for s in pool]
-    protos = [workload.recommend_proto(pb, s, DEVICE).SerializeToString() for s in pool]
+    # Every call a context of its own (variant v of its situation's history): an agent's history moves on with
+    # each transfer, so no answer cached per context (MLPM, steering) serves a second call.
+    hist = args.history_samples
+    # Context j is situation j % len(pool) with history variant j // len(pool): REST's whole-handler calls take
+    # variant 0 and its staged replays 1, gRPC's 2 and 3.
+    bodies = [json.dumps(workload.recommend_body(s, DEVICE, hist, v)).encode() for v in range(4) for s in pool]
+    protos = [workload.recommend_proto(pb, s, DEVICE, hist, v).SerializeToString() for v in range(4) for s in pool]
     authorization = f"Bearer {token}"
 
     rec_t = {"rest": Timers(), "grpc": Timers()}
@@ -251,8 +256,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await t.atime("decision record write", plane.store.put_decision(record, settings.decision_ttl_s))
         from edgepath.adapters.base import DecisionInput
 
-        decided = DecisionInput(request=request, store=plane.store, record=record, now_s=now)
-        sections: dict[str, Any] = {}
+        sections: dict[str, Any] = {}  # as the plane: later adapters read earlier sections (steering reads MLPM's)
+        decided = DecisionInput(request=request, store=plane.store, record=record, now_s=now, sections=sections)
         for engine in plane.engines:
             sections[engine.section] = await t.atime(f"engine {engine.section}", engine.recommend(decided))
         t.time(
@@ -343,7 +348,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         t1 = time.perf_counter_ns()
         assert status == 200, body
         reply = json.loads(body)
-        out = json.dumps(workload.outcome_body(pool[i], DEVICE, reply)).encode()
+        out = json.dumps(workload.outcome_body(pool[i % len(pool)], DEVICE, reply)).encode()
         t2 = time.perf_counter_ns()
         status, body = await asgi_post(app, "/v1/outcomes", out, token)
         t3 = time.perf_counter_ns()
@@ -356,7 +361,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         reply = await servicer.Recommend(msg, context)
         reply.SerializeToString()
         t1 = time.perf_counter_ns()
-        wire = workload.outcome_proto(pb, pool[i], DEVICE, reply).SerializeToString()
+        wire = workload.outcome_proto(pb, pool[i % len(pool)], DEVICE, reply).SerializeToString()
         t2 = time.perf_counter_ns()
         ack = await servicer.ReportOutcome(pb.OutcomeRequest.FromString(wire), context)
         ack.SerializeToString()
@@ -368,13 +373,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for transport in ("rest", "grpc"):
         for i in range(50):
             await wholes[transport](i % len(pool))
-    for transport in ("rest", "grpc"):
+    for base, transport in ((0, "rest"), (2, "grpc")):
         for k in range(args.n):
             i = k % len(pool)
-            rt, ot = await wholes[transport](i)
+            rt, ot = await wholes[transport](base * len(pool) + i)
             rec_t[transport].add("whole handler", int(rt))
             out_t[transport].add("whole handler", int(ot))
-            rec, _ = await recommend_stages(rec_t[transport], transport, i)
+            rec, _ = await recommend_stages(rec_t[transport], transport, (base + 1) * len(pool) + i)
             await outcome_stages(out_t[transport], transport, rec, pool[i])
 
     batch_rows = await batch_stages(args, servicer, context, plane, pool, convert, pb) if args.batch else None
@@ -406,7 +411,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_count": os.cpu_count(),
             "load_average_1m": os.getloadavg()[0],
             "auth": "device token required (tokens file), per-device rate limit on",
-            "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no histories/content",
+            "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no content",
+            "history_samples": args.history_samples,
         },
     }
 
@@ -428,7 +434,10 @@ async def batch_stages(
     size = args.batch_size
     requests = []
     for b in range(16):
-        items = [workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], DEVICE) for j in range(size)]
+        items = [
+            workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], DEVICE, args.history_samples)
+            for j in range(size)
+        ]
         requests.append(pb.RecommendBatchRequest(requests=items).SerializeToString())
     model = plane.registry.current.model
     t, wall = Timers(), Timers()
@@ -528,6 +537,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="Also print pyinstrument profiles of the whole handlers")
     p.add_argument("--batch", type=int, default=0, help="Also time N RecommendBatch calls (gRPC servicer) per stage")
     p.add_argument("--batch-size", type=int, default=64, help="Contexts per RecommendBatch call (--batch)")
+    p.add_argument(
+        "--history-samples",
+        type=int,
+        default=20,
+        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, see "
+        "loadtest/workload.py); 0 = radio readings only",
+    )
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args(argv)
     report = asyncio.run(run(args))

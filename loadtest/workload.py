@@ -8,6 +8,14 @@ context; the pairing is emulated, not simultaneous measurements, see that
 module). The outcome of a decision is the real measured downlink bandwidth
 (``bandwidth_Mbps`` × 1e6 bit/s) of the chosen arm's test.
 
+Subflow histories (``histories=N``): the agent sends, with each context, the last ``history_samples`` (20 by
+default) RTT and throughput samples of each interface it has measured (``edgepath_agent.daemon``; MLPM's time series).
+The data has no RTT and one bandwidth per test, so these are **emulated**: per interface a base RTT drawn once per
+situation (WiFi 8-40 ms, LTE 30-90 ms, uniform) and the test's measured bandwidth, each sample scattered around them
+(log-normal, σ 0.15 RTT / 0.2 throughput), 500 ms apart; deterministic per situation. They make every context
+distinct and every section's work real: MLPM fits its regressions on them, and the steering rules depend on the MLPM
+weights, so neither answer comes from a cache as it does for a context of radio readings alone.
+
 Outcome ratio: a device reports one outcome per decision, except that
 :data:`OUTCOME_LOSS` (10 %) of decisions never get one (transfer aborted,
 device gone, report lost), so the service sees ~0.9 outcomes per decision.
@@ -50,9 +58,60 @@ def _access_enum() -> Any:
     return edgepath_pb2.AccessType
 
 
-def recommend_body(situation: Situation, device_id: str) -> dict[str, Any]:
-    """REST body of ``POST /v1/recommendations`` for a situation."""
-    return {"device_id": device_id, "interfaces": [dict(i) for i in situation.interfaces]}
+#: Samples per interface and series in an agent-shaped context (the agent's ``history_samples`` default).
+AGENT_HISTORY_SAMPLES = 20
+#: Base RTT range per access type for the emulated histories, ms (uniform; see the module docstring).
+_BASE_RTT_MS = {"WIFI": (8.0, 40.0), "LTE": (30.0, 90.0)}
+
+
+def histories(situation: Situation, samples: int = AGENT_HISTORY_SAMPLES, variant: int = 0) -> list[dict[str, Any]]:
+    """Emulated ``subflow_histories`` of a situation (REST form; see the module docstring): ``samples`` RTT (ms) and
+    throughput (bit/s) samples per interface, deterministic per (situation, ``variant``): another variant is the
+    same situation's history drawn again (an agent's history moves on with every transfer, so its contexts never
+    repeat). ``[]`` for ``samples`` 0."""
+    return [
+        dict(h) for h in _histories(situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant)
+    ]
+
+
+def _measured(situation: Situation) -> tuple[tuple[str, str, float], ...]:
+    mbps = {"WIFI": situation.wifi_mbps}
+    return tuple(
+        (i["name"], i["access_type"], mbps.get(i["access_type"], situation.cellular_mbps)) for i in situation.interfaces
+    )
+
+
+@lru_cache(maxsize=8192)
+def _histories(
+    wifi_row: int, cellular_row: int, measured: tuple[tuple[str, str, float], ...], samples: int, variant: int
+) -> tuple[dict[str, Any], ...]:
+    rng = random.Random((wifi_row * 1_000_003 + cellular_row) * 1_000_033 + variant)
+    out = []
+    for name, access, mbps in measured if samples > 0 else ():
+        base_rtt = rng.uniform(*_BASE_RTT_MS.get(access, _BASE_RTT_MS["LTE"]))
+        t0 = 1.7e12 + rng.uniform(0.0, 1e9)
+        out.append(
+            {
+                "interface": name,
+                "rtt_samples": [
+                    {"t_ms": t0 + 500.0 * k, "rtt_ms": base_rtt * rng.lognormvariate(0.0, 0.15)} for k in range(samples)
+                ],
+                "throughput_samples": [
+                    {"t_ms": t0 + 500.0 * k, "throughput_bps": max(mbps, 0.01) * 1e6 * rng.lognormvariate(0.0, 0.2)}
+                    for k in range(samples)
+                ],
+            }
+        )
+    return tuple(out)
+
+
+def recommend_body(situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0) -> dict[str, Any]:
+    """REST body of ``POST /v1/recommendations`` for a situation; with ``history_samples`` > 0 also the agent's
+    ``subflow_histories`` (:func:`histories` of ``variant``, emulated)."""
+    body: dict[str, Any] = {"device_id": device_id, "interfaces": [dict(i) for i in situation.interfaces]}
+    if history_samples > 0:
+        body["subflow_histories"] = histories(situation, history_samples, variant)
+    return body
 
 
 def outcome_body(situation: Situation, device_id: str, recommendation: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,14 +127,23 @@ def outcome_body(situation: Situation, device_id: str, recommendation: Mapping[s
     }
 
 
-def recommend_proto(pb: Any, situation: Situation, device_id: str) -> Any:
-    """``edgepath.v1.RecommendRequest`` for a situation (``pb`` = a generated ``edgepath_pb2`` module)."""
+def recommend_proto(pb: Any, situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0) -> Any:
+    """``edgepath.v1.RecommendRequest`` for a situation (``pb`` = a generated ``edgepath_pb2`` module); with
+    ``history_samples`` > 0 also the agent's ``subflow_histories`` (:func:`histories` of ``variant``, emulated)."""
     interfaces = []
     for iface in situation.interfaces:
         fields = dict(iface)
         fields["access_type"] = proto_number(pb.AccessType, fields["access_type"])
         interfaces.append(pb.InterfaceContext(**fields))
-    return pb.RecommendRequest(device_id=device_id, interfaces=interfaces)
+    subflow_histories = [
+        pb.SubflowHistory(
+            interface=h["interface"],
+            rtt_samples=[pb.RttSample(**x) for x in h["rtt_samples"]],
+            throughput_samples=[pb.ThroughputSample(**x) for x in h["throughput_samples"]],
+        )
+        for h in histories(situation, history_samples, variant)
+    ]
+    return pb.RecommendRequest(device_id=device_id, interfaces=interfaces, subflow_histories=subflow_histories)
 
 
 def outcome_proto(pb: Any, situation: Situation, device_id: str, reply: Any) -> Any:
