@@ -61,6 +61,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+import operator
+from operator import itemgetter
+from typing import NamedTuple
 
 from edgepath.types import ApplicationProfile
 
@@ -139,12 +142,18 @@ FITTED: dict[Priority, FittedClassifier] = {
 }
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One timed measurement: ``t_s`` seconds (any origin), ``value`` in the feature's unit."""
+class Sample(NamedTuple):
+    """One timed measurement: ``t_s`` seconds (any origin), ``value`` in the feature's unit.
+
+    A named tuple, not a dataclass: a request carries up to 64 samples per series and interface, and a frozen
+    dataclass took ~0.5 µs to build against ~0.15 µs (issue 16: 40 of MLPM's 110 µs for an agent's 80 samples).
+    """
 
     t_s: float
     value: float
+
+
+_BY_TIME = itemgetter(0)  # Sample.t_s, as a C-level sort key
 
 
 @dataclass(frozen=True)
@@ -209,12 +218,13 @@ class SchedulerWeights:
 
 
 def _finite(samples: Sequence[Sample]) -> list[Sample]:
-    return [s for s in samples if math.isfinite(s.t_s) and math.isfinite(s.value)]
+    isfinite = math.isfinite
+    return [s for s in samples if isfinite(s[0]) and isfinite(s[1])]
 
 
 def window_of(samples: Sequence[Sample], window: int) -> list[Sample]:
     """The last ``window`` finite samples ordered by timestamp (stable for equal timestamps)."""
-    ordered = sorted(_finite(samples), key=lambda s: s.t_s)
+    ordered = sorted(_finite(samples), key=_BY_TIME)
     return ordered[-window:] if window > 0 else []
 
 
@@ -238,7 +248,7 @@ def slope(t_s: Sequence[float], values: Sequence[float]) -> float:
     n = len(t_s)
     if n < MIN_SAMPLES_FOR_TREND or n != len(values):
         return 0.0
-    if not all(math.isfinite(x) for x in t_s) or not all(math.isfinite(y) for y in values):
+    if not all(map(math.isfinite, t_s)) or not all(map(math.isfinite, values)):
         return 0.0
     if max(t_s) == min(t_s):
         return 0.0  # all timestamps equal: Eq. 1's denominator is 0
@@ -246,8 +256,8 @@ def slope(t_s: Sequence[float], values: Sequence[float]) -> float:
     xs = [x - mean_t for x in t_s]  # shift: same slope, no cancellation with epoch timestamps
     sum_x = math.fsum(xs)
     sum_y = math.fsum(values)
-    sum_xy = math.fsum(x * y for x, y in zip(xs, values, strict=True))
-    sum_x2 = math.fsum(x * x for x in xs)
+    sum_xy = math.fsum(map(operator.mul, xs, values))  # map: the per-element work stays in C (issue 16)
+    sum_x2 = math.fsum(map(operator.mul, xs, xs))
     denominator = n * sum_x2 - sum_x * sum_x
     if not denominator > 0.0:
         return 0.0
@@ -260,8 +270,9 @@ def forecast_feature(samples: Sequence[Sample], window: int, horizon_s: float) -
     win = window_of(samples, window)
     if not win:
         return None
-    current = win[-1].value
-    s = slope([p.t_s for p in win], [p.value for p in win])
+    t_s, values = zip(*win, strict=True)  # the window's two columns
+    current = values[-1]
+    s = slope(t_s, values)
     return FeatureForecast(current=current, slope_per_s=s, forecast=current + s * horizon_s, samples=len(win))
 
 
