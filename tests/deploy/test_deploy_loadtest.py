@@ -37,6 +37,29 @@ REQUIRED_BENCH_KEYS = {
 }
 
 
+def test_agent_shaped_contexts_validate_and_never_repeat_across_variants() -> None:
+    """The bench's and breakdown's contexts as the agent sends them: valid requests on both transports (REST body and
+    proto), ``history_samples`` RTT and throughput samples per interface, deterministic per (situation, variant), a
+    different draw for another variant, and the MLPM advice computed on them differs with it."""
+    from edgepath import types as ep_types
+    from edgepath.adapters.mlpm import scheduler_advice
+    from edgepath.grpc import convert
+    from edgepath.settings import Settings
+    from edgepath.wire import edgepath_pb2 as pb
+
+    situation = workload.situations(20)[3]
+    bodies = [workload.recommend_body(situation, "dev-1", 20, v) for v in (0, 0, 1)]
+    assert bodies[0] == bodies[1] and bodies[0] != bodies[2]
+    requests = [ep_types.RecommendRequest.model_validate(b) for b in bodies]
+    assert [len(h.rtt_samples) for h in requests[0].subflow_histories] == [20, 20]
+    assert {h.interface for h in requests[0].subflow_histories} == {i.name for i in requests[0].interfaces}
+    via_grpc = convert.recommend_request(workload.recommend_proto(pb, situation, "dev-1", 20, 0))
+    assert via_grpc.subflow_histories == requests[0].subflow_histories
+    weights = [scheduler_advice(r, Settings()).weights for r in (requests[0], requests[2])]
+    assert all(w.rtt_samples == 20 for w in weights[0]) and weights[0] != weights[1]
+    assert "subflow_histories" not in workload.recommend_body(situation, "dev-1")  # 0 samples: radio readings only
+
+
 def test_workload_uses_real_contexts_and_the_chosen_arms_bandwidth() -> None:
     pool = workload.situations(50)
     s = pool[0]
