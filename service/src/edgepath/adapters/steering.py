@@ -109,37 +109,40 @@ def steering_rule(
     if mode is steering.SteeringMode.SMALLEST_DELAY:
         active = next((a.access for a in d.accesses if a.initial_subflow), None)
     pct = d.percentages
-    # model_construct: the engine's output is already typed and bounded (no re-validation per decision)
-    return ep_types.SteeringRule.model_construct(
-        rule_precedence=precedence,
-        traffic_descriptor=descriptor,
-        steering_functionality=d.steering_functionality,
-        steering_mode=mode.value,
-        active_access=None if active is None else active.value,
-        standby_access=_value(d.access(steering.Priority.STANDBY)),
-        high_priority_access=_value(d.access(steering.Priority.HIGH)),
-        low_priority_access=_value(d.access(steering.Priority.LOW)),
-        percentage_3gpp=pct.get(steering.Access.THREE_GPP),
-        percentage_non_3gpp=pct.get(steering.Access.NON_THREE_GPP),
-        rtt_threshold_ms=d.rtt_threshold_ms,
-        packet_loss_rate_threshold=d.packet_loss_rate_threshold,
-        accesses=[
-            ep_types.SteeringAccess.model_construct(
-                access=a.access.value,
-                interface=a.interface,
-                access_type=a.access_type,
-                priority=None if a.priority is None else a.priority.value,
-                percentage=a.percentage,
-                metered=a.metered,
-                initial_subflow=a.initial_subflow,
-            )
-            for a in d.accesses
-        ],
-        intent=d.intent.value,
-        mts_mode=mts_mode,
-        mts_session_id=session_id,
-        unmet_qos=list(d.unmet),
-        reason=d.reason,
+    # validated by pydantic-core: faster than model_construct's Python loop (~5 vs ~15 µs for a rule and its two
+    # accesses, issue 16), and the engine's output is checked against the wire schema on the way
+    return ep_types.SteeringRule.model_validate(
+        {
+            "rule_precedence": precedence,
+            "traffic_descriptor": descriptor,
+            "steering_functionality": d.steering_functionality,
+            "steering_mode": mode.value,
+            "active_access": None if active is None else active.value,
+            "standby_access": _value(d.access(steering.Priority.STANDBY)),
+            "high_priority_access": _value(d.access(steering.Priority.HIGH)),
+            "low_priority_access": _value(d.access(steering.Priority.LOW)),
+            "percentage_3gpp": pct.get(steering.Access.THREE_GPP),
+            "percentage_non_3gpp": pct.get(steering.Access.NON_THREE_GPP),
+            "rtt_threshold_ms": d.rtt_threshold_ms,
+            "packet_loss_rate_threshold": d.packet_loss_rate_threshold,
+            "accesses": [
+                {
+                    "access": a.access.value,
+                    "interface": a.interface,
+                    "access_type": a.access_type,
+                    "priority": None if a.priority is None else a.priority.value,
+                    "percentage": a.percentage,
+                    "metered": a.metered,
+                    "initial_subflow": a.initial_subflow,
+                }
+                for a in d.accesses
+            ],
+            "intent": d.intent.value,
+            "mts_mode": mts_mode,
+            "mts_session_id": session_id,
+            "unmet_qos": list(d.unmet),
+            "reason": d.reason,
+        }
     )
 
 

@@ -58,10 +58,10 @@ usable feature the weights are uniform; the ``reason`` says why.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-import operator
 from operator import itemgetter
 from typing import NamedTuple
 
