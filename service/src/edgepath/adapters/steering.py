@@ -217,9 +217,11 @@ class SteeringAdapter(EngineAdapter):
     """``steering`` in every recommendation (RTT threshold from ``reward_latency_ms``).
 
     A device without MEC 015 sessions gets only the default rule, a function of the primary path, its
-    interfaces' access types, RTT and loss, and the MLPM weights: those answers are cached per context
-    (bounded LRU, like the MLPM and congestion adapters; issue 16 — the section cost ~50 µs per decision,
-    the largest stage of the breakdown once the bandit became fast). The advice is immutable (frozen).
+    interfaces' access types, RTT and loss, and the MLPM weights: for a request without subflow histories
+    those answers are cached per context (bounded LRU, like the MLPM and congestion adapters; issue 16 — the
+    section cost ~50 µs per decision, the largest stage of the breakdown once the bandit became fast). With
+    histories, which an agent sends once it has measured, the weights move with every request and nothing is
+    cached. The advice is immutable (frozen).
     """
 
     section = "steering"
@@ -259,7 +261,9 @@ class SteeringAdapter(EngineAdapter):
         scheduler = decision.sections.get("scheduler")
         if not isinstance(scheduler, ep_types.SchedulerAdvice):
             scheduler = scheduler_advice(request, self.settings)
-        if sessions:
+        if sessions or request.subflow_histories:
+            # with histories the MLPM weights, and so the rules, differ from one request to the next: a cache of
+            # them would only cost its key and its evictions (~8 µs a call)
             return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)
         key = _default_rule_key(request, decision.record.interface, scheduler)
         advice = self._default_rules.get(key)
