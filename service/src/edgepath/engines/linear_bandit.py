@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -186,11 +186,18 @@ class LinearBandit:
         self.theta = np.einsum("kij,kj->ki", self.cov, self.u)  # (K, d+1)
         self.coef = np.ascontiguousarray(self.theta[:, :-1])
         self.intercept = self.theta[:, -1].copy()
+        self._fitted = bool(np.all(self.n > 0.0))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Pickles of releases before ``_fitted`` load with it computed."""
+        self.__dict__.update(state)
+        self._fitted = bool(np.all(self.n > 0.0))
 
     @property
     def is_fitted(self) -> bool:
-        """True once every arm has some (discounted) outcome weight."""
-        return bool(np.all(self.n > 0.0))
+        """True once every arm has some (discounted) outcome weight (computed when the statistics change: numpy's
+        ``all`` over K weights took ~3 µs of every decision, issue 16)."""
+        return self._fitted
 
     def gamma_t(self) -> float:
         """SquareCB's current γ_t = gamma0 · (n_t + 1)^gamma_exponent."""
