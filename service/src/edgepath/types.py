@@ -48,6 +48,7 @@ import enum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions on Python < 3.12
 
 
 class AccessType(str, enum.Enum):
@@ -130,22 +131,29 @@ class ApplicationProfile(enum.StrEnum):
     INTERACTIVE = "INTERACTIVE"
 
 
-class RttSample(BaseModel):
+#: A sample's validation settings: what ``_STRICT`` says, without ``frozen`` (a TypedDict validates into a dict).
+_SAMPLE = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# The samples are TypedDicts, not models (read as ``sample["rtt_ms"]``): an agent's context carries up to 4 × 64 of
+# them, and pydantic-core validates a typed dict in ~60 % of a model's time (issue 16: 18 against 29 µs for a history
+# of 2 × 20 samples). The JSON schema and the validation errors (field names, bounds) are the same.
+class RttSample(TypedDict):
     """One RTT measurement of a subflow."""
 
-    model_config = _STRICT
+    __pydantic_config__ = _SAMPLE  # type: ignore[misc]
 
     t_ms: TimestampMs
-    rtt_ms: float = Field(ge=0.0, le=600_000.0, description="RTT, ms")
+    rtt_ms: Annotated[float, Field(ge=0.0, le=600_000.0, description="RTT, ms")]
 
 
-class ThroughputSample(BaseModel):
+class ThroughputSample(TypedDict):
     """One throughput measurement of a subflow."""
 
-    model_config = _STRICT
+    __pydantic_config__ = _SAMPLE  # type: ignore[misc]
 
     t_ms: TimestampMs
-    throughput_bps: float = Field(ge=0.0, le=1e12, description="Throughput, bit/s")
+    throughput_bps: Annotated[float, Field(ge=0.0, le=1e12, description="Throughput, bit/s")]
 
 
 class SubflowHistory(BaseModel):

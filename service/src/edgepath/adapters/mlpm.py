@@ -31,8 +31,8 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
             mlpm.SubflowHistory(
                 interface=iface.name,
                 # (t_s, value) pairs as plain tuples (mlpm.TimedValue): an agent sends 80 samples per request
-                rtt_ms=[(s.t_ms / 1000.0, s.rtt_ms) for s in h.rtt_samples] if h else (),
-                throughput_bps=[(s.t_ms / 1000.0, s.throughput_bps) for s in h.throughput_samples] if h else (),
+                rtt_ms=[(s["t_ms"] / 1000.0, s["rtt_ms"]) for s in h.rtt_samples] if h else (),
+                throughput_bps=[(s["t_ms"] / 1000.0, s["throughput_bps"]) for s in h.throughput_samples] if h else (),
                 current_rtt_ms=iface.rtt_ms,
             )
         )
