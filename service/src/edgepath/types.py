@@ -45,9 +45,9 @@ lists (``MAX_INTERFACES``, ``MAX_HISTORY_SAMPLES``, ``MAX_CANDIDATES``) and whol
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions on Python < 3.12
 
 
@@ -603,3 +603,26 @@ class Principal(BaseModel):
 
     device_id: str
     is_admin: bool = False
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def service_output(cls: type[_Model], values: dict[str, Any]) -> _Model:
+    """``cls`` built from the service's own ``values`` (a reply or one of its sections), validated by pydantic-core.
+
+    Faster than ``model_construct``, whose loop over the fields is Python (a ``Recommendation`` 2.5 against 5.4 µs,
+    a steering rule 9 against 15 µs; issue 16), and the service's output is checked on the way. Model instances among
+    ``values`` are taken as they are (pydantic does not revalidate them).
+
+    Raises
+    ------
+    RuntimeError
+        When ``values`` do not make a valid ``cls``: the service's bug, never the caller's. A ``ValidationError``
+        would reach the transports, which answer it as the caller's bad input (HTTP 422 / ``INVALID_ARGUMENT``);
+        this is an internal error on both.
+    """
+    try:
+        return cls.model_validate(values)
+    except ValidationError as exc:
+        raise RuntimeError(f"the service built an invalid {cls.__name__}: {exc}") from None
