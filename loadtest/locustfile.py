@@ -1,7 +1,8 @@
 """Locust users of EdgePath: REST (:class:`RestDevice`) and gRPC (:class:`GrpcDevice`).
 
 Each user is a stream of simulated devices: it sends a real two-interface
-context (paired mobilebandwidth tests, see :mod:`workload`), and for 90 % of
+context (paired mobilebandwidth tests, see :mod:`workload`) with the agent's
+subflow histories (emulated; ``--history-samples``, 0 for radio readings only), and for 90 % of
 the decisions reports the chosen arm's measured bandwidth as the outcome (one
 outcome per decision, 10 % lost). A user switches to a new ``device_id`` every
 :data:`DECISIONS_PER_DEVICE` decisions and paces itself at
@@ -90,6 +91,16 @@ def _options(parser: Any) -> None:
     )
     parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
     parser.add_argument(
+        "--history-samples",
+        type=int,
+        default=20,
+        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, see "
+        "loadtest/workload.py); 0 = radio readings only",
+    )
+    parser.add_argument(
+        "--history-variants", type=int, default=4, help="Different histories per situation, one picked per call"
+    )
+    parser.add_argument(
         "--final-stats-file",
         default="",
         help="Write the final per-request counts here as JSON (locust's CSV holds the last periodic snapshot)",
@@ -143,6 +154,13 @@ class _DeviceStream:
             self._device = self._new_device()
         self._decisions += 1
         return self._device
+
+    def _history(self) -> tuple[int, int]:
+        """``(history_samples, variant)`` of the next context (``--history-samples``, ``--history-variants``)."""
+        opts = _options_of(self.environment)  # type: ignore[attr-defined]
+        samples = opts.history_samples if opts else 20
+        variants = max(1, opts.history_variants if opts else 4)
+        return samples, self._rng.randrange(variants)
 
 
 def jwt_key(opts: Any) -> str:
@@ -204,7 +222,7 @@ class RestDevice(_DeviceStream, FastHttpUser):
         situation = device.next_situation()
         with self.client.post(
             "/v1/recommendations",
-            json=recommend_body(situation, device.device_id),
+            json=recommend_body(situation, device.device_id, *self._history()),
             headers=self._headers,
             name="REST Recommend",
             catch_response=True,
@@ -304,7 +322,7 @@ class GrpcDevice(_DeviceStream, GrpcUser):
         situation = device.next_situation()
         try:
             reply = self.stub.Recommend(
-                recommend_proto(pb, situation, device.device_id), timeout=5.0, metadata=self.metadata
+                recommend_proto(pb, situation, device.device_id, *self._history()), timeout=5.0, metadata=self.metadata
             )
         except grpc.RpcError:
             return  # already reported as a failure by the interceptor
