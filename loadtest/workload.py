@@ -8,11 +8,11 @@ context; the pairing is emulated, not simultaneous measurements, see that
 module). The outcome of a decision is the real measured downlink bandwidth
 (``bandwidth_Mbps`` × 1e6 bit/s) of the chosen arm's test.
 
-Subflow histories (``histories=N``): the agent sends, with each context, the last ``history_samples`` (20 by
+Subflow histories (``history_samples=N``): the agent sends, with each context, the last ``history_samples`` (20 by
 default) RTT and throughput samples of each interface it has measured (``edgepath_agent.daemon``; MLPM's time series).
 The data has no RTT and one bandwidth per test, so these are **emulated**: per interface a base RTT drawn once per
 situation (WiFi 8-40 ms, LTE 30-90 ms, uniform) and the test's measured bandwidth, each sample scattered around them
-(log-normal, σ 0.15 RTT / 0.2 throughput), 500 ms apart; deterministic per situation. They make every context
+(log-normal, σ 0.15 RTT / 0.2 throughput), 500 ms apart; deterministic per (situation, variant). They make every context
 distinct and every section's work real: MLPM fits its regressions on them, and the steering rules depend on the MLPM
 weights, so neither answer comes from a cache as it does for a context of radio readings alone.
 
@@ -145,7 +145,7 @@ _PROTO_HISTORIES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 def _proto_histories(pb: Any, situation: Situation, samples: int, variant: int) -> tuple[Any, ...]:
     """:func:`histories` as ``SubflowHistory`` messages, built once per (situation, samples, variant): a load
     generator would otherwise spend ~80 µs per call building 80 sample messages (the request copies them)."""
-    key = (pb.__name__, situation.wifi_row, situation.cellular_row, samples, variant)
+    key = (pb.__name__, situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant)
     got = _PROTO_HISTORIES.get(key)
     if got is None:
         got = _PROTO_HISTORIES[key] = tuple(
