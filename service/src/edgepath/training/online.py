@@ -332,7 +332,7 @@ class OnlineTrainer:
             return False
         room = self.batch_size * self.catch_up_batches - len(self._buffer)
         while room > 0:  # a backlog: whatever is already waiting, without blocking, a batch per loop turn
-            await asyncio.sleep(0)  # decisions go between the reads (see _refit)
+            await asyncio.sleep(0)  # decisions go between the reads
             more = await self.store.read_outcome_rows(self.consumer, min(room, self.batch_size), 0)
             if not more:
                 break
