@@ -68,10 +68,8 @@ def histories(situation: Situation, samples: int = AGENT_HISTORY_SAMPLES, varian
     """Emulated ``subflow_histories`` of a situation (REST form; see the module docstring): ``samples`` RTT (ms) and
     throughput (bit/s) samples per interface, deterministic per (situation, ``variant``): another variant is the
     same situation's history drawn again (an agent's history moves on with every transfer, so its contexts never
-    repeat). ``[]`` for ``samples`` 0."""
-    return [
-        dict(h) for h in _histories(situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant)
-    ]
+    repeat). ``[]`` for ``samples`` 0. The entries are shared with a cache: serialise them, do not modify them."""
+    return list(_histories(situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant))
 
 
 def _measured(situation: Situation) -> tuple[tuple[str, str, float], ...]:
@@ -135,28 +133,28 @@ def recommend_proto(pb: Any, situation: Situation, device_id: str, history_sampl
         fields = dict(iface)
         fields["access_type"] = proto_number(pb.AccessType, fields["access_type"])
         interfaces.append(pb.InterfaceContext(**fields))
-    subflow_histories = _proto_histories(pb, situation, history_samples, variant) if history_samples > 0 else ()
+    subflow_histories = (
+        _proto_histories(pb, situation.wifi_row, situation.cellular_row, _measured(situation), history_samples, variant)
+        if history_samples > 0
+        else ()
+    )
     return pb.RecommendRequest(device_id=device_id, interfaces=interfaces, subflow_histories=subflow_histories)
 
 
-_PROTO_HISTORIES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-
-def _proto_histories(pb: Any, situation: Situation, samples: int, variant: int) -> tuple[Any, ...]:
-    """:func:`histories` as ``SubflowHistory`` messages, built once per (situation, samples, variant): a load
-    generator would otherwise spend ~80 µs per call building 80 sample messages (the request copies them)."""
-    key = (pb.__name__, situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant)
-    got = _PROTO_HISTORIES.get(key)
-    if got is None:
-        got = _PROTO_HISTORIES[key] = tuple(
-            pb.SubflowHistory(
-                interface=h["interface"],
-                rtt_samples=[pb.RttSample(**x) for x in h["rtt_samples"]],
-                throughput_samples=[pb.ThroughputSample(**x) for x in h["throughput_samples"]],
-            )
-            for h in histories(situation, samples, variant)
+@cache  # as _histories: one entry per context a run sends
+def _proto_histories(
+    pb: Any, wifi_row: int, cellular_row: int, measured: tuple[tuple[str, str, float], ...], samples: int, variant: int
+) -> tuple[Any, ...]:
+    """:func:`_histories` as ``SubflowHistory`` messages, built once per context: a load generator would otherwise
+    spend ~80 µs per call building 80 sample messages (the request copies them)."""
+    return tuple(
+        pb.SubflowHistory(
+            interface=h["interface"],
+            rtt_samples=[pb.RttSample(**x) for x in h["rtt_samples"]],
+            throughput_samples=[pb.ThroughputSample(**x) for x in h["throughput_samples"]],
         )
-    return got
+        for h in _histories(wifi_row, cellular_row, measured, samples, variant)
+    )
 
 
 def outcome_proto(pb: Any, situation: Situation, device_id: str, reply: Any) -> Any:
