@@ -1,7 +1,7 @@
 """Processes the load-test scripts start on loopback: free ports, a throw-away ``redis-server``, an ``edgepath train``.
 
 Shared by ``loadtest/bench``, ``loadtest/training_interference.py`` and ``loadtest/soak`` (which starts its own,
-persistent redis-server and uses :func:`free_port` only).
+persistent redis-server and uses :func:`free_port` and :func:`wait_redis` only).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,23 +22,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_port(port: int, timeout_s: float = 30.0) -> None:
-    """Return once something accepts TCP connections on 127.0.0.1:``port``.
+def wait_redis(url: str, timeout_s: float = 30.0) -> None:
+    """Return once the ``redis-server`` at ``url`` answers ``PING`` (redis-py, retried with tenacity; a server
+    still loading its append-only file answers ``LOADING``, a connection error, and is waited for too).
 
     Raises
     ------
-    RuntimeError
-        Nothing listens after ``timeout_s`` seconds.
+    redis.exceptions.ConnectionError
+        No answer after ``timeout_s`` seconds.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s} s") from None
-            time.sleep(0.05)
+    import redis
+    from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+    client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception_type((redis.ConnectionError, redis.TimeoutError)),
+            stop=stop_after_delay(timeout_s),
+            wait=wait_fixed(0.05),
+            reraise=True,
+        ):
+            with attempt:
+                client.ping()
+    finally:
+        client.close()
 
 
 def start_redis_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -71,8 +77,9 @@ def start_redis_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_port(port)
-    return proc, f"redis://127.0.0.1:{port}/0"
+    url = f"redis://127.0.0.1:{port}/0"
+    wait_redis(url)
+    return proc, url
 
 
 def start_trainer(store_url: str, log_path: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
