@@ -4,14 +4,15 @@
 Usage::
 
     .venv/bin/python loadtest/cpu_per_call.py [--store memory://|redis://HOST:PORT/DB] [--transport grpc|rest]
-        [--duration-s 4] [--rounds 2]
+        [--duration-s 4] [--rounds 2] [--history-samples 20] [--history-variants 16]
 
 Starts ``edgepath serve`` (rate limits lifted, as the bench does; with a Redis URL add ``--no-trainer`` through
 ``--serve-arg``) and the bench's echo server, drives each with 16 in-flight Recommend calls, and prints per round
 the calls/s, the **server process's CPU µs per call** (user + system time from ``/proc/PID/stat``, all its
 threads) and the generator's. Unlike decisions/s, the CPU per call does not depend on how the 2 cores are shared
 between the generator and the server, so it says how much more a decision costs than a bare call of the same
-framework (issue 16: what holds the ratio). Linux only (``/proc``).
+framework (issue 16: what holds the ratio). Contexts carry the agent's subflow histories as in the bench
+(``--history-samples 0``: radio readings only, every run before 2026-11-26). Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -62,7 +63,16 @@ def main() -> int:
     p.add_argument("--duration-s", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--serve-arg", action="append", default=[], help="extra `edgepath serve` argument (repeatable)")
+    p.add_argument(
+        "--history-samples",
+        type=int,
+        default=20,
+        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, as in the "
+        "bench); 0 = radio readings only",
+    )
+    p.add_argument("--history-variants", type=int, default=16, help="Different histories per situation, as the bench")
     args = p.parse_args()
+    bench.Target.history_samples, bench.Target.history_variants = args.history_samples, max(1, args.history_variants)
     pool = workload.situations(1000)
     env = {
         "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
