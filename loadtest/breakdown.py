@@ -175,6 +175,7 @@ async def asgi_post(app: Any, path: str, body: bytes, token: str) -> tuple[int, 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import workload
     from edgepath import types as ep_types
+    from edgepath.adapters.base import cacheable_context
     from edgepath.engines.features import context_features
     from edgepath.engines.reward import bernoulli_reward
     from edgepath.grpc import convert
@@ -283,7 +284,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if transport == "rest":
             t.time("encode", lambda: json_response(rec))
         else:
-            t.time("encode", lambda: convert.recommendation_to_proto(rec).SerializeToString())
+            shared = cacheable_context(request)
+            t.time("encode", lambda: convert.recommendation_to_proto(rec, shared).SerializeToString())
         return rec, record
 
     async def outcome_stages(t: Timers, transport: str, rec: ep_types.Recommendation, s: Any) -> None:
@@ -429,6 +431,7 @@ async def batch_stages(
     the batch was before issue 16's vectorisation: one ``DecisionPlane.recommend`` per item, in order.
     """
     import workload
+    from edgepath.adapters.base import cacheable_context
     from edgepath.types import Principal, RecommendBatch
 
     size = args.batch_size
@@ -468,8 +471,8 @@ async def batch_stages(
         recs = await timed("plane batch decide (incl. bandit)", lambda items=items: plane.recommend_batch(items))
         await timed(
             "encode",
-            lambda recs=recs: convert.recommendation_batch_to_proto(
-                RecommendBatch(recommendations=recs)
+            lambda recs=recs, batch=batch: convert.recommendation_batch_to_proto(
+                RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
             ).SerializeToString(),
         )
         caller = Principal(device_id=DEVICE)

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import gc
 
+from edgepath.adapters.base import cacheable_context
 from edgepath.adapters.congestion import congestion_advice
 from edgepath.adapters.mlpm import scheduler_advice
+from edgepath.grpc import convert
 from edgepath.grpc.convert import _ProtoMemo, scheduler_to_proto
 from edgepath.settings import Settings
-from edgepath.types import AccessType, InterfaceContext, RecommendRequest, RttSample, SubflowHistory
+from edgepath.types import (
+    AccessType,
+    InterfaceContext,
+    PrimaryPath,
+    Recommendation,
+    RecommendRequest,
+    RttSample,
+    SubflowHistory,
+)
 
 
 def _request(rtt_ms: float) -> RecommendRequest:
@@ -52,3 +62,28 @@ def test_the_memo_keeps_no_section_alive() -> None:
     gc.collect()  # CPython frees them at once; a collection changes nothing, it only rules the collector out
     assert list(memo.cache) == [id(kept)]
     assert memo(kept) is memo(kept)
+
+
+def test_sections_made_for_one_request_are_encoded_without_the_memo() -> None:
+    """A context with subflow histories gets sections of its own (``cacheable_context`` False): the encoder converts
+    them directly, to the same proto the memo would give, and leaves the memo untouched."""
+    settings = Settings()
+    request = _request(20.0)
+    assert not cacheable_context(request)
+    rec = Recommendation(
+        decision_id="dec-1",
+        model_version=1,
+        policy="p",
+        primary_path=PrimaryPath(
+            interface="wlan0", access_type=AccessType.WIFI, propensity=0.9, arms=[AccessType.WIFI]
+        ),
+        decided_at_unix_ms=1,
+        scheduler=scheduler_advice(request, settings),
+        congestion=congestion_advice(request),
+    )
+    before = dict(convert._SCHEDULER_PB.cache)
+    direct = convert.recommendation_to_proto(rec, shared=False)
+    assert convert._SCHEDULER_PB.cache == before
+    assert direct == convert.recommendation_to_proto(rec, shared=True)
+    assert id(rec.scheduler) in convert._SCHEDULER_PB.cache  # the shared path does memoise
+    assert cacheable_context(RecommendRequest(device_id="d-1", interfaces=request.interfaces))

@@ -36,6 +36,18 @@ from edgepath.state.base import DecisionRecord, StateStore
 from edgepath.types import OutcomeReport, RecommendRequest
 
 
+def cacheable_context(request: RecommendRequest) -> bool:
+    """Whether ``request``'s sections may be cached per context: True when it carries no ``subflow_histories``.
+
+    Without histories MLPM, and so the steering rule, read only the request's interfaces, profile and kernel,
+    which repeat across devices and calls: the adapters cache those sections per context (bounded LRU) and hand
+    the same frozen object to every reply of that context, and the gRPC encoder converts such a shared object
+    once (``edgepath.grpc.convert``). An agent's histories move with every request (issue 16): its sections are
+    computed, and encoded, for that request alone. The one place this rule is written.
+    """
+    return not request.subflow_histories
+
+
 @dataclass(frozen=True)
 class DecisionInput:
     """What an adapter may read to build its section.

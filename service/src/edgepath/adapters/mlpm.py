@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from cachetools import LRUCache
 
 from edgepath import types as ep_types
-from edgepath.adapters.base import DecisionInput, EngineAdapter
+from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
 from edgepath.engines import mlpm
 from edgepath.settings import Settings
 
@@ -102,8 +102,8 @@ class MlpmAdapter(EngineAdapter):
         return [self.advice(d.request) for d in decisions]
 
     def advice(self, request: ep_types.RecommendRequest) -> ep_types.SchedulerAdvice:
-        """The section for ``request`` (cached per context without histories)."""
-        if request.subflow_histories:
+        """The section for ``request`` (cached per context: :func:`~edgepath.adapters.base.cacheable_context`)."""
+        if not cacheable_context(request):
             return scheduler_advice(request, self.settings)
         k = request.kernel
         key = (

@@ -27,7 +27,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from edgepath import types as ep_types
-from edgepath.adapters.base import DecisionInput, EngineAdapter
+from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
 from edgepath.adapters.mlpm import scheduler_advice
 from edgepath.engines import steering
 from edgepath.settings import Settings
@@ -260,7 +260,7 @@ class SteeringAdapter(EngineAdapter):
         scheduler = decision.sections.get("scheduler")
         if not isinstance(scheduler, ep_types.SchedulerAdvice):
             scheduler = scheduler_advice(request, self.settings)
-        if sessions or request.subflow_histories:
+        if sessions or not cacheable_context(request):
             # with histories the MLPM weights, and so the rules, differ from one request to the next: a cache of
             # them would only cost its key and its evictions (~8 µs a call)
             return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from edgepath.grpc import enums
@@ -84,8 +85,11 @@ def recommend_batch_request(msg: pb.RecommendBatchRequest) -> RecommendBatchRequ
     return RecommendBatchRequest.model_validate({"requests": [recommend_request_fields(r) for r in msg.requests]})
 
 
-def recommendation_batch_to_proto(batch: RecommendBatch) -> pb.RecommendBatchResponse:
-    return pb.RecommendBatchResponse(recommendations=[recommendation_to_proto(r) for r in batch.recommendations])
+def recommendation_batch_to_proto(batch: RecommendBatch, shared: Sequence[bool]) -> pb.RecommendBatchResponse:
+    """``RecommendBatch`` → proto; ``shared[i]``: :func:`recommendation_to_proto`'s ``shared`` of item ``i``."""
+    return pb.RecommendBatchResponse(
+        recommendations=[recommendation_to_proto(r, s) for r, s in zip(batch.recommendations, shared, strict=True)]
+    )
 
 
 def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
@@ -144,7 +148,11 @@ class _ProtoMemo:
             del self.cache[ref.key]
 
 
-def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
+def recommendation_to_proto(rec: Recommendation, shared: bool = True) -> pb.Recommendation:
+    """``Recommendation`` → proto. ``shared``: the request's MLPM and steering sections may be objects the adapters
+    share between replies (:func:`edgepath.adapters.base.cacheable_context`), so their proto form is memoised; False
+    converts them directly (made for this request alone, they would only cost the memo a weak reference and an
+    eviction each)."""
     p = rec.primary_path
     return pb.Recommendation(
         decision_id=rec.decision_id,
@@ -157,10 +165,10 @@ def recommendation_to_proto(rec: Recommendation) -> pb.Recommendation:
             arms=[ACCESS_TO_PROTO[a] for a in p.arms],
         ),
         decided_at_unix_ms=rec.decided_at_unix_ms,
-        scheduler=_SCHEDULER_PB(rec.scheduler),  # issue 3
+        scheduler=(_SCHEDULER_PB if shared else scheduler_to_proto)(rec.scheduler),  # issue 3
         congestion=_CONGESTION_PB(rec.congestion),  # issue 3
         server_selection=server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
-        steering=_STEERING_PB(rec.steering),  # issue 19 (None leaves it unset)
+        steering=(_STEERING_PB if shared else steering_to_proto)(rec.steering),  # issue 19 (None leaves it unset)
     )
 
 
@@ -211,8 +219,10 @@ def congestion_measurement_dict(m: pb.CongestionMeasurement) -> dict[str, Any]:
     return d
 
 
-def scheduler_to_proto(s: SchedulerAdvice) -> pb.SchedulerAdvice:
-    """``SchedulerAdvice`` → proto; None forecasts stay unset (proto3 optional)."""
+def scheduler_to_proto(s: SchedulerAdvice | None) -> pb.SchedulerAdvice | None:
+    """``SchedulerAdvice`` → proto (None stays None); None forecasts stay unset (proto3 optional)."""
+    if s is None:
+        return None
     weights = []
     for w in s.weights:
         fields = w.model_dump(exclude_none=True)

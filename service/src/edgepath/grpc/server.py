@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
+from edgepath.adapters.base import cacheable_context
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
@@ -236,7 +237,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
-            return convert.recommendation_to_proto(rec)
+            return convert.recommendation_to_proto(rec, cacheable_context(req))
         finally:
             self.inflight -= 1
 
@@ -255,7 +256,9 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
-            return convert.recommendation_batch_to_proto(RecommendBatch(recommendations=recs))
+            return convert.recommendation_batch_to_proto(
+                RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
+            )
         finally:
             self.inflight -= 1
 
@@ -286,7 +289,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     else:  # as principal(): the call's credential, else (auth off) the self-declared device
                         principal = authenticated or Principal(device_id=request.device_id[:128])
                         await self.security.admit(principal)
-                    rec = await self.plane.recommend(principal, convert.recommend_request(request))
+                    req = convert.recommend_request(request)
+                    rec = await self.plane.recommend(principal, req)
                 except ValidationError as exc:
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
@@ -295,7 +299,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     )
                 except EdgePathError as exc:
                     await abort_with(context, exc, where)
-                reply = convert.recommendation_to_proto(rec)
+                reply = convert.recommendation_to_proto(rec, cacheable_context(req))
             finally:
                 self.inflight -= 1
             index += 1
