@@ -212,11 +212,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     pool = workload.situations(min(args.n, 2000))
     # Every call a context of its own (variant v of its situation's history): an agent's history moves on with
     # each transfer, so no answer cached per context (MLPM, steering) serves a second call.
-    hist = args.history_samples
+    hist, form = args.history_samples, args.history_form
     # Context j is situation j % len(pool) with history variant j // len(pool): REST's whole-handler calls take
     # variant 0 and its staged replays 1, gRPC's 2 and 3.
-    bodies = [json.dumps(workload.recommend_body(s, DEVICE, hist, v)).encode() for v in range(4) for s in pool]
-    protos = [workload.recommend_proto(pb, s, DEVICE, hist, v).SerializeToString() for v in range(4) for s in pool]
+    bodies = [json.dumps(workload.recommend_body(s, DEVICE, hist, v, form)).encode() for v in range(4) for s in pool]
+    protos = [
+        workload.recommend_proto(pb, s, DEVICE, hist, v, form).SerializeToString() for v in range(4) for s in pool
+    ]
     authorization = f"Bearer {token}"
 
     rec_t = {"rest": Timers(), "grpc": Timers()}
@@ -415,6 +417,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "auth": "device token required (tokens file), per-device rate limit on",
             "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no content",
             "history_samples": args.history_samples,
+            "history_form": args.history_form,
         },
     }
 
@@ -438,7 +441,9 @@ async def batch_stages(
     requests = []
     for b in range(16):
         items = [
-            workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], DEVICE, args.history_samples)
+            workload.recommend_proto(
+                pb, pool[(b * size + j) % len(pool)], DEVICE, args.history_samples, form=args.history_form
+            )
             for j in range(size)
         ]
         requests.append(pb.RecommendBatchRequest(requests=items).SerializeToString())
@@ -546,6 +551,13 @@ def main(argv: list[str] | None = None) -> int:
         default=20,
         help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, see "
         "loadtest/workload.py); 0 = radio readings only",
+    )
+    p.add_argument(
+        "--history-form",
+        choices=("columns", "objects"),
+        default="columns",
+        help="How contexts carry their samples: columns (rtt_t_ms/rtt_ms…, what the agent sends) or objects "
+        "(rtt_samples: one object per sample, every run before 2026-11-26)",
     )
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args(argv)

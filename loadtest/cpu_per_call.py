@@ -5,6 +5,7 @@ Usage::
 
     .venv/bin/python loadtest/cpu_per_call.py [--store memory://|redis://HOST:PORT/DB] [--transport grpc|rest]
         [--duration-s 4] [--rounds 2] [--history-samples 20] [--history-variants 16]
+        [--history-form columns|objects]
 
 Starts ``edgepath serve`` (rate limits lifted, as the bench does; with a Redis URL add ``--no-trainer`` through
 ``--serve-arg``) and the bench's echo server, drives each with 16 in-flight Recommend calls, and prints per round
@@ -71,8 +72,10 @@ def main() -> int:
         "bench); 0 = radio readings only",
     )
     p.add_argument("--history-variants", type=int, default=16, help="Different histories per situation, as the bench")
+    p.add_argument("--history-form", choices=("columns", "objects"), default="columns", help="As the bench's")
     args = p.parse_args()
     bench.Target.history_samples, bench.Target.history_variants = args.history_samples, max(1, args.history_variants)
+    bench.Target.history_form = args.history_form
     pool = workload.situations(1000)
     env = {
         "EDGEPATH_RATE_LIMIT_PER_S": "1000000",

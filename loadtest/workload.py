@@ -9,7 +9,8 @@ module). The outcome of a decision is the real measured downlink bandwidth
 (``bandwidth_Mbps`` × 1e6 bit/s) of the chosen arm's test.
 
 Subflow histories (``history_samples=N``): the agent sends, with each context, the last ``history_samples`` (20 by
-default) RTT and throughput samples of each interface it has measured (``edgepath_agent.daemon``; MLPM's time series).
+default) RTT and throughput samples of each interface it has measured (``edgepath_agent.daemon``; MLPM's time series),
+as columns (``rtt_t_ms``/``rtt_ms``, …; ``form="objects"`` gives the older one-object-per-sample form).
 The data has no RTT and one bandwidth per test, so these are **emulated**: per interface a base RTT drawn once per
 situation (WiFi 8-40 ms, LTE 30-90 ms, uniform) and the test's measured bandwidth, each sample scattered around them
 (log-normal, σ 0.15 RTT / 0.2 throughput), 500 ms apart; deterministic per (situation, variant). They make every context
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edgepath.grpc.enums import proto_number, rest_name
+from edgepath_agent.daemon import history_columns
 from edgepath_agent.replay import Situation, load_tests, pair_situations
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,12 +66,21 @@ AGENT_HISTORY_SAMPLES = 20
 _BASE_RTT_MS = {"WIFI": (8.0, 40.0), "LTE": (30.0, 90.0)}
 
 
-def histories(situation: Situation, samples: int = AGENT_HISTORY_SAMPLES, variant: int = 0) -> list[dict[str, Any]]:
+#: How a context carries its samples: ``columns`` (``rtt_t_ms``/``rtt_ms``…, what the agent sends since 2026-11-26:
+#: ``edgepath_agent.daemon.history_columns``) or ``objects`` (``rtt_samples``: one object per sample, as before).
+HISTORY_FORMS = ("columns", "objects")
+
+
+def histories(
+    situation: Situation, samples: int = AGENT_HISTORY_SAMPLES, variant: int = 0, form: str = "columns"
+) -> list[dict[str, Any]]:
     """Emulated ``subflow_histories`` of a situation (REST form; see the module docstring): ``samples`` RTT (ms) and
     throughput (bit/s) samples per interface, deterministic per (situation, ``variant``): another variant is the
     same situation's history drawn again (an agent's history moves on with every transfer, so its contexts never
-    repeat). ``[]`` for ``samples`` 0. The entries are shared with a cache: serialise them, do not modify them."""
-    return list(_histories(situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant))
+    repeat). ``form``: one of :data:`HISTORY_FORMS`, the same samples either way. ``[]`` for ``samples`` 0. The
+    entries are shared with a cache: serialise them, do not modify them."""
+    key = (situation.wifi_row, situation.cellular_row, _measured(situation), samples, variant)
+    return list(_column_histories(*key) if form == "columns" else _histories(*key))
 
 
 def _measured(situation: Situation) -> tuple[tuple[str, str, float], ...]:
@@ -103,12 +114,25 @@ def _histories(
     return tuple(out)
 
 
-def recommend_body(situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0) -> dict[str, Any]:
+@cache  # as _histories
+def _column_histories(
+    wifi_row: int, cellular_row: int, measured: tuple[tuple[str, str, float], ...], samples: int, variant: int
+) -> tuple[dict[str, Any], ...]:
+    """:func:`_histories` in the agent's columnar form."""
+    return tuple(
+        history_columns(h["interface"], h["rtt_samples"], h["throughput_samples"])
+        for h in _histories(wifi_row, cellular_row, measured, samples, variant)
+    )
+
+
+def recommend_body(
+    situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0, form: str = "columns"
+) -> dict[str, Any]:
     """REST body of ``POST /v1/recommendations`` for a situation; with ``history_samples`` > 0 also the agent's
-    ``subflow_histories`` (:func:`histories` of ``variant``, emulated)."""
+    ``subflow_histories`` (:func:`histories` of ``variant`` in ``form``, emulated)."""
     body: dict[str, Any] = {"device_id": device_id, "interfaces": [dict(i) for i in situation.interfaces]}
     if history_samples > 0:
-        body["subflow_histories"] = histories(situation, history_samples, variant)
+        body["subflow_histories"] = histories(situation, history_samples, variant, form)
     return body
 
 
@@ -125,16 +149,21 @@ def outcome_body(situation: Situation, device_id: str, recommendation: Mapping[s
     }
 
 
-def recommend_proto(pb: Any, situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0) -> Any:
+def recommend_proto(
+    pb: Any, situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0, form: str = "columns"
+) -> Any:
     """``edgepath.v1.RecommendRequest`` for a situation (``pb`` = a generated ``edgepath_pb2`` module); with
-    ``history_samples`` > 0 also the agent's ``subflow_histories`` (:func:`histories` of ``variant``, emulated)."""
+    ``history_samples`` > 0 also the agent's ``subflow_histories`` (:func:`histories` of ``variant`` in ``form``,
+    emulated)."""
     interfaces = []
     for iface in situation.interfaces:
         fields = dict(iface)
         fields["access_type"] = proto_number(pb.AccessType, fields["access_type"])
         interfaces.append(pb.InterfaceContext(**fields))
     subflow_histories = (
-        _proto_histories(pb, situation.wifi_row, situation.cellular_row, _measured(situation), history_samples, variant)
+        _proto_histories(
+            pb, situation.wifi_row, situation.cellular_row, _measured(situation), history_samples, variant, form
+        )
         if history_samples > 0
         else ()
     )
@@ -143,10 +172,20 @@ def recommend_proto(pb: Any, situation: Situation, device_id: str, history_sampl
 
 @cache  # as _histories: one entry per context a run sends
 def _proto_histories(
-    pb: Any, wifi_row: int, cellular_row: int, measured: tuple[tuple[str, str, float], ...], samples: int, variant: int
+    pb: Any,
+    wifi_row: int,
+    cellular_row: int,
+    measured: tuple[tuple[str, str, float], ...],
+    samples: int,
+    variant: int,
+    form: str,
 ) -> tuple[Any, ...]:
-    """:func:`_histories` as ``SubflowHistory`` messages, built once per context: a load generator would otherwise
-    spend ~80 µs per call building 80 sample messages (the request copies them)."""
+    """:func:`_histories` as ``SubflowHistory`` messages in ``form``, built once per context: a load generator would
+    otherwise spend ~80 µs per call building 80 sample messages (the request copies them)."""
+    if form == "columns":  # the REST entries' keys are the message's fields
+        return tuple(
+            pb.SubflowHistory(**h) for h in _column_histories(wifi_row, cellular_row, measured, samples, variant)
+        )
     return tuple(
         pb.SubflowHistory(
             interface=h["interface"],

@@ -182,8 +182,11 @@ def test_context_carries_kernel_caps_profile_and_histories_over_both_transports(
     request = agent.context()
     if Path("/proc/sys/net/mptcp").is_dir():
         assert request["kernel"]["allowed_congestion_controls"]
-    samples = [s for h in request["subflow_histories"] for s in h["throughput_samples"]]
-    assert len(samples) == 2 and all(s["throughput_bps"] > 0 for s in samples)  # one per step, on its primary
+    # the columnar form (one time per sample): one throughput sample per step, on its primary
+    samples = [v for h in request["subflow_histories"] for v in h.get("throughput_bps", [])]
+    times = [t for h in request["subflow_histories"] for t in h.get("throughput_t_ms", [])]
+    assert len(samples) == len(times) == 2 and all(v > 0 for v in samples)
+    assert not any("throughput_samples" in h or "rtt_samples" in h for h in request["subflow_histories"])
     rec = agent.client.recommend(request)  # the service accepts the full request on this transport
     assert {w["interface"] for w in rec["scheduler"]["weights"]} == {"wlan0", "wwan0"}
     assert rec["congestion"]["profile"] == "BULK"  # same spelling over both transports

@@ -38,6 +38,16 @@ def history(name: str, rtts: list[float], tputs: list[float]) -> dict[str, Any]:
     }
 
 
+def columns(name: str, rtts: list[float], tputs: list[float]) -> dict[str, Any]:
+    """:func:`history` in the columnar form the agent sends (``rtt_t_ms``/``rtt_ms``, ``throughput_t_ms``/…)."""
+    entry: dict[str, Any] = {"interface": name}
+    if rtts:
+        entry.update(rtt_t_ms=[T0_MS + 1000 * i for i in range(len(rtts))], rtt_ms=list(rtts))
+    if tputs:
+        entry.update(throughput_t_ms=[T0_MS + 1000 * i for i in range(len(tputs))], throughput_bps=list(tputs))
+    return entry
+
+
 def with_(**fields: Any) -> dict[str, Any]:
     body = copy.deepcopy(BASE)
     body.update(fields)
@@ -210,6 +220,61 @@ def test_nan_sample_rejected_over_grpc(service: Any) -> None:
         subflow_histories=[
             pb.SubflowHistory(interface="wlan0", rtt_samples=[pb.RttSample(t_ms=1, rtt_ms=float("nan"))])
         ],
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.PathServiceStub(channel).Recommend(msg, timeout=5.0)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "rtt_ms" in (err.value.details() or "")
+
+
+def test_columns_give_the_advice_sample_objects_give(caller: Caller) -> None:
+    """The same samples as columns or as objects (and mixed: one quantity each way) are the same MLPM input."""
+    rtts, tputs = ([40.0, 45.0, 50.0, 55.0, 60.0], [70.0, 66.0, 62.0, 58.0, 54.0]), ([20e6, 22e6, 25e6], [9e6] * 3)
+    objects = [history("wlan0", rtts[0], tputs[0]), history("wwan0", rtts[1], tputs[1])]
+    as_columns = [columns("wlan0", rtts[0], tputs[0]), columns("wwan0", rtts[1], tputs[1])]
+    mixed = [
+        {**columns("wlan0", rtts[0], []), "throughput_samples": history("wlan0", [], tputs[0])["throughput_samples"]},
+        history("wwan0", rtts[1], tputs[1]),
+    ]
+    sections = []
+    for histories in (objects, as_columns, mixed):
+        status, rec = caller.recommend(with_(application_profile="INTERACTIVE", subflow_histories=histories))
+        assert status == "ok"
+        sections.append(rec["scheduler"])
+    assert sections[0] == sections[1] == sections[2]
+    by = {w["interface"]: w for w in sections[1]["weights"]}
+    assert by["wlan0"]["rtt_slope_ms_per_s"] == pytest.approx(5.0) and int(by["wlan0"]["rtt_samples"]) == 5
+
+
+@pytest.mark.parametrize(
+    ("entry", "named"),
+    [
+        ({"interface": "wlan0", "rtt_t_ms": [T0_MS, T0_MS + 1000], "rtt_ms": [10.0]}, "rtt_t_ms"),
+        ({**columns("wlan0", [10.0, 11.0], []), **history("wlan0", [10.0], [])}, "rtt_samples"),
+        (columns("wlan0", [10.0, -1.0], []), "rtt_ms"),
+        (columns("wlan0", [], [1e13]), "throughput_bps"),
+        ({"interface": "wlan0", "throughput_t_ms": [-5.0], "throughput_bps": [1e6]}, "throughput_t_ms"),
+        (columns("wlan0", [1.0] * 65, []), "rtt_"),
+    ],
+)
+def test_bad_columns_are_invalid_and_named(caller: Caller, entry: dict[str, Any], named: str) -> None:
+    status, reply = caller.recommend(with_(subflow_histories=[entry]))
+    assert status == "invalid"
+    assert named in str(reply)
+
+
+def test_nan_in_a_column_is_rejected_over_both_transports(service: Any) -> None:
+    body = '{"device_id": "phone-3", "interfaces": [{"name": "wlan0", "access_type": "WIFI"}], ' + (
+        '"subflow_histories": [{"interface": "wlan0", "rtt_t_ms": [1], "rtt_ms": [NaN]}]}'
+    )
+    with httpx.Client(base_url=service.http_url, timeout=5.0) as http:
+        resp = http.post("/v1/recommendations", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 422 and "rtt_ms" in resp.text
+    msg = pb.RecommendRequest(
+        device_id="phone-3",
+        interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)],
+        subflow_histories=[pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0], rtt_ms=[float("nan")])],
     )
     with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
         with pytest.raises(grpc.RpcError) as err:

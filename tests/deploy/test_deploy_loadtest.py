@@ -51,12 +51,20 @@ def test_agent_shaped_contexts_validate_and_never_repeat_across_variants() -> No
     bodies = [workload.recommend_body(situation, "dev-1", 20, v) for v in (0, 0, 1)]
     assert bodies[0] == bodies[1] and bodies[0] != bodies[2]
     requests = [ep_types.RecommendRequest.model_validate(b) for b in bodies]
-    assert [len(h.rtt_samples) for h in requests[0].subflow_histories] == [20, 20]
+    # the agent's columnar form (rtt_t_ms/rtt_ms, ...), one time per sample
+    assert [len(h.rtt_ms) for h in requests[0].subflow_histories] == [20, 20]
+    assert all(len(h.throughput_t_ms) == len(h.throughput_bps) == 20 for h in requests[0].subflow_histories)
     assert {h.interface for h in requests[0].subflow_histories} == {i.name for i in requests[0].interfaces}
     via_grpc = convert.recommend_request(workload.recommend_proto(pb, situation, "dev-1", 20, 0))
     assert via_grpc.subflow_histories == requests[0].subflow_histories
     weights = [scheduler_advice(r, Settings()).weights for r in (requests[0], requests[2])]
     assert all(w.rtt_samples == 20 for w in weights[0]) and weights[0] != weights[1]
+    # the older one-object-per-sample form carries the same samples: the same advice
+    objects = ep_types.RecommendRequest.model_validate(workload.recommend_body(situation, "dev-1", 20, 0, "objects"))
+    assert [len(h.rtt_samples) for h in objects.subflow_histories] == [20, 20]
+    via_grpc_objects = convert.recommend_request(workload.recommend_proto(pb, situation, "dev-1", 20, 0, "objects"))
+    assert via_grpc_objects.subflow_histories == objects.subflow_histories
+    assert scheduler_advice(objects, Settings()) == scheduler_advice(requests[0], Settings())
     assert "subflow_histories" not in workload.recommend_body(situation, "dev-1")  # 0 samples: radio readings only
 
 

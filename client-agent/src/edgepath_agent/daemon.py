@@ -40,7 +40,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -116,6 +116,22 @@ class _Layered(PydanticBaseSettingsSource):
         for source in reversed(self.sources):
             values.update(source())
         return values
+
+
+def history_columns(
+    interface: str, rtt: Iterable[Mapping[str, float]], throughput: Iterable[Mapping[str, float]]
+) -> dict[str, Any]:
+    """One ``subflow_histories`` entry with its samples as columns (``rtt_t_ms``/``rtt_ms``,
+    ``throughput_t_ms``/``throughput_bps``: times in ms on this device's clock, RTT in ms, throughput in bit/s): the
+    service's columnar form, which needs no object per sample on either transport (issue 16). ``rtt`` and
+    ``throughput`` hold ``{"t_ms", "rtt_ms"}`` / ``{"t_ms", "throughput_bps"}`` samples; an empty one is left out."""
+    entry: dict[str, Any] = {"interface": interface}
+    for samples, times, key in ((rtt, "rtt_t_ms", "rtt_ms"), (throughput, "throughput_t_ms", "throughput_bps")):
+        rows = list(samples)
+        if rows:
+            entry[times] = [s["t_ms"] for s in rows]
+            entry[key] = [s[key] for s in rows]
+    return entry
 
 
 class AgentConfig(BaseSettings):
@@ -510,7 +526,7 @@ class Agent:
             }
         present = {i["name"] for i in interfaces}
         histories = [
-            {"interface": name, "rtt_samples": list(rtt), "throughput_samples": list(thr)}
+            history_columns(name, rtt, thr)
             for name, (rtt, thr) in self.history.items()
             if name in present and (rtt or thr) and self.config.history_samples > 0
         ]

@@ -45,6 +45,8 @@ lists (``MAX_INTERFACES``, ``MAX_HISTORY_SAMPLES``, ``MAX_CANDIDATES``) and whol
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -119,6 +121,9 @@ MAX_CAPABILITIES = 32
 _ALGO_NAME = r"^[A-Za-z0-9_.\-]{1,32}$"
 #: Timestamps: milliseconds on the device's clock (any origin, e.g. Unix epoch or CLOCK_MONOTONIC).
 TimestampMs = Annotated[float, Field(ge=0.0, le=1e13, description="Sample time, ms on the device clock")]
+#: A history sample's RTT, ms, and throughput, bit/s.
+SampleRttMs = Annotated[float, Field(ge=0.0, le=600_000.0, description="RTT, ms")]
+SampleThroughputBps = Annotated[float, Field(ge=0.0, le=1e12, description="Throughput, bit/s")]
 
 
 class ApplicationProfile(enum.StrEnum):
@@ -144,7 +149,7 @@ class RttSample(TypedDict):
     __pydantic_config__ = _SAMPLE  # type: ignore[misc]
 
     t_ms: TimestampMs
-    rtt_ms: Annotated[float, Field(ge=0.0, le=600_000.0, description="RTT, ms")]
+    rtt_ms: SampleRttMs
 
 
 class ThroughputSample(TypedDict):
@@ -153,17 +158,75 @@ class ThroughputSample(TypedDict):
     __pydantic_config__ = _SAMPLE  # type: ignore[misc]
 
     t_ms: TimestampMs
-    throughput_bps: Annotated[float, Field(ge=0.0, le=1e12, description="Throughput, bit/s")]
+    throughput_bps: SampleThroughputBps
+
+
+#: A history's quantities: (sample objects field, the object's value key, time column, value column).
+_HISTORY_FORMS = (
+    ("rtt_samples", "rtt_ms", "rtt_t_ms", "rtt_ms"),
+    ("throughput_samples", "throughput_bps", "throughput_t_ms", "throughput_bps"),
+)
 
 
 class SubflowHistory(BaseModel):
-    """Recent RTT and throughput samples of the subflow on one interface (MLPM's time series)."""
+    """Recent RTT and throughput samples of the subflow on one interface (MLPM's time series).
+
+    Each quantity comes as sample objects (`rtt_samples`) or as two columns of equal length (`rtt_t_ms`, `rtt_ms`:
+    the time of each RTT and the RTT), not both; likewise throughput. The columns need no object per sample on
+    either transport (what the agent sends)."""
 
     model_config = _STRICT
 
     interface: str = Field(min_length=1, max_length=MAX_NAME_LEN, description="Names one of `interfaces`")
     rtt_samples: list[RttSample] = Field(default_factory=list, max_length=MAX_HISTORY_SAMPLES)
     throughput_samples: list[ThroughputSample] = Field(default_factory=list, max_length=MAX_HISTORY_SAMPLES)
+    rtt_t_ms: list[TimestampMs] = Field(
+        default_factory=list, max_length=MAX_HISTORY_SAMPLES, description="Time of each of `rtt_ms`, ms"
+    )
+    rtt_ms: list[SampleRttMs] = Field(
+        default_factory=list, max_length=MAX_HISTORY_SAMPLES, description="RTT samples, ms (a column)"
+    )
+    throughput_t_ms: list[TimestampMs] = Field(
+        default_factory=list, max_length=MAX_HISTORY_SAMPLES, description="Time of each of `throughput_bps`, ms"
+    )
+    throughput_bps: list[SampleThroughputBps] = Field(
+        default_factory=list, max_length=MAX_HISTORY_SAMPLES, description="Throughput samples, bit/s (a column)"
+    )
+
+    @model_validator(mode="after")
+    def _one_form_per_quantity(self) -> SubflowHistory:
+        """Columns of equal length, and not beside sample objects of the same quantity.
+
+        Raises
+        ------
+        ValueError
+            Naming the fields (the caller's 422 / ``INVALID_ARGUMENT``).
+        """
+        for objects, _, times, values in _HISTORY_FORMS:
+            t, v = getattr(self, times), getattr(self, values)
+            if len(t) != len(v):
+                raise ValueError(f"{times} has {len(t)} entries but {values} has {len(v)}: one time per sample")
+            if t and getattr(self, objects):
+                raise ValueError(f"give the samples either as {objects} or as {times}/{values}, not both")
+        return self
+
+    def rtt_columns(self) -> tuple[Sequence[float], Sequence[float]]:
+        """The RTT samples as columns (times, ms; RTTs, ms), from whichever form the device sent."""
+        return self._columns(0)
+
+    def throughput_columns(self) -> tuple[Sequence[float], Sequence[float]]:
+        """The throughput samples as columns (times, ms; throughputs, bit/s), from whichever form was sent."""
+        return self._columns(1)
+
+    def _columns(self, quantity: int) -> tuple[Sequence[float], Sequence[float]]:
+        objects, key, times, values = _HISTORY_FORMS[quantity]
+        samples = getattr(self, objects)
+        if samples:
+            return list(map(_T_MS, samples)), list(map(itemgetter(key), samples))
+        return getattr(self, times), getattr(self, values)
+
+
+_T_MS = itemgetter("t_ms")
 
 
 AlgorithmName = Annotated[str, Field(pattern=_ALGO_NAME)]

@@ -86,14 +86,22 @@ class ThroughputSample(_message.Message):
     def __init__(self, t_ms: _Optional[float] = ..., throughput_bps: _Optional[float] = ...) -> None: ...
 
 class SubflowHistory(_message.Message):
-    __slots__ = ("interface", "rtt_samples", "throughput_samples")
+    __slots__ = ("interface", "rtt_samples", "throughput_samples", "rtt_t_ms", "rtt_ms", "throughput_t_ms", "throughput_bps")
     INTERFACE_FIELD_NUMBER: _ClassVar[int]
     RTT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     THROUGHPUT_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    RTT_T_MS_FIELD_NUMBER: _ClassVar[int]
+    RTT_MS_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_T_MS_FIELD_NUMBER: _ClassVar[int]
+    THROUGHPUT_BPS_FIELD_NUMBER: _ClassVar[int]
     interface: str
     rtt_samples: _containers.RepeatedCompositeFieldContainer[RttSample]
     throughput_samples: _containers.RepeatedCompositeFieldContainer[ThroughputSample]
-    def __init__(self, interface: _Optional[str] = ..., rtt_samples: _Optional[_Iterable[_Union[RttSample, _Mapping]]] = ..., throughput_samples: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ...) -> None: ...
+    rtt_t_ms: _containers.RepeatedScalarFieldContainer[float]
+    rtt_ms: _containers.RepeatedScalarFieldContainer[float]
+    throughput_t_ms: _containers.RepeatedScalarFieldContainer[float]
+    throughput_bps: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, interface: _Optional[str] = ..., rtt_samples: _Optional[_Iterable[_Union[RttSample, _Mapping]]] = ..., throughput_samples: _Optional[_Iterable[_Union[ThroughputSample, _Mapping]]] = ..., rtt_t_ms: _Optional[_Iterable[float]] = ..., rtt_ms: _Optional[_Iterable[float]] = ..., throughput_t_ms: _Optional[_Iterable[float]] = ..., throughput_bps: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class KernelCapabilities(_message.Message):
     __slots__ = ("available_congestion_controls", "allowed_congestion_controls", "mptcp_schedulers", "path_managers")

@@ -8,6 +8,8 @@ the profile and settings, Eq. 2–4).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
+from operator import truediv
 
 from cachetools import LRUCache
 
@@ -15,6 +17,12 @@ from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
 from edgepath.engines import mlpm
 from edgepath.settings import Settings
+
+
+def _timed(t_ms: Sequence[float], values: Sequence[float]) -> list[mlpm.TimedValue]:
+    """The engine's ``(t_s, value)`` pairs of a history's columns: ``t_ms`` → s (``map``/``zip``: an agent sends 80
+    samples per request, and the per-sample work stays in C)."""
+    return list(zip(map(truediv, t_ms, repeat(1000.0)), values, strict=True))
 
 
 def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> ep_types.SchedulerAdvice:
@@ -30,9 +38,8 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         histories.append(
             mlpm.SubflowHistory(
                 interface=iface.name,
-                # (t_s, value) pairs as plain tuples (mlpm.TimedValue): an agent sends 80 samples per request
-                rtt_ms=[(s["t_ms"] / 1000.0, s["rtt_ms"]) for s in h.rtt_samples] if h else (),
-                throughput_bps=[(s["t_ms"] / 1000.0, s["throughput_bps"]) for s in h.throughput_samples] if h else (),
+                rtt_ms=_timed(*h.rtt_columns()) if h else (),
+                throughput_bps=_timed(*h.throughput_columns()) if h else (),
                 current_rtt_ms=iface.rtt_ms,
             )
         )

@@ -184,16 +184,7 @@ def mlpm_cc_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
     d: dict[str, Any] = {
         # Unknown enum values stay raw ints so validation names the field.
         "application_profile": PROFILE_FROM_PROTO.get(msg.application_profile, msg.application_profile),
-        "subflow_histories": [
-            {
-                "interface": h.interface,
-                "rtt_samples": [{"t_ms": s.t_ms, "rtt_ms": s.rtt_ms} for s in h.rtt_samples],
-                "throughput_samples": [
-                    {"t_ms": s.t_ms, "throughput_bps": s.throughput_bps} for s in h.throughput_samples
-                ],
-            }
-            for h in msg.subflow_histories
-        ],
+        "subflow_histories": [_history_fields(h) for h in msg.subflow_histories],
     }
     if msg.HasField("kernel"):
         k = msg.kernel
@@ -206,6 +197,22 @@ def mlpm_cc_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
     return d
 
 
+def _history_fields(h: pb.SubflowHistory) -> dict[str, Any]:
+    """A ``SubflowHistory`` as plain values: its columns as lists (C-level copies of the packed doubles), its sample
+    messages (the older form) as sample dicts; an empty form is left out, so validation sees what was sent."""
+    d: dict[str, Any] = {"interface": h.interface}
+    if h.rtt_samples:
+        d["rtt_samples"] = [{"t_ms": s.t_ms, "rtt_ms": s.rtt_ms} for s in h.rtt_samples]
+    if h.throughput_samples:
+        d["throughput_samples"] = [{"t_ms": s.t_ms, "throughput_bps": s.throughput_bps} for s in h.throughput_samples]
+    for column in _HISTORY_COLUMNS:
+        values = getattr(h, column)
+        if values:
+            d[column] = list(values)
+    return d
+
+
+_HISTORY_COLUMNS = ("rtt_t_ms", "rtt_ms", "throughput_t_ms", "throughput_bps")
 _CONGESTION_METRICS = ("hol_degree_ms", "protocol_delay_ms", "drop_rate", "throughput_bps")
 
 
