@@ -227,22 +227,11 @@ def congestion_measurement_dict(m: pb.CongestionMeasurement) -> dict[str, Any]:
 
 
 def scheduler_to_proto(s: SchedulerAdvice | None) -> pb.SchedulerAdvice | None:
-    """``SchedulerAdvice`` → proto (None stays None); None forecasts stay unset (proto3 optional)."""
-    if s is None:
-        return None
-    weights = []
-    for w in s.weights:
-        fields = w.model_dump(exclude_none=True)
-        weights.append(pb.SubflowWeight(**fields))
-    return pb.SchedulerAdvice(
-        weights=weights,
-        prioritised_subflow=s.prioritised_subflow,
-        priority=s.priority,
-        features_used=list(s.features_used),
-        horizon_s=s.horizon_s,
-        bias=s.bias,
-        reason=s.reason,
-    )
+    """``SchedulerAdvice`` → proto (None stays None); None forecasts stay unset (proto3 optional).
+
+    One ``model_dump`` and one constructor that reads the nested dicts in C: building each ``SubflowWeight``
+    message first and copying it into the parent cost ~2 µs more per section (issue 16)."""
+    return None if s is None else pb.SchedulerAdvice(**s.model_dump(exclude_none=True))
 
 
 def congestion_to_proto(c: CongestionAdvice) -> pb.CongestionAdvice:
@@ -307,26 +296,17 @@ def server_selection_to_proto(s: ServerSelection | None) -> pb.ServerSelection |
 
 # --- ATSSS steering rules (issue 19) ------------------------------------------------------------------------------
 def steering_to_proto(s: SteeringAdvice | None) -> pb.SteeringAdvice | None:
-    """``SteeringAdvice`` → proto (None stays None); None fields stay unset, access types become enum values."""
+    """``SteeringAdvice`` → proto (None stays None); None fields stay unset, access types become enum values.
+
+    One ``model_dump`` and one constructor over the nested dicts, as :func:`scheduler_to_proto` (a rule with two
+    accesses: ~12.6 → 8.0 µs)."""
     if s is None:
         return None
-    rules = []
-    for r in s.rules:
-        d = r.model_dump(exclude_none=True, exclude={"traffic_descriptor", "accesses"})
-        rules.append(
-            pb.SteeringRule(
-                **d,
-                traffic_descriptor=pb.TrafficDescriptor(**r.traffic_descriptor.model_dump(exclude_none=True)),
-                accesses=[
-                    pb.SteeringAccess(
-                        **a.model_dump(exclude_none=True, exclude={"access_type"}),
-                        access_type=ACCESS_TO_PROTO[a.access_type],
-                    )
-                    for a in r.accesses
-                ],
-            )
-        )
-    return pb.SteeringAdvice(rules=rules, source=s.source)
+    d = s.model_dump(exclude_none=True)
+    for rule, rule_dict in zip(s.rules, d["rules"], strict=True):
+        for access, access_dict in zip(rule.accesses, rule_dict["accesses"], strict=True):
+            access_dict["access_type"] = ACCESS_TO_PROTO[access.access_type]
+    return pb.SteeringAdvice(**d)
 
 
 # issue 16: shared section objects are converted once (see _ProtoMemo)

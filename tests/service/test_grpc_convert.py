@@ -1,0 +1,97 @@
+"""The gRPC encoder's sections say what the REST body says: each checked against protobuf's own JSON mapping
+(``json_format.ParseDict`` of the section's REST JSON, access types spelled as proto enum names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgepath.adapters.mlpm import scheduler_advice
+from edgepath.grpc.convert import scheduler_to_proto, steering_to_proto
+from edgepath.settings import Settings
+from edgepath.types import RecommendRequest, SteeringAdvice
+from edgepath.wire import edgepath_pb2 as pb
+from google.protobuf import json_format
+
+
+def _proto_spelling(value: Any) -> Any:
+    """REST JSON → proto JSON: every ``access_type`` as its enum name (``WIFI`` → ``ACCESS_TYPE_WIFI``)."""
+    if isinstance(value, dict):
+        return {k: f"ACCESS_TYPE_{v}" if k == "access_type" else _proto_spelling(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_proto_spelling(v) for v in value]
+    return value
+
+
+def test_scheduler_section_matches_its_rest_json() -> None:
+    request = RecommendRequest.model_validate(
+        {
+            "device_id": "d-1",
+            "interfaces": [
+                {"name": "wlan0", "access_type": "WIFI"},
+                {"name": "wwan0", "access_type": "LTE", "rtt_ms": 40.0},
+            ],
+            "subflow_histories": [
+                {"interface": "wlan0", "rtt_t_ms": [0.0, 1000.0, 2000.0], "rtt_ms": [20.0, 22.0, 25.0]},
+            ],
+        }
+    )
+    advice = scheduler_advice(request, Settings())
+    assert any(w.throughput_bps is None for w in advice.weights)  # unset optional fields are covered
+    expected = json_format.ParseDict(advice.model_dump(mode="json", exclude_none=True), pb.SchedulerAdvice())
+    assert scheduler_to_proto(advice) == expected
+    assert scheduler_to_proto(None) is None
+
+
+def test_steering_section_matches_its_rest_json() -> None:
+    access = {
+        "interface": "wlan0",
+        "access_type": "WIFI",
+        "priority": None,
+        "percentage": None,
+        "metered": False,
+        "initial_subflow": True,
+    }
+    advice = SteeringAdvice.model_validate(
+        {
+            "source": "test",
+            "rules": [
+                {
+                    "rule_precedence": 10,
+                    "traffic_descriptor": {
+                        "match_all": False,
+                        "destination_ip": "192.0.2.10",
+                        "destination_ports": [443, 8443],
+                        "protocol": 6,
+                        "traffic_direction": "DOWNLINK",
+                    },
+                    "steering_functionality": "MPTCP",
+                    "steering_mode": "PRIORITY_BASED",
+                    "high_priority_access": "NON_3GPP",
+                    "accesses": [
+                        access | {"access": "NON_3GPP", "priority": "HIGH"},
+                        access
+                        | {"access": "3GPP", "interface": "wwan0", "access_type": "LTE", "metered": True}
+                        | {"initial_subflow": False, "percentage": 0},
+                    ],
+                    "intent": "DEFAULT",
+                    "mts_mode": 2,
+                    "mts_session_id": "s-1",
+                    "unmet_qos": ["minTpt"],
+                    "reason": "test",
+                },
+                {
+                    "rule_precedence": 255,
+                    "traffic_descriptor": {"match_all": True},
+                    "steering_functionality": "MPTCP",
+                    "steering_mode": "ACTIVE_STANDBY",
+                    "active_access": "3GPP",
+                    "accesses": [access | {"access": "NON_3GPP", "access_type": "NR"}],
+                    "intent": "DEFAULT",
+                    "reason": "default",
+                },
+            ],
+        }
+    )
+    rest = _proto_spelling(advice.model_dump(mode="json", exclude_none=True))
+    assert steering_to_proto(advice) == json_format.ParseDict(rest, pb.SteeringAdvice())
+    assert steering_to_proto(None) is None
