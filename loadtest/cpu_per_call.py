@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -45,8 +46,10 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure(transport: str, ports: dict[str, int], pid: int, pool: list, duration_s: float) -> tuple[float, ...]:
-    target = bench.Target(transport, ports)
+async def measure(
+    transport: str, ports: dict[str, int], pid: int, pool: list, duration_s: float, contexts: Any
+) -> tuple[float, ...]:
+    target = bench.Target(transport, ports, contexts)
     load = bench.Load(pool, 1)
     await bench.closed_loop(target, load, 16, 1.0)  # warm-up
     server0, gen0 = cpu_s(pid), time.process_time()
@@ -74,8 +77,7 @@ def main() -> int:
     p.add_argument("--history-variants", type=int, default=16, help="Different histories per situation, as the bench")
     p.add_argument("--history-form", choices=("columns", "objects"), default="columns", help="As the bench's")
     args = p.parse_args()
-    bench.Target.history_samples, bench.Target.history_variants = args.history_samples, max(1, args.history_variants)
-    bench.Target.history_form = args.history_form
+    contexts = bench.Contexts.from_args(args)
     pool = workload.situations(1000)
     env = {
         "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
@@ -103,7 +105,7 @@ def main() -> int:
             for _ in range(args.rounds):
                 for name, ports, proc in (("echo", echo_ports, echo), ("service", service_ports, service)):
                     rps, server_us, gen_us = asyncio.run(
-                        measure(args.transport, ports, proc.pid, pool, args.duration_s)
+                        measure(args.transport, ports, proc.pid, pool, args.duration_s, contexts)
                     )
                     print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}", flush=True)
         finally:
