@@ -538,6 +538,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import workload
+
     p = argparse.ArgumentParser(description="Per-stage time of one Recommend and one ReportOutcome")
     p.add_argument("--n", type=int, default=2000, help="Calls per transport (each: whole handler + staged replay)")
     p.add_argument("--store", dest="store_url", default="memory://", help="memory:// or redis://HOST:PORT/DB")
@@ -545,20 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="Also print pyinstrument profiles of the whole handlers")
     p.add_argument("--batch", type=int, default=0, help="Also time N RecommendBatch calls (gRPC servicer) per stage")
     p.add_argument("--batch-size", type=int, default=64, help="Contexts per RecommendBatch call (--batch)")
-    p.add_argument(
-        "--history-samples",
-        type=int,
-        default=20,
-        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, see "
-        "loadtest/workload.py); 0 = radio readings only",
-    )
-    p.add_argument(
-        "--history-form",
-        choices=("columns", "objects"),
-        default="columns",
-        help="How contexts carry their samples: columns (rtt_t_ms/rtt_ms…, what the agent sends) or objects "
-        "(rtt_samples: one object per sample, every run before 2026-11-26)",
-    )
+    workload.add_history_arguments(p, variants=None)  # each call a context of its own (module docstring)
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args(argv)
     report = asyncio.run(run(args))

@@ -67,15 +67,7 @@ def main() -> int:
     p.add_argument("--duration-s", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--serve-arg", action="append", default=[], help="extra `edgepath serve` argument (repeatable)")
-    p.add_argument(
-        "--history-samples",
-        type=int,
-        default=20,
-        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, as in the "
-        "bench); 0 = radio readings only",
-    )
-    p.add_argument("--history-variants", type=int, default=16, help="Different histories per situation, as the bench")
-    p.add_argument("--history-form", choices=("columns", "objects"), default="columns", help="As the bench's")
+    workload.add_history_arguments(p, variants=16)  # as the bench's
     args = p.parse_args()
     contexts = bench.Contexts.from_args(args)
     pool = workload.situations(1000)

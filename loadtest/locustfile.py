@@ -48,7 +48,17 @@ grpc_gevent.init_gevent()  # grpcio cooperates with gevent (locust's gRPC patter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from edgepath_agent.wire import edgepath_pb2 as pb  # noqa: E402
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc  # noqa: E402
-from workload import Device, outcome_body, outcome_proto, recommend_body, recommend_proto, situations  # noqa: E402
+from workload import (  # noqa: E402
+    AGENT_HISTORY_SAMPLES,
+    HISTORY_FORMS,
+    Device,
+    add_history_arguments,
+    outcome_body,
+    outcome_proto,
+    recommend_body,
+    recommend_proto,
+    situations,
+)
 
 DECISIONS_PER_DEVICE = 100
 _user_ids = itertools.count()
@@ -90,16 +100,7 @@ def _options(parser: Any) -> None:
         "--tls-server-name", default="", help="Name the service's certificate is checked against (default: the host)"
     )
     parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
-    parser.add_argument(
-        "--history-samples",
-        type=int,
-        default=20,
-        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, see "
-        "loadtest/workload.py); 0 = radio readings only",
-    )
-    parser.add_argument(
-        "--history-variants", type=int, default=4, help="Different histories per situation, one picked per call"
-    )
+    add_history_arguments(parser, variants=4)
     parser.add_argument(
         "--final-stats-file",
         default="",
@@ -155,12 +156,13 @@ class _DeviceStream:
         self._decisions += 1
         return self._device
 
-    def _history(self) -> tuple[int, int]:
-        """``(history_samples, variant)`` of the next context (``--history-samples``, ``--history-variants``)."""
+    def _history(self) -> tuple[int, int, str]:
+        """``(history_samples, variant, form)`` of the next context (``--history-samples``, ``--history-variants``,
+        ``--history-form``; without options, :func:`workload.add_history_arguments`' defaults)."""
         opts = _options_of(self.environment)  # type: ignore[attr-defined]
-        samples = opts.history_samples if opts else 20
-        variants = max(1, opts.history_variants if opts else 4)
-        return samples, self._rng.randrange(variants)
+        if opts is None:
+            return AGENT_HISTORY_SAMPLES, self._rng.randrange(4), HISTORY_FORMS[0]
+        return opts.history_samples, self._rng.randrange(max(1, opts.history_variants)), opts.history_form
 
 
 def jwt_key(opts: Any) -> str:

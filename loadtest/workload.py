@@ -71,6 +71,34 @@ _BASE_RTT_MS = {"WIFI": (8.0, 40.0), "LTE": (30.0, 90.0)}
 HISTORY_FORMS = ("columns", "objects")
 
 
+def add_history_arguments(parser: Any, variants: int | None) -> None:
+    """The contexts' options, one definition for the bench, ``breakdown.py``, ``cpu_per_call.py`` and the locust
+    users: ``--history-samples`` (default :data:`AGENT_HISTORY_SAMPLES`), ``--history-form`` (:data:`HISTORY_FORMS`)
+    and, unless ``variants`` is None, ``--history-variants`` with that default. ``parser``: an argparse parser or
+    locust's (the same ``add_argument``)."""
+    parser.add_argument(
+        "--history-samples",
+        type=int,
+        default=AGENT_HISTORY_SAMPLES,
+        help="RTT and throughput samples per interface in each context, as the agent sends them (emulated, see "
+        "loadtest/workload.py; MLPM computes on them); 0 = radio readings only (every run before 2026-11-26)",
+    )
+    parser.add_argument(
+        "--history-form",
+        choices=HISTORY_FORMS,
+        default=HISTORY_FORMS[0],
+        help="How contexts carry their samples: columns (rtt_t_ms/rtt_ms…, what the agent sends since 2026-11-26) or "
+        "objects (rtt_samples: one object per sample, every run before)",
+    )
+    if variants is not None:
+        parser.add_argument(
+            "--history-variants",
+            type=int,
+            default=variants,
+            help="Different histories per situation, one picked at random per call: situations × variants contexts",
+        )
+
+
 def histories(
     situation: Situation, samples: int = AGENT_HISTORY_SAMPLES, variant: int = 0, form: str = "columns"
 ) -> list[dict[str, Any]]:

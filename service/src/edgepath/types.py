@@ -161,11 +161,8 @@ class ThroughputSample(TypedDict):
     throughput_bps: SampleThroughputBps
 
 
-#: A history's quantities: (sample objects field, the object's value key, time column, value column).
-_HISTORY_FORMS = (
-    ("rtt_samples", "rtt_ms", "rtt_t_ms", "rtt_ms"),
-    ("throughput_samples", "throughput_bps", "throughput_t_ms", "throughput_bps"),
-)
+#: A history's quantities in their two forms: (sample objects field, time column, value column).
+_HISTORY_FORMS = (("rtt_samples", "rtt_t_ms", "rtt_ms"), ("throughput_samples", "throughput_t_ms", "throughput_bps"))
 
 
 class SubflowHistory(BaseModel):
@@ -202,7 +199,7 @@ class SubflowHistory(BaseModel):
         ValueError
             Naming the fields (the caller's 422 / ``INVALID_ARGUMENT``).
         """
-        for objects, _, times, values in _HISTORY_FORMS:
+        for objects, times, values in _HISTORY_FORMS:
             t, v = getattr(self, times), getattr(self, values)
             if len(t) != len(v):
                 raise ValueError(f"{times} has {len(t)} entries but {values} has {len(v)}: one time per sample")
@@ -212,21 +209,18 @@ class SubflowHistory(BaseModel):
 
     def rtt_columns(self) -> tuple[Sequence[float], Sequence[float]]:
         """The RTT samples as columns (times, ms; RTTs, ms), from whichever form the device sent."""
-        return self._columns(0)
+        if self.rtt_samples:
+            return list(map(_T_MS, self.rtt_samples)), list(map(_RTT_MS, self.rtt_samples))
+        return self.rtt_t_ms, self.rtt_ms
 
     def throughput_columns(self) -> tuple[Sequence[float], Sequence[float]]:
         """The throughput samples as columns (times, ms; throughputs, bit/s), from whichever form was sent."""
-        return self._columns(1)
-
-    def _columns(self, quantity: int) -> tuple[Sequence[float], Sequence[float]]:
-        objects, key, times, values = _HISTORY_FORMS[quantity]
-        samples = getattr(self, objects)
-        if samples:
-            return list(map(_T_MS, samples)), list(map(itemgetter(key), samples))
-        return getattr(self, times), getattr(self, values)
+        if self.throughput_samples:
+            return list(map(_T_MS, self.throughput_samples)), list(map(_THROUGHPUT_BPS, self.throughput_samples))
+        return self.throughput_t_ms, self.throughput_bps
 
 
-_T_MS = itemgetter("t_ms")
+_T_MS, _RTT_MS, _THROUGHPUT_BPS = itemgetter("t_ms"), itemgetter("rtt_ms"), itemgetter("throughput_bps")
 
 
 AlgorithmName = Annotated[str, Field(pattern=_ALGO_NAME)]
