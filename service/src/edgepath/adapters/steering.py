@@ -198,6 +198,23 @@ def steering_advice(
     return ep_types.SteeringAdvice(rules=rules, source=steering.SOURCE)
 
 
+def default_decision(
+    request: ep_types.RecommendRequest,
+    primary_interface: str,
+    scheduler: ep_types.SchedulerAdvice,
+    config: steering.SteeringConfig,
+) -> steering.SteeringDecision:
+    """The engine's decision behind the default rule of a device with no MEC 015 session (DEFAULT intent, no qosD)."""
+    return steering.decide(path_states(request, scheduler), primary_interface, steering.Intent.DEFAULT, None, config)
+
+
+def default_advice(d: steering.SteeringDecision) -> ep_types.SteeringAdvice:
+    """The section of a device with no MEC 015 session: its default rule alone, from ``d``
+    (:func:`default_decision`); what :func:`steering_advice` returns for no session."""
+    rule = steering_rule(d, DEFAULT_PRECEDENCE, traffic_descriptor(None, None))
+    return ep_types.SteeringAdvice(rules=[rule], source=steering.SOURCE)
+
+
 def _default_rule_key(
     request: ep_types.RecommendRequest, primary_interface: str, scheduler: ep_types.SchedulerAdvice
 ) -> tuple[object, ...]:
@@ -216,11 +233,17 @@ class SteeringAdapter(EngineAdapter):
     """``steering`` in every recommendation (RTT threshold from ``reward_latency_ms``).
 
     A device without MEC 015 sessions gets only the default rule, a function of the primary path, its
-    interfaces' access types, RTT and loss, and the MLPM weights: for a request without subflow histories
-    those answers are cached per context (bounded LRU, like the MLPM and congestion adapters; issue 16 — the
-    section cost ~50 µs per decision, the largest stage of the breakdown once the bandit became fast). With
-    histories, which an agent sends once it has measured, the weights move with every request and nothing is
-    cached. The advice is immutable (frozen).
+    interfaces' access types, RTT and loss, and the MLPM weights. Its section is shared (issue 16; the section cost
+    ~50 µs per decision, the largest stage of the breakdown once the bandit became fast):
+
+    - for a request without subflow histories, per context (bounded LRU, like the MLPM and congestion adapters):
+      a hit skips the engine;
+    - for every request, per engine decision (bounded LRU keyed by the :class:`~edgepath.engines.steering
+      .SteeringDecision`, whose equality is what the rule says): an agent's MLPM weights move with every request,
+      but the rule they lead to (which access is active or high priority, and why) seldom does, so the engine
+      runs and the rule's model (and its gRPC form, ``edgepath.grpc.convert``) is built once per distinct rule.
+
+    A device with sessions gets its rules computed per request. The advice is immutable (frozen).
     """
 
     section = "steering"
@@ -230,6 +253,7 @@ class SteeringAdapter(EngineAdapter):
         self.config = steering.SteeringConfig(rtt_threshold_ms=settings.reward_latency_ms)
         self._recorded: LRUCache[str, tuple[tuple[str, ...], float]] = LRUCache(maxsize=100_000)
         self._default_rules: LRUCache[tuple[object, ...], ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
+        self._by_decision: LRUCache[steering.SteeringDecision, ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SteeringAdvice:
         await self._record_accesses(decision)
@@ -260,14 +284,22 @@ class SteeringAdapter(EngineAdapter):
         scheduler = decision.sections.get("scheduler")
         if not isinstance(scheduler, ep_types.SchedulerAdvice):
             scheduler = scheduler_advice(request, self.settings)
-        if sessions or not cacheable_context(request):
-            # with histories the MLPM weights, and so the rules, differ from one request to the next: a cache of
-            # them would only cost its key and its evictions (~8 µs a call)
-            return steering_advice(request, decision.record.interface, scheduler, sessions, self.config)
-        key = _default_rule_key(request, decision.record.interface, scheduler)
+        primary = decision.record.interface
+        if sessions:
+            return steering_advice(request, primary, scheduler, sessions, self.config)
+        if not cacheable_context(request):
+            return self._shared_default(default_decision(request, primary, scheduler, self.config))
+        key = _default_rule_key(request, primary, scheduler)
         advice = self._default_rules.get(key)
         if advice is None:
-            advice = self._default_rules[key] = steering_advice(
-                request, decision.record.interface, scheduler, sessions, self.config
+            advice = self._default_rules[key] = self._shared_default(
+                default_decision(request, primary, scheduler, self.config)
             )
+        return advice
+
+    def _shared_default(self, d: steering.SteeringDecision) -> ep_types.SteeringAdvice:
+        """:func:`default_advice` of ``d``, one object per distinct decision."""
+        advice = self._by_decision.get(d)
+        if advice is None:
+            advice = self._by_decision[d] = default_advice(d)
         return advice

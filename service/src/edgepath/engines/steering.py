@@ -226,7 +226,12 @@ class Prediction:
 
 @dataclass(frozen=True)
 class SteeringDecision:
-    """The access selection descriptor of one ATSSS rule (TS 24.193 §5.2) and why."""
+    """The access selection descriptor of one ATSSS rule (TS 24.193 §5.2) and why.
+
+    Equality and hash leave out ``prediction``: two decisions are equal when they steer alike (mode, accesses,
+    thresholds, reason, unmet requirements), whatever outcome was predicted on the way. The service shares one rule
+    object between equal decisions (``edgepath.adapters.steering``, issue 16).
+    """
 
     steering_mode: SteeringMode
     accesses: tuple[AccessSelection, ...]
@@ -234,7 +239,7 @@ class SteeringDecision:
     reason: str
     rtt_threshold_ms: float | None = None
     packet_loss_rate_threshold: float | None = None
-    prediction: Prediction | None = None
+    prediction: Prediction | None = field(default=None, compare=False)
     unmet: tuple[str, ...] = field(default=())
     steering_functionality: str = STEERING_FUNCTIONALITY
 

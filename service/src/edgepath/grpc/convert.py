@@ -149,10 +149,11 @@ class _ProtoMemo:
 
 
 def recommendation_to_proto(rec: Recommendation, shared: bool = True) -> pb.Recommendation:
-    """``Recommendation`` → proto. ``shared``: the request's MLPM and steering sections may be objects the adapters
-    share between replies (:func:`edgepath.adapters.base.cacheable_context`), so their proto form is memoised; False
-    converts them directly (made for this request alone, they would only cost the memo a weak reference and an
-    eviction each)."""
+    """``Recommendation`` → proto. ``shared``: the request's MLPM section may be an object the adapter shares
+    between replies (:func:`edgepath.adapters.base.cacheable_context`), so its proto form is memoised; False
+    converts it directly (made for this request alone, it would only cost the memo a weak reference and an eviction).
+    The congestion and steering sections always go through the memo: their adapters share one object per context
+    or per distinct rule (``edgepath.adapters.steering``), also for requests with subflow histories."""
     p = rec.primary_path
     return pb.Recommendation(
         decision_id=rec.decision_id,
@@ -168,7 +169,7 @@ def recommendation_to_proto(rec: Recommendation, shared: bool = True) -> pb.Reco
         scheduler=(_SCHEDULER_PB if shared else scheduler_to_proto)(rec.scheduler),  # issue 3
         congestion=_CONGESTION_PB(rec.congestion),  # issue 3
         server_selection=server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
-        steering=(_STEERING_PB if shared else steering_to_proto)(rec.steering),  # issue 19 (None leaves it unset)
+        steering=_STEERING_PB(rec.steering),  # issue 19 (None leaves it unset)
     )
 
 

@@ -1,0 +1,120 @@
+"""The steering adapter's shared default rule: one section object per distinct rule, equal to computing it afresh.
+
+An agent's subflow histories move the MLPM weights with every request; the default ATSSS rule they lead to seldom
+changes. The adapter shares one section per distinct engine decision (issue 16); these tests check that sharing
+never changes what a device is told.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from edgepath.adapters.base import DecisionInput, cacheable_context
+from edgepath.adapters.mlpm import scheduler_advice
+from edgepath.adapters.steering import SteeringAdapter, default_decision, steering_advice
+from edgepath.engines import steering
+from edgepath.settings import Settings
+from edgepath.state.base import DecisionRecord, MtsSession
+from edgepath.state.memory import MemoryStore
+from edgepath.types import AccessType, InterfaceContext, RecommendRequest, SubflowHistory
+
+SETTINGS = Settings()
+
+
+def _request(wlan_tput_bps: float, lte_tput_bps: float, rtt_step_ms: float = 0.0) -> RecommendRequest:
+    """Two interfaces with 10-sample histories; the throughputs set the MLPM weights (and so the rule)."""
+    t_ms = [1000.0 * i for i in range(10)]
+
+    def history(name: str, rtt_ms: float, tput_bps: float) -> SubflowHistory:
+        return SubflowHistory(
+            interface=name,
+            rtt_t_ms=t_ms,
+            rtt_ms=[rtt_ms + rtt_step_ms * i for i in range(10)],
+            throughput_t_ms=t_ms,
+            throughput_bps=[tput_bps * (1.0 + 0.01 * i) for i in range(10)],
+        )
+
+    return RecommendRequest(
+        device_id="d-1",
+        interfaces=[
+            InterfaceContext(name="wlan0", access_type=AccessType.WIFI, rtt_ms=20.0),
+            InterfaceContext(name="wwan0", access_type=AccessType.LTE, rtt_ms=45.0),
+        ],
+        subflow_histories=[history("wlan0", 20.0, wlan_tput_bps), history("wwan0", 45.0, lte_tput_bps)],
+    )
+
+
+def _input(request: RecommendRequest, interface: str = "wlan0") -> DecisionInput:
+    record = DecisionRecord(
+        decision_id="dec-1",
+        device_id=request.device_id,
+        model_version=1,
+        policy="p",
+        arms=("WIFI", "LTE"),
+        arm_index=0,
+        interface=interface,
+        propensity=1.0,
+        features=(),
+        decided_at=0.0,
+    )
+    sections = {"scheduler": scheduler_advice(request, SETTINGS)}
+    return DecisionInput(request=request, store=MemoryStore(), record=record, now_s=0.0, sections=sections)
+
+
+def _fresh(decision: DecisionInput, sessions: list[MtsSession] | None = None) -> object:
+    adapter = SteeringAdapter(SETTINGS)
+    return steering_advice(
+        decision.request, decision.record.interface, decision.sections["scheduler"], sessions or [], adapter.config
+    )
+
+
+def test_requests_whose_weights_differ_but_lead_to_one_rule_share_its_section() -> None:
+    adapter = SteeringAdapter(SETTINGS)
+    a, b = _input(_request(50e6, 1e6)), _input(_request(60e6, 1.5e6, rtt_step_ms=0.5))
+    assert not cacheable_context(a.request)  # agent contexts: nothing is cached per context
+    assert a.sections["scheduler"] != b.sections["scheduler"]  # the MLPM weights differ
+    first, second = adapter._advice(a, []), adapter._advice(b, [])
+    assert first is second
+    assert first == _fresh(a) == _fresh(b)
+
+
+def test_a_different_rule_gets_its_own_section() -> None:
+    """The LTE access carries little MLPM weight in one request (Active-Standby) and much in the other
+    (Priority-based): each device is told its own rule, the same as computed afresh."""
+    adapter = SteeringAdapter(SETTINGS)
+    standby, both = _input(_request(50e6, 1e6)), _input(_request(50e6, 50e6))
+    first, second = adapter._advice(standby, []), adapter._advice(both, [])
+    assert first is not second
+    assert first.rules[0].steering_mode == steering.SteeringMode.ACTIVE_STANDBY.value
+    assert second.rules[0].steering_mode == steering.SteeringMode.PRIORITY_BASED.value
+    assert first == _fresh(standby)
+    assert second == _fresh(both)
+    assert adapter._advice(_input(_request(50e6, 1e6), interface="wwan0"), []) == _fresh(
+        _input(_request(50e6, 1e6), interface="wwan0")
+    )  # another primary path: another rule
+
+
+def test_a_device_with_a_session_is_decided_per_request() -> None:
+    adapter = SteeringAdapter(SETTINGS)
+    decision = _input(_request(50e6, 1e6))
+    session = MtsSession(
+        session_id="s-1", device_id="d-1", info='{"sessionId": "s-1", "requestType": 0, "mtsMode": 1}', created_at=0.0
+    )
+    advice = adapter._advice(decision, [session])
+    assert advice == _fresh(decision, [session])
+    assert advice is not adapter._advice(decision, [])  # the default rule alone is another section
+    assert advice.rules[0].mts_session_id == "s-1"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("reason", "another reason"), ("rtt_threshold_ms", 99.0), ("unmet", ("maxLoss",))],
+)
+def test_decisions_are_equal_when_they_steer_alike_whatever_was_predicted(field: str, value: object) -> None:
+    request = _request(50e6, 1e6)
+    d = default_decision(request, "wlan0", scheduler_advice(request, SETTINGS), SteeringAdapter(SETTINGS).config)
+    assert d.prediction is not None
+    other_prediction = dataclasses.replace(d, prediction=steering.Prediction(rtt_ms=1.0, loss=0.0, throughput_bps=1.0))
+    assert other_prediction == d and hash(other_prediction) == hash(d)
+    assert dataclasses.replace(d, **{field: value}) != d
