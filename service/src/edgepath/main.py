@@ -91,7 +91,7 @@ def tune_serving_process(settings: Settings) -> None:
       (Python's default 5 ms). The serving process's background threads (the refit hand-off's pickling, the
       process pool's feeder and result threads, snapshot loads) did so while the trainer refitted: in
       ``loadtest/bench --store memory`` the p99 while training was 1.3-9.5× the idle p99 at 5 ms and 0.86-1.63×
-      at 0.5 ms (README, "Benchmark").
+      at 0.5 ms (``reports/issue-16/serving-benchmarks.md``, evening of 2026-11-25).
     """
     freeze_startup_heap()
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
