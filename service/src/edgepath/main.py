@@ -252,6 +252,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBa
             decision_log_max_entries=settings.decision_log_max_entries,
             decision_log_retention_s=settings.decision_log_retention_s,
             outbox_dir=settings.outbox_dir,
+            pipeline_hold_iterations=settings.redis_pipeline_hold_iterations,
         )
         return RedisBackend(store)
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")

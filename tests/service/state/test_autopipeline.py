@@ -105,6 +105,62 @@ def test_drain_sends_what_is_queued_and_waits_for_it(redis_server: RedisServer, 
 def test_max_commands_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_commands"):
         AutoPipeline(Redis(), max_commands=0)
+    with pytest.raises(ValueError, match="hold_iterations"):
+        AutoPipeline(Redis(), hold_iterations=-1)
+
+
+@pytest.mark.parametrize(("hold_iterations", "pipelines"), [(0, 5), (8, 1)])
+def test_a_held_queue_gathers_the_commands_of_the_next_iterations(
+    redis_server: RedisServer, namespace: str, hold_iterations: int, pipelines: int
+) -> None:
+    """One command per loop iteration, as a serving loop that takes one call per wake-up issues them: sent at the
+    next iteration, each is a pipeline of its own; held for 8 iterations, the five share one round trip."""
+
+    async def body(auto: AutoPipeline) -> None:
+        futures = []
+        for i in range(5):
+            futures.append(auto.execute("set", f"{namespace}:h{i}", i))
+            await asyncio.sleep(0)  # one loop iteration
+        assert await asyncio.gather(*futures) == [True] * 5
+        assert (auto.pipelines, auto.commands) == (pipelines, 5)
+        assert await auto.client.get(f"{namespace}:h4") == b"4"
+
+    async def run() -> None:
+        client = Redis.from_url(redis_server.url)
+        try:
+            await body(AutoPipeline(client, hold_iterations=hold_iterations))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_queue_sent_early_ends_its_hold(redis_server: RedisServer, namespace: str) -> None:
+    """A held queue that reaches ``max_commands`` goes at once; the commands after it start a hold of their own
+    (the first hold does not send them early), and :meth:`drain` sends what is held."""
+
+    async def body(auto: AutoPipeline) -> None:
+        first = [auto.execute("set", f"{namespace}:e0", 0)]  # its hold ends 50 iterations from here
+        for _ in range(45):
+            await asyncio.sleep(0)
+        first += [auto.execute("set", f"{namespace}:e{i}", i) for i in (1, 2)]  # max_commands 3: sent at once
+        assert (auto.pipelines, len(auto._queue)) == (0, 0)  # the send is a task of this iteration
+        second = auto.execute("set", f"{namespace}:e3", 3)
+        for _ in range(10):  # past the end of the first hold
+            await asyncio.sleep(0)
+        assert auto.pipelines == 1 and not second.done()  # still held: its own 50 iterations, not the first's
+        await auto.drain()
+        assert second.done() and (auto.pipelines, auto.commands) == (2, 4)
+        assert await asyncio.gather(*first) == [True] * 3
+
+    async def run() -> None:
+        client = Redis.from_url(redis_server.url)
+        try:
+            await body(AutoPipeline(client, max_commands=3, hold_iterations=50))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
 
 
 async def test_a_batch_writes_its_decisions_and_reads_its_sessions_in_one_command_each(

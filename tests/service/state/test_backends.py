@@ -142,7 +142,8 @@ def test_service_is_built_around_its_backend() -> None:
     memory = Service.build(Settings())
     assert isinstance(memory.backend, MemoryBackend) and memory.store is memory.backend.store
     assert memory.trainer is not None and memory.follower is None
-    shared = Service.build(Settings(store_url="redis://127.0.0.1:1/0"))
+    shared = Service.build(Settings(store_url="redis://127.0.0.1:1/0", redis_pipeline_hold_iterations=5))
     assert isinstance(shared.backend, RedisBackend) and shared.store is shared.backend.store
     assert shared.trainer is None and shared.follower is not None
+    assert shared.backend.store._auto.hold_iterations == 5  # the setting reaches the auto-pipeline
     asyncio.run(shared.backend.close())

@@ -1,5 +1,5 @@
-"""Automatic pipelining for redis-py asyncio: the commands issued in one event-loop iteration reach Redis as one
-pipeline (one write, one round trip, one pass over the replies).
+"""Automatic pipelining for redis-py asyncio: the commands issued within a few event-loop iterations reach Redis as
+one pipeline (one write, one round trip, one pass over the replies).
 
 Why (issue 16): under load the serving loop has many requests in flight, each issuing one or two commands per
 step (the decision ``SET``, its ``GET`` at outcome time, the rate-limit script, the claim script, the MEC 015
@@ -9,6 +9,16 @@ command on this 2-core machine, against about 21 µs when the same commands from
 as pipelines (loopback redis-server, ``SET`` + ``HVALS`` pairs, uvloop; measured for this change). The
 technique is ioredis's ``enableAutoPipelining`` (and the Lettuce/StackExchange.Redis default); redis-py has no
 asyncio equivalent, so this module is the glue.
+
+**Holding the queue for a few iterations** (``hold_iterations``). A serving loop takes one new gRPC call per
+wake-up, so the commands of one iteration are mostly one request's: under a closed loop of 16 agent Recommends on
+the Redis store a pipeline carried 1.8 commands, and each round trip costs the serving process ~30–55 CPU µs
+whatever it carries (loopback socket write, wake-up, read; measured with redis-py's raw connection on this 2-core
+machine: 55 µs for one command, 14 µs per command for eight). Held for 16 iterations, in which the loop runs its
+other ready callbacks and polls for I/O, a pipeline carried 8.4–8.7 commands and the server's CPU per Recommend
+fell from 1,044–1,064 to 775–818 µs (``loadtest/cpu_per_call.py --store redis``, issue 16). The price is latency
+while the loop is idle: each held iteration is one pass of an otherwise empty loop (one sequential Recommend: p50
+1.45 → 1.54–1.67 ms over two round trips). ``hold_iterations=0`` sends at the next iteration, as before.
 
 Semantics, per command, as if it had been sent alone:
 
@@ -48,6 +58,14 @@ class AutoPipeline:
         The ``redis.asyncio.Redis`` client (its pool, time-outs and retry policy are used as they are).
     max_commands:
         A queue this long is sent at once instead of at the end of the iteration (bounds one pipeline's size).
+    hold_iterations:
+        Event-loop iterations a queue waits for more commands after its first (module docstring); 0 sends it at the
+        next iteration.
+
+    Raises
+    ------
+    ValueError
+        ``max_commands`` < 1 or ``hold_iterations`` < 0.
 
     Attributes
     ----------
@@ -55,15 +73,19 @@ class AutoPipeline:
         Pipelines sent and commands sent through them (commands / pipelines = the mean coalescing).
     """
 
-    def __init__(self, client: Redis, max_commands: int = 512) -> None:
+    def __init__(self, client: Redis, max_commands: int = 512, hold_iterations: int = 0) -> None:
         if max_commands < 1:
             raise ValueError("max_commands must be >= 1")
+        if hold_iterations < 0:
+            raise ValueError("hold_iterations must be >= 0")
         self.client = client
         self.max_commands = max_commands
+        self.hold_iterations = hold_iterations
         self.pipelines = 0
         self.commands = 0
         self._queue: list[_Queued] = []
         self._scheduled = False
+        self._sent_queues = 0  # queues sent so far: a hold scheduled for an earlier queue stops (_hold)
         self._sending: set[asyncio.Task[None]] = set()
 
     def execute(self, name: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
@@ -82,7 +104,7 @@ class AutoPipeline:
             self._send_queue()
         elif not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._send_queue)
+            loop.call_soon(self._hold, self.hold_iterations, self._sent_queues)
         return future
 
     def register_script(self, script: str | bytes) -> Callable[..., Awaitable[Any]]:
@@ -108,10 +130,22 @@ class AutoPipeline:
         while self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
+    def _hold(self, iterations: int, queue: int) -> None:
+        """Send the queue once ``iterations`` more loop iterations have passed (one ``call_soon`` hop each: the loop
+        runs its other ready callbacks and polls for I/O in between), unless queue number ``queue`` already went
+        out (``max_commands`` reached, :meth:`drain`)."""
+        if queue != self._sent_queues:
+            return
+        if iterations > 0:
+            asyncio.get_running_loop().call_soon(self._hold, iterations - 1, queue)
+        else:
+            self._send_queue()
+
     def _send_queue(self) -> None:
         self._scheduled = False
         if not self._queue:
             return
+        self._sent_queues += 1
         batch, self._queue = self._queue, []
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._sending.add(task)

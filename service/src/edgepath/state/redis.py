@@ -189,6 +189,9 @@ class RedisStore:
     outbox_dir:
         Directory of the durable degraded-mode journal (:mod:`edgepath.state.outbox`); None: outcomes are
         refused (retryable) while Redis is unreachable instead of being acknowledged from memory.
+    pipeline_hold_iterations:
+        Event-loop iterations the auto-pipeline holds a queue for more commands
+        (:class:`~edgepath.state.autopipeline.AutoPipeline`); 0 sends it at the next iteration.
     """
 
     overlaps_io = True  # every call is a round trip (StateStore.overlaps_io)
@@ -208,6 +211,7 @@ class RedisStore:
         decision_log_max_entries: int = 100_000,
         decision_log_retention_s: float = 7 * 24 * 3600.0,
         outbox_dir: str | None = None,
+        pipeline_hold_iterations: int = 0,
     ) -> None:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
@@ -226,9 +230,9 @@ class RedisStore:
         self.decision_log_stream = f"{namespace}:decision_log"
         self.decision_log_max_entries = decision_log_max_entries
         self.decision_log_retention_s = decision_log_retention_s
-        # The per-request commands go through one auto-pipeline: what the loop's concurrent requests issue in one
-        # iteration is one round trip (issue 16; :mod:`edgepath.state.autopipeline`).
-        self._auto = AutoPipeline(self.redis)
+        # The per-request commands go through one auto-pipeline: what the loop's concurrent requests issue within
+        # ``pipeline_hold_iterations`` iterations is one round trip (issue 16; :mod:`edgepath.state.autopipeline`).
+        self._auto = AutoPipeline(self.redis, hold_iterations=pipeline_hold_iterations)
         self._claim = self._auto.register_script(_CLAIM_LUA)
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
         self._put_decisions = self._auto.register_script(_PUT_DECISIONS_LUA)
