@@ -188,6 +188,10 @@ class Metrics:
     #: ``Admission``: the serving thread's busy share (0-1) and the event loop's lag, s.
     admission_busy: Gauge
     admission_loop_lag_seconds: Gauge
+    #: The Redis auto-pipeline (issue 16, :mod:`edgepath.state.autopipeline`): round trips it sent and the commands
+    #: they carried; rate(commands) / rate(round trips) is the coalescing ``redis_pipeline_hold_iterations`` buys.
+    redis_round_trips: HotCounter
+    redis_commands: HotCounter
 
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         """Count one finished gRPC call (``/edgepath.v1.PathService/Recommend``, status code name, latency in s)
@@ -252,6 +256,15 @@ class Metrics:
             ["handler", "method"],
             REQUEST_SECONDS_BUCKETS,
         )
+        redis_round_trips = HotCounter(
+            "edgepath_redis_round_trips", "Pipelines the Redis auto-pipeline sent (one round trip each)", []
+        )
+        redis_commands = HotCounter(
+            "edgepath_redis_pipelined_commands",
+            "Commands sent through the Redis auto-pipeline (per round trip: rate of this / rate of "
+            "edgepath_redis_round_trips_total)",
+            [],
+        )
         reg.register(
             _HotCollector(
                 decisions,
@@ -267,6 +280,8 @@ class Metrics:
                 grpc_handling_seconds,
                 http_requests,
                 http_request_seconds,
+                redis_round_trips,
+                redis_commands,
             )
         )
         return cls(
@@ -334,4 +349,6 @@ class Metrics:
                 registry=reg,
             ),
             grpc_handling_seconds=grpc_handling_seconds,
+            redis_round_trips=redis_round_trips,
+            redis_commands=redis_commands,
         )

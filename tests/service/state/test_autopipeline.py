@@ -7,12 +7,15 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import pytest
+from edgepath.metrics import Metrics
 from edgepath.state.autopipeline import AutoPipeline
+from edgepath.state.redis import RedisStore
+from prometheus_client import generate_latest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from state.redis_helpers import RedisServer, free_port
+from state.redis_helpers import RedisServer, decision, free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -195,3 +198,34 @@ async def test_a_batch_writes_its_decisions_and_reads_its_sessions_in_one_comman
     finally:
         await store.close()
         await admin.aclose()
+
+
+def test_each_round_trip_and_its_commands_are_reported(redis_server: RedisServer, namespace: str) -> None:
+    """``on_send`` hears every pipeline's size; a store with metrics exports them as round trips and commands, whose
+    ratio is the coalescing an operator tunes ``redis_pipeline_hold_iterations`` by."""
+    sizes: list[int] = []
+
+    async def run() -> None:
+        client = Redis.from_url(redis_server.url)
+        try:
+            auto = AutoPipeline(client, on_send=sizes.append)
+            await asyncio.gather(*(auto.execute("set", f"{namespace}:m{i}", i) for i in range(3)))
+            await auto.execute("get", f"{namespace}:m0")
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+    assert sizes == [3, 1]
+
+    async def store_body() -> bytes:
+        metrics = Metrics.create()
+        store = RedisStore(redis_server.url, namespace=namespace, metrics=metrics, pipeline_hold_iterations=4)
+        try:
+            await asyncio.gather(*(store.put_decision(decision(f"d-{i}"), 60.0) for i in range(5)))
+        finally:
+            await store.close()
+        return generate_latest(metrics.registry)
+
+    exposition = asyncio.run(store_body()).decode()
+    assert "edgepath_redis_round_trips_total 1.0" in exposition
+    assert "edgepath_redis_pipelined_commands_total 5.0" in exposition

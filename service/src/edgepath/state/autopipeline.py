@@ -61,6 +61,8 @@ class AutoPipeline:
     hold_iterations:
         Event-loop iterations a queue waits for more commands after its first (module docstring); 0 sends it at the
         next iteration.
+    on_send:
+        Called with the number of commands of every pipeline sent (e.g. to count round trips in metrics).
 
     Raises
     ------
@@ -73,7 +75,13 @@ class AutoPipeline:
         Pipelines sent and commands sent through them (commands / pipelines = the mean coalescing).
     """
 
-    def __init__(self, client: Redis, max_commands: int = 512, hold_iterations: int = 0) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        max_commands: int = 512,
+        hold_iterations: int = 0,
+        on_send: Callable[[int], None] | None = None,
+    ) -> None:
         if max_commands < 1:
             raise ValueError("max_commands must be >= 1")
         if hold_iterations < 0:
@@ -81,6 +89,7 @@ class AutoPipeline:
         self.client = client
         self.max_commands = max_commands
         self.hold_iterations = hold_iterations
+        self.on_send = on_send
         self.pipelines = 0
         self.commands = 0
         self._queue: list[_Queued] = []
@@ -154,6 +163,8 @@ class AutoPipeline:
     async def _send(self, batch: list[_Queued]) -> None:
         self.pipelines += 1
         self.commands += len(batch)
+        if self.on_send is not None:
+            self.on_send(len(batch))
         try:
             if len(batch) == 1:  # a lone command: no pipeline object to build
                 name, args, kwargs, _ = batch[0]

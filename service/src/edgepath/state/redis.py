@@ -232,7 +232,9 @@ class RedisStore:
         self.decision_log_retention_s = decision_log_retention_s
         # The per-request commands go through one auto-pipeline: what the loop's concurrent requests issue within
         # ``pipeline_hold_iterations`` iterations is one round trip (issue 16; :mod:`edgepath.state.autopipeline`).
-        self._auto = AutoPipeline(self.redis, hold_iterations=pipeline_hold_iterations)
+        self._auto = AutoPipeline(
+            self.redis, hold_iterations=pipeline_hold_iterations, on_send=None if metrics is None else _count(metrics)
+        )
         self._claim = self._auto.register_script(_CLAIM_LUA)
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
         self._put_decisions = self._auto.register_script(_PUT_DECISIONS_LUA)
@@ -967,6 +969,17 @@ class RedisStore:
             self._journal.close(remove=not (self._outbox or self._unsynced))
         await self.redis.aclose()
         await self._reader.aclose()
+
+
+def _count(metrics: Metrics) -> Callable[[int], None]:
+    """The auto-pipeline's ``on_send``: one round trip and its commands in ``metrics`` (no lock: the loop's thread)."""
+    round_trips, commands = metrics.redis_round_trips.labels(), metrics.redis_commands.labels()
+
+    def sent(n: int) -> None:
+        round_trips.inc()
+        commands.inc(n)
+
+    return sent
 
 
 class FailFastRedis:
