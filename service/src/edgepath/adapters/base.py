@@ -42,8 +42,9 @@ def cacheable_context(request: RecommendRequest) -> bool:
     Without histories MLPM, and so the steering rule, read only the request's interfaces, profile and kernel,
     which repeat across devices and calls: the adapters cache those sections per context (bounded LRU) and hand
     the same frozen object to every reply of that context, and the gRPC encoder converts such a shared object
-    once (``edgepath.grpc.convert``). An agent's histories move with every request (issue 16): its sections are
-    computed, and encoded, for that request alone. The one place this rule is written.
+    once (``edgepath.grpc.convert``). An agent's histories move with every request (issue 16): its MLPM section is
+    computed, and encoded, for that request alone (the steering adapter still shares one section per distinct
+    rule, whatever the context). The one place this rule is written.
     """
     return not request.subflow_histories
 

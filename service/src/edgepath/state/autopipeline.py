@@ -57,7 +57,7 @@ class AutoPipeline:
     client:
         The ``redis.asyncio.Redis`` client (its pool, time-outs and retry policy are used as they are).
     max_commands:
-        A queue this long is sent at once instead of at the end of the iteration (bounds one pipeline's size).
+        A queue this long is sent at once instead of at the end of its hold (bounds one pipeline's size).
     hold_iterations:
         Event-loop iterations a queue waits for more commands after its first (module docstring); 0 sends it at the
         next iteration.
