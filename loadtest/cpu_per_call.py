@@ -3,17 +3,21 @@
 
 Usage::
 
-    .venv/bin/python loadtest/cpu_per_call.py [--store memory://|redis://HOST:PORT/DB] [--transport grpc|rest]
+    .venv/bin/python loadtest/cpu_per_call.py [--store memory://|redis|redis://HOST:PORT/DB] [--transport grpc|rest]
         [--duration-s 4] [--rounds 2] [--history-samples 20] [--history-variants 16]
         [--history-form columns|objects]
 
-Starts ``edgepath serve`` (rate limits lifted, as the bench does; with a Redis URL add ``--no-trainer`` through
-``--serve-arg``) and the bench's echo server, drives each with 16 in-flight Recommend calls, and prints per round
+Starts ``edgepath serve`` (rate limits lifted, as the bench does) and the bench's echo server, drives each with 16
+in-flight Recommend calls, and prints per round
 the calls/s, the **server process's CPU µs per call** (user + system time from ``/proc/PID/stat``, all its
 threads) and the generator's. Unlike decisions/s, the CPU per call does not depend on how the 2 cores are shared
 between the generator and the server, so it says how much more a decision costs than a bare call of the same
 framework (issue 16: what holds the ratio). Contexts carry the agent's subflow histories as in the bench
 (``--history-samples 0``: radio readings only, every run before 2026-11-26). Linux only (``/proc``).
+
+``--store redis`` starts a throw-away ``redis-server`` on loopback (``loadtest/topology.py``) and serves as a
+replica of the chart's topology without the trainer (``--no-trainer``: the trainer is another process there); a
+``redis://`` URL uses a server of yours (add ``--serve-arg=--no-trainer`` for the same replica).
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ _spec = importlib.util.spec_from_loader("bench", _loader)
 assert _spec is not None
 bench = importlib.util.module_from_spec(_spec)
 _loader.exec_module(bench)
-import workload  # noqa: E402  (on sys.path through the bench module)
+import topology  # noqa: E402  (on sys.path through the bench module)
+import workload  # noqa: E402
 
 
 def cpu_s(pid: int) -> float:
@@ -62,7 +67,7 @@ async def measure(
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--store", default="memory://")
+    p.add_argument("--store", default="memory://", help="memory:// (default), redis (a throw-away server) or a URL")
     p.add_argument("--transport", choices=("grpc", "rest"), default="grpc")
     p.add_argument("--duration-s", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=2)
@@ -79,31 +84,51 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="edgepath-cpu-") as tmp_s:
         tmp = Path(tmp_s)
-        service, service_ports = bench.start(
-            [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
-             "--ready-file", str(tmp / "service.json"), "--log-level", "WARNING", "--store", args.store,
-             *args.serve_arg],
-            tmp / "service.json", tmp / "service.log", env,
-        )  # fmt: skip
-        echo = None
+        redis, store_url, serve_args = None, args.store, list(args.serve_arg)
+        if args.store == "redis":
+            redis, store_url = topology.start_redis_server(tmp)
+            serve_args.append("--no-trainer")
         try:
-            (tmp / "canned.json").write_text(json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0]))))
-            echo, echo_ports = bench.start(
-                [sys.executable, str(HERE / "bench"), "--echo-server", "--ready-file", str(tmp / "echo.json"),
-                 "--canned", str(tmp / "canned.json")],
-                tmp / "echo.json", tmp / "echo.log", {},
-            )  # fmt: skip
-            print("server   calls/s  server CPU µs/call  generator CPU µs/call")
-            for _ in range(args.rounds):
-                for name, ports, proc in (("echo", echo_ports, echo), ("service", service_ports, service)):
-                    rps, server_us, gen_us = asyncio.run(
-                        measure(args.transport, ports, proc.pid, pool, args.duration_s, contexts)
-                    )
-                    print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}", flush=True)
+            return run(args, contexts, pool, env, tmp, store_url, serve_args)
         finally:
-            if echo is not None:
-                bench.stop(echo)
-            bench.stop(service)
+            if redis is not None:
+                bench.stop(redis)
+
+
+def run(
+    args: argparse.Namespace,
+    contexts: Any,
+    pool: list,
+    env: dict[str, str],
+    tmp: Path,
+    store_url: str,
+    serve_args: list[str],
+) -> int:
+    """Start the service and the echo, print the rounds (module docstring), stop both."""
+    service, service_ports = bench.start(
+        [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
+         "--ready-file", str(tmp / "service.json"), "--log-level", "WARNING", "--store", store_url, *serve_args],
+        tmp / "service.json", tmp / "service.log", env,
+    )  # fmt: skip
+    echo = None
+    try:
+        (tmp / "canned.json").write_text(json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0]))))
+        echo, echo_ports = bench.start(
+            [sys.executable, str(HERE / "bench"), "--echo-server", "--ready-file", str(tmp / "echo.json"),
+             "--canned", str(tmp / "canned.json")],
+            tmp / "echo.json", tmp / "echo.log", {},
+        )  # fmt: skip
+        print("server   calls/s  server CPU µs/call  generator CPU µs/call")
+        for _ in range(args.rounds):
+            for name, ports, proc in (("echo", echo_ports, echo), ("service", service_ports, service)):
+                rps, server_us, gen_us = asyncio.run(
+                    measure(args.transport, ports, proc.pid, pool, args.duration_s, contexts)
+                )
+                print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}", flush=True)
+    finally:
+        if echo is not None:
+            bench.stop(echo)
+        bench.stop(service)
     return 0
 
 
