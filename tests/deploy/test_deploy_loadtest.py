@@ -339,3 +339,36 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
     for r in data["rounds"]:
         assert r["backlog"] >= 150  # 300/s x 0.6 s of outcomes queued while paused
         assert r["versions_in_catch_up"] >= 1  # ... and trained on once the trainer ran again
+
+
+@pytest.mark.parametrize("store", ["memory://", "redis"])
+def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str) -> None:
+    """``loadtest/cpu_per_call.py``: one round against the echo and the service (``redis``: a throw-away
+    redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target."""
+    if store == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    args = ["--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "loadtest" / "cpu_per_call.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service"))]
+    assert [r[0] for r in rows] == ["echo", "service"], proc.stdout
+    assert all(float(x) > 0 for r in rows for x in r[1:4]), rows
+    assert not _left_running("edgepath-cpu-")  # its redis-server (working directory in its temporary one) is gone
+
+
+def _left_running(directory_prefix: str) -> list[str]:
+    """Processes whose working directory lies in a directory named ``directory_prefix…`` (deleted or not)."""
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        try:
+            if proc_dir.name.isdigit() and directory_prefix in os.readlink(proc_dir / "cwd"):
+                found.append(proc_dir.name)
+        except OSError:
+            continue
+    return found
