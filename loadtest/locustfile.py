@@ -61,6 +61,8 @@ from workload import (  # noqa: E402
 )
 
 DECISIONS_PER_DEVICE = 100
+#: Different histories per situation when no ``--history-variants`` is given (its default too).
+HISTORY_VARIANTS = 4
 _user_ids = itertools.count()
 
 
@@ -100,7 +102,7 @@ def _options(parser: Any) -> None:
         "--tls-server-name", default="", help="Name the service's certificate is checked against (default: the host)"
     )
     parser.add_argument("--situations", type=int, default=2000, help="Paired situations to load from the data")
-    add_history_arguments(parser, variants=4)
+    add_history_arguments(parser, variants=HISTORY_VARIANTS)
     parser.add_argument(
         "--final-stats-file",
         default="",
@@ -161,7 +163,7 @@ class _DeviceStream:
         ``--history-form``; without options, :func:`workload.add_history_arguments`' defaults)."""
         opts = _options_of(self.environment)  # type: ignore[attr-defined]
         if opts is None:
-            return AGENT_HISTORY_SAMPLES, self._rng.randrange(4), HISTORY_FORMS[0]
+            return AGENT_HISTORY_SAMPLES, self._rng.randrange(HISTORY_VARIANTS), HISTORY_FORMS[0]
         return opts.history_samples, self._rng.randrange(max(1, opts.history_variants)), opts.history_form
 
 

@@ -170,6 +170,23 @@ def parsed_session(info: str) -> ParsedSession:
     return ParsedSession(mode, steering.MTS_MODE_INTENT[mode], qos_of(body), flows)
 
 
+def default_decision(
+    request: ep_types.RecommendRequest,
+    primary_interface: str,
+    scheduler: ep_types.SchedulerAdvice,
+    config: steering.SteeringConfig,
+) -> steering.SteeringDecision:
+    """The engine's decision behind the default rule of a device with no MEC 015 session (DEFAULT intent, no qosD)."""
+    return steering.decide(path_states(request, scheduler), primary_interface, steering.Intent.DEFAULT, None, config)
+
+
+def default_advice(d: steering.SteeringDecision) -> ep_types.SteeringAdvice:
+    """The section of a device with no MEC 015 session: its default rule alone, from ``d``
+    (:func:`default_decision`)."""
+    rule = steering_rule(d, DEFAULT_PRECEDENCE, traffic_descriptor(None, None))
+    return ep_types.SteeringAdvice(rules=[rule], source=steering.SOURCE)
+
+
 def steering_advice(
     request: ep_types.RecommendRequest,
     primary_interface: str,
@@ -178,6 +195,8 @@ def steering_advice(
     config: steering.SteeringConfig,
 ) -> ep_types.SteeringAdvice:
     """Every ATSSS rule for the device (module docstring: precedence and sessions)."""
+    if not sessions:
+        return default_advice(default_decision(request, primary_interface, scheduler, config))
     paths = path_states(request, scheduler)
     rules: list[ep_types.SteeringRule] = []
     default_intent = steering.Intent.DEFAULT
@@ -196,23 +215,6 @@ def steering_advice(
     d = steering.decide(paths, primary_interface, default_intent, default_qos, config)
     rules.append(steering_rule(d, DEFAULT_PRECEDENCE, traffic_descriptor(None, None), default_mode, default_session))
     return ep_types.SteeringAdvice(rules=rules, source=steering.SOURCE)
-
-
-def default_decision(
-    request: ep_types.RecommendRequest,
-    primary_interface: str,
-    scheduler: ep_types.SchedulerAdvice,
-    config: steering.SteeringConfig,
-) -> steering.SteeringDecision:
-    """The engine's decision behind the default rule of a device with no MEC 015 session (DEFAULT intent, no qosD)."""
-    return steering.decide(path_states(request, scheduler), primary_interface, steering.Intent.DEFAULT, None, config)
-
-
-def default_advice(d: steering.SteeringDecision) -> ep_types.SteeringAdvice:
-    """The section of a device with no MEC 015 session: its default rule alone, from ``d``
-    (:func:`default_decision`); what :func:`steering_advice` returns for no session."""
-    rule = steering_rule(d, DEFAULT_PRECEDENCE, traffic_descriptor(None, None))
-    return ep_types.SteeringAdvice(rules=[rule], source=steering.SOURCE)
 
 
 def _default_rule_key(

@@ -92,8 +92,7 @@ class AutoPipeline:
         self.on_send = on_send
         self.pipelines = 0
         self.commands = 0
-        self._queue: list[_Queued] = []
-        self._scheduled = False
+        self._queue: list[_Queued] = []  # a non-empty queue has one hold pending (scheduled by its first command)
         self._sent_queues = 0  # queues sent so far: a hold scheduled for an earlier queue stops (_hold)
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -111,8 +110,7 @@ class AutoPipeline:
         self._queue.append((name, args, kwargs, future))
         if len(self._queue) >= self.max_commands:
             self._send_queue()
-        elif not self._scheduled:
-            self._scheduled = True
+        elif len(self._queue) == 1:  # a new queue: its hold starts
             loop.call_soon(self._hold, self.hold_iterations, self._sent_queues)
         return future
 
@@ -151,7 +149,6 @@ class AutoPipeline:
             self._send_queue()
 
     def _send_queue(self) -> None:
-        self._scheduled = False
         if not self._queue:
             return
         self._sent_queues += 1
