@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from edgepath.engines import mlpm
 from edgepath.engines.mlpm import Priority, Sample, SubflowHistory
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def samples(ts: list[float], ys: list[float]) -> list[Sample]:
@@ -155,3 +157,57 @@ class TestDegenerate:
     def test_bad_parameters_raise(self, kwargs: dict[str, float]) -> None:
         with pytest.raises(ValueError):
             mlpm.decide([SubflowHistory("a")], **kwargs)  # type: ignore[arg-type]
+
+
+_TIME_MS = st.one_of(
+    # Epoch-like ms, what an agent sends, on a 125 ms grid: exact in seconds too, so both forms hold the same times
+    # (an arbitrary epoch ms in seconds is rounded to ~0.2 µs, which moves a slope over 1 ms gaps by ~1e-4).
+    st.integers(0, 10**6).map(lambda k: 1.7e12 + 125.0 * k),
+    st.sampled_from([1.7e12, math.nan, math.inf, -math.inf]),  # repeats and non-finite times
+)
+_VALUE = st.one_of(st.floats(min_value=0.0, max_value=1e9), st.sampled_from([0.0, 5.0, math.nan, math.inf]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_TIME_MS, _VALUE), max_size=30),
+    in_time_order=st.booleans(),
+    window=st.integers(1, 25),
+    horizon_s=st.floats(0.0, 10.0),
+)
+def test_columns_forecast_as_the_pairs_do(
+    rows: list[tuple[float, float]], in_time_order: bool, window: int, horizon_s: float
+) -> None:
+    """Columns (ms timestamps, the adapter's form) give the forecast of the same samples as (t_s, value) pairs, for
+    columns in time order (sliced without pairs) and for shuffled or non-finite ones (the pairs' path)."""
+    if in_time_order:
+        rows = sorted(rows, key=lambda r: r[0] if math.isfinite(r[0]) else 0.0)
+    t_ms, values = [r[0] for r in rows], [r[1] for r in rows]
+    from_columns = mlpm.forecast_feature(mlpm.Columns(t_ms, values, 1000.0), window, horizon_s)
+    from_pairs = mlpm.forecast_feature([Sample(t / 1000.0, v) for t, v in rows], window, horizon_s)
+    if from_pairs is None:
+        assert from_columns is None
+        return
+    assert from_columns is not None
+    assert (from_columns.current, from_columns.samples) == (from_pairs.current, from_pairs.samples)
+    for got, want in ((from_columns.slope_per_s, from_pairs.slope_per_s), (from_columns.forecast, from_pairs.forecast)):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-6) or (math.isnan(got) and math.isnan(want))
+
+
+def test_columns_in_seconds_and_window_slice() -> None:
+    # 25 samples rising 2 per second; window 20 keeps t = 5..24, the newest value is 48.
+    cols = mlpm.Columns([float(t) for t in range(25)], [2.0 * t for t in range(25)])
+    f = mlpm.forecast_feature(cols, 20, 1.5)
+    assert f is not None
+    assert (f.current, f.samples) == (48.0, 20)
+    assert f.slope_per_s == pytest.approx(2.0) and f.forecast == pytest.approx(51.0)
+    assert mlpm.forecast_feature(mlpm.Columns([], []), 20, 1.0) is None
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [mlpm.Columns([0.0, 1.0], [1.0]), mlpm.Columns([0.0], [1.0], 0.0), mlpm.Columns([0.0], [1.0], math.nan)],
+)
+def test_bad_columns_raise(columns: mlpm.Columns) -> None:
+    with pytest.raises(ValueError, match="Columns"):
+        mlpm.forecast_feature(columns, 20, 1.0)

@@ -8,8 +8,6 @@ the profile and settings, Eq. 2–4).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
-from operator import truediv
 
 from cachetools import LRUCache
 
@@ -17,12 +15,6 @@ from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
 from edgepath.engines import mlpm
 from edgepath.settings import Settings
-
-
-def _timed(t_ms: Sequence[float], values: Sequence[float]) -> list[mlpm.TimedValue]:
-    """The engine's ``(t_s, value)`` pairs of a history's columns: ``t_ms`` → s (``map``/``zip``: an agent sends 80
-    samples per request, and the per-sample work stays in C)."""
-    return list(zip(map(truediv, t_ms, repeat(1000.0)), values, strict=True))
 
 
 def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> ep_types.SchedulerAdvice:
@@ -38,8 +30,8 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         histories.append(
             mlpm.SubflowHistory(
                 interface=iface.name,
-                rtt_ms=_timed(*h.rtt_columns()) if h else (),
-                throughput_bps=_timed(*h.throughput_columns()) if h else (),
+                rtt_ms=mlpm.Columns(*h.rtt_columns(), 1000.0) if h else (),  # ms timestamps, as sent
+                throughput_bps=mlpm.Columns(*h.throughput_columns(), 1000.0) if h else (),
                 current_rtt_ms=iface.rtt_ms,
             )
         )

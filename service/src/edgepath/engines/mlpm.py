@@ -62,6 +62,7 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -160,6 +161,25 @@ TimedValue = tuple[float, float]
 _BY_TIME = itemgetter(0)  # Sample.t_s, as a C-level sort key
 
 
+class Columns(NamedTuple):
+    """One feature's samples as two columns of equal length, as a device sends them (no object per sample).
+
+    ``t``: the time of each sample, in units of ``1 / t_units_per_s`` seconds (``t_units_per_s`` = 1000.0 for the
+    ms timestamps of the API, 1.0 for seconds), any origin; ``values``: the samples, in the feature's unit. The
+    engine reads columns without building a pair per sample when they are finite and in time order (what an agent
+    sends); anything else takes the pairs' path (:func:`window_of`), with the same result up to rounding (the
+    slope is taken in the columns' time unit and scaled after, which rounds less than epoch ms turned into seconds).
+    """
+
+    t: Sequence[float]
+    values: Sequence[float]
+    t_units_per_s: float = 1.0
+
+
+#: A feature's samples: ``(t_s, value)`` pairs, or :class:`Columns`.
+Samples = Sequence[TimedValue] | Columns
+
+
 @dataclass(frozen=True)
 class SubflowHistory:
     """What is known about one subflow (one interface).
@@ -169,17 +189,17 @@ class SubflowHistory:
     interface:
         Interface name, e.g. ``wlan0``.
     rtt_ms:
-        Timed RTT samples, ms (any order; non-finite values are ignored).
+        Timed RTT samples, ms (any order; non-finite values are ignored): ``(t_s, ms)`` pairs or :class:`Columns`.
     throughput_bps:
-        Timed throughput samples, bit/s.
+        Timed throughput samples, bit/s, likewise.
     current_rtt_ms:
         The interface's current RTT when no RTT history exists (e.g. the
         ``rtt_ms`` of the radio context), ms.
     """
 
     interface: str
-    rtt_ms: Sequence[TimedValue] = ()
-    throughput_bps: Sequence[TimedValue] = ()
+    rtt_ms: Samples = ()
+    throughput_bps: Samples = ()
     current_rtt_ms: float | None = None
 
 
@@ -256,8 +276,13 @@ def slope(t_s: Sequence[float], values: Sequence[float]) -> float:
         return 0.0
     if max(t_s) == min(t_s):
         return 0.0  # all timestamps equal: Eq. 1's denominator is 0
+    return _slope(t_s, values, n)
+
+
+def _slope(t_s: Sequence[float], values: Sequence[float], n: int) -> float:
+    """:func:`slope` of ``n`` ≥ 3 finite samples whose timestamps are not all equal (the checks made)."""
     mean_t = math.fsum(t_s) / n
-    xs = [x - mean_t for x in t_s]  # shift: same slope, no cancellation with epoch timestamps
+    xs = list(map(operator.sub, t_s, repeat(mean_t)))  # shift: same slope, no cancellation with epoch timestamps
     sum_x = math.fsum(xs)
     sum_y = math.fsum(values)
     sum_xy = math.fsum(map(operator.mul, xs, values))  # map: the per-element work stays in C (issue 16)
@@ -269,8 +294,19 @@ def slope(t_s: Sequence[float], values: Sequence[float]) -> float:
     return result if math.isfinite(result) else 0.0
 
 
-def forecast_feature(samples: Sequence[TimedValue], window: int, horizon_s: float) -> FeatureForecast | None:
-    """Current value, Eq. 1 slope and linear forecast ``value + slope × horizon_s``; None without samples."""
+def forecast_feature(samples: Samples, window: int, horizon_s: float) -> FeatureForecast | None:
+    """Current value, Eq. 1 slope and linear forecast ``value + slope × horizon_s``; None without samples.
+
+    ``samples``: ``(t_s, value)`` pairs or :class:`Columns` (the same result for the same samples, up to
+    rounding). ``window`` ≥ 1.
+
+    Raises
+    ------
+    ValueError
+        When the two :class:`Columns` differ in length or ``t_units_per_s`` is not finite and > 0.
+    """
+    if isinstance(samples, Columns):
+        return _forecast_columns(samples, window, horizon_s)
     win = window_of(samples, window)
     if not win:
         return None
@@ -278,6 +314,31 @@ def forecast_feature(samples: Sequence[TimedValue], window: int, horizon_s: floa
     current = values[-1]
     s = slope(t_s, values)
     return FeatureForecast(current=current, slope_per_s=s, forecast=current + s * horizon_s, samples=len(win))
+
+
+def _forecast_columns(columns: Columns, window: int, horizon_s: float) -> FeatureForecast | None:
+    """:func:`forecast_feature` of columns: finite columns in time order are windowed by slicing and their slope
+    taken in the columns' time unit (scaled to seconds after); others become pairs (:func:`window_of`)."""
+    t, values, per_s = columns
+    n = len(t)
+    if n != len(values):
+        raise ValueError(f"Columns: {n} times but {len(values)} values")
+    if not (math.isfinite(per_s) and per_s > 0.0):
+        raise ValueError(f"Columns: t_units_per_s must be finite and > 0, not {per_s!r}")
+    if n == 0 or window < 1:
+        return None
+    # A finite sum means finite terms (an inf or a nan would carry through); a finite column summing past the float
+    # range merely takes the general path.
+    if not (math.isfinite(sum(t)) and math.isfinite(sum(values)) and all(map(operator.le, t, islice(t, 1, None)))):
+        seconds = t if per_s == 1.0 else list(map(operator.truediv, t, repeat(per_s)))
+        return forecast_feature(list(zip(seconds, values, strict=True)), window, horizon_s)
+    if n > window:
+        t, values, n = t[n - window :], values[n - window :], window
+    current = values[-1]
+    s = _slope(t, values, n) * per_s if n >= MIN_SAMPLES_FOR_TREND and t[0] != t[-1] else 0.0
+    if not math.isfinite(s):
+        s = 0.0  # the scaling overflowed: as slope() does for a non-finite result
+    return FeatureForecast(current=current, slope_per_s=s, forecast=current + s * horizon_s, samples=n)
 
 
 def sigmoid(v: float) -> float:
@@ -298,7 +359,7 @@ def classify(features: Sequence[float], weights: Sequence[float], bias: float) -
     """
     if len(features) != len(weights):
         raise ValueError(f"{len(features)} features but {len(weights)} weights")
-    return sigmoid(math.fsum(w * f for w, f in zip(weights, features, strict=True)) + bias)
+    return sigmoid(math.fsum(map(operator.mul, weights, features)) + bias)  # lengths checked above
 
 
 def default_bias(gain: float = DEFAULT_GAIN) -> float:
