@@ -203,9 +203,11 @@ class SubflowHistory:
     current_rtt_ms: float | None = None
 
 
-@dataclass(frozen=True)
-class FeatureForecast:
-    """Current value, trend and forecast of one feature of one subflow."""
+class FeatureForecast(NamedTuple):
+    """Current value, trend and forecast of one feature of one subflow (value units; ``slope_per_s`` per second).
+
+    Immutable; a named tuple rather than a frozen dataclass: four per Recommend, built in ~0.8 against ~2 µs.
+    """
 
     current: float
     slope_per_s: float
@@ -213,9 +215,8 @@ class FeatureForecast:
     samples: int
 
 
-@dataclass(frozen=True)
-class SubflowScore:
-    """Classifier output for one subflow.
+class SubflowScore(NamedTuple):
+    """Classifier output for one subflow (immutable, a named tuple like :class:`FeatureForecast`).
 
     ``rtt_ms`` / ``throughput_bps`` are None when that feature is unknown.
     """
@@ -281,12 +282,16 @@ def slope(t_s: Sequence[float], values: Sequence[float]) -> float:
 
 def _slope(t_s: Sequence[float], values: Sequence[float], n: int) -> float:
     """:func:`slope` of ``n`` ≥ 3 finite samples whose timestamps are not all equal (the checks made)."""
-    mean_t = math.fsum(t_s) / n
-    xs = list(map(operator.sub, t_s, repeat(mean_t)))  # shift: same slope, no cancellation with epoch timestamps
-    sum_x = math.fsum(xs)
-    sum_y = math.fsum(values)
-    sum_xy = math.fsum(map(operator.mul, xs, values))  # map: the per-element work stays in C (issue 16)
-    sum_x2 = math.fsum(map(operator.mul, xs, xs))
+    # Shift the times by their mean: the same slope, without the cancellation n·Σx² − (Σx)² suffers with epoch
+    # timestamps. Any shift near the mean serves, so plain sums do: math.fsum's exact rounding cost ~2 µs per slope
+    # and, over 1,000 agent contexts, moved slopes by at most 1.3e-11 and weights by 1e-15 relative (issue 16).
+    # map: the per-element work stays in C.
+    mean_t = sum(t_s) / n
+    xs = list(map(operator.sub, t_s, repeat(mean_t)))
+    sum_x = sum(xs)
+    sum_y = sum(values)
+    sum_xy = sum(map(operator.mul, xs, values))
+    sum_x2 = sum(map(operator.mul, xs, xs))
     denominator = n * sum_x2 - sum_x * sum_x
     if not denominator > 0.0:
         return 0.0
