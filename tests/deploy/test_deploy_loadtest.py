@@ -362,6 +362,39 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str) -> N
     assert not _left_running("edgepath-cpu-")  # its redis-server (working directory in its temporary one) is gone
 
 
+@pytest.mark.parametrize("store", ["memory://", "redis"])
+def test_cpu_ab_measures_two_checkouts_at_once(store: str) -> None:
+    """``loadtest/cpu_ab.py`` with this checkout as its own base: one round of both servers driven at once, a
+    positive rate and CPU time for each and their ratio (a figure, never a target), nothing left running."""
+    if store == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
+    args = ["--base-src", str(ROOT / "service" / "src"), "--store", store, "--rounds", "1", "--duration-s", "0.5"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "loadtest" / "cpu_ab.py"), *args, "--history-variants", "2"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["1"]]
+    assert len(rows) == 1 and len(rows[0]) == 6, proc.stdout
+    assert all(float(x) > 0 for x in rows[0][1:]), rows
+    assert "median this/base CPU per call" in proc.stdout
+    assert not _left_running("edgepath-cpu-ab-")
+
+
+def test_cpu_ab_refuses_a_base_without_the_package(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "loadtest" / "cpu_ab.py"), "--base-src", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2 and "no edgepath package there" in proc.stderr
+
+
 def _left_running(directory_prefix: str) -> list[str]:
     """Processes whose working directory lies in a directory named ``directory_prefix…`` (deleted or not)."""
     found = []

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Server CPU per Recommend of two checkouts of the service, measured side by side under one load (issue 16).
+
+Usage::
+
+    git worktree add /tmp/base <revision>      # the checkout to compare against (its generated wire code too:
+    cp -r service/src/edgepath/wire /tmp/base/service/src/edgepath/)
+    .venv/bin/python loadtest/cpu_ab.py --base-src /tmp/base/service/src [--transport grpc|rest]
+        [--store memory://|redis] [--duration-s 10] [--rounds 3] [--history-samples 20]
+
+Starts ``edgepath serve`` twice, the base with ``PYTHONPATH=<base-src>`` (its ``edgepath`` package shadows this
+checkout's) and this checkout's, each with rate limits lifted as in the bench, and drives **both at once**: two
+closed loops of 8 in-flight Recommend calls each, on one event loop, for ``--duration-s`` per round. Each round
+prints both servers' calls/s and CPU µs per call (user + system time from ``/proc/PID/stat``, all threads) and
+their ratio. Running both at the same time puts them under the same host: on a shared 2-core machine whose speed
+drifts by a third within a minute (Session 34), two runs one after the other (``cpu_per_call.py``) compare the
+host's moments as much as the code. The two servers share the 2 cores with each other and the generator, so the
+absolute figures are higher than ``cpu_per_call.py``'s; the ratio is what this script is for. ``--store redis``
+starts one throw-away ``redis-server`` per service and serves as a replica without the trainer, as
+``cpu_per_call.py --store redis`` does. Speed is printed, never asserted. Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import cpu_per_call  # noqa: E402  (loads the bench script as the module ``bench``)
+
+bench, topology, workload = cpu_per_call.bench, cpu_per_call.topology, cpu_per_call.workload
+
+
+async def measure_both(
+    transport: str, servers: list[tuple[dict[str, int], int]], pool: list, duration_s: float, contexts: Any
+) -> list[tuple[float, float]]:
+    """Per server ``(calls/s, server CPU µs per call)`` of one round, both driven at the same time."""
+    targets = [bench.Target(transport, ports, contexts) for ports, _ in servers]
+    loads = [bench.Load(pool, seed) for seed in range(len(servers))]
+    await asyncio.gather(*(bench.closed_loop(t, ld, 8, 1.0) for t, ld in zip(targets, loads, strict=True)))
+    before = [cpu_per_call.cpu_s(pid) for _, pid in servers]
+    results = await asyncio.gather(
+        *(bench.closed_loop(t, ld, 8, duration_s) for t, ld in zip(targets, loads, strict=True))
+    )
+    after = [cpu_per_call.cpu_s(pid) for _, pid in servers]
+    for t in targets:
+        await t.close()
+    out = []
+    for r, b, a in zip(results, before, after, strict=True):
+        calls = max(r["rps"] * duration_s, 1.0)
+        out.append((r["rps"], (a - b) / calls * 1e6))
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base-src", type=Path, required=True, help="the base checkout's service/src directory")
+    p.add_argument("--store", default="memory://", help="memory:// (default) or redis (throw-away servers)")
+    p.add_argument("--transport", choices=("grpc", "rest"), default="grpc")
+    p.add_argument("--duration-s", type=float, default=10.0)
+    p.add_argument("--rounds", type=int, default=3)
+    workload.add_history_arguments(p, variants=16)  # as the bench's
+    args = p.parse_args()
+    if not (args.base_src / "edgepath" / "__init__.py").exists():
+        p.error(f"--base-src {args.base_src}: no edgepath package there")
+    contexts = bench.Contexts.from_args(args)
+    pool = workload.situations(1000)
+    env = {
+        "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
+        "EDGEPATH_RATE_LIMIT_BURST": "1000000",
+        "EDGEPATH_OUTCOME_CAP_PER_WINDOW": "100000000",
+        "EDGEPATH_HMAC_KEY": "bench-only-hmac-key-0123456789abcdef0123456789",
+    }
+    procs: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="edgepath-cpu-ab-") as tmp_s:
+        tmp = Path(tmp_s)
+        try:
+            servers = []
+            for name, extra_env in (("base", {"PYTHONPATH": str(args.base_src.resolve())}), ("this", {})):
+                store_url, serve_args = args.store, []
+                if args.store == "redis":
+                    (tmp / name).mkdir()
+                    redis, store_url = topology.start_redis_server(tmp / name)
+                    procs.append(redis)
+                    serve_args.append("--no-trainer")
+                proc, ports = bench.start(
+                    [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0",
+                     "--http-port", "0", "--ready-file", str(tmp / f"{name}.json"), "--log-level", "WARNING",
+                     "--store", store_url, *serve_args],
+                    tmp / f"{name}.json", tmp / f"{name}.log", {**env, **extra_env},
+                )  # fmt: skip
+                procs.append(proc)
+                servers.append((ports, proc.pid))
+            print(f"transport {args.transport}, store {args.store}; base = {args.base_src}, this = {HERE.parent}")
+            print("round  base calls/s  base CPU µs/call  this calls/s  this CPU µs/call  this/base CPU")
+            ratios = []
+            for i in range(args.rounds):
+                (b_rps, b_us), (t_rps, t_us) = asyncio.run(
+                    measure_both(args.transport, servers, pool, args.duration_s, contexts)
+                )
+                ratios.append(t_us / b_us)
+                print(f"{i + 1:5d}  {b_rps:12.0f}  {b_us:16.1f}  {t_rps:12.0f}  {t_us:16.1f}  {ratios[-1]:13.3f}")
+            print(f"median this/base CPU per call: {statistics.median(ratios):.3f}")
+        finally:
+            for proc in reversed(procs):
+                bench.stop(proc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
