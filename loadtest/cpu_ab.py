@@ -71,12 +71,7 @@ def main() -> int:
         p.error(f"--base-src {args.base_src}: no edgepath package there")
     contexts = bench.Contexts.from_args(args)
     pool = workload.situations(1000)
-    env = {
-        "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
-        "EDGEPATH_RATE_LIMIT_BURST": "1000000",
-        "EDGEPATH_OUTCOME_CAP_PER_WINDOW": "100000000",
-        "EDGEPATH_HMAC_KEY": "bench-only-hmac-key-0123456789abcdef0123456789",
-    }
+    env = dict(cpu_per_call.SERVE_ENV)
     procs: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="edgepath-cpu-ab-") as tmp_s:
         tmp = Path(tmp_s)

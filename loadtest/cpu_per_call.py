@@ -44,6 +44,15 @@ _loader.exec_module(bench)
 import topology  # noqa: E402  (on sys.path through the bench module)
 import workload  # noqa: E402
 
+#: The served process's environment: rate limits lifted, as the bench does (a closed loop from one host would
+#: otherwise meet the per-device limit), and a throw-away HMAC key.
+SERVE_ENV = {
+    "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
+    "EDGEPATH_RATE_LIMIT_BURST": "1000000",
+    "EDGEPATH_OUTCOME_CAP_PER_WINDOW": "100000000",
+    "EDGEPATH_HMAC_KEY": "bench-only-hmac-key-0123456789abcdef0123456789",
+}
+
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all threads), from /proc/PID/stat fields 14 and 15."""
@@ -76,12 +85,7 @@ def main() -> int:
     args = p.parse_args()
     contexts = bench.Contexts.from_args(args)
     pool = workload.situations(1000)
-    env = {
-        "EDGEPATH_RATE_LIMIT_PER_S": "1000000",
-        "EDGEPATH_RATE_LIMIT_BURST": "1000000",
-        "EDGEPATH_OUTCOME_CAP_PER_WINDOW": "100000000",
-        "EDGEPATH_HMAC_KEY": "bench-only-hmac-key-0123456789abcdef0123456789",
-    }
+    env = dict(SERVE_ENV)
     with tempfile.TemporaryDirectory(prefix="edgepath-cpu-") as tmp_s:
         tmp = Path(tmp_s)
         redis, store_url, serve_args = None, args.store, list(args.serve_arg)
