@@ -145,6 +145,25 @@ def test_single_access_class_is_active_with_no_standby() -> None:
         assert [(a.access, a.interface, a.priority) for a in d.accesses] == [(LTE, "wwan1", Priority.ACTIVE)]
 
 
+def test_two_interfaces_on_one_access_pool_their_weight_behind_the_strongest() -> None:
+    # WiFi 0.10 and Ethernet 0.15 are one non-3GPP access: together 0.25, above the standby weight (0.2), so the
+    # rule is priority-based, not active-standby as either weight alone would make it; Ethernet, the higher
+    # weight, represents the access. With the primary path on it, WiFi represents it instead.
+    ps = [
+        PathState("wlan0", AccessType.WIFI, 0.10, 30.0),
+        PathState("eth0", AccessType.ETHERNET, 0.15, 5.0),
+        PathState("wwan0", AccessType.LTE, 0.75, 40.0),
+    ]
+    d = decide(ps, "wwan0", config=CONFIG)
+    assert d.steering_mode is SteeringMode.PRIORITY_BASED
+    assert [(a.access, a.interface, a.priority) for a in d.accesses] == [
+        (LTE, "wwan0", Priority.HIGH),
+        (WIFI, "eth0", Priority.LOW),
+    ]
+    d = decide(ps, "wlan0", config=CONFIG)
+    assert [(a.access, a.interface) for a in d.accesses] == [(WIFI, "wlan0"), (LTE, "wwan0")]
+
+
 def test_mec_units_and_unknowns() -> None:
     q = QosRequirement.from_mec(min_tpt=5000, max_latency=2_000_000, max_loss=3, max_jitter=100)
     assert q.min_throughput_bps == 5e6  # kbit/s

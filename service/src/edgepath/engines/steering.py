@@ -271,19 +271,15 @@ def _groups(paths: Sequence[PathState], primary_interface: str) -> dict[Access, 
         by_access.setdefault(access_of(p.access_type), []).append(p)
     out: dict[Access, _Group] = {}
     for access, ps in by_access.items():
-        rep = next((p for p in ps if p.interface == primary_interface), None) or max(
-            ps, key=lambda p: -1.0 if p.weight is None else p.weight
-        )
-        known = [p.weight for p in ps if p.weight is not None]
-        out[access] = _Group(
-            access,
-            rep.interface,
-            rep.access_type,
-            sum(known) if known else None,
-            rep.rtt_ms,
-            rep.loss,
-            rep.throughput_bps,
-        )
+        if len(ps) == 1:  # the common case, one interface per access
+            rep, weight = ps[0], ps[0].weight
+        else:
+            rep = next((p for p in ps if p.interface == primary_interface), None) or max(
+                ps, key=lambda p: -1.0 if p.weight is None else p.weight
+            )
+            known = [p.weight for p in ps if p.weight is not None]
+            weight = sum(known) if known else None
+        out[access] = _Group(access, rep.interface, rep.access_type, weight, rep.rtt_ms, rep.loss, rep.throughput_bps)
     return out
 
 
