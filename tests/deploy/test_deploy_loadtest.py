@@ -7,6 +7,7 @@ work and what they report, never how fast anything is (speed is measured by
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import os
@@ -80,6 +81,58 @@ def test_workload_uses_real_contexts_and_the_chosen_arms_bandwidth() -> None:
     assert len({(p.wifi_row, p.cellular_row) for p in pool}) > 40, "situations should vary"
 
 
+def test_the_bench_names_the_errors_of_its_max_rate_phases() -> None:
+    """closed_loop and batch_loop count each failed call under its kind, as the latency phases do. The target is a
+    stand-in that refuses every other call (a real refusal needs a saturated server; the bench test above runs the
+    real ones, which must not fail)."""
+    import aiohttp
+
+    bench = _bench_module()
+
+    class Refusing:
+        calls = 0
+
+        def _maybe_refuse(self) -> None:
+            self.calls += 1
+            if self.calls % 2:
+                raise aiohttp.ClientResponseError(None, (), status=503)  # type: ignore[arg-type]
+
+        async def recommend(self, situation: object, device: str) -> dict[str, str]:
+            self._maybe_refuse()
+            return {}
+
+        async def outcome(self, situation: object, device: str, reply: object) -> None:
+            raise aiohttp.ServerDisconnectedError()
+
+        def batch_payload(self, items: list[object]) -> list[object]:
+            return items
+
+        async def recommend_batch(self, payload: list[object]) -> int:
+            self._maybe_refuse()
+            return len(payload)
+
+    load = bench.Load(["situation"], 1)
+    mix = asyncio.run(bench.closed_loop(Refusing(), load, 2, 0.05, with_outcomes=True))
+    assert set(mix["error_kinds"]) == {"recommend HTTP 503", "outcome ServerDisconnectedError"}
+    assert mix["errors"] == sum(mix["error_kinds"].values()) > 0
+    batch = asyncio.run(bench.batch_loop(Refusing(), load, 2, 0.05, 4))
+    assert set(batch["error_kinds"]) == {"recommend_batch HTTP 503"}
+    assert batch["errors"] == batch["error_kinds"]["recommend_batch HTTP 503"] > 0
+
+
+def _bench_module() -> Any:
+    """``loadtest/bench`` loaded as a module (it has no ``.py`` suffix), outside ``sys.modules``."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("bench_script", str(ROOT / "loadtest" / "bench"))
+    spec = importlib.util.spec_from_loader("bench_script", loader)
+    assert spec is not None
+    bench = importlib.util.module_from_spec(spec)
+    loader.exec_module(bench)
+    return bench
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_locust_users_run_headless_against_a_real_service_without_failures(tmp_path: Path) -> None:
@@ -138,6 +191,7 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         assert data[transport]["service_rps"] > 0 and data[transport]["echo_rps"] > 0
         assert data[transport]["ratio"] == pytest.approx(data[transport]["service_rps"] / data[transport]["echo_rps"])
         assert data[transport]["errors"] == 0
+        assert set(data[transport]["error_kinds_max_rate_phases"]) == {"echo_max", "service_max", "mix_max", "batch"}
         assert data[transport]["batch_decisions_per_s"] > 0 and data[transport]["workers"] == 1
         overload = data[transport]["overload"]
         assert {"shed_share", "p99_ms_admitted", "recovery_s"} <= set(overload)
@@ -152,14 +206,7 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
 
 def test_the_bench_pools_latency_rounds_as_one_phase() -> None:
     """A condition's percentiles are over all its rounds' calls (not the mean of the rounds' p99s), errors add up."""
-    import importlib.machinery
-    import importlib.util
-
-    loader = importlib.machinery.SourceFileLoader("bench_script", str(ROOT / "loadtest" / "bench"))
-    spec = importlib.util.spec_from_loader("bench_script", loader)
-    assert spec is not None
-    bench = importlib.util.module_from_spec(spec)
-    loader.exec_module(bench)
+    bench = _bench_module()
 
     fast = [0.001] * 99
     slow = [0.001] * 90 + [0.050] * 10
