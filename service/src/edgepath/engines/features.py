@@ -213,10 +213,13 @@ def context_features(interfaces: Sequence[InterfaceContext]) -> np.ndarray:
     numpy.ndarray
         Shape ``(N_FEATURES,)``, float64, finite, named by :data:`FEATURE_NAMES`.
     """
-    out = np.zeros(N_FEATURES, dtype=np.float64)
+    # Written into a list and converted once: a numpy element assignment costs ~5× a list's (issue 16). The
+    # representatives come from one pass (:func:`_representatives`, the batch encoder's: the same pick).
+    out = [0.0] * N_FEATURES
+    reps = _representatives(interfaces)
     k = 0
     for slot in SLOTS:
-        iface = representative(interfaces, slot)
+        iface = reps.get(slot)
         out[k] = 0.0 if iface is None else 1.0
         k += 1
         for _, extract, transform, _ in _SLOT_FEATURES[slot]:
@@ -227,7 +230,7 @@ def context_features(interfaces: Sequence[InterfaceContext]) -> np.ndarray:
                 value = transform(float(raw))
                 out[k] = min(max(value, -_CLIP), _CLIP) if math.isfinite(value) else 0.0
             k += 2
-    return out
+    return np.array(out, dtype=np.float64)
 
 
 def _representatives(interfaces: Sequence[InterfaceContext]) -> dict[AccessType, InterfaceContext]:
