@@ -22,6 +22,12 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
 
     Interfaces without a history fall back to their current ``rtt_ms`` (trend 0);
     with nothing known the weights are uniform and ``reason`` says so.
+
+    Raises
+    ------
+    RuntimeError
+        The engine produced a value the section's model refuses (:func:`~edgepath.types.service_output`: the
+        service's bug, answered as an internal error, never as the caller's bad input).
     """
     by_name = {h.interface: h for h in request.subflow_histories}
     histories = []
@@ -50,32 +56,36 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
     for s in d.subflows:
         r, t = s.rtt_ms, s.throughput_bps
         weights.append(
-            ep_types.SubflowWeight(
-                interface=s.interface,
-                weight=min(max(s.weight, 0.0), 1.0),
-                score=s.score,
-                rtt_ms=r.current if r else None,
-                rtt_slope_ms_per_s=r.slope_per_s if r else None,
-                rtt_forecast_ms=r.forecast if r else None,
-                rtt_samples=r.samples if r else 0,
-                throughput_bps=t.current if t else None,
-                throughput_slope_bps_per_s=t.slope_per_s if t else None,
-                throughput_forecast_bps=t.forecast if t else None,
-                throughput_samples=t.samples if t else 0,
-            )
+            {
+                "interface": s.interface,
+                "weight": min(max(s.weight, 0.0), 1.0),
+                "score": s.score,
+                "rtt_ms": r.current if r is not None else None,
+                "rtt_slope_ms_per_s": r.slope_per_s if r is not None else None,
+                "rtt_forecast_ms": r.forecast if r is not None else None,
+                "rtt_samples": r.samples if r is not None else 0,
+                "throughput_bps": t.current if t is not None else None,
+                "throughput_slope_bps_per_s": t.slope_per_s if t is not None else None,
+                "throughput_forecast_bps": t.forecast if t is not None else None,
+                "throughput_samples": t.samples if t is not None else 0,
+            }
         )
     reason = d.reason
     k = request.kernel
     if k is not None and k.mptcp_schedulers and {x.lower() for x in k.mptcp_schedulers} <= {"default"}:
         reason += "; advisory: the kernel has only the default MPTCP scheduler (apply low weights as backup)"
-    return ep_types.SchedulerAdvice(
-        weights=weights,
-        prioritised_subflow=d.prioritised_subflow,
-        priority=d.priority.value,
-        features_used=list(d.features_used),
-        horizon_s=d.horizon_s,
-        bias=d.bias,
-        reason=reason,
+    # one validation of the nested values (service_output: ~3.5 µs less than a model per weight, issue 16)
+    return ep_types.service_output(
+        ep_types.SchedulerAdvice,
+        {
+            "weights": weights,
+            "prioritised_subflow": d.prioritised_subflow,
+            "priority": d.priority.value,
+            "features_used": list(d.features_used),
+            "horizon_s": d.horizon_s,
+            "bias": d.bias,
+            "reason": reason,
+        },
     )
 
 
