@@ -112,10 +112,10 @@ def test_the_bench_names_the_errors_of_its_max_rate_phases() -> None:
             return len(payload)
 
     load = bench.Load(["situation"], 1)
-    mix = asyncio.run(bench.closed_loop(Refusing(), load, 2, 0.05, with_outcomes=True))
+    mix = asyncio.run(bench.closed_loop(Refusing(), load, 2, 0.5, with_outcomes=True))
     assert set(mix["error_kinds"]) == {"recommend HTTP 503", "outcome ServerDisconnectedError"}
     assert mix["errors"] == sum(mix["error_kinds"].values()) > 0
-    batch = asyncio.run(bench.batch_loop(Refusing(), load, 2, 0.05, 4))
+    batch = asyncio.run(bench.batch_loop(Refusing(), load, 2, 0.5, 4))
     assert set(batch["error_kinds"]) == {"recommend_batch HTTP 503"}
     assert batch["errors"] == batch["error_kinds"]["recommend_batch HTTP 503"] > 0
 
@@ -389,7 +389,7 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
 
 
 @pytest.mark.parametrize("store", ["memory://", "redis"])
-def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str) -> None:
+def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_path: Path) -> None:
     """``loadtest/cpu_per_call.py``: one round against the echo and the service (``redis``: a throw-away
     redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target."""
     if store == "redis" and shutil.which("redis-server") is None:
@@ -397,6 +397,7 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str) -> N
     args = ["--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2"]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "loadtest" / "cpu_per_call.py"), *args],
+        env=_temporary_under(tmp_path),
         capture_output=True,
         text=True,
         timeout=200,
@@ -406,11 +407,11 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str) -> N
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service"))]
     assert [r[0] for r in rows] == ["echo", "service"], proc.stdout
     assert all(float(x) > 0 for r in rows for x in r[1:4]), rows
-    assert not _left_running("edgepath-cpu-")  # its redis-server (working directory in its temporary one) is gone
+    assert not _left_running(str(tmp_path))  # its redis-server (working directory in its temporary one) is gone
 
 
 @pytest.mark.parametrize("store", ["memory://", "redis"])
-def test_cpu_ab_measures_two_checkouts_at_once(store: str) -> None:
+def test_cpu_ab_measures_two_checkouts_at_once(store: str, tmp_path: Path) -> None:
     """``loadtest/cpu_ab.py`` with this checkout as its own base: one round of both servers driven at once, a
     positive rate and CPU time for each and their ratio (a figure, never a target), nothing left running."""
     if store == "redis" and shutil.which("redis-server") is None:
@@ -418,6 +419,7 @@ def test_cpu_ab_measures_two_checkouts_at_once(store: str) -> None:
     args = ["--base-src", str(ROOT / "service" / "src"), "--store", store, "--rounds", "1", "--duration-s", "0.5"]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "loadtest" / "cpu_ab.py"), *args, "--history-variants", "2"],
+        env=_temporary_under(tmp_path),
         capture_output=True,
         text=True,
         timeout=200,
@@ -428,7 +430,7 @@ def test_cpu_ab_measures_two_checkouts_at_once(store: str) -> None:
     assert len(rows) == 1 and len(rows[0]) == 6, proc.stdout
     assert all(float(x) > 0 for x in rows[0][1:]), rows
     assert "median this/base CPU per call" in proc.stdout
-    assert not _left_running("edgepath-cpu-ab-")
+    assert not _left_running(str(tmp_path))
 
 
 def test_cpu_ab_refuses_a_base_without_the_package(tmp_path: Path) -> None:
@@ -440,6 +442,13 @@ def test_cpu_ab_refuses_a_base_without_the_package(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 2 and "no edgepath package there" in proc.stderr
+
+
+def _temporary_under(tmp_path: Path) -> dict[str, str]:
+    """The environment with ``TMPDIR`` in this test's own directory: the script's temporary directory, and the
+    working directory of what it starts, are then this test's alone (another test, or another checkout's suite on
+    the same machine, may run the same script at the same time)."""
+    return {**os.environ, "TMPDIR": str(tmp_path)}
 
 
 def _left_running(directory_prefix: str) -> list[str]:
