@@ -394,15 +394,7 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_
     redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
-    args = ["--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "loadtest" / "cpu_per_call.py"), *args],
-        env=_temporary_under(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
+    proc = _run_script("cpu_per_call.py", tmp_path, "--store", store, "--rounds", "1", "--duration-s", "0.5")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service"))]
     assert [r[0] for r in rows] == ["echo", "service"], proc.stdout
@@ -416,15 +408,8 @@ def test_cpu_ab_measures_two_checkouts_at_once(store: str, tmp_path: Path) -> No
     positive rate and CPU time for each and their ratio (a figure, never a target), nothing left running."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
-    args = ["--base-src", str(ROOT / "service" / "src"), "--store", store, "--rounds", "1", "--duration-s", "0.5"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "loadtest" / "cpu_ab.py"), *args, "--history-variants", "2"],
-        env=_temporary_under(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
+    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5")
+    proc = _run_script("cpu_ab.py", tmp_path, "--base-src", str(ROOT / "service" / "src"), *one_round)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["1"]]
     assert len(rows) == 1 and len(rows[0]) == 6, proc.stdout
@@ -444,11 +429,18 @@ def test_cpu_ab_refuses_a_base_without_the_package(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "no edgepath package there" in proc.stderr
 
 
-def _temporary_under(tmp_path: Path) -> dict[str, str]:
-    """The environment with ``TMPDIR`` in this test's own directory: the script's temporary directory, and the
-    working directory of what it starts, are then this test's alone (another test, or another checkout's suite on
-    the same machine, may run the same script at the same time)."""
-    return {**os.environ, "TMPDIR": str(tmp_path)}
+def _run_script(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``loadtest/<name> *args --history-variants 2``, with ``TMPDIR`` in this test's own directory: the script's
+    temporary directory, and the working directory of what it starts, are then this test's alone (another test, or
+    another checkout's suite on the same machine, may run the same script at the same time)."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "loadtest" / name), *args, "--history-variants", "2"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
 
 
 def _left_running(directory_prefix: str) -> list[str]:
