@@ -84,12 +84,7 @@ def main() -> int:
                     redis, store_url = topology.start_redis_server(tmp / name)
                     procs.append(redis)
                     serve_args.append("--no-trainer")
-                proc, ports = bench.start(
-                    [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0",
-                     "--http-port", "0", "--ready-file", str(tmp / f"{name}.json"), "--log-level", "WARNING",
-                     "--store", store_url, *serve_args],
-                    tmp / f"{name}.json", tmp / f"{name}.log", {**env, **extra_env},
-                )  # fmt: skip
+                proc, ports = cpu_per_call.serve(tmp, name, store_url, serve_args, {**env, **extra_env})
                 procs.append(proc)
                 servers.append((ports, proc.pid))
             print(f"transport {args.transport}, store {args.store}; base = {args.base_src}, this = {HERE.parent}")

@@ -54,6 +54,18 @@ SERVE_ENV = {
 }
 
 
+def serve(
+    tmp: Path, name: str, store_url: str, serve_args: list[str], env: dict[str, str]
+) -> tuple[Any, dict[str, int]]:
+    """``edgepath serve`` on loopback with ephemeral ports (ready file ``tmp/<name>.json``, log ``tmp/<name>.log``,
+    ``env`` on top of this process's): its process and ports (``bench.start``)."""
+    return bench.start(
+        [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
+         "--ready-file", str(tmp / f"{name}.json"), "--log-level", "WARNING", "--store", store_url, *serve_args],
+        tmp / f"{name}.json", tmp / f"{name}.log", env,
+    )  # fmt: skip
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all threads), from /proc/PID/stat fields 14 and 15."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -109,11 +121,7 @@ def run(
     serve_args: list[str],
 ) -> int:
     """Start the service and the echo, print the rounds (module docstring), stop both."""
-    service, service_ports = bench.start(
-        [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
-         "--ready-file", str(tmp / "service.json"), "--log-level", "WARNING", "--store", store_url, *serve_args],
-        tmp / "service.json", tmp / "service.log", env,
-    )  # fmt: skip
+    service, service_ports = serve(tmp, "service", store_url, serve_args, env)
     echo = None
     try:
         (tmp / "canned.json").write_text(json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0]))))
