@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import tempfile
@@ -71,7 +72,6 @@ def main() -> int:
         p.error(f"--base-src {args.base_src}: no edgepath package there")
     contexts = bench.Contexts.from_args(args)
     pool = workload.situations(1000)
-    env = dict(cpu_per_call.SERVE_ENV)
     procs: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="edgepath-cpu-ab-") as tmp_s:
         tmp = Path(tmp_s)
@@ -84,7 +84,8 @@ def main() -> int:
                     redis, store_url = topology.start_redis_server(tmp / name)
                     procs.append(redis)
                     serve_args.append("--no-trainer")
-                proc, ports = cpu_per_call.serve(tmp, name, store_url, serve_args, {**env, **extra_env})
+                env = {**cpu_per_call.SERVE_ENV, **extra_env}
+                proc, ports = cpu_per_call.serve(tmp, name, store_url, serve_args, env)
                 procs.append(proc)
                 servers.append((ports, proc.pid))
             print(f"transport {args.transport}, store {args.store}; base = {args.base_src}, this = {HERE.parent}")
@@ -94,9 +95,12 @@ def main() -> int:
                 (b_rps, b_us), (t_rps, t_us) = asyncio.run(
                     measure_both(args.transport, servers, pool, args.duration_s, contexts)
                 )
-                ratios.append(t_us / b_us)
-                print(f"{i + 1:5d}  {b_rps:12.0f}  {b_us:16.1f}  {t_rps:12.0f}  {t_us:16.1f}  {ratios[-1]:13.3f}")
-            print(f"median this/base CPU per call: {statistics.median(ratios):.3f}")
+                ratio = t_us / b_us if b_us > 0 else math.nan  # no CPU tick counted (10 ms granularity): no ratio
+                if not math.isnan(ratio):
+                    ratios.append(ratio)
+                print(f"{i + 1:5d}  {b_rps:12.0f}  {b_us:16.1f}  {t_rps:12.0f}  {t_us:16.1f}  {ratio:13.3f}")
+            median = f"{statistics.median(ratios):.3f}" if ratios else "n/a (no round counted CPU time for the base)"
+            print(f"median this/base CPU per call: {median}")
         finally:
             for proc in reversed(procs):
                 bench.stop(proc)
