@@ -429,7 +429,8 @@ async def batch_stages(
 
     Stages: decode + validation (proto → models), callers (authentication + one rate-limit token per batch
     with a device token), the plane's batch decide (``DecisionPlane.recommend_batch``) and within it the bandit
-    (``decide_batch`` timed on its own on the same contexts), encode (models → proto → bytes); the whole handler
+    (``decide_batch`` timed on its own on the same contexts) and each engine adapter (its CPU time inside that
+    decide; its wall row is the same CPU time), encode (models → proto → bytes); the whole handler
     is ``PathServicer.RecommendBatch`` plus serialisation. The baseline row is the same items decided the way
     the batch was before issue 16's vectorisation: one ``DecisionPlane.recommend`` per item, in order.
     """
@@ -450,6 +451,25 @@ async def batch_stages(
     model = plane.registry.current.model
     t, wall = Timers(), Timers()
     clock = time.thread_time_ns  # CPU time of this thread: a shared machine's preemptions are not counted
+    # Each engine adapter's share of the plane's batch decide: its batch method (or its per-item method, as the
+    # plane calls it) wrapped on this plane's adapters while the timed batch runs, CPU ns summed per call.
+    within: dict[str, int] = {}
+    timing = [False]
+
+    def wrapped(section: str, fn: Any) -> Any:
+        async def timed_engine(*a: Any) -> Any:
+            t0 = clock()
+            try:
+                return await fn(*a)
+            finally:
+                if timing[0]:
+                    within[section] = within.get(section, 0) + clock() - t0
+
+        return timed_engine
+
+    for engine in plane.engines:
+        name = "recommend_batch" if getattr(engine, "recommend_batch", None) is not None else "recommend"
+        setattr(engine, name, wrapped(engine.section, getattr(engine, name)))
 
     async def timed(stage: str, fn: Any) -> Any:
         t0, w0 = clock(), time.perf_counter_ns()
@@ -473,7 +493,13 @@ async def batch_stages(
         await timed(
             "bandit (decide_batch)", lambda batch=batch: model.decide_batch([r.interfaces for r in batch.requests])
         )
+        within.clear()
+        timing[0] = True
         recs = await timed("plane batch decide (incl. bandit)", lambda items=items: plane.recommend_batch(items))
+        timing[0] = False
+        for section, ns in within.items():
+            t.add(f"  engine {section} (within the plane's decide)", ns)
+            wall.add(f"  engine {section} (within the plane's decide)", ns)
         await timed(
             "encode",
             lambda recs=recs, batch=batch: convert.recommendation_batch_to_proto(
