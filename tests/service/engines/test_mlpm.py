@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -211,3 +212,70 @@ def test_columns_in_seconds_and_window_slice() -> None:
 def test_bad_columns_raise(columns: mlpm.Columns) -> None:
     with pytest.raises(ValueError, match="Columns"):
         mlpm.forecast_feature(columns, 20, 1.0)
+
+
+def _same(got: mlpm.FeatureForecast | None, want: mlpm.FeatureForecast | None) -> bool:
+    """Equal forecasts: bit for bit on CPython 3.11 (its ``sum`` adds left to right, as the batch path does); from
+    3.12 ``sum`` compensates its rounding, so the two agree to rounding there."""
+    if got is None or want is None:
+        return got is want
+    if sys.version_info < (3, 12):
+        return got == want
+    return got.samples == want.samples and all(
+        g == pytest.approx(w, rel=1e-12, abs=1e-9) for g, w in zip(got[:3], want[:3], strict=True)
+    )
+
+
+_COLUMN_ROWS = st.lists(st.tuples(_TIME_MS, _VALUE), max_size=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    columns=st.lists(
+        st.tuples(_COLUMN_ROWS, st.booleans(), st.booleans(), st.sampled_from([1.0, 1000.0])), max_size=12
+    ),
+    window=st.integers(1, 25),
+    horizon_s=st.floats(0.0, 10.0),
+)
+def test_batch_forecasts_are_the_one_by_one_forecasts(
+    columns: list[tuple[list[tuple[float, float]], bool, bool, float]], window: int, horizon_s: float
+) -> None:
+    """forecast_columns_batch (numpy, columns stacked by length) gives each column's forecast_feature: columns in
+    time order or shuffled, finite (what the API lets through) or not, of mixed lengths, in ms or s."""
+    cols = []
+    for rows, finite, in_time_order, per_s in columns:
+        if finite:
+            rows = [r for r in rows if math.isfinite(r[0]) and math.isfinite(r[1])]
+        if in_time_order:
+            rows = sorted(rows, key=lambda r: r[0] if math.isfinite(r[0]) else 0.0)
+        cols.append(mlpm.Columns([r[0] for r in rows], [r[1] for r in rows], per_s))
+    batch = mlpm.forecast_columns_batch(cols, window, horizon_s)
+    assert len(batch) == len(cols)
+    for got, c in zip(batch, cols, strict=True):
+        assert _same(got, mlpm.forecast_feature(c, window, horizon_s)), (got, c)
+
+
+def test_batch_decisions_are_the_one_by_one_decisions() -> None:
+    """decide_batch: per decision what decide answers, also for pairs, missing features and no subflow at all."""
+    rng = np.random.default_rng(7)
+
+    def history(name: str, k: int) -> SubflowHistory:
+        t = list(1.7e12 + np.cumsum(rng.uniform(50, 150, k)))
+        rtt = mlpm.Columns(t, list(rng.uniform(5, 80, k)), 1000.0)
+        tput = mlpm.Columns(t, list(rng.uniform(1e6, 5e7, k)), 1000.0) if k % 3 else ()
+        return SubflowHistory(name, rtt_ms=rtt, throughput_bps=tput, current_rtt_ms=float(rng.uniform(5, 80)))
+
+    items: list[list[SubflowHistory]] = [[history("wlan0", 20), history("wwan0", 20)] for _ in range(20)]
+    items += [[history("wlan0", 2), history("wwan0", 7)], [history("eth0", 25)], []]
+    items.append([SubflowHistory("wlan0", rtt_ms=samples([0, 1, 2], [10, 20, 30])), SubflowHistory("wwan0")])
+    priorities = [list(Priority)[i % len(Priority)] for i in range(len(items))]
+    fitted = [mlpm.FITTED.get(p) if i % 2 else None for i, p in enumerate(priorities)]
+    batch = mlpm.decide_batch(items, priorities, window=15, horizon_s=2.0, fitted=fitted)
+    for got, item, priority, f in zip(batch, items, priorities, fitted, strict=True):
+        want = mlpm.decide(item, priority=priority, window=15, horizon_s=2.0, fitted=f)
+        if sys.version_info < (3, 12):
+            assert got == want
+        else:
+            assert got.prioritised_subflow == want.prioritised_subflow
+    with pytest.raises(ValueError, match="priorities"):
+        mlpm.decide_batch(items, priorities[:-1])

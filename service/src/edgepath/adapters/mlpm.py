@@ -29,6 +29,44 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         The engine produced a value the section's model refuses (:func:`~edgepath.types.service_output`: the
         service's bug, answered as an internal error, never as the caller's bad input).
     """
+    priority = mlpm.PROFILE_PRIORITY[request.application_profile]
+    d = mlpm.decide(
+        subflow_histories(request),
+        priority=priority,
+        window=settings.mlpm_window,
+        horizon_s=settings.mlpm_horizon_s,
+        gain=settings.mlpm_gain,
+        bias=settings.mlpm_bias,
+        fitted=_fitted(priority, settings),
+    )
+    return advice_section(request, d)
+
+
+def scheduler_advice_batch(
+    requests: Sequence[ep_types.RecommendRequest], settings: Settings
+) -> list[ep_types.SchedulerAdvice]:
+    """:func:`scheduler_advice` of every request, in order: the same sections, with Eq. 1 taken for all their
+    windows at once (:func:`~edgepath.engines.mlpm.decide_batch`; issue 16). Raises as :func:`scheduler_advice`."""
+    priorities = [mlpm.PROFILE_PRIORITY[r.application_profile] for r in requests]
+    decided = mlpm.decide_batch(
+        [subflow_histories(r) for r in requests],
+        priorities,
+        window=settings.mlpm_window,
+        horizon_s=settings.mlpm_horizon_s,
+        gain=settings.mlpm_gain,
+        bias=settings.mlpm_bias,
+        fitted=[_fitted(p, settings) for p in priorities],
+    )
+    return [advice_section(r, d) for r, d in zip(requests, decided, strict=True)]
+
+
+def _fitted(priority: mlpm.Priority, settings: Settings) -> mlpm.FittedClassifier | None:
+    return mlpm.FITTED.get(priority) if settings.mlpm_classifier == "fitted" else None
+
+
+def subflow_histories(request: ep_types.RecommendRequest) -> list[mlpm.SubflowHistory]:
+    """The engine's view of ``request``: one subflow per interface, its samples as :class:`~edgepath.engines.mlpm.
+    Columns` of ms timestamps (as sent), its ``rtt_ms`` as the current RTT."""
     by_name = {h.interface: h for h in request.subflow_histories}
     histories = []
     for iface in request.interfaces:
@@ -41,17 +79,11 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
                 current_rtt_ms=iface.rtt_ms,
             )
         )
-    d = mlpm.decide(
-        histories,
-        priority=mlpm.PROFILE_PRIORITY[request.application_profile],
-        window=settings.mlpm_window,
-        horizon_s=settings.mlpm_horizon_s,
-        gain=settings.mlpm_gain,
-        bias=settings.mlpm_bias,
-        fitted=mlpm.FITTED.get(mlpm.PROFILE_PRIORITY[request.application_profile])
-        if settings.mlpm_classifier == "fitted"
-        else None,
-    )
+    return histories
+
+
+def advice_section(request: ep_types.RecommendRequest, d: mlpm.SchedulerWeights) -> ep_types.SchedulerAdvice:
+    """The ``scheduler`` section of ``d``, MLPM's decision for ``request``. Raises as :func:`scheduler_advice`."""
     weights = []
     for s in d.subflows:
         r, t = s.rtt_ms, s.throughput_bps
@@ -107,8 +139,20 @@ class MlpmAdapter(EngineAdapter):
         return self.advice(decision.request)
 
     async def recommend_batch(self, decisions: Sequence[DecisionInput]) -> list[ep_types.SchedulerAdvice]:
-        """:meth:`recommend` of every item of a ``RecommendBatch`` (no await per item)."""
-        return [self.advice(d.request) for d in decisions]
+        """:meth:`recommend` of every item of a ``RecommendBatch``, in order (no await per item): cached contexts
+        as :meth:`advice`, the others (with histories) together (:func:`scheduler_advice_batch`)."""
+        out: list[ep_types.SchedulerAdvice | None] = [None] * len(decisions)
+        fresh: list[int] = []
+        for i, d in enumerate(decisions):
+            if cacheable_context(d.request):
+                out[i] = self.advice(d.request)
+            else:
+                fresh.append(i)
+        if fresh:
+            computed = scheduler_advice_batch([decisions[i].request for i in fresh], self.settings)
+            for i, advice in zip(fresh, computed, strict=True):
+                out[i] = advice
+        return [a for a in out if a is not None]
 
     def advice(self, request: ep_types.RecommendRequest) -> ep_types.SchedulerAdvice:
         """The section for ``request`` (cached per context: :func:`~edgepath.adapters.base.cacheable_context`)."""

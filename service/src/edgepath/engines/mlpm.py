@@ -66,6 +66,8 @@ from itertools import islice, repeat
 from operator import itemgetter
 from typing import NamedTuple
 
+import numpy as np
+
 from edgepath.types import ApplicationProfile
 
 #: Below this many samples the slope is not estimated (defined as 0).
@@ -346,6 +348,88 @@ def _forecast_columns(columns: Columns, window: int, horizon_s: float) -> Featur
     return FeatureForecast(current=current, slope_per_s=s, forecast=current + s * horizon_s, samples=n)
 
 
+def _sums_in_order(a: np.ndarray) -> np.ndarray:
+    """Column sums of ``a`` (shape (n, g), n ≥ 1), added row after row, as the built-in ``sum`` of CPython 3.11 adds
+    a list of floats (``numpy.sum`` adds pairwise along the axis contiguous in memory, which rounds differently).
+    ``tests/service/engines/test_mlpm.py`` holds the two paths to the same bits."""
+    total = a[0].copy()
+    for row in a[1:]:
+        total += row
+    return total
+
+
+def forecast_columns_batch(columns: Sequence[Columns], window: int, horizon_s: float) -> list[FeatureForecast | None]:
+    """:func:`forecast_feature` of many :class:`Columns` at once (a ``RecommendBatch``'s windows; issue 16).
+
+    Columns of equal length are stacked into one array per length and Eq. 1 is taken for all of them in a few
+    numpy operations, the same operations in the same order as the one-by-one path (sums in sample order): on
+    CPython 3.11 the forecasts are the one-by-one ones bit for bit (from 3.12 the built-in ``sum`` compensates its
+    rounding, so the two agree to a few units in the last place). Columns the one-by-one path would not take as
+    they are (not finite, not in time order) take it here too.
+
+    Parameters
+    ----------
+    columns:
+        Shape (c,); each as in :func:`forecast_feature`.
+    window, horizon_s:
+        As in :func:`forecast_feature` (``window`` ≥ 1 samples, ``horizon_s`` in s).
+
+    Returns
+    -------
+    list[FeatureForecast | None]
+        One per column, in order (None for an empty column).
+
+    Raises
+    ------
+    ValueError
+        When a column's two halves differ in length or its ``t_units_per_s`` is not finite and > 0.
+    """
+    out: list[FeatureForecast | None] = [None] * len(columns)
+    by_length: dict[int, list[int]] = {}
+    for i, (t, values, per_s) in enumerate(columns):
+        n = len(t)
+        if n != len(values):
+            raise ValueError(f"Columns: {n} times but {len(values)} values")
+        if not (math.isfinite(per_s) and per_s > 0.0):
+            raise ValueError(f"Columns: t_units_per_s must be finite and > 0, not {per_s!r}")
+        if n and window >= 1:
+            by_length.setdefault(n, []).append(i)
+    for n, rows in by_length.items():
+        # shape (n, g): one column per feature, samples down (the sums' order, see _sums_in_order)
+        t_all = np.ascontiguousarray(np.array([columns[i].t for i in rows], dtype=np.float64).T)
+        v_all = np.ascontiguousarray(np.array([columns[i].values for i in rows], dtype=np.float64).T)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            # the one-by-one path's test: finite sums (finite terms) and times in order
+            plain = np.isfinite(_sums_in_order(t_all)) & np.isfinite(_sums_in_order(v_all))
+            if n > 1:
+                plain &= (t_all[1:] >= t_all[:-1]).all(axis=0)
+            m = min(n, window)
+            t_win, v_win = t_all[n - m :], v_all[n - m :]
+            current = v_win[-1]
+            slope_per_s = np.zeros(len(rows))
+            if m >= MIN_SAMPLES_FOR_TREND:
+                mean_t = _sums_in_order(t_win) / m
+                xs = t_win - mean_t
+                sum_x, sum_y = _sums_in_order(xs), _sums_in_order(v_win)
+                denominator = m * _sums_in_order(xs * xs) - sum_x * sum_x
+                result = (m * _sums_in_order(xs * v_win) - sum_x * sum_y) / denominator
+                units_per_s = np.array([columns[i].t_units_per_s for i in rows])
+                slope_per_s = result * units_per_s
+                spread = t_win[0] != t_win[-1]  # all times equal: Eq. 1's denominator is 0
+                keep = spread & (denominator > 0.0) & np.isfinite(result) & np.isfinite(slope_per_s)
+                slope_per_s = np.where(keep, slope_per_s, 0.0)
+            forecast = current + slope_per_s * horizon_s
+        for i, ok, c, sl, f in zip(
+            rows, plain.tolist(), current.tolist(), slope_per_s.tolist(), forecast.tolist(), strict=True
+        ):
+            out[i] = (
+                FeatureForecast(current=c, slope_per_s=sl, forecast=f, samples=m)
+                if ok
+                else _forecast_columns(columns[i], window, horizon_s)
+            )
+    return out
+
+
 def sigmoid(v: float) -> float:
     """Logistic function (MLPM Eq. 4), overflow-safe."""
     if v >= 0:
@@ -382,12 +466,45 @@ def forecasts(
     rtt: list[FeatureForecast | None] = []
     tput: list[FeatureForecast | None] = []
     for h in histories:
-        r = forecast_feature(h.rtt_ms, window, horizon_s)
-        if r is None and h.current_rtt_ms is not None and math.isfinite(h.current_rtt_ms):
-            r = FeatureForecast(current=h.current_rtt_ms, slope_per_s=0.0, forecast=h.current_rtt_ms, samples=0)
-        rtt.append(r)
+        rtt.append(_rtt_or_current(forecast_feature(h.rtt_ms, window, horizon_s), h))
         tput.append(forecast_feature(h.throughput_bps, window, horizon_s))
     return rtt, tput
+
+
+def _rtt_or_current(r: FeatureForecast | None, h: SubflowHistory) -> FeatureForecast | None:
+    """``r``, or without RTT samples the subflow's ``current_rtt_ms`` with trend 0 (None when unknown too)."""
+    if r is None and h.current_rtt_ms is not None and math.isfinite(h.current_rtt_ms):
+        return FeatureForecast(current=h.current_rtt_ms, slope_per_s=0.0, forecast=h.current_rtt_ms, samples=0)
+    return r
+
+
+def forecasts_batch(
+    histories: Sequence[Sequence[SubflowHistory]], window: int, horizon_s: float
+) -> list[tuple[list[FeatureForecast | None], list[FeatureForecast | None]]]:
+    """:func:`forecasts` of many decisions at once: every feature given as :class:`Columns`, across all of them,
+    through :func:`forecast_columns_batch` (the same forecasts); samples given as pairs one by one.
+
+    ``histories``: shape (d, k_i), one sequence of subflows per decision. Raises as :func:`forecast_feature`.
+    """
+    flat = [(h.rtt_ms, h.throughput_bps) for item in histories for h in item]
+    columns = [x for pair in flat for x in pair if isinstance(x, Columns)]
+    batched = iter(forecast_columns_batch(columns, window, horizon_s))
+    computed = [
+        tuple(next(batched) if isinstance(x, Columns) else forecast_feature(x, window, horizon_s) for x in pair)
+        for pair in flat
+    ]
+    out = []
+    k = 0
+    for item in histories:
+        rtt: list[FeatureForecast | None] = []
+        tput: list[FeatureForecast | None] = []
+        for h in item:
+            r, t = computed[k]
+            k += 1
+            rtt.append(_rtt_or_current(r, h))
+            tput.append(t)
+        out.append((rtt, tput))
+    return out
 
 
 def normalised_features(
@@ -481,18 +598,79 @@ def decide(
     ValueError
         When ``window < 1``, ``horizon_s`` is negative or non-finite, or ``gain <= 0``.
     """
+    b = _checked(window, horizon_s, gain, bias)
+    if not histories:
+        return _uniform([], priority, horizon_s, b, "no subflows")
+    rtt, tput = forecasts(histories, window, horizon_s)
+    return _decide(histories, rtt, tput, priority, horizon_s, gain, b, fitted)
+
+
+def decide_batch(
+    histories: Sequence[Sequence[SubflowHistory]],
+    priorities: Sequence[Priority],
+    *,
+    window: int = DEFAULT_WINDOW,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    gain: float = DEFAULT_GAIN,
+    bias: float | None = None,
+    fitted: Sequence[FittedClassifier | None] | None = None,
+) -> list[SchedulerWeights]:
+    """:func:`decide` for many decisions at once (a ``RecommendBatch``; issue 16): the same results, with every
+    forecast taken by :func:`forecasts_batch` (Eq. 1 for all windows in a few numpy operations).
+
+    Parameters
+    ----------
+    histories:
+        Shape (d, k_i): the subflows of each decision.
+    priorities:
+        Shape (d,): each decision's priority.
+    fitted:
+        None, or shape (d,): each decision's fitted classifier (or None), as :func:`decide`'s ``fitted``.
+    window, horizon_s, gain, bias:
+        As in :func:`decide`, shared by all decisions.
+
+    Raises
+    ------
+    ValueError
+        As :func:`decide`, and when ``priorities`` or ``fitted`` differ in length from ``histories``.
+    """
+    b = _checked(window, horizon_s, gain, bias)
+    if len(priorities) != len(histories) or (fitted is not None and len(fitted) != len(histories)):
+        raise ValueError(f"{len(histories)} decisions but {len(priorities)} priorities or fitted classifiers")
+    per_item = fitted if fitted is not None else [None] * len(histories)
+    return [
+        _decide(h, rtt, tput, priority, horizon_s, gain, b, f)
+        if h
+        else _uniform([], priority, horizon_s, b, "no subflows")
+        for h, (rtt, tput), priority, f in zip(
+            histories, forecasts_batch(histories, window, horizon_s), priorities, per_item, strict=True
+        )
+    ]
+
+
+def _checked(window: int, horizon_s: float, gain: float, bias: float | None) -> float:
+    """:func:`decide`'s argument checks; the bias in use."""
     if window < 1:
         raise ValueError("window must be >= 1")
     if not math.isfinite(horizon_s) or horizon_s < 0:
         raise ValueError("horizon_s must be finite and >= 0")
     if not math.isfinite(gain) or gain <= 0:
         raise ValueError("gain must be finite and > 0")
-    b = default_bias(gain) if bias is None or not math.isfinite(bias) else bias
-    names = [h.interface for h in histories]
-    if not histories:
-        return _uniform([], priority, horizon_s, b, "no subflows")
+    return default_bias(gain) if bias is None or not math.isfinite(bias) else bias
 
-    rtt, tput = forecasts(histories, window, horizon_s)
+
+def _decide(
+    histories: Sequence[SubflowHistory],
+    rtt: list[FeatureForecast | None],
+    tput: list[FeatureForecast | None],
+    priority: Priority,
+    horizon_s: float,
+    gain: float,
+    b: float,
+    fitted: FittedClassifier | None,
+) -> SchedulerWeights:
+    """Steps 4–6 of the module docstring for one decision, its forecasts taken (``histories`` not empty)."""
+    names = [h.interface for h in histories]
     use_rtt = all(r is not None for r in rtt)
     use_tput = all(t is not None for t in tput)
     p_rtt, p_tput = PRIORITY_WEIGHTS[priority]
