@@ -467,9 +467,11 @@ async def batch_stages(
 
         return timed_engine
 
+    patched = []
     for engine in plane.engines:
         name = "recommend_batch" if getattr(engine, "recommend_batch", None) is not None else "recommend"
         setattr(engine, name, wrapped(engine.section, getattr(engine, name)))
+        patched.append((engine, name))
 
     async def timed(stage: str, fn: Any) -> Any:
         t0, w0 = clock(), time.perf_counter_ns()
@@ -517,6 +519,8 @@ async def batch_stages(
         if k < 5:
             for ns in (*t.samples.values(), *wall.samples.values()):
                 ns.clear()
+    for engine, name in patched:  # the class's methods again: the profiles after this see no wrapper
+        delattr(engine, name)
     rows = []
     whole_median = statistics.median(t.samples["whole handler"])
     for stage, ns in t.samples.items():

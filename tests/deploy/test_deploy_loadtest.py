@@ -453,3 +453,36 @@ def _left_running(directory_prefix: str) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def test_breakdown_times_every_stage_and_every_engine_inside_a_batch(tmp_path: Path) -> None:
+    """loadtest/breakdown.py, the stage table of the README: a row per stage for both transports, and within a
+    RecommendBatch's plane decide one row per engine adapter, their CPU time inside it (never more than it)."""
+    report = tmp_path / "breakdown.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "loadtest" / "breakdown.py"),
+            "--n",
+            "20",
+            "--model",
+            str(ROOT / "models" / "primary-path-v2"),
+            "--batch",
+            "3",
+            "--report",
+            str(report),
+        ],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    r = json.loads(report.read_text())
+    assert "engine scheduler" in done.stdout and "(within the plane's decide)" in done.stdout
+    batch = {row["stage"].strip(): row["median_us_per_decision"] for row in r["recommend_batch"]}
+    engines = {stage: us for stage, us in batch.items() if stage.endswith("(within the plane's decide)")}
+    assert {s.split()[1] for s in engines} == {"scheduler", "congestion", "server_selection", "steering"}
+    assert engines["engine scheduler (within the plane's decide)"] > 0
+    assert sum(engines.values()) <= batch["plane batch decide (incl. bandit)"]
