@@ -178,6 +178,8 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
             "1",
             "--latency-rounds",
             "2",
+            "--max-rounds",
+            "3",
         ],
         capture_output=True,
         text=True,
@@ -189,7 +191,12 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
     for transport in ("grpc", "rest"):
         assert REQUIRED_BENCH_KEYS <= set(data[transport]), transport
         assert data[transport]["service_rps"] > 0 and data[transport]["echo_rps"] > 0
-        assert data[transport]["ratio"] == pytest.approx(data[transport]["service_rps"] / data[transport]["echo_rps"])
+        # the max rates in adjacent (echo, service) pairs: the ratio is the median of the pairs' ratios
+        pairs = data[transport]["max_rate_rounds"]
+        assert len(pairs) == 3
+        assert all(p["ratio"] == pytest.approx(p["service_rps"] / p["echo_rps"]) for p in pairs)
+        assert data[transport]["ratio"] == pytest.approx(sorted(p["ratio"] for p in pairs)[1])
+        assert data[transport]["service_rps"] == pytest.approx(sorted(p["service_rps"] for p in pairs)[1])
         assert data[transport]["errors"] == 0
         assert set(data[transport]["error_kinds_max_rate_phases"]) == {"echo_max", "service_max", "mix_max", "batch"}
         assert data[transport]["batch_decisions_per_s"] > 0 and data[transport]["workers"] == 1
