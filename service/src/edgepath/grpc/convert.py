@@ -86,10 +86,15 @@ def recommend_batch_request(msg: pb.RecommendBatchRequest) -> RecommendBatchRequ
 
 
 def recommendation_batch_to_proto(batch: RecommendBatch, shared: Sequence[bool]) -> pb.RecommendBatchResponse:
-    """``RecommendBatch`` → proto; ``shared[i]``: :func:`recommendation_to_proto`'s ``shared`` of item ``i``."""
-    return pb.RecommendBatchResponse(
-        recommendations=[recommendation_to_proto(r, s) for r, s in zip(batch.recommendations, shared, strict=True)]
-    )
+    """``RecommendBatch`` → proto; ``shared[i]``: :func:`recommendation_to_proto`'s ``shared`` of item ``i``.
+
+    Each reply is built in place in the response (``add``): a list of finished messages would be copied into it
+    (~3 µs per reply of 64, issue 16)."""
+    out = pb.RecommendBatchResponse()
+    add = out.recommendations.add
+    for r, s in zip(batch.recommendations, shared, strict=True):
+        add(**_recommendation_fields(r, s))
+    return out
 
 
 def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
@@ -154,23 +159,29 @@ def recommendation_to_proto(rec: Recommendation, shared: bool = True) -> pb.Reco
     converts it directly (made for this request alone, it would only cost the memo a weak reference and an eviction).
     The congestion and steering sections always go through the memo: their adapters share one object per context
     or per distinct rule (``edgepath.adapters.steering``), also for requests with subflow histories."""
+    return pb.Recommendation(**_recommendation_fields(rec, shared))
+
+
+def _recommendation_fields(rec: Recommendation, shared: bool) -> dict[str, Any]:
+    """:func:`recommendation_to_proto`'s fields, for a ``Recommendation`` constructor or a repeated field's ``add``
+    (the primary path as a dict: the constructor reads it in C, without a message of its own to copy)."""
     p = rec.primary_path
-    return pb.Recommendation(
-        decision_id=rec.decision_id,
-        model_version=rec.model_version,
-        policy=rec.policy,
-        primary_path=pb.PrimaryPath(
-            interface=p.interface,
-            access_type=ACCESS_TO_PROTO[p.access_type],
-            propensity=p.propensity,
-            arms=[ACCESS_TO_PROTO[a] for a in p.arms],
-        ),
-        decided_at_unix_ms=rec.decided_at_unix_ms,
-        scheduler=(_SCHEDULER_PB if shared else scheduler_to_proto)(rec.scheduler),  # issue 3
-        congestion=_CONGESTION_PB(rec.congestion),  # issue 3
-        server_selection=server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
-        steering=_STEERING_PB(rec.steering),  # issue 19 (None leaves it unset)
-    )
+    return {
+        "decision_id": rec.decision_id,
+        "model_version": rec.model_version,
+        "policy": rec.policy,
+        "primary_path": {
+            "interface": p.interface,
+            "access_type": ACCESS_TO_PROTO[p.access_type],
+            "propensity": p.propensity,
+            "arms": [ACCESS_TO_PROTO[a] for a in p.arms],
+        },
+        "decided_at_unix_ms": rec.decided_at_unix_ms,
+        "scheduler": (_SCHEDULER_PB if shared else scheduler_to_proto)(rec.scheduler),  # issue 3
+        "congestion": _CONGESTION_PB(rec.congestion),  # issue 3
+        "server_selection": server_selection_to_proto(rec.server_selection),  # issue 4 (None leaves it unset)
+        "steering": _STEERING_PB(rec.steering),  # issue 19 (None leaves it unset)
+    }
 
 
 def ack_to_proto(ack: OutcomeAck) -> pb.OutcomeAck:
