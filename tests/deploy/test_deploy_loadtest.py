@@ -401,7 +401,8 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_
     redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
-    proc = _run_script("cpu_per_call.py", tmp_path, "--store", store, "--rounds", "1", "--duration-s", "0.5")
+    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2")
+    proc = _run_script("cpu_per_call.py", tmp_path, *one_round)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service"))]
     assert [r[0] for r in rows] == ["echo", "service"], proc.stdout
@@ -415,7 +416,7 @@ def test_cpu_ab_measures_two_checkouts_at_once(store: str, tmp_path: Path) -> No
     positive rate and CPU time for each and their ratio (a figure, never a target), nothing left running."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
-    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5")
+    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2")
     proc = _run_script("cpu_ab.py", tmp_path, "--base-src", str(ROOT / "service" / "src"), *one_round)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["1"]]
@@ -437,11 +438,11 @@ def test_cpu_ab_refuses_a_base_without_the_package(tmp_path: Path) -> None:
 
 
 def _run_script(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``loadtest/<name> *args --history-variants 2``, with ``TMPDIR`` in this test's own directory: the script's
-    temporary directory, and the working directory of what it starts, are then this test's alone (another test, or
-    another checkout's suite on the same machine, may run the same script at the same time)."""
+    """``loadtest/<name> *args``, with ``TMPDIR`` in this test's own directory: the script's temporary directory, and
+    the working directory of what it starts, are then this test's alone (another test, or another checkout's suite
+    on the same machine, may run the same script at the same time)."""
     return subprocess.run(
-        [sys.executable, str(ROOT / "loadtest" / name), *args, "--history-variants", "2"],
+        [sys.executable, str(ROOT / "loadtest" / name), *args],
         env={**os.environ, "TMPDIR": str(tmp_path)},
         capture_output=True,
         text=True,
@@ -466,25 +467,8 @@ def test_breakdown_times_every_stage_and_every_engine_inside_a_batch(tmp_path: P
     """loadtest/breakdown.py, the stage table of the README: a row per stage for both transports, and within a
     RecommendBatch's plane decide one row per engine adapter, their CPU time inside it (never more than it)."""
     report = tmp_path / "breakdown.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "loadtest" / "breakdown.py"),
-            "--n",
-            "20",
-            "--model",
-            str(ROOT / "models" / "primary-path-v2"),
-            "--batch",
-            "3",
-            "--report",
-            str(report),
-        ],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=200,
-        check=False,
-    )
+    model = str(ROOT / "models" / "primary-path-v2")
+    done = _run_script("breakdown.py", tmp_path, "--n", "20", "--model", model, "--batch", "3", "--report", str(report))
     assert done.returncode == 0, done.stderr[-2000:]
     r = json.loads(report.read_text())
     assert "engine scheduler" in done.stdout and "(within the plane's decide)" in done.stdout
