@@ -141,18 +141,10 @@ class MlpmAdapter(EngineAdapter):
     async def recommend_batch(self, decisions: Sequence[DecisionInput]) -> list[ep_types.SchedulerAdvice]:
         """:meth:`recommend` of every item of a ``RecommendBatch``, in order (no await per item): cached contexts
         as :meth:`advice`, the others (with histories) together (:func:`scheduler_advice_batch`)."""
-        out: list[ep_types.SchedulerAdvice | None] = [None] * len(decisions)
-        fresh: list[int] = []
-        for i, d in enumerate(decisions):
-            if cacheable_context(d.request):
-                out[i] = self.advice(d.request)
-            else:
-                fresh.append(i)
-        if fresh:
-            computed = scheduler_advice_batch([decisions[i].request for i in fresh], self.settings)
-            for i, advice in zip(fresh, computed, strict=True):
-                out[i] = advice
-        return [a for a in out if a is not None]
+        cached = [cacheable_context(d.request) for d in decisions]
+        fresh = [d.request for d, c in zip(decisions, cached, strict=True) if not c]
+        computed = iter(scheduler_advice_batch(fresh, self.settings) if fresh else ())
+        return [self.advice(d.request) if c else next(computed) for d, c in zip(decisions, cached, strict=True)]
 
     def advice(self, request: ep_types.RecommendRequest) -> ep_types.SchedulerAdvice:
         """The section for ``request`` (cached per context: :func:`~edgepath.adapters.base.cacheable_context`)."""

@@ -327,11 +327,7 @@ def _forecast_columns(columns: Columns, window: int, horizon_s: float) -> Featur
     """:func:`forecast_feature` of columns: finite columns in time order are windowed by slicing and their slope
     taken in the columns' time unit (scaled to seconds after); others become pairs (:func:`window_of`)."""
     t, values, per_s = columns
-    n = len(t)
-    if n != len(values):
-        raise ValueError(f"Columns: {n} times but {len(values)} values")
-    if not (math.isfinite(per_s) and per_s > 0.0):
-        raise ValueError(f"Columns: t_units_per_s must be finite and > 0, not {per_s!r}")
+    n = _checked_length(columns)
     if n == 0 or window < 1:
         return None
     # A finite sum means finite terms (an inf or a nan would carry through); a finite column summing past the float
@@ -346,6 +342,18 @@ def _forecast_columns(columns: Columns, window: int, horizon_s: float) -> Featur
     if not math.isfinite(s):
         s = 0.0  # the scaling overflowed: as slope() does for a non-finite result
     return FeatureForecast(current=current, slope_per_s=s, forecast=current + s * horizon_s, samples=n)
+
+
+def _checked_length(columns: Columns) -> int:
+    """The number of samples in ``columns``; raises ValueError (as :func:`forecast_feature` documents) when its two
+    halves differ in length or its ``t_units_per_s`` is not finite and > 0."""
+    t, values, per_s = columns
+    n = len(t)
+    if n != len(values):
+        raise ValueError(f"Columns: {n} times but {len(values)} values")
+    if not (math.isfinite(per_s) and per_s > 0.0):
+        raise ValueError(f"Columns: t_units_per_s must be finite and > 0, not {per_s!r}")
+    return n
 
 
 def _sums_in_order(a: np.ndarray) -> np.ndarray:
@@ -386,12 +394,8 @@ def forecast_columns_batch(columns: Sequence[Columns], window: int, horizon_s: f
     """
     out: list[FeatureForecast | None] = [None] * len(columns)
     by_length: dict[int, list[int]] = {}
-    for i, (t, values, per_s) in enumerate(columns):
-        n = len(t)
-        if n != len(values):
-            raise ValueError(f"Columns: {n} times but {len(values)} values")
-        if not (math.isfinite(per_s) and per_s > 0.0):
-            raise ValueError(f"Columns: t_units_per_s must be finite and > 0, not {per_s!r}")
+    for i, c in enumerate(columns):
+        n = _checked_length(c)
         if n and window >= 1:
             by_length.setdefault(n, []).append(i)
     for n, rows in by_length.items():
