@@ -76,10 +76,7 @@ def fuzz_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any
         rate_limit_burst=1_000_000,
         outcome_cap_per_window=1_000_000,
         batch_size=50,
-        # No shedding on event-loop lag: the stateful run's rules depend on live answers, and a shed (a loaded
-        # machine's lag, not the input) on one replay but not the next made Hypothesis see inconsistent data
-        # generation (FlakyStrategyDefinition, seen with a second test suite running beside this one).
-        admission_max_lag_ms=1e9,
+        # No shedding on event-loop lag (running_service's default): the stateful run's rules depend on live answers.
     ) as svc:
         yield svc, admin
         # Crash check: the process still answers after the run.
