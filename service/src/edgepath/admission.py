@@ -45,9 +45,9 @@ DEFAULT_MAX_LAG_MS = 100.0
 DEFAULT_BUSY_WINDOW_S = 0.1
 #: Period of the lag and busy-share monitor, s. Each period wakes the serving loop once: an idle ``edgepath serve``
 #: cost 5.5 % of a core at 5 ms and 1.6-1.8 % at 25 ms (two 10 s measurements each), and under load the server CPU
-#: per Recommend fell to a median 0.93× (gRPC) and 0.975× (REST) of the 5 ms build's, both served at once
-#: (``loadtest/cpu_ab.py``, 8 rounds; issue 16, Session 36). Against a lag bound of 100 ms over two readings, 25 ms
-#: still takes a lagging loop's readings at once (each comes a lag late).
+#: per Recommend fell to a median 0.93× and 0.96× (gRPC, two runs) and 0.975× (REST) of the 5 ms build's, both
+#: served at once (``loadtest/cpu_ab.py``, 8 rounds each; issue 16, Session 36). Against a lag bound of 100 ms over
+#: two readings, 25 ms still takes a lagging loop's readings at once (each comes a lag late).
 DEFAULT_MONITOR_PERIOD_S = 0.025
 #: Retry hint of a shed call, ms (REST rounds it up to whole seconds, RFC 9110 §10.2.3).
 RETRY_AFTER_MS = 100
