@@ -115,6 +115,20 @@ def test_the_monitor_measures_the_lag_of_a_blocked_loop() -> None:
     assert asyncio.run(run()) >= 0.05
 
 
+def test_the_monitor_ticks_at_the_lagging_period_while_the_loop_lags_past_half_the_bound() -> None:
+    """An idle loop is woken every ``period_s``; near or in a shed the readings come every ``lagging_period_s``, so a
+    shed ends soon after the loop recovers (a reading is the shedding signal until the next one)."""
+    admission = Admission(max_lag_ms=100.0, period_s=0.025, lagging_period_s=0.005)
+    assert admission.next_period_s() == 0.025
+    admission._last_lag_s = 0.049  # below half the bound
+    assert admission.next_period_s() == 0.025
+    admission._last_lag_s = 0.051
+    assert admission.next_period_s() == 0.005
+    admission._last_lag_s = 0.0  # recovered
+    assert admission.next_period_s() == 0.025
+    assert Admission(period_s=0.002, lagging_period_s=0.005).lagging_period_s == 0.002  # never slower than period_s
+
+
 def test_the_busy_share_is_an_exponential_average_of_clipped_measurements() -> None:
     admission = Admission(busy_window_s=0.1)
     admission.observe(1.0, 0.1)  # one time constant at full demand: 1 - e^-1

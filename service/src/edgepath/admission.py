@@ -49,6 +49,11 @@ DEFAULT_BUSY_WINDOW_S = 0.1
 #: served at once (``loadtest/cpu_ab.py``, 8 rounds each; issue 16, Session 36). Against a lag bound of 100 ms over
 #: two readings, 25 ms still takes a lagging loop's readings at once (each comes a lag late).
 DEFAULT_MONITOR_PERIOD_S = 0.025
+#: Period of the monitor while its last reading is past half the lag bound, s: a shed then ends within about this
+#: long of the loop's recovery, as with the 5 ms period of earlier releases (a reading is the shedding signal until
+#: the next one: at 25 ms throughout, the bench's REST batch phase at the max rate, memory store, shed 406 calls
+#: where the 5 ms period had shed 38-59 in five runs; issue 16, Session 36).
+LAGGING_MONITOR_PERIOD_S = 0.005
 #: Retry hint of a shed call, ms (REST rounds it up to whole seconds, RFC 9110 §10.2.3).
 RETRY_AFTER_MS = 100
 
@@ -89,11 +94,14 @@ class Admission:
         max_lag_ms: float = DEFAULT_MAX_LAG_MS,
         period_s: float = DEFAULT_MONITOR_PERIOD_S,
         busy_window_s: float = DEFAULT_BUSY_WINDOW_S,
+        lagging_period_s: float = LAGGING_MONITOR_PERIOD_S,
     ) -> None:
-        """``period_s``: the monitor's period, s; ``busy_window_s`` > 0: the busy share's time constant, s."""
+        """``period_s``: the monitor's period, s; ``lagging_period_s``: its period while the last lag measured is past
+        half of ``max_lag_ms`` (:meth:`next_period_s`), s; ``busy_window_s`` > 0: the busy share's time constant, s."""
         self.max_inflight = max_inflight
         self.max_lag_s = max_lag_ms / 1000.0
         self.period_s = period_s
+        self.lagging_period_s = min(lagging_period_s, period_s)
         self.busy_window_s = busy_window_s
         #: Smaller of the last two measured event-loop lags, s (0 until the monitor runs).
         self.lag_s = 0.0
@@ -115,18 +123,24 @@ class Admission:
         weight = -math.expm1(-interval_s / self.busy_window_s)
         self.busy += weight * (share - self.busy)
 
+    def next_period_s(self) -> float:
+        """The monitor's next period, s: ``lagging_period_s`` while the last lag measured is past half the bound (a
+        shed is near or on, and ends at the first reading after the loop recovers), else ``period_s`` (each period
+        wakes an idle loop once)."""
+        return self.lagging_period_s if self._last_lag_s > self.max_lag_s / 2 else self.period_s
+
     async def monitor(self) -> None:
-        """Measure the loop's lag and the serving thread's busy share every ``period_s`` until cancelled (a
+        """Measure the loop's lag and the serving thread's busy share every :meth:`next_period_s` until cancelled (a
         service task, on the serving loop's thread)."""
         loop = asyncio.get_running_loop()
         with thread_busy_clock() as busy_clock:
             busy_ns, wall_ns = busy_clock(), time.monotonic_ns()
             while True:
                 start = loop.time()
-                # The probe of the lag measurement: how late a period_s timer fires (a service loop, not a test
-                # wait).
-                await asyncio.sleep(self.period_s)
-                lag = max(0.0, loop.time() - start - self.period_s)
+                period = self.next_period_s()
+                # The probe of the lag measurement: how late a period timer fires (a service loop, not a test wait).
+                await asyncio.sleep(period)
+                lag = max(0.0, loop.time() - start - period)
                 self.lag_s, self._last_lag_s = min(lag, self._last_lag_s), lag
                 now_busy, now_wall = busy_clock(), time.monotonic_ns()
                 if now_wall > wall_ns:

@@ -345,7 +345,8 @@ class Metrics:
             ),
             admission_loop_lag_seconds=Gauge(
                 "edgepath_admission_loop_lag_seconds",
-                "How late the serving event loop ran a 25 ms timer (smaller of the last two), s",
+                "How late the serving event loop ran its monitor timer (25 ms; 5 ms past half the lag bound), smaller "
+                "of the last two, s",
                 registry=reg,
             ),
             grpc_handling_seconds=grpc_handling_seconds,
