@@ -44,10 +44,10 @@ DEFAULT_MAX_LAG_MS = 100.0
 #: Time constant of the busy share's exponential average, s.
 DEFAULT_BUSY_WINDOW_S = 0.1
 #: Period of the lag and busy-share monitor, s. Each period wakes the serving loop once: an idle ``edgepath serve``
-#: cost 5.5 % of a core at 5 ms and 1.6-1.8 % at 25 ms (two 10 s measurements each), and under load the server CPU
-#: per Recommend fell to a median 0.93× and 0.96× (gRPC, two runs) and 0.975× (REST) of the 5 ms build's, both
-#: served at once (``loadtest/cpu_ab.py``, 8 rounds each; issue 16, Session 36). Against a lag bound of 100 ms over
-#: two readings, 25 ms still takes a lagging loop's readings at once (each comes a lag late).
+#: cost 5.5 % of a core at 5 ms and 1.6-1.8 % at 25 ms (two 10 s measurements each). Under a closed loop of calls the
+#: server CPU per Recommend against the 5 ms build's, both served at once (``loadtest/cpu_ab.py``, 8 rounds): REST a
+#: median 0.975× and 0.974×, gRPC 0.93×, 0.96×, 0.995× and 1.02× (no gain shown; issue 16, Session 36). Against a lag
+#: bound of 100 ms over two readings, 25 ms still takes a lagging loop's readings at once (each comes a lag late).
 DEFAULT_MONITOR_PERIOD_S = 0.025
 #: Period of the monitor while its last reading is past half the lag bound, s: a shed then ends within about this
 #: long of the loop's recovery, as with the 5 ms period of earlier releases (a reading is the shedding signal until
