@@ -97,7 +97,8 @@ class Admission:
         lagging_period_s: float = LAGGING_MONITOR_PERIOD_S,
     ) -> None:
         """``period_s``: the monitor's period, s; ``lagging_period_s``: its period while the last lag measured is past
-        half of ``max_lag_ms`` (:meth:`next_period_s`), s; ``busy_window_s`` > 0: the busy share's time constant, s."""
+        half of ``max_lag_ms`` (:meth:`next_period_s`; at most ``period_s``), s; ``busy_window_s`` > 0: the busy
+        share's time constant, s."""
         self.max_inflight = max_inflight
         self.max_lag_s = max_lag_ms / 1000.0
         self.period_s = period_s
