@@ -79,3 +79,28 @@ def test_a_batch_decides_what_single_recommends_decide() -> None:
     # draws the slower arm at the 0.01 exploration floor, so the WiFi × LTE decisions log 0.99, or 0.01)
     assert propensities - {0.5, 1.0}, propensities
     assert len({r.decision_id for r in batch}) == len(batch)
+
+
+def test_a_call_that_arrives_during_a_batch_is_answered_between_its_stages() -> None:
+    """The batch gives the loop to other calls between its stages: a Recommend started after the batch (on the
+    in-process store, whose calls never suspend) finishes first, where in one piece the batch would end first."""
+    plane = Service.build(Settings(model_path=SHIPPED, hmac_key="plane-batch-test-hmac-key-0123456789abcdef")).plane
+    items = [(Principal(device_id=r.device_id), r) for r in (request(i) for i in range(24))]
+    lone = request(7)
+    finished: list[str] = []
+
+    async def batch() -> None:
+        await plane.recommend_batch(items)
+        finished.append("batch")
+
+    async def single() -> None:
+        await plane.recommend(Principal(device_id=lone.device_id), lone)
+        finished.append("single")
+
+    async def run() -> None:
+        first = asyncio.create_task(batch())
+        await asyncio.sleep(0)  # the batch starts: its first step runs up to its first pause
+        await asyncio.gather(first, asyncio.create_task(single()))
+
+    asyncio.run(run())
+    assert finished == ["single", "batch"]
