@@ -17,7 +17,8 @@ adapters; the trainer not started) and ``tune_serving_process``.
 - **Unary calls**: an open loop starts ``--rate`` ``DecisionPlane.recommend`` calls per second on real paired
   contexts (``loadtest/workload.py``) with ``--history-samples`` emulated samples per interface (what the agent
   sends), validated beforehand. A call's latency runs from its scheduled start to its reply, so time the loop spends
-  elsewhere counts.
+  elsewhere counts, and so does the open loop's own lateness in starting it (uvloop's timers tick in whole ms: ~1.6
+  ms at the median on the 2-core host of Session 37, most of the ``alone`` phase's p50).
 - **Batch calls**: a second open loop starts ``--batch-rate`` batch calls per second, each validating a
   ``RecommendBatchRequest`` of ``--batch-size`` such contexts from plain values (the models both transports
   validate after decoding) and calling ``DecisionPlane.recommend_batch`` on it. Transport decode and encode are not
