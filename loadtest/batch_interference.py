@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -51,7 +50,7 @@ import numpy as np  # noqa: E402  (after the re-exec into the venv above)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from training_interference import summary  # noqa: E402  (loadtest/, on the path above)
+from training_interference import open_loop, summary, write_report  # noqa: E402  (loadtest/, on the path above)
 
 DEVICE = "gateway-1"
 
@@ -97,35 +96,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await plane.recommend_batch([(principal, r) for r in body.requests])
         latencies.append(time.perf_counter() - start)
 
-    async def open_loop(call: Any, rate: float, duration_s: float) -> np.ndarray:
-        """``call(start, latencies)`` started ``rate`` times per second for ``duration_s``; latencies in ms."""
-        latencies: list[float] = []
-        tasks: list[asyncio.Task[None]] = []
-        t0 = time.perf_counter()
-        i = 0
-        while (start := t0 + i / rate) < t0 + duration_s:
-            delay = start - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)  # the open loop's arrival schedule
-            tasks.append(asyncio.create_task(call(start, latencies)))
-            i += 1
-        await asyncio.gather(*tasks)
-        return np.asarray(latencies) * 1e3
+    def until(t: float) -> bool:
+        return t >= args.duration_s
 
     phases: dict[str, list[np.ndarray]] = {"alone": [], "beside_batches": []}
     batch_calls: list[np.ndarray] = []
 
     async def alone() -> np.ndarray:
-        return await open_loop(one, args.rate, args.duration_s)
+        return await open_loop(one, args.rate, until)
 
     async def beside_batches() -> np.ndarray:
         latencies, batches = await asyncio.gather(
-            open_loop(one, args.rate, args.duration_s), open_loop(one_batch, args.batch_rate, args.duration_s)
+            open_loop(one, args.rate, until), open_loop(one_batch, args.batch_rate, until)
         )
         batch_calls.append(batches)
         return latencies
 
-    await open_loop(one, args.rate, 1.0)  # warm-up: first calls, caches
+    await open_loop(one, args.rate, lambda t: t >= 1.0)  # warm-up: first calls, caches
     for r in range(args.rounds):
         order = ("alone", "beside_batches") if r % 2 == 0 else ("beside_batches", "alone")
         for name in order:
@@ -185,10 +172,7 @@ def main() -> int:
         f"batches: {b['rate_per_s']:g}/s of {b['batch_size']} contexts ({b['decisions_per_s']:.0f} decisions/s), "
         f"a call's p50 {b['call_p50_ms']:.1f} ms, max {b['call_max_ms']:.1f} ms"
     )
-    print(f"load average {report['load_average']}, {report['cores']} cores")
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.report)
     return 0
 
 

@@ -123,6 +123,26 @@ def summary(latencies_ms: list[np.ndarray]) -> dict[str, Any]:
     }
 
 
+async def open_loop(call: Any, rate: float, until: Any) -> np.ndarray:
+    """An open loop: ``call(start, latencies)`` started as a task ``rate`` times per second, each at its scheduled
+    time ``start`` (``time.perf_counter()`` s), until ``until(t)`` is true for the next call's scheduled offset ``t``
+    (s from the loop's start); then waits for every call. ``call`` appends its latency (s from ``start``: time the
+    event loop spends elsewhere counts). Returns the latencies in ms, shape (calls,)."""
+    latencies: list[float] = []
+    tasks: list[asyncio.Task[None]] = []
+    t0 = time.perf_counter()
+    i = 0
+    while not until(i / rate):
+        start = t0 + i / rate
+        delay = start - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)  # the open loop's arrival schedule
+        tasks.append(asyncio.create_task(call(start, latencies)))
+        i += 1
+    await asyncio.gather(*tasks)
+    return np.asarray(latencies) * 1e3
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import workload
     from edgepath import types as ep_types
@@ -156,22 +176,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         body = workload.outcome_body(pool[i], "bench-1", rec.model_dump(mode="json"))
         await plane.report_outcome(principal, ep_types.OutcomeReport.model_validate(body))
         latencies.append(time.perf_counter() - start)
-
-    async def open_loop(until: Any) -> np.ndarray:
-        """Calls at ``args.rate`` per second until ``until()`` is true; their latencies in ms."""
-        latencies: list[float] = []
-        tasks: list[asyncio.Task[None]] = []
-        t0 = time.perf_counter()
-        i = 0
-        while not until(time.perf_counter() - t0):
-            start = t0 + i / args.rate
-            delay = start - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)  # the open loop's arrival schedule
-            tasks.append(asyncio.create_task(one(start, latencies)))
-            i += 1
-        await asyncio.gather(*tasks)
-        return np.asarray(latencies) * 1e3
 
     def backlog() -> int:
         if topology is not None:
@@ -222,15 +226,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async def timed(name: str, until: Any) -> None:
         """One phase of the open loop: its latencies, and the CPU seconds spent meanwhile added to ``cpu``."""
         c0 = cpu_s()
-        phases[name].append(await open_loop(until))
+        phases[name].append(await open_loop(one, args.rate, until))
         cpu[name] += cpu_s() - c0
 
-    await open_loop(lambda t: t >= 1.0)  # warm-up: first calls, caches, the refit process
+    await open_loop(one, args.rate, lambda t: t >= 1.0)  # warm-up: first calls, caches, the refit process
     trainer.start()
     # ... until a refit is published, so that every phase serves a fitted model: a fresh model decides by a uniform
     # draw (~100 µs per call cheaper), and round 1's paused phase measured that, not the absence of training
     v_warm = plane.registry.current.version
-    await open_loop(lambda t: plane.registry.current.version > v_warm or t >= 30.0)
+    await open_loop(one, args.rate, lambda t: plane.registry.current.version > v_warm or t >= 30.0)
     for r in range(args.rounds):
         await trainer.stop()
         await timed("paused", lambda t: t >= args.duration_s)
@@ -285,6 +289,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def write_report(report: dict[str, Any], path: Path | None) -> None:
+    """Print the host's load average and core count from ``report``; write ``report`` as JSON to ``path`` if given."""
+    print(f"load average {report['load_average']}, {report['cores']} cores")
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rate", type=float, default=800.0, help="Recommend calls (each with its outcome) per second")
@@ -301,10 +313,7 @@ def main() -> int:
             f"{name:9s} p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms{ratio}  max {r['max_ms']:.1f} ms  CPU per "
             f"call: serving {r['serving_cpu_us_per_call']:.0f} us, children {r['children_cpu_us_per_call']:.0f} us"
         )
-    print(f"load average {report['load_average']}, {report['cores']} cores")
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
+    write_report(report, args.report)
     return 0
 
 
