@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from edgepath.adapters.mlpm import BATCH_SLICE
 from edgepath.main import Service
 from edgepath.settings import Settings
 from edgepath.types import Principal, RecommendRequest
@@ -104,3 +105,31 @@ def test_a_call_that_arrives_during_a_batch_is_answered_between_its_stages() -> 
 
     asyncio.run(run())
     assert finished == ["single", "batch"]
+
+
+def test_mlpm_decides_a_batch_in_slices_with_the_single_sections() -> None:
+    """MLPM takes a batch's requests with histories ``BATCH_SLICE`` at a time (a pause between slices): across the
+    slices' seams every scheduler section is still the one-by-one section, in order."""
+    settings = Settings(model_path=SHIPPED, hmac_key="plane-batch-test-hmac-key-0123456789abcdef")
+    batch_plane, single_plane = Service.build(settings).plane, Service.build(settings).plane
+    requests = []
+    for i in range(2 * BATCH_SLICE + 5):
+        body = request(i % 16).model_dump(mode="json", exclude_none=True)
+        body["subflow_histories"] = [
+            {
+                "interface": iface["name"],
+                "rtt_t_ms": [100.0 * k for k in range(8)],
+                "rtt_ms": [20.0 + k * (1.0 + i / 10.0) for k in range(8)],
+            }
+            for iface in body["interfaces"]
+        ]
+        requests.append(RecommendRequest.model_validate(body))
+    items = [(Principal(device_id=r.device_id), r) for r in requests]
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        return await batch_plane.recommend_batch(items), [await single_plane.recommend(p, r) for p, r in items]
+
+    batch, single = asyncio.run(run())
+    assert [b.scheduler for b in batch] == [s.scheduler for s in single]
+    slopes = {w.rtt_slope_ms_per_s for b in batch for w in b.scheduler.weights if w.interface == "wlan0"}
+    assert len(slopes) == len(batch)  # every request's own history
