@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import sys
 import time
@@ -81,18 +82,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     principal = ep_types.Principal(device_id=DEVICE)
     tune_serving_process(settings)
-    counter = 0
+    unary_calls, batch_calls_made = itertools.count(), itertools.count()  # each open loop walks its own contexts
 
     async def one(start: float, latencies: list[float]) -> None:
-        nonlocal counter
-        counter += 1
-        await plane.recommend(principal, unary[counter % len(unary)])
+        await plane.recommend(principal, unary[next(unary_calls) % len(unary)])
         latencies.append(time.perf_counter() - start)
 
     async def one_batch(start: float, latencies: list[float]) -> None:
-        nonlocal counter
-        counter += 1
-        body = ep_types.RecommendBatchRequest.model_validate(batch_bodies[counter % len(batch_bodies)])
+        body = ep_types.RecommendBatchRequest.model_validate(batch_bodies[next(batch_calls_made) % len(batch_bodies)])
         await plane.recommend_batch([(principal, r) for r in body.requests])
         latencies.append(time.perf_counter() - start)
 
