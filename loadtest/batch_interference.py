@@ -4,7 +4,7 @@
 Usage::
 
     loadtest/batch_interference.py [--rate 200] [--batch-rate 15] [--batch-size 64] [--duration-s 5]
-        [--rounds 3] [--history-samples 20] [--report out/batch-interference.json]
+        [--rounds 3] [--history-samples 20] [--batch-path models|grpc] [--report out/batch-interference.json]
 
 A CPE router batching its clients' contexts and the agents calling one by one share one serving loop: while a batch
 is decided nothing else on that loop runs, so a unary call that arrives meanwhile waits for it. ``loadtest/bench``
@@ -19,11 +19,13 @@ adapters; the trainer not started) and ``tune_serving_process``.
   sends), validated beforehand. A call's latency runs from its scheduled start to its reply, so time the loop spends
   elsewhere counts, and so does the open loop's own lateness in starting it (uvloop's timers tick in whole ms: ~1.6
   ms at the median on the 2-core host of Session 37, most of the ``alone`` phase's p50).
-- **Batch calls**: a second open loop starts ``--batch-rate`` batch calls per second, each validating a
-  ``RecommendBatchRequest`` of ``--batch-size`` such contexts from plain values (the models both transports
-  validate after decoding) and calling ``DecisionPlane.recommend_batch`` on it. Transport decode and encode are not
-  included. Both loads stay below the loop's capacity (a closed loop of batches would measure a backlog, which
-  admission control sheds in the service).
+- **Batch calls**: a second open loop starts ``--batch-rate`` batch calls per second of ``--batch-size`` such
+  contexts each. ``--batch-path models`` (the default): each validates a ``RecommendBatchRequest`` from plain values
+  (the models both transports validate after decoding) and calls ``DecisionPlane.recommend_batch`` on it, transport
+  decode and encode not included. ``--batch-path grpc``: each is the gRPC servicer's ``RecommendBatch`` on the
+  request's wire bytes (``FromString``, proto → models, the plane, the reply's proto; authentication off and a
+  stand-in for the call's context, no socket), what a gRPC batch costs the serving loop. Both loads stay below the
+  loop's capacity (a closed loop of batches would measure a backlog, which admission control sheds in the service).
 
 Per round, two phases of ``--duration-s`` each, in alternating order (a shared host's speed drifts): ``alone`` (the
 unary calls only) and ``beside_batches`` (the same unary calls and the batch calls). The report gives each phase's
@@ -56,6 +58,19 @@ from training_interference import open_loop, summary, write_report  # noqa: E402
 DEVICE = "gateway-1"
 
 
+class StandInContext:
+    """Stands in for ``grpc.aio.ServicerContext`` in a direct servicer call (no socket, no metadata)."""
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+    async def abort(self, code: Any, details: str = "", trailing_metadata: Any = ()) -> None:
+        raise RuntimeError(f"aborted: {code} {details}")
+
+    async def abort_with_status(self, status: Any) -> None:
+        raise RuntimeError(f"aborted: {status}")
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import workload
     from edgepath import types as ep_types
@@ -81,6 +96,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for b in range(16)
     ]
     principal = ep_types.Principal(device_id=DEVICE)
+    if args.batch_path == "grpc":
+        from edgepath.grpc.server import PathServicer
+        from edgepath.wire import edgepath_pb2 as pb
+
+        servicer = PathServicer(plane)  # authentication off, as the models path
+        batch_wires = [
+            pb.RecommendBatchRequest(
+                requests=[
+                    workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], DEVICE, hist, 2, form="columns")
+                    for j in range(size)
+                ]
+            ).SerializeToString()
+            for b in range(16)
+        ]
     tune_serving_process(settings)
     unary_calls, batch_calls_made = itertools.count(), itertools.count()  # each open loop walks its own contexts
 
@@ -89,8 +118,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         latencies.append(time.perf_counter() - start)
 
     async def one_batch(start: float, latencies: list[float]) -> None:
-        body = ep_types.RecommendBatchRequest.model_validate(batch_bodies[next(batch_calls_made) % len(batch_bodies)])
-        await plane.recommend_batch([(principal, r) for r in body.requests])
+        k = next(batch_calls_made) % len(batch_bodies)
+        if args.batch_path == "grpc":
+            await servicer.RecommendBatch(pb.RecommendBatchRequest.FromString(batch_wires[k]), StandInContext())
+        else:
+            body = ep_types.RecommendBatchRequest.model_validate(batch_bodies[k])
+            await plane.recommend_batch([(principal, r) for r in body.requests])
         latencies.append(time.perf_counter() - start)
 
     def until(t: float) -> bool:
@@ -126,6 +159,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report["batches"] = {
         "rate_per_s": args.batch_rate,
         "batch_size": size,
+        "path": args.batch_path,
         "calls": int(batches.size),
         "decisions_per_s": batches.size * size / (args.rounds * args.duration_s),
         "call_p50_ms": float(np.percentile(batches, 50)),
@@ -154,6 +188,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="Rounds of (alone, beside_batches)")
     p.add_argument(
         "--history-samples", type=int, default=20, help="RTT and throughput samples per interface in each context"
+    )
+    p.add_argument(
+        "--batch-path",
+        choices=("models", "grpc"),
+        default="models",
+        help="A batch call: validation from plain values + the plane (models), or the gRPC servicer on wire bytes",
     )
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args()

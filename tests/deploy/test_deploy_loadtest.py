@@ -395,12 +395,14 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
         assert r["versions_in_catch_up"] >= 1  # ... and trained on once the trainer ran again
 
 
-def test_batch_interference_measures_unary_calls_alone_and_beside_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch_path", ["models", "grpc"])
+def test_batch_interference_measures_unary_calls_alone_and_beside_batches(batch_path: str, tmp_path: Path) -> None:
     """``loadtest/batch_interference.py``: both phases over the real in-process service on its event loop, the
-    batch calls all answered at their rate; figures printed, none asserted."""
+    batch calls (validation + plane, or the gRPC servicer on wire bytes) all answered at their rate; figures
+    printed, none asserted."""
     report = tmp_path / "batch-interference.json"
     args = ("--rate", "100", "--batch-rate", "5", "--batch-size", "16", "--duration-s", "0.6", "--rounds", "2")
-    proc = _run_script("batch_interference.py", tmp_path, *args, "--report", str(report))
+    proc = _run_script("batch_interference.py", tmp_path, *args, "--batch-path", batch_path, "--report", str(report))
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(report.read_text())
     for phase in ("alone", "beside_batches"):
@@ -411,6 +413,7 @@ def test_batch_interference_measures_unary_calls_alone_and_beside_batches(tmp_pa
     )
     assert data["batches"]["calls"] == 2 * 3  # 5/s x 0.6 s, two rounds: every batch answered
     assert data["batches"]["decisions_per_s"] == pytest.approx(6 * 16 / 1.2) and 0 < data["batches"]["call_p50_ms"]
+    assert data["batches"]["path"] == batch_path
     assert data["event_loop"] == "uvloop"  # the service's loop, as edgepath serve runs it
 
 
