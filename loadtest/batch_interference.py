@@ -4,7 +4,8 @@
 Usage::
 
     loadtest/batch_interference.py [--rate 200] [--batch-rate 15] [--batch-size 64] [--duration-s 5]
-        [--rounds 3] [--history-samples 20] [--batch-path models|grpc] [--report out/batch-interference.json]
+        [--rounds 3] [--history-samples 20] [--batch-path models|grpc] [--over process|grpc]
+        [--report out/batch-interference.json]
 
 A CPE router batching its clients' contexts and the agents calling one by one share one serving loop: while a batch
 is decided nothing else on that loop runs, so a unary call that arrives meanwhile waits for it. ``loadtest/bench``
@@ -27,6 +28,15 @@ adapters; the trainer not started) and ``tune_serving_process``.
   stand-in for the call's context, no socket), what a gRPC batch costs the serving loop. Both loads stay below the
   loop's capacity (a closed loop of batches would measure a backlog, which admission control sheds in the service).
 
+``--over grpc`` measures the same two loads against a real server instead: ``edgepath serve --store memory`` (rate
+limits lifted) on loopback with ephemeral ports, pinned to core 0 when the host has more than one (its event loop
+alone on a core); the unary calls come from this process (grpc.aio, ``--rate`` per second, each its own device and
+context) and the batch calls (``RecommendBatch`` of ``--batch-size`` contexts, ``--batch-rate`` per second) from a
+second process started for each ``beside_batches`` phase; both generators on the other cores. A call's latency runs
+from its scheduled start to its reply; calls that fail are counted per status code (``errors``), not timed. What
+this adds to the in-process measurement: gRPC's own steps on the serving loop (grpc.aio takes one new call per
+wake-up of the loop) and two processes' worth of contention on the generators' side.
+
 Per round, two phases of ``--duration-s`` each, in alternating order (a shared host's speed drifts): ``alone`` (the
 unary calls only) and ``beside_batches`` (the same unary calls and the batch calls). The report gives each phase's
 unary p50 / p99 / max (ms, over all rounds and per round), the p99 ratio of ``beside_batches`` to ``alone``, and
@@ -38,9 +48,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
 import os
 import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -153,15 +166,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     await (service.backend or service.store).close()
+    report = phase_report(args, phases, batch_calls)
+    report["policy"] = plane.registry.current.model.policy_name
+    return report
+
+
+def phase_report(
+    args: argparse.Namespace, phases: dict[str, list[np.ndarray]], batch_calls: list[np.ndarray]
+) -> dict[str, Any]:
+    """The report of both phases (unary latencies per round, ms) and the batch calls (latencies per phase, ms)."""
     report: dict[str, Any] = {name: summary(values) for name, values in phases.items()}
     report["beside_batches"]["p99_vs_alone"] = report["beside_batches"]["p99_ms"] / report["alone"]["p99_ms"]
     batches = np.concatenate(batch_calls)
     report["batches"] = {
         "rate_per_s": args.batch_rate,
-        "batch_size": size,
-        "path": args.batch_path,
+        "batch_size": args.batch_size,
+        "path": "grpc" if args.over == "grpc" else args.batch_path,
         "calls": int(batches.size),
-        "decisions_per_s": batches.size * size / (args.rounds * args.duration_s),
+        "decisions_per_s": batches.size * args.batch_size / (args.rounds * args.duration_s),
         "call_p50_ms": float(np.percentile(batches, 50)),
         "call_max_ms": float(batches.max()),
     }
@@ -169,13 +191,147 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         {
             "rate_per_s": args.rate,
             "duration_s": args.duration_s,
-            "history_samples": hist,
-            "policy": plane.registry.current.model.policy_name,
+            "history_samples": args.history_samples,
             "event_loop": type(asyncio.get_running_loop()).__module__,
             "cores": os.cpu_count(),
             "load_average": os.getloadavg(),
         }
     )
+    return report
+
+
+async def grpc_open_loop(
+    stub_call: Any, messages: list[Any], rate: float, duration_s: float, errors: Counter[str]
+) -> np.ndarray:
+    """An open loop of ``stub_call(message)`` (messages in turn) at ``rate`` per second for ``duration_s``: latencies
+    (ms) of the answered calls; each failed call's status code counted in ``errors``."""
+    sent = itertools.count()
+
+    async def one(start: float, latencies: list[float]) -> None:
+        import grpc
+
+        try:
+            await stub_call(messages[next(sent) % len(messages)])
+        except grpc.aio.AioRpcError as exc:
+            errors[exc.code().name] += 1
+        else:
+            latencies.append(time.perf_counter() - start)
+
+    return await open_loop(one, rate, lambda t: t >= duration_s)
+
+
+def batch_messages(pb: Any, size: int, hist: int) -> list[Any]:
+    """16 ``RecommendBatchRequest`` messages of ``size`` contexts each (every item a device of its own)."""
+    import workload
+
+    pool = workload.situations(1000)
+    return [
+        pb.RecommendBatchRequest(
+            requests=[
+                workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], f"client-{b}-{j}", hist, 2)
+                for j in range(size)
+            ]
+        )
+        for b in range(16)
+    ]
+
+
+async def batch_generator(args: argparse.Namespace) -> None:
+    """The batch calls of ``--over grpc`` (this script's second process): one warm-up call and ``ready`` on stdout;
+    then for each line from stdin (one ``beside_batches`` phase) the open loop, its latencies (ms) and errors as a
+    JSON line; ends when stdin does."""
+    import grpc
+    from edgepath.wire import edgepath_pb2 as pb
+    from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+
+    messages = batch_messages(pb, args.batch_size, args.history_samples)
+    loop = asyncio.get_running_loop()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{args.batch_generator}") as channel:
+        stub = pb_grpc.PathServiceStub(channel)
+        await stub.RecommendBatch(messages[0])
+        print("ready", flush=True)
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            errors: Counter[str] = Counter()
+            latencies = await grpc_open_loop(stub.RecommendBatch, messages, args.batch_rate, args.duration_s, errors)
+            print(json.dumps({"latencies_ms": latencies.tolist(), "errors": dict(errors)}), flush=True)
+
+
+async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
+    """``--over grpc``: the two phases against ``edgepath serve`` (see the module docstring)."""
+    import grpc
+    import workload
+    from cpu_per_call import SERVE_ENV, bench, serve
+    from edgepath.wire import edgepath_pb2 as pb
+    from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+
+    cores = sorted(os.sched_getaffinity(0))
+    server_cores, generator_cores = (cores[:1], cores[1:]) if len(cores) > 1 else (cores, cores)
+    pool = workload.situations(1000)
+    unary = [
+        workload.recommend_proto(pb, pool[i % len(pool)], f"device-{i}", args.history_samples, v)
+        for v in range(2)
+        for i in range(len(pool))
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, ports = serve(Path(tmp), "service", "memory://", ["--no-trainer"], SERVE_ENV)
+        try:
+            os.sched_setaffinity(proc.pid, server_cores)
+            os.sched_setaffinity(0, generator_cores)
+            errors: Counter[str] = Counter()
+            batch_errors: Counter[str] = Counter()
+            phases: dict[str, list[np.ndarray]] = {"alone": [], "beside_batches": []}
+            batch_calls: list[np.ndarray] = []
+            # started before this process opens a channel (no fork while gRPC's threads run), on the same cores
+            generator = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--batch-generator", str(ports["grpc_port"]),
+                "--batch-rate", str(args.batch_rate), "--batch-size", str(args.batch_size),
+                "--duration-s", str(args.duration_s), "--history-samples", str(args.history_samples),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            assert generator.stdin is not None and generator.stdout is not None
+            if (await generator.stdout.readline()).strip() != b"ready":
+                raise RuntimeError("the batch generator did not start")
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{ports['grpc_port']}") as channel:
+                stub = pb_grpc.PathServiceStub(channel)
+                await grpc_open_loop(stub.Recommend, unary, args.rate, 1.0, Counter())  # warm-up
+
+                async def beside_batches() -> np.ndarray:
+                    assert generator.stdin is not None and generator.stdout is not None
+                    generator.stdin.write(b"go\n")
+                    await generator.stdin.drain()
+                    latencies = await grpc_open_loop(stub.Recommend, unary, args.rate, args.duration_s, errors)
+                    batches = json.loads(await generator.stdout.readline())
+                    batch_calls.append(np.asarray(batches["latencies_ms"]))
+                    batch_errors.update(batches["errors"])
+                    return latencies
+
+                for r in range(args.rounds):
+                    order = ("alone", "beside_batches") if r % 2 == 0 else ("beside_batches", "alone")
+                    for name in order:
+                        phases[name].append(
+                            await (
+                                beside_batches()
+                                if name == "beside_batches"
+                                else grpc_open_loop(stub.Recommend, unary, args.rate, args.duration_s, errors)
+                            )
+                        )
+                    print(
+                        f"round {r + 1}: unary p99 alone {np.percentile(phases['alone'][-1], 99):.2f} ms, beside "
+                        f"batches {np.percentile(phases['beside_batches'][-1], 99):.2f} ms",
+                        flush=True,
+                    )
+            generator.stdin.close()
+            await generator.wait()
+        finally:
+            bench.stop(proc)
+    report = phase_report(args, phases, batch_calls)
+    report["over"] = {
+        "server": "edgepath serve --store memory --no-trainer (gRPC on loopback)",
+        "server_cores": server_cores,
+        "generator_cores": generator_cores,
+        "unary_errors": dict(errors),
+        "batch_errors": dict(batch_errors),
+    }
     return report
 
 
@@ -195,11 +351,21 @@ def main() -> int:
         default="models",
         help="A batch call: validation from plain values + the plane (models), or the gRPC servicer on wire bytes",
     )
+    p.add_argument(
+        "--over",
+        choices=("process", "grpc"),
+        default="process",
+        help="Where the calls go: the service in this process (process), or edgepath serve over gRPC (grpc)",
+    )
+    p.add_argument("--batch-generator", type=int, help=argparse.SUPPRESS)  # --over grpc's second process: the port
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args()
     from edgepath.main import run_event_loop
 
-    report = run_event_loop(run(args))
+    if args.batch_generator is not None:
+        run_event_loop(batch_generator(args))
+        return 0
+    report = run_event_loop(run_over_grpc(args) if args.over == "grpc" else run(args))
     for name in ("alone", "beside_batches"):
         r = report[name]
         ratio = f" ({r['p99_vs_alone']:.2f}x alone)" if "p99_vs_alone" in r else ""
@@ -209,6 +375,9 @@ def main() -> int:
         f"batches: {b['rate_per_s']:g}/s of {b['batch_size']} contexts ({b['decisions_per_s']:.0f} decisions/s), "
         f"a call's p50 {b['call_p50_ms']:.1f} ms, max {b['call_max_ms']:.1f} ms"
     )
+    if "over" in report:
+        o = report["over"]
+        print(f"errors: unary {o['unary_errors'] or 'none'}, batch {o['batch_errors'] or 'none'}")
     write_report(report, args.report)
     return 0
 

@@ -417,6 +417,23 @@ def test_batch_interference_measures_unary_calls_alone_and_beside_batches(batch_
     assert data["event_loop"] == "uvloop"  # the service's loop, as edgepath serve runs it
 
 
+def test_batch_interference_over_grpc_counts_every_call_against_a_real_server(tmp_path: Path) -> None:
+    """``loadtest/batch_interference.py --over grpc``: ``edgepath serve`` on loopback, unary calls from the script and
+    batch calls from its second process; every call started is answered or counted as an error, the server on a
+    core of its own when the host has more than one. Figures printed, none asserted."""
+    report = tmp_path / "batch-interference-grpc.json"
+    args = ("--rate", "100", "--batch-rate", "5", "--batch-size", "16", "--duration-s", "0.6", "--rounds", "2")
+    proc = _run_script("batch_interference.py", tmp_path, *args, "--over", "grpc", "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(report.read_text())
+    over = data["over"]
+    unary_errors, batch_errors = sum(over["unary_errors"].values()), sum(over["batch_errors"].values())
+    assert data["alone"]["calls"] + data["beside_batches"]["calls"] + unary_errors == 2 * 2 * 60
+    assert data["batches"]["calls"] + batch_errors == 2 * 3 and data["batches"]["path"] == "grpc"
+    if len(os.sched_getaffinity(0)) > 1:
+        assert over["server_cores"] and not set(over["server_cores"]) & set(over["generator_cores"])
+
+
 @pytest.mark.parametrize("store", ["memory://", "redis"])
 def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_path: Path) -> None:
     """``loadtest/cpu_per_call.py``: one round against the echo and the service (``redis``: a throw-away
