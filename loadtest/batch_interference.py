@@ -30,9 +30,10 @@ adapters; the trainer not started) and ``tune_serving_process``.
 
 ``--over grpc`` measures the same two loads against a real server instead: ``edgepath serve --store memory`` (rate
 limits lifted) on loopback with ephemeral ports, pinned to core 0 when the host has more than one (its event loop
-alone on a core); the unary calls come from this process (grpc.aio, ``--rate`` per second, each its own device and
-context) and the batch calls (``RecommendBatch`` of ``--batch-size`` contexts, ``--batch-rate`` per second) from a
-second process started for each ``beside_batches`` phase; both generators on the other cores. A call's latency runs
+alone on a core); the unary calls come from this process (grpc.aio, ``--rate`` per second, 2,000 contexts of 1,000
+devices in turn) and the batch calls (``RecommendBatch`` of ``--batch-size`` contexts, each item a device of its own,
+``--batch-rate`` per second) from a second process of this script, started once and running the batch open loop of
+each ``beside_batches`` phase; both generators on the other cores. A call's latency runs
 from its scheduled start to its reply; calls that fail are counted per status code (``errors``), not timed. What
 this adds to the in-process measurement: gRPC's own steps on the serving loop (grpc.aio takes one new call per
 wake-up of the loop) and two processes' worth of contention on the generators' side.
@@ -274,6 +275,7 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         proc, ports = serve(Path(tmp), "service", "memory://", ["--no-trainer"], SERVE_ENV)
+        generator: asyncio.subprocess.Process | None = None
         try:
             os.sched_setaffinity(proc.pid, server_cores)
             os.sched_setaffinity(0, generator_cores)
@@ -296,7 +298,7 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
                 await grpc_open_loop(stub.Recommend, unary, args.rate, 1.0, Counter())  # warm-up
 
                 async def beside_batches() -> np.ndarray:
-                    assert generator.stdin is not None and generator.stdout is not None
+                    assert generator is not None and generator.stdin is not None and generator.stdout is not None
                     generator.stdin.write(b"go\n")
                     await generator.stdin.drain()
                     latencies = await grpc_open_loop(stub.Recommend, unary, args.rate, args.duration_s, errors)
@@ -323,6 +325,9 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
             generator.stdin.close()
             await generator.wait()
         finally:
+            if generator is not None and generator.returncode is None:
+                generator.kill()
+                await generator.wait()
             bench.stop(proc)
     report = phase_report(args, phases, batch_calls)
     report["over"] = {
