@@ -67,22 +67,10 @@ import numpy as np  # noqa: E402  (after the re-exec into the venv above)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from training_interference import open_loop, summary, write_report  # noqa: E402  (loadtest/, on the path above)
+from breakdown import FakeContext  # noqa: E402  (loadtest/, on the path above)
+from training_interference import open_loop, summary, write_report  # noqa: E402
 
 DEVICE = "gateway-1"
-
-
-class StandInContext:
-    """Stands in for ``grpc.aio.ServicerContext`` in a direct servicer call (no socket, no metadata)."""
-
-    def invocation_metadata(self) -> tuple[()]:
-        return ()
-
-    async def abort(self, code: Any, details: str = "", trailing_metadata: Any = ()) -> None:
-        raise RuntimeError(f"aborted: {code} {details}")
-
-    async def abort_with_status(self, status: Any) -> None:
-        raise RuntimeError(f"aborted: {status}")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,15 +103,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         from edgepath.wire import edgepath_pb2 as pb
 
         servicer = PathServicer(plane)  # authentication off, as the models path
-        batch_wires = [
-            pb.RecommendBatchRequest(
-                requests=[
-                    workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], DEVICE, hist, 2, form="columns")
-                    for j in range(size)
-                ]
-            ).SerializeToString()
-            for b in range(16)
-        ]
+        batch_wires = [m.SerializeToString() for m in batch_messages(pb, pool, size, hist, DEVICE)]
     tune_serving_process(settings)
     unary_calls, batch_calls_made = itertools.count(), itertools.count()  # each open loop walks its own contexts
 
@@ -134,7 +114,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     async def one_batch(start: float, latencies: list[float]) -> None:
         k = next(batch_calls_made) % len(batch_bodies)
         if args.batch_path == "grpc":
-            await servicer.RecommendBatch(pb.RecommendBatchRequest.FromString(batch_wires[k]), StandInContext())
+            await servicer.RecommendBatch(pb.RecommendBatchRequest.FromString(batch_wires[k]), FakeContext())
         else:
             body = ep_types.RecommendBatchRequest.model_validate(batch_bodies[k])
             await plane.recommend_batch([(principal, r) for r in body.requests])
@@ -206,11 +186,11 @@ async def grpc_open_loop(
 ) -> np.ndarray:
     """An open loop of ``stub_call(message)`` (messages in turn) at ``rate`` per second for ``duration_s``: latencies
     (ms) of the answered calls; each failed call's status code counted in ``errors``."""
+    import grpc
+
     sent = itertools.count()
 
     async def one(start: float, latencies: list[float]) -> None:
-        import grpc
-
         try:
             await stub_call(messages[next(sent) % len(messages)])
         except grpc.aio.AioRpcError as exc:
@@ -221,15 +201,15 @@ async def grpc_open_loop(
     return await open_loop(one, rate, lambda t: t >= duration_s)
 
 
-def batch_messages(pb: Any, size: int, hist: int) -> list[Any]:
-    """16 ``RecommendBatchRequest`` messages of ``size`` contexts each (every item a device of its own)."""
+def batch_messages(pb: Any, pool: Any, size: int, hist: int, device_id: str | None = None) -> list[Any]:
+    """16 ``RecommendBatchRequest`` messages of ``size`` contexts each (situations of ``pool`` in turn, ``hist``
+    samples per interface, history variant 2); every item from ``device_id``, or (None) a device of its own."""
     import workload
 
-    pool = workload.situations(1000)
     return [
         pb.RecommendBatchRequest(
             requests=[
-                workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], f"client-{b}-{j}", hist, 2)
+                workload.recommend_proto(pb, pool[(b * size + j) % len(pool)], device_id or f"client-{b}-{j}", hist, 2)
                 for j in range(size)
             ]
         )
@@ -242,10 +222,11 @@ async def batch_generator(args: argparse.Namespace) -> None:
     then for each line from stdin (one ``beside_batches`` phase) the open loop, its latencies (ms) and errors as a
     JSON line; ends when stdin does."""
     import grpc
+    import workload
     from edgepath.wire import edgepath_pb2 as pb
     from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 
-    messages = batch_messages(pb, args.batch_size, args.history_samples)
+    messages = batch_messages(pb, workload.situations(1000), args.batch_size, args.history_samples)
     loop = asyncio.get_running_loop()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{args.batch_generator}") as channel:
         stub = pb_grpc.PathServiceStub(channel)

@@ -113,10 +113,11 @@ class FakeMetadatum:
 
 
 class FakeContext:
-    """Stands in for ``grpc.aio.ServicerContext`` in the direct servicer call (no socket)."""
+    """Stands in for ``grpc.aio.ServicerContext`` in the direct servicer call (no socket); ``token``: the bearer
+    metadata it carries (None: no metadata, for a servicer without authentication)."""
 
-    def __init__(self, token: str) -> None:
-        self._md = (FakeMetadatum("authorization", f"Bearer {token}"),)
+    def __init__(self, token: str | None = None) -> None:
+        self._md = (FakeMetadatum("authorization", f"Bearer {token}"),) if token is not None else ()
 
     def invocation_metadata(self) -> Any:
         return self._md
@@ -126,6 +127,9 @@ class FakeContext:
 
     async def abort(self, code: Any, details: str = "", trailing_metadata: Any = ()) -> None:
         raise RuntimeError(f"aborted: {code} {details}")
+
+    async def abort_with_status(self, status: Any) -> None:
+        raise RuntimeError(f"aborted: {status}")
 
 
 async def asgi_post(app: Any, path: str, body: bytes, token: str) -> tuple[int, bytes]:
