@@ -5,7 +5,7 @@ Usage::
 
     loadtest/batch_interference.py [--rate 200] [--batch-rate 15] [--batch-size 64] [--duration-s 5]
         [--rounds 3] [--history-samples 20] [--batch-path models|grpc] [--over process|grpc]
-        [--report out/batch-interference.json]
+        [--store memory|redis] [--batch-replica same|separate] [--report out/batch-interference.json]
 
 A CPE router batching its clients' contexts and the agents calling one by one share one serving loop: while a batch
 is decided nothing else on that loop runs, so a unary call that arrives meanwhile waits for it. ``loadtest/bench``
@@ -36,7 +36,10 @@ devices in turn) and the batch calls (``RecommendBatch`` of ``--batch-size`` con
 each ``beside_batches`` phase; both generators on the other cores. A call's latency runs
 from its scheduled start to its reply; calls that fail are counted per status code (``errors``), not timed. What
 this adds to the in-process measurement: gRPC's own steps on the serving loop (grpc.aio takes one new call per
-wake-up of the loop) and two processes' worth of contention on the generators' side.
+wake-up of the loop) and two processes' worth of contention on the generators' side. ``--store redis`` serves the
+chart's shared store instead (a ``redis-server`` on loopback this script starts, on the generators' cores), and
+``--batch-replica separate`` sends the batch calls to a second ``edgepath serve`` on that store, on the generators'
+cores too: gateways on replicas of their own, the unary calls' replica never running a batch.
 
 Per round, two phases of ``--duration-s`` each, in alternating order (a shared host's speed drifts): ``alone`` (the
 unary calls only) and ``beside_batches`` (the same unary calls and the batch calls). The report gives each phase's
@@ -241,6 +244,7 @@ async def batch_generator(args: argparse.Namespace) -> None:
 async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
     """``--over grpc``: the two phases against ``edgepath serve`` (see the module docstring)."""
     import grpc
+    import topology
     import workload
     from cpu_per_call import SERVE_ENV, bench, serve
     from edgepath.wire import edgepath_pb2 as pb
@@ -254,11 +258,26 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
         for v in range(2)
         for i in range(len(pool))
     ]
+    separate = args.batch_replica == "separate"
+    store_name = "redis (a redis-server on loopback, on the generators' cores)" if args.store == "redis" else "memory"
     with tempfile.TemporaryDirectory() as tmp:
-        proc, ports = serve(Path(tmp), "service", "memory://", ["--no-trainer"], SERVE_ENV)
+        started: list[Any] = []  # redis-server and the replicas, stopped last first
         generator: asyncio.subprocess.Process | None = None
         try:
+            store_url = "memory://"
+            if args.store == "redis":
+                redis, store_url = topology.start_redis_server(Path(tmp))
+                started.append(redis)
+            proc, ports = serve(Path(tmp), "service", store_url, ["--no-trainer"], SERVE_ENV)
+            started.append(proc)
+            batch_proc, batch_ports = proc, ports
+            if separate:
+                batch_proc, batch_ports = serve(Path(tmp), "batch-replica", store_url, ["--no-trainer"], SERVE_ENV)
+                started.append(batch_proc)
             os.sched_setaffinity(proc.pid, server_cores)
+            for other in started:  # redis-server and the gateways' replica: never on the unary replica's cores
+                if other is not proc:
+                    os.sched_setaffinity(other.pid, generator_cores)
             os.sched_setaffinity(0, generator_cores)
             errors: Counter[str] = Counter()
             batch_errors: Counter[str] = Counter()
@@ -266,7 +285,7 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
             batch_calls: list[np.ndarray] = []
             # started before this process opens a channel (no fork while gRPC's threads run), on the same cores
             generator = await asyncio.create_subprocess_exec(
-                sys.executable, __file__, "--batch-generator", str(ports["grpc_port"]),
+                sys.executable, __file__, "--batch-generator", str(batch_ports["grpc_port"]),
                 "--batch-rate", str(args.batch_rate), "--batch-size", str(args.batch_size),
                 "--duration-s", str(args.duration_s), "--history-samples", str(args.history_samples),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -309,10 +328,14 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
             if generator is not None and generator.returncode is None:
                 generator.kill()
                 await generator.wait()
-            bench.stop(proc)
+            for started_proc in reversed(started):
+                bench.stop(started_proc)
     report = phase_report(args, phases, batch_calls)
     report["over"] = {
-        "server": "edgepath serve --store memory --no-trainer (gRPC on loopback)",
+        "server": f"edgepath serve --store {store_name} --no-trainer (gRPC on loopback)",
+        "batch_replica": "a second edgepath serve on the same store, on the generators' cores"
+        if separate
+        else "the same server",
         "server_cores": server_cores,
         "generator_cores": generator_cores,
         "unary_errors": dict(errors),
@@ -343,6 +366,19 @@ def main() -> int:
         default="process",
         help="Where the calls go: the service in this process (process), or edgepath serve over gRPC (grpc)",
     )
+    p.add_argument(
+        "--store",
+        choices=("memory", "redis"),
+        default="memory",
+        help="--over grpc: the served store, in-process (memory) or a redis-server on loopback this script starts",
+    )
+    p.add_argument(
+        "--batch-replica",
+        choices=("same", "separate"),
+        default="same",
+        help="--over grpc: the batch calls to the unary calls' server (same) or to a second replica on the same "
+        "store (separate; needs --store redis)",
+    )
     p.add_argument("--batch-generator", type=int, help=argparse.SUPPRESS)  # --over grpc's second process: the port
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args()
@@ -351,6 +387,10 @@ def main() -> int:
     if args.batch_generator is not None:
         run_event_loop(batch_generator(args))
         return 0
+    if args.batch_replica == "separate" and (args.over != "grpc" or args.store != "redis"):
+        p.error("--batch-replica separate needs --over grpc --store redis (replicas share decisions through Redis)")
+    if args.store == "redis" and args.over != "grpc":
+        p.error("--store redis needs --over grpc")
     report = run_event_loop(run_over_grpc(args) if args.over == "grpc" else run(args))
     for name in ("alone", "beside_batches"):
         r = report[name]

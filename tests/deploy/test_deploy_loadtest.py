@@ -417,16 +417,26 @@ def test_batch_interference_measures_unary_calls_alone_and_beside_batches(batch_
     assert data["event_loop"] == "uvloop"  # the service's loop, as edgepath serve runs it
 
 
-def test_batch_interference_over_grpc_counts_every_call_against_a_real_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("store", "batch_replica"), [("memory", "same"), ("redis", "separate")])
+def test_batch_interference_over_grpc_counts_every_call_against_a_real_server(
+    store: str, batch_replica: str, tmp_path: Path
+) -> None:
     """``loadtest/batch_interference.py --over grpc``: ``edgepath serve`` on loopback, unary calls from the script and
-    batch calls from its second process; every call started is answered or counted as an error, the server on a
-    core of its own when the host has more than one. Figures printed, none asserted."""
+    batch calls from its second process (``separate``: to a second replica on a redis-server the script starts);
+    every call started is answered or counted as an error, the unary calls' server on a core of its own when the
+    host has more than one. Figures printed, none asserted."""
+    if store == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (.ci/run installs it)")
     report = tmp_path / "batch-interference-grpc.json"
     args = ("--rate", "100", "--batch-rate", "5", "--batch-size", "16", "--duration-s", "0.6", "--rounds", "2")
-    proc = _run_script("batch_interference.py", tmp_path, *args, "--over", "grpc", "--report", str(report))
+    where = ("--store", store, "--batch-replica", batch_replica)
+    proc = _run_script("batch_interference.py", tmp_path, *args, "--over", "grpc", *where, "--report", str(report))
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(report.read_text())
     over = data["over"]
+    assert ("second edgepath serve" in over["batch_replica"]) == (batch_replica == "separate")
+    assert ("redis" in over["server"]) == (store == "redis")
+    assert not _left_running(str(tmp_path))  # its redis-server (working directory in its temporary one) is gone
     unary_errors, batch_errors = sum(over["unary_errors"].values()), sum(over["batch_errors"].values())
     assert data["alone"]["calls"] + data["beside_batches"]["calls"] + unary_errors == 2 * 2 * 60
     assert data["batches"]["calls"] + batch_errors == 2 * 3 and data["batches"]["path"] == "grpc"
