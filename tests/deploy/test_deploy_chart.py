@@ -296,6 +296,41 @@ def test_trainer_deployment_runs_edgepath_train(render: Any) -> None:
     ]
 
 
+def test_a_gateway_release_only_serves_on_the_training_releases_store_and_keys(render: Any) -> None:
+    """``ci/gateway-replicas-values.yaml`` (README "Gateways on replicas of their own"): no trainer, no Redis and no
+    refits in its replicas, but the store URL, the HMAC key and the device keys from the same Secret, and the same
+    Redis key namespace, as the release that trains (``ci/external-redis-values.yaml``); an external-Redis release
+    without a trainer Deployment still lets its replicas refit unless ``trainer.inServiceReplicas`` is false."""
+
+    def service_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+        (c,) = one(objects, "Deployment", "ep-edgepath")["spec"]["template"]["spec"]["containers"]
+        return c
+
+    def secret_refs(c: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return {
+            e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+            for e in c["env"]
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+
+    gateways, trains = render("gateway-replicas-values.yaml"), render("external-redis-values.yaml")
+    assert [d["metadata"]["name"] for d in by_kind(gateways, "Deployment")] == ["ep-edgepath"]
+    assert not by_kind(gateways, "StatefulSet")
+    c = service_container(gateways)
+    assert {"name": "EDGEPATH_TRAINER", "value": "false"} in c["env"]
+    refs = secret_refs(c)
+    assert {"EDGEPATH_STORE_URL", "EDGEPATH_HMAC_KEY"} <= set(refs)
+    training_refs = secret_refs(service_container(trains))
+    assert refs == {name: training_refs[name] for name in refs}
+    namespace = "EDGEPATH_REDIS_NAMESPACE"
+    assert (
+        one(gateways, "ConfigMap", "-settings")["data"][namespace]
+        == one(trains, "ConfigMap", "-settings")["data"][namespace]
+    )
+    no_trainer = render("external-redis-values.yaml", "--set", "trainer.enabled=false")
+    assert {"name": "EDGEPATH_TRAINER", "value": "true"} in service_container(no_trainer)["env"]
+
+
 def test_hpa_and_pdb(render: Any) -> None:
     objects = render("defaults")
     hpa = one(objects, "HorizontalPodAutoscaler")
