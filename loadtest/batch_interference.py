@@ -270,7 +270,7 @@ async def run_over_grpc(args: argparse.Namespace) -> dict[str, Any]:
                 started.append(redis)
             proc, ports = serve(Path(tmp), "service", store_url, ["--no-trainer"], SERVE_ENV)
             started.append(proc)
-            batch_proc, batch_ports = proc, ports
+            batch_ports = ports  # where the batch calls go: this replica, or (separate) a second one
             if separate:
                 batch_proc, batch_ports = serve(Path(tmp), "batch-replica", store_url, ["--no-trainer"], SERVE_ENV)
                 started.append(batch_proc)
