@@ -20,7 +20,7 @@ call, each iteration one real paired context of ``loadtest/workload.py``):
 Recommend: transport decode, authentication, rate limit, validation, feature encoding, bandit (the
 policy's decide minus the feature encoding), decision record write, each engine adapter's section
 (MLPM ``scheduler``, ``congestion``, SSMP ``server_selection``, ...), metrics, encode.
-ReportOutcome: transport decode, authentication, rate limit, validation, decision read, reward,
+ReportOutcome: transport decode, authentication, rate limit, validation, decision read (+ outcome cap token), reward,
 outcome guard, outcome claim (store write), engine learning, metrics, encode.
 
 Per stage the report gives the mean and median in µs and the share of the whole handler's median.
@@ -307,7 +307,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await t.atime("rate limit", security.admit(principal))
         if transport == "grpc":
             report = t.time("validation", lambda: convert.outcome_report(msg))
-        decision = await t.atime("decision read", plane.store.get_decision(report.decision_id))
+        assert plane.guard is not None
+
+        async def read() -> tuple[Any, Any]:  # the cap's token under way beside the lookup, as the plane does it
+            cap_token = await plane.guard.take_cap_token(report.device_id)
+            return cap_token, await plane.store.get_decision(report.decision_id)
+
+        cap_token, decision = await t.atime("decision read + outcome cap token", read())
         assert decision is not None
         reward = t.time(
             "reward",
@@ -318,8 +324,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 latency_threshold_ms=settings.reward_latency_ms,
             ),
         )
-        assert plane.guard is not None
-        await t.atime("outcome guard", plane.guard.admit(decision, report))
+        await t.atime("outcome guard", plane.guard.admit(decision, report, cap_token))
         outcome = OutcomeRecord(
             decision_id=decision.decision_id,
             device_id=decision.device_id,

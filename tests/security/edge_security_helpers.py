@@ -37,6 +37,25 @@ def context_body(device_id: str, link_speed_mbps: float = 100.0) -> dict[str, An
     }
 
 
+def assert_outcome_cap_counts_every_report(http_port: int, device_id: str) -> None:
+    """Against a service on ``http_port`` with ``outcome_cap_per_window=3`` (default window, one hour): a report of
+    an unknown decision and an implausible one spend a token each, as an accepted one does; the fourth report
+    (a duplicate of the accepted one) is refused 429 with a retry hint, and nothing of it is trained on."""
+    import httpx
+
+    with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=5.0) as http:
+        rec = http.post("/v1/recommendations", json=context_body(device_id, link_speed_mbps=50.0)).json()
+        unknown = {"device_id": device_id, "decision_id": "no-such-decision", "throughput_bps": 1e6}
+        assert http.post("/v1/outcomes", json=unknown).status_code == 404
+        body: dict[str, Any] = {"device_id": device_id, "decision_id": rec["decision_id"], "throughput_bps": 1e12}
+        assert http.post("/v1/outcomes", json=body).status_code == 422  # implausible (50 Mbit/s WiFi + LTE)
+        body["throughput_bps"] = 4e6
+        assert http.post("/v1/outcomes", json=body).json()["accepted"] is True
+        refused = http.post("/v1/outcomes", json=body)
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["retry-after"]) >= 1100  # one token per 3600 / 3 s
+
+
 # --- raw gRPC --------------------------------------------------------------------------------------------------
 def grpc_unary(
     channel: grpc.Channel, method: str, payload: bytes, metadata: Sequence[tuple[str, str]] = (), timeout: float = 5.0

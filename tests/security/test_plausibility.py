@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from edge_security_helpers import context_body, running_service
+from edge_security_helpers import assert_outcome_cap_counts_every_report, context_body, running_service
 from edgepath.engines.features import context_features
 from edgepath.errors import InvalidInput, RateLimited
 from edgepath.security.plausibility import (
@@ -111,6 +111,24 @@ async def test_guard_caps_outcomes_per_device_and_quarantines() -> None:
     assert await guard.admit(_decision([_wifi(100.0)], "dev-q"), report) is False  # quarantined: not trained
     await guard.quarantine.remove("dev-q")
     assert await guard.admit(_decision([_wifi(100.0)], "dev-q"), report) is True
+
+
+def test_the_outcome_cap_counts_every_report_a_device_makes() -> None:
+    """The cap's token is taken as the report arrives, before its decision is looked up (in-process store here;
+    the Redis store's, where the token shares the lookup's round trip: test_redis_limits.py)."""
+    with running_service(outcome_cap_per_window=3) as svc:
+        assert_outcome_cap_counts_every_report(svc.http_port, "dev-cap")
+
+
+async def test_a_cap_token_taken_before_the_lookup_is_the_one_admit_refuses_on() -> None:
+    guard = OutcomeGuard(1.5, MemoryRateLimiter(1 / 3600, 1), MemoryQuarantine(()))
+    d, report = _decision([_wifi(100.0)]), OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=1e6)
+    first = await guard.take_cap_token("dev-a")
+    assert first is not None and first.result() == 0.0  # in process: taken at once
+    assert await guard.admit(d, report, first) is True
+    with pytest.raises(RateLimited):
+        await guard.admit(d, report, await guard.take_cap_token("dev-a"))
+    assert await OutcomeGuard(1.5, None, MemoryQuarantine(())).take_cap_token("dev-a") is None  # no cap
 
 
 def test_gcra_is_a_token_bucket() -> None:

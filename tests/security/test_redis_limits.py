@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from edge_security_helpers import context_body, running_service
+from edge_security_helpers import assert_outcome_cap_counts_every_report, context_body, running_service
 from edgepath.security.plausibility import RedisQuarantine
 from edgepath.security.ratelimit import FallbackRateLimiter, MemoryRateLimiter, RedisRateLimiter
 from redis.asyncio import Redis
@@ -94,6 +94,12 @@ def test_two_service_replicas_share_a_devices_budget(redis_url: str) -> None:
             with httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http:
                 statuses.append(http.post("/v1/recommendations", json=context_body("dev-shared")).status_code)
         assert statuses == [200, 200, 200, 200, 429, 429]
+
+
+def test_the_shared_outcome_cap_counts_every_report_a_device_makes(redis_url: str) -> None:
+    """As on the in-process store (test_plausibility.py): here the token's script runs beside the decision's GET."""
+    with running_service(store_url=redis_url, redis_namespace="t-cap", outcome_cap_per_window=3) as svc:
+        assert_outcome_cap_counts_every_report(svc.http_port, "dev-cap")
 
 
 async def test_a_batch_takes_one_shared_token_per_distinct_device(redis_url: str) -> None:

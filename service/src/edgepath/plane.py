@@ -368,6 +368,8 @@ class DecisionPlane:
         """
         if principal.device_id != report.device_id and not principal.is_admin:
             raise PermissionDenied("device_id does not match the authenticated device", field="device_id")
+        # the device's outcome-cap token, under way beside the decision's lookup (Redis: one round trip for both)
+        cap_token = await self.guard.take_cap_token(report.device_id) if self.guard is not None else None
         decision = await self.store.get_decision(report.decision_id)
         if decision is None:
             self.metrics.outcomes.labels("unknown").inc()
@@ -382,7 +384,7 @@ class DecisionPlane:
             latency_threshold_ms=self.settings.reward_latency_ms,
         )
         # security: bounded learning (raises InvalidInput / RateLimited; False = quarantined, never trained on)
-        if self.guard is not None and not await self.guard.admit(decision, report):
+        if self.guard is not None and not await self.guard.admit(decision, report, cap_token):
             self.metrics.outcomes.labels("quarantined").inc()
             return OutcomeAck(decision_id=report.decision_id, accepted=False, duplicate=False, reward=reward)
         result = await self.store.claim_outcome(

@@ -106,12 +106,12 @@ async def test_serve_without_trainer_flag_does_not_train(redis_server: RedisServ
 
 
 @pytest.mark.redis
-async def test_a_decision_and_its_outcome_take_one_and_three_round_trips(
+async def test_a_decision_and_its_outcome_take_one_and_two_round_trips(
     redis_server: RedisServer, namespace: str
 ) -> None:
     """On Redis the plane writes the decision beside the adapters' reads: the record's SET and the MEC 015 sessions'
     HVALS go out in one auto-pipelined round trip, and the record is stored when the reply comes back. The outcome's
-    claim carries its decision-log entry (one script)."""
+    cap token goes out with its decision's GET, and its claim carries its decision-log entry (one script)."""
     from edgepath import types as ep_types
 
     settings = Settings(grpc_port=0, http_port=0, store_url=redis_server.url, redis_namespace=namespace)
@@ -134,14 +134,14 @@ async def test_a_decision_and_its_outcome_take_one_and_three_round_trips(
         rec = await svc.plane.recommend(principal, request)
         assert store._auto.pipelines - before == 1
         assert (await store.redis.get(store.decision_key(rec.decision_id))) is not None
-        # its outcome: the decision's GET, the outcome rate limit's script, then the claim with the decision-log
-        # entry in the same script (three round trips; the log's XADD was a fourth)
+        # its outcome: the decision's GET beside the outcome cap's script, then the claim with the decision-log
+        # entry in the same script (two round trips; the cap's script was one more, the log's XADD another)
         before = store._auto.pipelines
         report = ep_types.OutcomeReport.model_validate(
             {"device_id": "phone-1", "decision_id": rec.decision_id, "throughput_bps": 3e7}
         )
         assert (await svc.plane.report_outcome(principal, report)).accepted
-        assert store._auto.pipelines - before == 3
+        assert store._auto.pipelines - before == 2
         logged, _ = await store.read_decision_log()
         assert [e.decision_id for e in logged] == [rec.decision_id]
     finally:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from edgepath.security.auth import Authenticator, TokenFile
 from edgepath.security.plausibility import OutcomeGuard
-from edgepath.security.ratelimit import MemoryRateLimiter, RateLimiter, enforce
+from edgepath.security.ratelimit import RateLimiter, enforce, is_shared
 from edgepath.settings import Settings
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.types import Principal
@@ -45,7 +45,7 @@ class EdgeSecurity:
         in-process limiter takes them in order. Raises ``RateLimited`` when any bucket is empty (tokens taken by
         the others stay taken, as in a sequential loop that stops at the first refusal).
         """
-        if self.request_limiter is None or isinstance(self.request_limiter, MemoryRateLimiter):
+        if self.request_limiter is None or not is_shared(self.request_limiter):
             for principal in principals:
                 await self.admit(principal)
             return

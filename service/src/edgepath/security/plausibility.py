@@ -20,10 +20,14 @@ decision plane asks :class:`OutcomeGuard` before it queues an outcome:
    rate in practice. An implausible outcome is rejected as invalid input
    naming ``throughput_bps``; the same bound applies to the rate an SSMP
    ``server_transfer`` implies (``size_bytes`` × 8 / duration).
-3. **Per-device cap.** At most ``outcome_cap_per_window`` outcomes per device
-   per ``outcome_window_s`` (a token bucket with that capacity refilling over
-   the window); beyond it the outcome is refused as rate limited, so no single
-   device can dominate a training batch for long.
+3. **Per-device cap.** At most ``outcome_cap_per_window`` outcome reports per
+   device per ``outcome_window_s`` (a token bucket with that capacity refilling
+   over the window); beyond it the outcome is refused as rate limited, so no
+   single device can dominate a training batch for long. The token is taken as
+   the report arrives (:meth:`OutcomeGuard.take_cap_token`), before its decision
+   is looked up, so every report counts, including those then refused as
+   unknown, another device's or implausible, and a quarantined device's; on
+   Redis the token's script shares the decision lookup's round trip.
 
 What remains possible (documented in SECURITY.md): a device may lie *within*
 these bounds (e.g. report low throughput for a good path), up to its cap.
@@ -31,11 +35,12 @@ these bounds (e.g. report low throughput for a good path), up to its cap.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 
 from edgepath.errors import InvalidInput
-from edgepath.security.ratelimit import RateLimiter, enforce
+from edgepath.security.ratelimit import RateLimiter, enforce, is_shared, refuse_if_limited
 from edgepath.state.base import DecisionRecord
 
 # The quarantine sets live with the state backends (edgepath.state.limits); re-exported for callers of this module.
@@ -123,8 +128,36 @@ class OutcomeGuard:
         """Largest plausible throughput for an outcome of ``decision``, bit/s."""
         return self.plausibility_factor * reported_capacity_bps(decision.arms, decision.link_speed_mbps)
 
-    async def admit(self, decision: DecisionRecord, report: OutcomeReport) -> bool:
+    async def take_cap_token(self, device_id: str) -> asyncio.Future[float] | None:
+        """Start taking one token of ``device_id``'s outcome cap (item 3) as its report arrives; :meth:`admit`
+        refuses on it. None when there is no cap.
+
+        The future's result is the limiter's retry-after, s (0.0: a token was taken). An in-process cap is taken
+        here (the future is done); a shared (Redis) cap's script is started as a task and is not waited for, so
+        that it goes out in the same auto-pipelined round trip as the ``GET`` of the report's decision that the
+        caller issues next (issue 16: two round trips for an outcome's plane instead of three). The token is spent
+        whatever follows; a caller that does not pass the future to :meth:`admit` may drop it (its exception, if
+        any, is retrieved here).
+        """
+        limiter = self.outcome_limiter
+        if limiter is None:
+            return None
+        if not is_shared(limiter):
+            done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            done.set_result(await limiter.acquire(device_id))
+            return done
+        task = asyncio.ensure_future(limiter.acquire(device_id))
+        _in_flight.add(task)  # a strong reference until it is done, whoever waits for it
+        task.add_done_callback(_settled)
+        return task
+
+    async def admit(
+        self, decision: DecisionRecord, report: OutcomeReport, cap_token: asyncio.Future[float] | None = None
+    ) -> bool:
         """True when the outcome may be trained on; False when its device is quarantined.
+
+        ``cap_token``: the report's :meth:`take_cap_token`, taken before the decision was looked up; without it a
+        token is taken here, after the checks (only outcomes that pass them count).
 
         Raises
         ------
@@ -150,5 +183,18 @@ class OutcomeGuard:
                     f"implausible: size_bytes/duration_ms implies {implied_bps:.3g} bit/s, above {limit:.3g} bit/s",
                     field="server_transfer.duration_ms",
                 )
-        await enforce(self.outcome_limiter, decision.device_id, "outcomes")
+        if cap_token is not None:
+            refuse_if_limited(await cap_token, "outcomes")
+        else:
+            await enforce(self.outcome_limiter, decision.device_id, "outcomes")
         return True
+
+
+#: Shared-cap tokens in flight (:meth:`OutcomeGuard.take_cap_token`): the event loop keeps only weak references.
+_in_flight: set[asyncio.Future[float]] = set()
+
+
+def _settled(task: asyncio.Future[float]) -> None:
+    _in_flight.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a report refused before admit() leaves its token's error unlogged

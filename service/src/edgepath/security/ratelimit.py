@@ -12,7 +12,16 @@ import math
 from edgepath.errors import RateLimited
 from edgepath.state.limits import FallbackRateLimiter, MemoryRateLimiter, RateLimiter, RedisRateLimiter, gcra_step
 
-__all__ = ["FallbackRateLimiter", "MemoryRateLimiter", "RateLimiter", "RedisRateLimiter", "enforce", "gcra_step"]
+__all__ = [
+    "FallbackRateLimiter",
+    "MemoryRateLimiter",
+    "RateLimiter",
+    "RedisRateLimiter",
+    "enforce",
+    "gcra_step",
+    "is_shared",
+    "refuse_if_limited",
+]
 
 
 async def enforce(limiter: RateLimiter | None, key: str, what: str = "requests") -> None:
@@ -25,9 +34,25 @@ async def enforce(limiter: RateLimiter | None, key: str, what: str = "requests")
     """
     if limiter is None:
         return
-    retry_after_s = await limiter.acquire(key)
+    refuse_if_limited(await limiter.acquire(key), what)
+
+
+def refuse_if_limited(retry_after_s: float, what: str = "requests") -> None:
+    """Raise when ``retry_after_s`` (a limiter's :meth:`~edgepath.state.limits.RateLimiter.acquire`, s) refused.
+
+    Raises
+    ------
+    RateLimited
+        ``retry_after_s`` > 0: the bucket was empty; the error carries it as its retry hint.
+    """
     if retry_after_s > 0.0:
         raise RateLimited(
             f"too many {what} for this device; retry after {math.ceil(retry_after_s * 1000)} ms",
             retry_after_s=retry_after_s,
         )
+
+
+def is_shared(limiter: RateLimiter) -> bool:
+    """Whether ``limiter`` keeps its buckets outside this process (a round trip per token: worth overlapping with
+    the caller's other round trips), i.e. anything but :class:`MemoryRateLimiter`."""
+    return not isinstance(limiter, MemoryRateLimiter)
