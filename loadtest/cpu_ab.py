@@ -6,7 +6,7 @@ Usage::
     git worktree add /tmp/base <revision>      # the checkout to compare against (its generated wire code too:
     cp -r service/src/edgepath/wire /tmp/base/service/src/edgepath/)
     .venv/bin/python loadtest/cpu_ab.py --base-src /tmp/base/service/src [--transport grpc|rest]
-        [--store memory://|redis] [--duration-s 10] [--rounds 3] [--history-samples 20]
+        [--store memory://|redis] [--duration-s 10] [--rounds 3] [--history-samples 20] [--with-outcomes]
 
 Starts ``edgepath serve`` twice, the base with ``PYTHONPATH=<base-src>`` (its ``edgepath`` package shadows this
 checkout's) and this checkout's, each with rate limits lifted as in the bench, and drives **both at once**: two
@@ -17,7 +17,9 @@ drifts by a third within a minute (Session 34), two runs one after the other (``
 host's moments as much as the code. The two servers share the 2 cores with each other and the generator, so the
 absolute figures are higher than ``cpu_per_call.py``'s; the ratio is what this script is for. ``--store redis``
 starts one throw-away ``redis-server`` per service and serves as a replica without the trainer, as
-``cpu_per_call.py --store redis`` does. Speed is printed, never asserted. Linux only (``/proc``).
+``cpu_per_call.py --store redis`` does. ``--with-outcomes`` follows each decision with its ReportOutcome (the
+bench's realistic mix): the CPU per call is then per decision and its outcome. Speed is printed, never asserted.
+Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -39,15 +41,23 @@ bench, topology, workload = cpu_per_call.bench, cpu_per_call.topology, cpu_per_c
 
 
 async def measure_both(
-    transport: str, servers: list[tuple[dict[str, int], int]], pool: list, duration_s: float, contexts: Any
+    transport: str,
+    servers: list[tuple[dict[str, int], int]],
+    pool: list,
+    duration_s: float,
+    contexts: Any,
+    with_outcomes: bool = False,
 ) -> list[tuple[float, float]]:
-    """Per server ``(calls/s, server CPU µs per call)`` of one round, both driven at the same time."""
+    """Per server ``(calls/s, server CPU µs per call)`` of one round, both driven at the same time (a call: one
+    Recommend, and with ``with_outcomes`` its ReportOutcome too)."""
     targets = [bench.Target(transport, ports, contexts) for ports, _ in servers]
     loads = [bench.Load(pool, seed) for seed in range(len(servers))]
-    await asyncio.gather(*(bench.closed_loop(t, ld, 8, 1.0) for t, ld in zip(targets, loads, strict=True)))
+    await asyncio.gather(
+        *(bench.closed_loop(t, ld, 8, 1.0, with_outcomes) for t, ld in zip(targets, loads, strict=True))
+    )
     before = [cpu_per_call.cpu_s(pid) for _, pid in servers]
     results = await asyncio.gather(
-        *(bench.closed_loop(t, ld, 8, duration_s) for t, ld in zip(targets, loads, strict=True))
+        *(bench.closed_loop(t, ld, 8, duration_s, with_outcomes) for t, ld in zip(targets, loads, strict=True))
     )
     after = [cpu_per_call.cpu_s(pid) for _, pid in servers]
     for t in targets:
@@ -66,6 +76,7 @@ def main() -> int:
     p.add_argument("--transport", choices=("grpc", "rest"), default="grpc")
     p.add_argument("--duration-s", type=float, default=10.0)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--with-outcomes", action="store_true", help="each decision followed by its ReportOutcome")
     workload.add_history_arguments(p, variants=16)  # as the bench's
     args = p.parse_args()
     if not (args.base_src / "edgepath" / "__init__.py").exists():
@@ -88,12 +99,14 @@ def main() -> int:
                 proc, ports = cpu_per_call.serve(tmp, name, store_url, serve_args, env)
                 procs.append(proc)
                 servers.append((ports, proc.pid))
-            print(f"transport {args.transport}, store {args.store}; base = {args.base_src}, this = {HERE.parent}")
+            mix = "Recommend + its ReportOutcome" if args.with_outcomes else "Recommend"
+            print(f"transport {args.transport}, store {args.store}, a call = {mix}; base = {args.base_src}, "
+                  f"this = {HERE.parent}")  # fmt: skip
             print("round  base calls/s  base CPU µs/call  this calls/s  this CPU µs/call  this/base CPU")
             ratios = []
             for i in range(args.rounds):
                 (b_rps, b_us), (t_rps, t_us) = asyncio.run(
-                    measure_both(args.transport, servers, pool, args.duration_s, contexts)
+                    measure_both(args.transport, servers, pool, args.duration_s, contexts, args.with_outcomes)
                 )
                 ratio = t_us / b_us if b_us > 0 else math.nan  # no CPU tick counted (10 ms granularity): no ratio
                 if not math.isnan(ratio):

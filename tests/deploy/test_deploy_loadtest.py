@@ -459,15 +459,17 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_
     assert not _left_running(str(tmp_path))  # its redis-server (working directory in its temporary one) is gone
 
 
-@pytest.mark.parametrize("store", ["memory://", "redis"])
-def test_cpu_ab_measures_two_checkouts_at_once(store: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("store", "mix"), [("memory://", ()), ("redis", ("--with-outcomes",))])
+def test_cpu_ab_measures_two_checkouts_at_once(store: str, mix: tuple[str, ...], tmp_path: Path) -> None:
     """``loadtest/cpu_ab.py`` with this checkout as its own base: one round of both servers driven at once, a
-    positive rate and CPU time for each and their ratio (a figure, never a target), nothing left running."""
+    positive rate and CPU time for each and their ratio (a figure, never a target), nothing left running; on Redis
+    with each decision's outcome (the realistic mix)."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
-    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2")
+    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2", *mix)
     proc = _run_script("cpu_ab.py", tmp_path, "--base-src", str(ROOT / "service" / "src"), *one_round)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("a call = Recommend + its ReportOutcome" in proc.stdout) == bool(mix), proc.stdout
     rows = [line.split() for line in proc.stdout.splitlines() if line.split()[:1] == ["1"]]
     assert len(rows) == 1 and len(rows[0]) == 6, proc.stdout
     assert all(float(x) > 0 for x in rows[0][1:]), rows
