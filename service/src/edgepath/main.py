@@ -253,6 +253,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBa
             decision_log_retention_s=settings.decision_log_retention_s,
             outbox_dir=settings.outbox_dir,
             pipeline_hold_iterations=settings.redis_pipeline_hold_iterations,
+            pipeline_idle_hold_iterations=settings.redis_pipeline_idle_hold_iterations,
         )
         return RedisBackend(store)
     raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")

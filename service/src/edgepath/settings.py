@@ -460,6 +460,14 @@ class Settings(BaseSettings):
         "fuller round trips under load (issue 16: 21-24 % less server CPU per gRPC Recommend at 16), a few µs per "
         "iteration while idle; 0 sends at the next iteration",
     )
+    redis_pipeline_idle_hold_iterations: int = Field(
+        2,
+        ge=0,
+        le=1000,
+        description="The hold of a Redis auto-pipeline queue that starts while no other command awaits its reply "
+        "(no other caller waiting on Redis), at most redis_pipeline_hold_iterations: a lone call's commands are not "
+        "delayed for others that are not coming (issue 16: 2-13 % less server CPU per call at 150 calls/s than 16)",
+    )
     outbox_max_outcomes: int = Field(
         10_000, ge=0, description="Outcomes buffered in memory while Redis is unreachable (more are dropped)"
     )

@@ -110,6 +110,44 @@ def test_max_commands_must_be_positive() -> None:
         AutoPipeline(Redis(), max_commands=0)
     with pytest.raises(ValueError, match="hold_iterations"):
         AutoPipeline(Redis(), hold_iterations=-1)
+    with pytest.raises(ValueError, match="idle_hold_iterations"):
+        AutoPipeline(Redis(), hold_iterations=4, idle_hold_iterations=-1)
+    assert AutoPipeline(Redis(), hold_iterations=0, idle_hold_iterations=2).idle_hold_iterations == 0  # at most
+    assert AutoPipeline(Redis(), hold_iterations=16).idle_hold_iterations == 16  # unset: the same hold
+
+
+def test_a_queue_held_only_while_another_caller_awaits_redis(redis_server: RedisServer, namespace: str) -> None:
+    """A lone caller's command waits the short idle hold (2 iterations here), not the full one (50); a command
+    issued while another caller's command awaits its reply (a blocking pop, half a second on the server) waits the
+    full hold, for the commands of the calls in flight."""
+
+    async def body(auto: AutoPipeline) -> None:
+        lone = auto.execute("set", f"{namespace}:lone", 1)
+        for _ in range(6):
+            await asyncio.sleep(0)
+        assert auto.pipelines == 1  # sent after the idle hold (the full one would hold it for 50 iterations)
+        assert await lone is True
+        slow = auto.execute("blpop", [f"{namespace}:empty"], 0.5)
+        for _ in range(100):
+            if auto.pipelines == 2:
+                break
+            await asyncio.sleep(0)
+        assert auto.pipelines == 2 and not slow.done()
+        other = auto.execute("set", f"{namespace}:other", 2)
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert auto.pipelines == 2 and not other.done()  # held: another caller awaits Redis
+        await auto.drain()
+        assert await other is True and await slow is None
+
+    async def run() -> None:
+        client = Redis.from_url(redis_server.url)
+        try:
+            await body(AutoPipeline(client, hold_iterations=50, idle_hold_iterations=2))
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
 
 
 @pytest.mark.parametrize(("hold_iterations", "pipelines"), [(0, 5), (8, 1)])

@@ -20,6 +20,16 @@ fell from 1,044–1,064 to 775–818 µs (``loadtest/cpu_per_call.py --store red
 while the loop is idle: each held iteration is one pass of an otherwise empty loop (one sequential Recommend: p50
 1.45 → 1.54–1.67 ms over two round trips). ``hold_iterations=0`` sends at the next iteration, as before.
 
+**A shorter hold while nobody else waits** (``idle_hold_iterations``). Other callers' commands come from calls
+that are in flight; a queue that starts while no command sent earlier is still awaiting its reply is most likely
+one lone call's, and the full hold only delays it (and costs the loop's idle passes). Such a queue waits
+``idle_hold_iterations`` instead (2 in the service's settings: still enough for a call's own commands issued an
+iteration or two apart). At 150 Recommend + outcome pairs per second on the Redis store (``training_interference.py
+--store redis``, two processes side by side, six pairs) the serving CPU per pair fell 2–13 % (median 7.5 %) and
+the p50 by 0–13 % against a hold of 16 throughout; under two closed loops of 8 in-flight Recommend calls,
+where a pipeline is nearly always in flight, the CPU per call was unchanged (``cpu_ab.py --store redis``, 5
+rounds, median 0.995×; issue 16, Session 40).
+
 Semantics, per command, as if it had been sent alone:
 
 * **Order.** A non-transactional pipeline runs its commands in the order they were queued, and a caller that
@@ -61,13 +71,16 @@ class AutoPipeline:
     hold_iterations:
         Event-loop iterations a queue waits for more commands after its first (module docstring); 0 sends it at the
         next iteration.
+    idle_hold_iterations:
+        The hold of a queue that starts while no command sent earlier awaits its reply (no other caller is waiting
+        on Redis; module docstring), at most ``hold_iterations``; None: ``hold_iterations`` in every case.
     on_send:
         Called with the number of commands of every pipeline sent (e.g. to count round trips in metrics).
 
     Raises
     ------
     ValueError
-        ``max_commands`` < 1 or ``hold_iterations`` < 0.
+        ``max_commands`` < 1, ``hold_iterations`` < 0 or ``idle_hold_iterations`` < 0.
 
     Attributes
     ----------
@@ -81,15 +94,22 @@ class AutoPipeline:
         max_commands: int = 512,
         hold_iterations: int = 0,
         on_send: Callable[[int], None] | None = None,
+        idle_hold_iterations: int | None = None,
     ) -> None:
         if max_commands < 1:
             raise ValueError("max_commands must be >= 1")
         if hold_iterations < 0:
             raise ValueError("hold_iterations must be >= 0")
+        if idle_hold_iterations is not None and idle_hold_iterations < 0:
+            raise ValueError("idle_hold_iterations must be >= 0")
         self.client = client
         self.max_commands = max_commands
         self.hold_iterations = hold_iterations
         self.on_send = on_send
+        self.idle_hold_iterations = (
+            hold_iterations if idle_hold_iterations is None else min(idle_hold_iterations, hold_iterations)
+        )
+        self._awaiting = 0  # commands sent whose replies have not been handed out
         self.pipelines = 0
         self.commands = 0
         self._queue: list[_Queued] = []  # a non-empty queue has one hold pending (scheduled by its first command)
@@ -110,8 +130,9 @@ class AutoPipeline:
         self._queue.append((name, args, kwargs, future))
         if len(self._queue) >= self.max_commands:
             self._send_queue()
-        elif len(self._queue) == 1:  # a new queue: its hold starts
-            loop.call_soon(self._hold, self.hold_iterations, self._sent_queues)
+        elif len(self._queue) == 1:  # a new queue: its hold starts (the short one when no other caller waits)
+            hold = self.hold_iterations if self._awaiting else self.idle_hold_iterations
+            loop.call_soon(self._hold, hold, self._sent_queues)
         return future
 
     def register_script(self, script: str | bytes) -> Callable[..., Awaitable[Any]]:
@@ -162,6 +183,7 @@ class AutoPipeline:
         self.commands += len(batch)
         if self.on_send is not None:
             self.on_send(len(batch))
+        self._awaiting += len(batch)
         try:
             if len(batch) == 1:  # a lone command: no pipeline object to build
                 name, args, kwargs, _ = batch[0]
@@ -172,15 +194,18 @@ class AutoPipeline:
                     getattr(pipe, name)(*args, **kwargs)
                 replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # unreachable, time-out, or a lone command's reply error: its callers see it
+            self._awaiting -= len(batch)
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
         except BaseException:  # cancelled (event loop closing): the callers must not wait forever
+            self._awaiting -= len(batch)
             for *_, future in batch:
                 if not future.done():
                     future.cancel()
             raise
+        self._awaiting -= len(batch)
         for (*_, future), reply in zip(batch, replies, strict=True):
             if future.done():  # its caller was cancelled
                 continue

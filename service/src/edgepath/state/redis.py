@@ -192,6 +192,9 @@ class RedisStore:
     pipeline_hold_iterations:
         Event-loop iterations the auto-pipeline holds a queue for more commands
         (:class:`~edgepath.state.autopipeline.AutoPipeline`); 0 sends it at the next iteration.
+    pipeline_idle_hold_iterations:
+        The hold of a queue that starts while no other command awaits its reply (at most
+        ``pipeline_hold_iterations``; None: the same hold).
     """
 
     overlaps_io = True  # every call is a round trip (StateStore.overlaps_io)
@@ -212,6 +215,7 @@ class RedisStore:
         decision_log_retention_s: float = 7 * 24 * 3600.0,
         outbox_dir: str | None = None,
         pipeline_hold_iterations: int = 0,
+        pipeline_idle_hold_iterations: int | None = None,
     ) -> None:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
@@ -233,7 +237,10 @@ class RedisStore:
         # The per-request commands go through one auto-pipeline: what the loop's concurrent requests issue within
         # ``pipeline_hold_iterations`` iterations is one round trip (issue 16; :mod:`edgepath.state.autopipeline`).
         self._auto = AutoPipeline(
-            self.redis, hold_iterations=pipeline_hold_iterations, on_send=None if metrics is None else _count(metrics)
+            self.redis,
+            hold_iterations=pipeline_hold_iterations,
+            on_send=None if metrics is None else _count(metrics),
+            idle_hold_iterations=pipeline_idle_hold_iterations,
         )
         self._claim = self._auto.register_script(_CLAIM_LUA)
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
