@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -40,9 +41,7 @@ def context_body(device_id: str, link_speed_mbps: float = 100.0) -> dict[str, An
 def assert_outcome_cap_counts_every_report(http_port: int, device_id: str) -> None:
     """Against a service on ``http_port`` with ``outcome_cap_per_window=3`` (default window, one hour): a report of
     an unknown decision and an implausible one spend a token each, as an accepted one does; the fourth report
-    (a duplicate of the accepted one) is refused 429 with a retry hint, and nothing of it is trained on."""
-    import httpx
-
+    (a duplicate of the accepted one) is refused 429 with a retry hint."""
     with httpx.Client(base_url=f"http://127.0.0.1:{http_port}", timeout=5.0) as http:
         rec = http.post("/v1/recommendations", json=context_body(device_id, link_speed_mbps=50.0)).json()
         unknown = {"device_id": device_id, "decision_id": "no-such-decision", "throughput_bps": 1e6}

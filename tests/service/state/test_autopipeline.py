@@ -118,16 +118,16 @@ def test_max_commands_must_be_positive() -> None:
 
 def test_a_queue_held_only_while_another_caller_awaits_redis(redis_server: RedisServer, namespace: str) -> None:
     """A lone caller's command waits the short idle hold (2 iterations here), not the full one (50); a command
-    issued while another caller's command awaits its reply (a blocking pop, half a second on the server) waits the
-    full hold, for the commands of the calls in flight."""
+    issued while another caller's command awaits its reply (a blocking pop, released by a push from another
+    client) waits the full hold, for the commands of the calls in flight."""
 
-    async def body(auto: AutoPipeline) -> None:
+    async def body(auto: AutoPipeline, pusher: Redis) -> None:
         lone = auto.execute("set", f"{namespace}:lone", 1)
         for _ in range(6):
             await asyncio.sleep(0)
         assert auto.pipelines == 1  # sent after the idle hold (the full one would hold it for 50 iterations)
         assert await lone is True
-        slow = auto.execute("blpop", [f"{namespace}:empty"], 0.5)
+        slow = auto.execute("blpop", [f"{namespace}:empty"], 30)
         for _ in range(100):
             if auto.pipelines == 2:
                 break
@@ -137,15 +137,17 @@ def test_a_queue_held_only_while_another_caller_awaits_redis(redis_server: Redis
         for _ in range(10):
             await asyncio.sleep(0)
         assert auto.pipelines == 2 and not other.done()  # held: another caller awaits Redis
+        await pusher.rpush(f"{namespace}:empty", "x")  # the pop's reply
         await auto.drain()
-        assert await other is True and await slow is None
+        assert await other is True and tuple(await slow) == (f"{namespace}:empty".encode(), b"x")
 
     async def run() -> None:
-        client = Redis.from_url(redis_server.url)
+        client, pusher = Redis.from_url(redis_server.url), Redis.from_url(redis_server.url)
         try:
-            await body(AutoPipeline(client, hold_iterations=50, idle_hold_iterations=2))
+            await body(AutoPipeline(client, hold_iterations=50, idle_hold_iterations=2), pusher)
         finally:
             await client.aclose()
+            await pusher.aclose()
 
     asyncio.run(run())
 
