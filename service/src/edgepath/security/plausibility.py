@@ -40,7 +40,7 @@ import math
 from collections.abc import Sequence
 
 from edgepath.errors import InvalidInput
-from edgepath.security.ratelimit import RateLimiter, enforce, is_shared, refuse_if_limited
+from edgepath.security.ratelimit import RateLimiter, is_shared, refuse_if_limited
 from edgepath.state.base import DecisionRecord
 
 # The quarantine sets live with the state backends (edgepath.state.limits); re-exported for callers of this module.
@@ -156,8 +156,8 @@ class OutcomeGuard:
     ) -> bool:
         """True when the outcome may be trained on; False when its device is quarantined.
 
-        ``cap_token``: the report's :meth:`take_cap_token`, taken before the decision was looked up; without it a
-        token is taken here, after the checks (only outcomes that pass them count).
+        ``cap_token``: the report's :meth:`take_cap_token`, taken before the decision was looked up; without it one
+        is taken here, before the checks, as every report's is.
 
         Raises
         ------
@@ -166,6 +166,8 @@ class OutcomeGuard:
         RateLimited
             The device exceeded its outcome cap for the window.
         """
+        if cap_token is None:
+            cap_token = await self.take_cap_token(decision.device_id)
         if await self.quarantine.contains(decision.device_id):
             return False
         limit = self.max_throughput_bps(decision)
@@ -185,8 +187,6 @@ class OutcomeGuard:
                 )
         if cap_token is not None:
             refuse_if_limited(await cap_token, "outcomes")
-        else:
-            await enforce(self.outcome_limiter, decision.device_id, "outcomes")
         return True
 
 

@@ -194,18 +194,17 @@ class AutoPipeline:
                     getattr(pipe, name)(*args, **kwargs)
                 replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # unreachable, time-out, or a lone command's reply error: its callers see it
-            self._awaiting -= len(batch)
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
         except BaseException:  # cancelled (event loop closing): the callers must not wait forever
-            self._awaiting -= len(batch)
             for *_, future in batch:
                 if not future.done():
                     future.cancel()
             raise
-        self._awaiting -= len(batch)
+        finally:  # before any caller resumes (their wake-ups are only scheduled above and below)
+            self._awaiting -= len(batch)
         for (*_, future), reply in zip(batch, replies, strict=True):
             if future.done():  # its caller was cancelled
                 continue
