@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from state.redis_helpers import RedisServer, decision, free_port
 
@@ -71,6 +72,47 @@ def test_a_reply_error_goes_to_its_own_caller_only(redis_server: RedisServer, na
         assert await ok2 == b"1"
 
     run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
+
+
+def test_replies_are_parsed_as_the_clients_own_commands_parse_them(redis_server: RedisServer, namespace: str) -> None:
+    """Each reply goes through the client's reply callbacks, as ``client.<name>()`` would return it."""
+
+    async def body(auto: AutoPipeline) -> None:
+        key = f"{namespace}:h"
+        futures = [
+            auto.execute("hset", key, mapping={"a": "1", "b": "2"}),
+            auto.execute("hgetall", key),
+            auto.execute("exists", key),
+            auto.execute("set", f"{namespace}:nx", "x", nx=True),
+            auto.execute("set", f"{namespace}:nx", "y", nx=True),
+            auto.execute("expire", key, 60),
+        ]
+        assert await asyncio.gather(*futures) == [2, {b"a": b"1", b"b": b"2"}, 1, True, None, True]
+        assert (auto.pipelines, auto.commands) == (1, 6)
+        assert await auto.execute("hgetall", key) == await auto.client.hgetall(key)  # a lone command alike
+
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
+
+
+def test_a_timed_out_round_trip_fails_its_callers_and_leaves_no_late_reply(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """A reply later than the client's socket time-out fails every caller of that round trip with redis'
+    ``TimeoutError``, and its connection is not used again: the next round trip reads its own replies, not the
+    late ones (the blocked ``BLPOP``'s, then this round trip's ``GET``)."""
+
+    async def body(auto: AutoPipeline) -> None:
+        await auto.execute("set", f"{namespace}:v", "before")
+        blocked = auto.execute("blpop", [f"{namespace}:empty"], timeout=1)  # the server answers after 1 s
+        read = auto.execute("get", f"{namespace}:v")
+        results = await asyncio.gather(blocked, read, return_exceptions=True)
+        assert all(isinstance(r, RedisTimeoutError) for r in results), results
+        pushed = auto.execute("rpush", f"{namespace}:empty", "item")
+        value = auto.execute("get", f"{namespace}:v")
+        assert await asyncio.gather(pushed, value) == [1, b"before"]
+        assert await auto.execute("lrange", f"{namespace}:empty", 0, -1) == [b"item"]  # the late BLPOP took nothing
+
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url, socket_timeout=0.2), body)
 
 
 def test_scripts_run_as_evalsha_and_reload_after_a_script_flush(redis_server: RedisServer, namespace: str) -> None:

@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 _Queued = tuple[str, tuple[Any, ...], dict[str, Any], "asyncio.Future[Any]"]
 
@@ -158,6 +158,43 @@ class AutoPipeline:
         while self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
+    async def _round_trip(self, batch: list[_Queued]) -> list[Any]:
+        """Send ``batch`` in one write on a connection of the client's pool and read every reply, in order: a reply
+        error is that command's reply (an exception object), a connection error or time-out is raised.
+
+        redis-py's own parts, leaner than its ``Pipeline.execute`` (issue 16, Session 41): a pipeline object only
+        turns each call into its wire arguments and reply options (the client's command methods); the pool's
+        checkout, the connection's retry policy (the client's ``Retry``: a connection error disconnects and the
+        round trip is sent once more, as ``Pipeline.execute`` does), its packing, its socket time-outs (which
+        disconnect it: no late reply is read as another command's) and the client's ``parse_response`` (the reply
+        callbacks ``client.<name>()`` applies) do the rest. Left out: ``execute``'s per-call observability
+        records, script loading and ``WATCH`` handling, none of which this module uses.
+        """
+        builder = self.client.pipeline(transaction=False)
+        for name, args, kwargs, _ in batch:
+            getattr(builder, name)(*args, **kwargs)
+        stack = builder.command_stack
+        pool = self.client.connection_pool
+        conn = await pool.get_connection()
+
+        async def exchange() -> list[Any]:
+            await conn.send_packed_command(conn.pack_commands([args for args, _ in stack]))
+            replies: list[Any] = []
+            for args, options in stack:
+                try:  # a copy: parse_response pops its options, and a retried round trip parses them again
+                    replies.append(await self.client.parse_response(conn, args[0], **dict(options)))
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+
+        async def disconnect(_error: Exception) -> None:
+            await conn.disconnect()
+
+        try:
+            return await conn.retry.call_with_retry(exchange, disconnect)
+        finally:
+            await pool.release(conn)
+
     def _hold(self, iterations: int, queue: int) -> None:
         """Send the queue once ``iterations`` more loop iterations have passed (one ``call_soon`` hop each: the loop
         runs its other ready callbacks and polls for I/O in between), unless queue number ``queue`` already went
@@ -185,15 +222,8 @@ class AutoPipeline:
             self.on_send(len(batch))
         self._awaiting += len(batch)
         try:
-            if len(batch) == 1:  # a lone command: no pipeline object to build
-                name, args, kwargs, _ = batch[0]
-                replies: list[Any] = [await getattr(self.client, name)(*args, **kwargs)]
-            else:
-                pipe = self.client.pipeline(transaction=False)
-                for name, args, kwargs, _ in batch:
-                    getattr(pipe, name)(*args, **kwargs)
-                replies = await pipe.execute(raise_on_error=False)
-        except Exception as exc:  # unreachable, time-out, or a lone command's reply error: its callers see it
+            replies = await self._round_trip(batch)
+        except Exception as exc:  # unreachable or time-out: every caller of this round trip sees it
             for *_, future in batch:
                 if not future.done():
                     future.set_exception(exc)
