@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from edgepath.metrics import Metrics
@@ -12,6 +13,8 @@ from edgepath.state.autopipeline import AutoPipeline
 from edgepath.state.redis import RedisStore
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -113,6 +116,57 @@ def test_a_timed_out_round_trip_fails_its_callers_and_leaves_no_late_reply(
         assert await auto.execute("lrange", f"{namespace}:empty", 0, -1) == [b"item"]  # the late BLPOP took nothing
 
     run_with_pipeline(lambda: Redis.from_url(redis_server.url, socket_timeout=0.2), body)
+
+
+def test_round_trips_one_after_another_keep_one_connection(redis_server: RedisServer, namespace: str) -> None:
+    """A round trip that read its replies keeps its connection for the next one (no checkout from the pool each
+    time); one sent while another is in flight takes a second connection; drain gives the kept one back."""
+
+    async def body(auto: AutoPipeline) -> None:
+        pool = auto.client.connection_pool
+        checkouts = 0
+        get_connection = pool.get_connection
+
+        async def counted() -> Any:
+            nonlocal checkouts
+            checkouts += 1
+            return await get_connection()
+
+        pool.get_connection = counted  # type: ignore[method-assign]
+        ids = [await auto.execute("client_id") for _ in range(5)]
+        assert len(set(ids)) == 1 and checkouts == 1
+        # a blocking pop awaits its reply on the kept connection: a command sent meanwhile takes a second one
+        blocked = auto.execute("blpop", [f"{namespace}:q"], timeout=5)
+        while auto._kept is not None:  # until the pop's round trip has taken the kept connection (loop turns only)
+            await asyncio.sleep(0)
+        beside = await auto.execute("client_id")
+        assert not blocked.done() and beside != ids[0] and checkouts == 2
+        other = Redis.from_url(redis_server.url)
+        try:
+            await other.rpush(f"{namespace}:q", "x")
+        finally:
+            await other.aclose()
+        assert await blocked == (f"{namespace}:q".encode(), b"x")
+        await auto.drain()
+        assert auto._kept is None
+
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url), body)
+
+
+def test_a_kept_connection_closed_by_redis_is_replaced_by_the_retry(redis_server: RedisServer, namespace: str) -> None:
+    """Redis closes the kept connection between two round trips: the next one meets the closed connection,
+    disconnects it and is sent again on a new one (the client's retry policy, as the store configures it)."""
+
+    async def body(auto: AutoPipeline) -> None:
+        first = await auto.execute("client_id")
+        assert await auto.client.client_kill_filter(_id=first) == 1  # another connection of the same client
+        assert await auto.execute("set", f"{namespace}:after", "1") is True
+        second = await auto.execute("client_id")
+        assert second != first
+        assert await auto.client.get(f"{namespace}:after") == b"1"
+
+    retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+    run_with_pipeline(lambda: Redis.from_url(redis_server.url, retry=retry), body)
 
 
 def test_scripts_run_as_evalsha_and_reload_after_a_script_flush(redis_server: RedisServer, namespace: str) -> None:
