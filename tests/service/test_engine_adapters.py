@@ -20,6 +20,7 @@ from edgepath.adapters.mlpm import MlpmAdapter
 from edgepath.adapters.ssmp import SsmpAdapter
 from edgepath.adapters.steering import SteeringAdapter
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
+from edgepath.errors import InvalidInput
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard
@@ -120,10 +121,61 @@ def test_engine_sections_are_checked_when_the_plane_is_built() -> None:
 
     with pytest.raises(ValueError, match="policy"):
         _plane(settings, engines=(*registry.build_engines(settings), Impostor(settings)))
-    with pytest.raises(ValueError, match="scheduler"):  # a required section without an adapter
-        _plane(settings, engines=registry.build_engines(settings, (CongestionAdapter, SsmpAdapter)))
     unset = _plane(settings, engines=registry.build_engines(settings, (MlpmAdapter, CongestionAdapter)))
     assert [e.section for e in unset.engines] == ["scheduler", "congestion"]  # server_selection is optional
+
+
+async def test_a_plane_serves_only_the_sections_it_has_adapters_for_and_refuses_asking_for_others() -> None:
+    settings = Settings()
+    plane = _plane(settings, engines=registry.build_engines(settings, (CongestionAdapter,)))
+    me = Principal(device_id="phone-1")
+    rec = await plane.recommend(me, RecommendRequest.model_validate(CONTEXT))
+    assert rec.scheduler is None and rec.steering is None and rec.congestion is not None
+    assert plane.section_names == {"primary_path", "congestion"}
+    with pytest.raises(InvalidInput, match="scheduler") as err:
+        await plane.recommend(me, RecommendRequest.model_validate({**CONTEXT, "sections": ["scheduler"]}))
+    assert err.value.field == "sections[0]"
+
+
+class Counting(ToyAdapter):
+    """The toy, counting the items it is asked for (one by one, or as a batch)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.single: list[str] = []
+        self.batches: list[list[str]] = []
+
+    async def recommend(self, decision: DecisionInput) -> ToyAdvice:
+        self.single.append(decision.request.device_id)
+        return await super().recommend(decision)
+
+    async def recommend_batch(self, decisions: list[DecisionInput]) -> list[ToyAdvice]:
+        self.batches.append([d.request.device_id for d in decisions])
+        return [await ToyAdapter.recommend(self, d) for d in decisions]
+
+
+async def test_an_adapter_runs_only_for_the_requests_that_ask_for_its_section() -> None:
+    settings = Settings()
+    toy = Counting(settings)
+    plane = _plane(settings, engines=(*registry.build_engines(settings), toy))
+    me = Principal(device_id="phone-1", is_admin=True)
+
+    def request(device_id: str, sections: list[str]) -> RecommendRequest:
+        return RecommendRequest.model_validate({**CONTEXT, "device_id": device_id, "sections": sections})
+
+    rec = await plane.recommend(me, request("a", ["primary_path"]))
+    assert rec.model_extra == {} and toy.single == []
+    rec = await plane.recommend(me, request("b", ["toy"]))
+    assert rec.model_extra is not None and rec.model_extra["toy"].interfaces == 2 and toy.single == ["b"]
+    recs = await plane.recommend_batch(
+        [(me, request("c", ["primary_path"])), (me, request("d", [])), (me, request("e", ["toy", "congestion"]))]
+    )
+    assert toy.batches == [["d", "e"]]  # the batch method sees only the items that asked
+    assert [r.model_extra is not None and "toy" in r.model_extra for r in recs] == [False, True, True]
+    assert [r.congestion is not None for r in recs] == [False, True, True]
+    assert [r.scheduler is not None for r in recs] == [False, True, False]
+    recs = await plane.recommend_batch([(me, request("f", ["primary_path"]))])
+    assert toy.batches == [["d", "e"]] and recs[0].model_extra == {}  # nobody asked: not called at all
 
 
 # --- over the wire ------------------------------------------------------------------------------------------------

@@ -34,13 +34,14 @@ from edgepath.engines.apprentice import Apprentice, ApprenticeConfig
 from edgepath.engines.features import representative
 from edgepath.engines.primary_path import ArmChoice
 from edgepath.engines.reward import bernoulli_reward, utility
-from edgepath.errors import NotFound, PermissionDenied, Unavailable
+from edgepath.errors import InvalidInput, NotFound, PermissionDenied, Unavailable
 from edgepath.metrics import Metrics
 from edgepath.security.plausibility import OutcomeGuard, reported_link_speeds_mbps
 from edgepath.settings import Settings
 from edgepath.state.base import ClaimResult, DecisionRecord, LoggedDecision, OutcomeRecord, StateStore
 from edgepath.training.online import ModelRegistry
 from edgepath.types import (
+    PRIMARY_PATH_SECTION,
     OutcomeAck,
     OutcomeReport,
     Principal,
@@ -121,6 +122,25 @@ def _recommendation(
     )
 
 
+def _wanted(request: RecommendRequest, known: frozenset[str], field_prefix: str = "") -> frozenset[str] | None:
+    """The sections ``request`` asks for (``RecommendRequest.sections``, issue 16); None: all of them.
+
+    Raises
+    ------
+    InvalidInput
+        A name is none of ``known`` (field ``{field_prefix}sections[j]``).
+    """
+    if not request.sections:
+        return None
+    for j, name in enumerate(request.sections):
+        if name not in known:
+            raise InvalidInput(
+                f"unknown section {name!r}; this service serves {', '.join(sorted(known))}",
+                field=f"{field_prefix}sections[{j}]",
+            )
+    return frozenset(request.sections)
+
+
 def new_decision_id() -> str:
     """128 random bits, URL-safe: unguessable, so a decision id cannot be forged."""
     return secrets.token_urlsafe(16)
@@ -172,7 +192,7 @@ class DecisionPlane:
         Raises
         ------
         ValueError
-            An adapter's section is a decision-record member, or a required section has no adapter.
+            An adapter's section is a decision-record member.
         """
         self.registry = registry
         self.store = store
@@ -184,9 +204,8 @@ class DecisionPlane:
         sections = {e.section for e in self.engines}
         if clash := sorted(sections & _RECORD_MEMBERS):
             raise ValueError(f"engine sections {clash} would replace decision-record members")
-        required = {n for n, f in Recommendation.model_fields.items() if f.is_required()} - _RECORD_MEMBERS
-        if missing := sorted(required - sections):
-            raise ValueError(f"no engine adapter fills the required section(s) {missing}")
+        #: What a request's ``sections`` may name (issue 16): the primary path and every adapter's section.
+        self.section_names = frozenset({PRIMARY_PATH_SECTION, *sections})
         # apprentice mode (issue 18): a baseline serves, the bandit learns and is promoted on evidence
         self.apprentice: Apprentice | None = None
         if settings.mode == "apprentice":
@@ -206,13 +225,20 @@ class DecisionPlane:
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
         """Decide the primary path for ``request``, log the decision, then add every engine's section.
 
+        Only the engines of the sections ``request.sections`` names run (all when it names none); the others'
+        sections stay None.
+
         Raises
         ------
         PermissionDenied
             When the request names another device than the caller.
+        InvalidInput
+            ``request.sections`` names a section this service does not serve (field ``sections[j]``); nothing is
+            decided.
         """
         if principal.device_id != request.device_id and not principal.is_admin:
             raise PermissionDenied("device_id does not match the authenticated device", field="device_id")
+        wanted = _wanted(request, self.section_names)
         start = time.perf_counter()
         serving = self.registry.current
         choice = serving.model.decide(request.interfaces)
@@ -253,7 +279,8 @@ class DecisionPlane:
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=sections)
         try:
             for engine in self.engines:
-                sections[engine.section] = await engine.recommend(decided)
+                if wanted is None or engine.section in wanted:
+                    sections[engine.section] = await engine.recommend(decided)
         finally:
             if write is not None:
                 await write  # stored before any reply, also when an adapter failed
@@ -270,7 +297,8 @@ class DecisionPlane:
         are written in one store call (:meth:`~edgepath.state.base.StateStore.put_decisions`) before any reply;
         each engine adapter then fills its section for every item (its ``recommend_batch`` when it has one,
         else its ``recommend`` per item, items in order, adapters in registry order).
-        Every item's caller is checked before anything is decided, so a refused batch logs no decision.
+        Every item's caller and ``sections`` are checked before anything is decided, so a refused batch logs no
+        decision; an adapter sees only the items whose ``sections`` ask for its section (all when they name none).
 
         The batch gives the event loop to the other calls between its stages (before deciding, after the records,
         after each adapter): a batch of 64 agent contexts is 15–30 ms of CPU on a 2-core host, and in one piece every
@@ -282,12 +310,16 @@ class DecisionPlane:
         ------
         PermissionDenied
             An item names another device than its caller (field ``requests[i].device_id``).
+        InvalidInput
+            An item's ``sections`` names a section this service does not serve (field ``requests[i].sections[j]``).
         """
+        wanted: list[frozenset[str] | None] = []
         for i, (principal, request) in enumerate(items):
             if principal.device_id != request.device_id and not principal.is_admin:
                 raise PermissionDenied(
                     "device_id does not match the authenticated device", field=f"requests[{i}].device_id"
                 )
+            wanted.append(_wanted(request, self.section_names, f"requests[{i}]."))
         if not items:
             return []
         if self.apprentice is not None:  # apprentice mode (issue 18): the per-decision serving rule, one by one
@@ -321,13 +353,17 @@ class DecisionPlane:
         ]
         try:
             for engine in self.engines:
+                chosen = [k for k, w in enumerate(wanted) if w is None or engine.section in w]
+                if not chosen:
+                    continue
+                asked = inputs if len(chosen) == len(inputs) else [inputs[k] for k in chosen]
                 batch = getattr(engine, "recommend_batch", None)
                 if batch is not None:
-                    results = await batch(inputs)
+                    results = await batch(asked)
                 else:
-                    results = [await engine.recommend(decided) for decided in inputs]
-                for item_sections, result in zip(sections, results, strict=True):
-                    item_sections[engine.section] = result
+                    results = [await engine.recommend(decided) for decided in asked]
+                for k, result in zip(chosen, results, strict=True):
+                    sections[k][engine.section] = result
                 await asyncio.sleep(0)  # other calls' turn
         finally:
             if write is not None:

@@ -496,6 +496,16 @@ class SteeringAdvice(BaseModel):
 # --- end ATSSS steering rule (issue 19) ---------------------------------------------------------------------------
 
 
+#: The name of a Recommendation section a request may ask for (``RecommendRequest.sections``): ``primary_path``
+#: or an engine adapter's section (``scheduler``, ``congestion``, ``server_selection``, ``steering``). The names a
+#: service serves depend on its registered adapters; the decision plane checks them
+#: (:meth:`edgepath.plane.DecisionPlane.recommend`).
+SectionName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+MAX_SECTIONS = 16
+#: The ``sections`` entry that asks for the primary path alone (it is decided for every request).
+PRIMARY_PATH_SECTION = "primary_path"
+
+
 class RecommendRequest(BaseModel):
     """A device's radio context: what ``Recommend`` decides on."""
 
@@ -511,6 +521,17 @@ class RecommendRequest(BaseModel):
     # --- issue 4: SSMP content request (optional) ---
     content: ContentRequest | None = None
     # --- end issue 4 ---
+    # --- issue 16: the sections the caller acts on ---
+    sections: list[SectionName] = Field(
+        default_factory=list,
+        max_length=MAX_SECTIONS,
+        description=(
+            "The Recommendation's sections to compute (e.g. ['primary_path', 'steering']); empty: every section. "
+            "The primary path is always decided; sections left out are absent (null) and their engines not run. "
+            "A name the service does not serve is refused (422 / INVALID_ARGUMENT naming sections[i])."
+        ),
+    )
+    # --- end issue 16 ---
 
     @field_validator("interfaces")
     @classmethod
@@ -573,7 +594,8 @@ class PrimaryPath(BaseModel):
 class Recommendation(BaseModel):
     """Answer to ``Recommend``: the decision record as the device sees it, and one section per engine.
 
-    The sections come from the registered engine adapters (:mod:`edgepath.adapters.registry`).
+    The sections come from the registered engine adapters (:mod:`edgepath.adapters.registry`), each present
+    unless the request's ``sections`` leave it out (issue 16: then null, and its engine not run).
     The ones declared below are typed here, in the OpenAPI schema and in the protobuf wire; a
     registered engine whose section is not (yet) declared here is carried as an extra member
     (``model_extra``), served over REST but not over gRPC until the proto names it.
@@ -586,14 +608,14 @@ class Recommendation(BaseModel):
     policy: str
     primary_path: PrimaryPath
     decided_at_unix_ms: int
-    # --- issue 3: present in every response ---
-    scheduler: SchedulerAdvice
-    congestion: CongestionAdvice
+    # --- issue 3: present in every response whose request did not leave them out (``sections``, issue 16) ---
+    scheduler: SchedulerAdvice | None = None
+    congestion: CongestionAdvice | None = None
     # --- end issue 3 ---
-    # --- issue 4: present when the request carried a content request ---
+    # --- issue 4: present when the request carried a content request (and did not leave it out) ---
     server_selection: ServerSelection | None = None
     # --- end issue 4 ---
-    # --- issue 19: ATSSS steering rules (present whenever the steering adapter is registered) ---
+    # --- issue 19: ATSSS steering rules (present whenever the steering adapter is registered and asked for) ---
     steering: SteeringAdvice | None = None
 
 

@@ -260,20 +260,22 @@ class ServerTransfer(_message.Message):
     def __init__(self, address: _Optional[str] = ..., size_bytes: _Optional[int] = ..., duration_ms: _Optional[float] = ..., paths: _Optional[_Iterable[_Union[ServerPath, _Mapping]]] = ...) -> None: ...
 
 class RecommendRequest(_message.Message):
-    __slots__ = ("device_id", "interfaces", "subflow_histories", "application_profile", "kernel", "content")
+    __slots__ = ("device_id", "interfaces", "subflow_histories", "application_profile", "kernel", "content", "sections")
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     INTERFACES_FIELD_NUMBER: _ClassVar[int]
     SUBFLOW_HISTORIES_FIELD_NUMBER: _ClassVar[int]
     APPLICATION_PROFILE_FIELD_NUMBER: _ClassVar[int]
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
     device_id: str
     interfaces: _containers.RepeatedCompositeFieldContainer[InterfaceContext]
     subflow_histories: _containers.RepeatedCompositeFieldContainer[SubflowHistory]
     application_profile: ApplicationProfile
     kernel: KernelCapabilities
     content: ContentRequest
-    def __init__(self, device_id: _Optional[str] = ..., interfaces: _Optional[_Iterable[_Union[InterfaceContext, _Mapping]]] = ..., subflow_histories: _Optional[_Iterable[_Union[SubflowHistory, _Mapping]]] = ..., application_profile: _Optional[_Union[ApplicationProfile, str]] = ..., kernel: _Optional[_Union[KernelCapabilities, _Mapping]] = ..., content: _Optional[_Union[ContentRequest, _Mapping]] = ...) -> None: ...
+    sections: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device_id: _Optional[str] = ..., interfaces: _Optional[_Iterable[_Union[InterfaceContext, _Mapping]]] = ..., subflow_histories: _Optional[_Iterable[_Union[SubflowHistory, _Mapping]]] = ..., application_profile: _Optional[_Union[ApplicationProfile, str]] = ..., kernel: _Optional[_Union[KernelCapabilities, _Mapping]] = ..., content: _Optional[_Union[ContentRequest, _Mapping]] = ..., sections: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TrafficDescriptor(_message.Message):
     __slots__ = ("match_all", "source_ip", "destination_ip", "source_ports", "destination_ports", "protocol", "dscp", "flow_label", "traffic_direction")

@@ -71,6 +71,8 @@ def recommend_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
     d: dict[str, Any] = {"device_id": msg.device_id, "interfaces": [_interface_dict(i) for i in msg.interfaces]}
     d.update(mlpm_cc_request_fields(msg))  # issue 3
     d.update(ssmp_request_fields(msg))  # issue 4
+    if msg.sections:  # issue 16
+        d["sections"] = list(msg.sections)
     return d
 
 
