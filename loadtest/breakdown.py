@@ -216,12 +216,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     pool = workload.situations(min(args.n, 2000))
     # Every call a context of its own (variant v of its situation's history): an agent's history moves on with
     # each transfer, so no answer cached per context (MLPM, steering) serves a second call.
-    hist, form = args.history_samples, args.history_form
+    hist, form, sections = args.history_samples, args.history_form, workload.sections_of(args.sections)
     # Context j is situation j % len(pool) with history variant j // len(pool): REST's whole-handler calls take
     # variant 0 and its staged replays 1, gRPC's 2 and 3.
-    bodies = [json.dumps(workload.recommend_body(s, DEVICE, hist, v, form)).encode() for v in range(4) for s in pool]
+    bodies = [
+        json.dumps(workload.recommend_body(s, DEVICE, hist, v, form, sections)).encode() for v in range(4) for s in pool
+    ]
     protos = [
-        workload.recommend_proto(pb, s, DEVICE, hist, v, form).SerializeToString() for v in range(4) for s in pool
+        workload.recommend_proto(pb, s, DEVICE, hist, v, form, sections).SerializeToString()
+        for v in range(4)
+        for s in pool
     ]
     authorization = f"Bearer {token}"
 
@@ -266,7 +270,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sections: dict[str, Any] = {}  # as the plane: later adapters read earlier sections (steering reads MLPM's)
         decided = DecisionInput(request=request, store=plane.store, record=record, now_s=now, sections=sections)
         for engine in plane.engines:
-            sections[engine.section] = await t.atime(f"engine {engine.section}", engine.recommend(decided))
+            if not request.sections or engine.section in request.sections:  # as the plane (--sections)
+                sections[engine.section] = await t.atime(f"engine {engine.section}", engine.recommend(decided))
         t.time(
             "metrics",
             lambda: (
@@ -427,6 +432,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no content",
             "history_samples": args.history_samples,
             "history_form": args.history_form,
+            "sections": list(workload.sections_of(args.sections)) or "all (none named, as the agent asks)",
         },
     }
 
@@ -452,7 +458,12 @@ async def batch_stages(
     for b in range(16):
         items = [
             workload.recommend_proto(
-                pb, pool[(b * size + j) % len(pool)], DEVICE, args.history_samples, form=args.history_form
+                pb,
+                pool[(b * size + j) % len(pool)],
+                DEVICE,
+                args.history_samples,
+                form=args.history_form,
+                sections=workload.sections_of(args.sections),
             )
             for j in range(size)
         ]
@@ -587,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=0, help="Also time N RecommendBatch calls (gRPC servicer) per stage")
     p.add_argument("--batch-size", type=int, default=64, help="Contexts per RecommendBatch call (--batch)")
     workload.add_history_arguments(p, variants=None)  # each call a context of its own (module docstring)
+    workload.add_sections_argument(p)
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args(argv)
     report = asyncio.run(run(args))

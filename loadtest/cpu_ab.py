@@ -78,6 +78,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--with-outcomes", action="store_true", help="each decision followed by its ReportOutcome")
     workload.add_history_arguments(p, variants=16)  # as the bench's
+    workload.add_sections_argument(p)
     args = p.parse_args()
     if not (args.base_src / "edgepath" / "__init__.py").exists():
         p.error(f"--base-src {args.base_src}: no edgepath package there")

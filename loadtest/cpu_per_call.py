@@ -94,6 +94,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--serve-arg", action="append", default=[], help="extra `edgepath serve` argument (repeatable)")
     workload.add_history_arguments(p, variants=16)  # as the bench's
+    workload.add_sections_argument(p)
     args = p.parse_args()
     contexts = bench.Contexts.from_args(args)
     pool = workload.situations(1000)
@@ -124,7 +125,9 @@ def run(
     service, service_ports = serve(tmp, "service", store_url, serve_args, env)
     echo = None
     try:
-        (tmp / "canned.json").write_text(json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0]))))
+        (tmp / "canned.json").write_text(
+            json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0], contexts.sections)))
+        )
         echo, echo_ports = bench.start(
             [sys.executable, str(HERE / "bench"), "--echo-server", "--ready-file", str(tmp / "echo.json"),
              "--canned", str(tmp / "canned.json")],

@@ -99,6 +99,22 @@ def add_history_arguments(parser: Any, variants: int | None) -> None:
         )
 
 
+def add_sections_argument(parser: Any) -> None:
+    """``--sections``: the Recommendation sections each context asks for (``RecommendRequest.sections``, issue 16),
+    for the bench and ``breakdown.py``; parsed by :func:`sections_of`."""
+    parser.add_argument(
+        "--sections",
+        default="",
+        help="Comma-separated sections each context asks for (e.g. primary_path, or primary_path,steering: a "
+        "gateway's request); default: none named, so every section is computed (what the agent asks)",
+    )
+
+
+def sections_of(text: str) -> tuple[str, ...]:
+    """``--sections`` as a tuple of names (``()`` for the default: every section)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
 def histories(
     situation: Situation, samples: int = AGENT_HISTORY_SAMPLES, variant: int = 0, form: str = "columns"
 ) -> list[dict[str, Any]]:
@@ -154,13 +170,21 @@ def _column_histories(
 
 
 def recommend_body(
-    situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0, form: str = "columns"
+    situation: Situation,
+    device_id: str,
+    history_samples: int = 0,
+    variant: int = 0,
+    form: str = "columns",
+    sections: Sequence[str] = (),
 ) -> dict[str, Any]:
     """REST body of ``POST /v1/recommendations`` for a situation; with ``history_samples`` > 0 also the agent's
-    ``subflow_histories`` (:func:`histories` of ``variant`` in ``form``, emulated)."""
+    ``subflow_histories`` (:func:`histories` of ``variant`` in ``form``, emulated); ``sections``: the sections it
+    asks for (none named: all)."""
     body: dict[str, Any] = {"device_id": device_id, "interfaces": [dict(i) for i in situation.interfaces]}
     if history_samples > 0:
         body["subflow_histories"] = histories(situation, history_samples, variant, form)
+    if sections:
+        body["sections"] = list(sections)
     return body
 
 
@@ -178,11 +202,17 @@ def outcome_body(situation: Situation, device_id: str, recommendation: Mapping[s
 
 
 def recommend_proto(
-    pb: Any, situation: Situation, device_id: str, history_samples: int = 0, variant: int = 0, form: str = "columns"
+    pb: Any,
+    situation: Situation,
+    device_id: str,
+    history_samples: int = 0,
+    variant: int = 0,
+    form: str = "columns",
+    sections: Sequence[str] = (),
 ) -> Any:
     """``edgepath.v1.RecommendRequest`` for a situation (``pb`` = a generated ``edgepath_pb2`` module); with
     ``history_samples`` > 0 also the agent's ``subflow_histories`` (:func:`histories` of ``variant`` in ``form``,
-    emulated)."""
+    emulated); ``sections``: the sections it asks for (none named: all)."""
     interfaces = []
     for iface in situation.interfaces:
         fields = dict(iface)
@@ -195,7 +225,9 @@ def recommend_proto(
         if history_samples > 0
         else ()
     )
-    return pb.RecommendRequest(device_id=device_id, interfaces=interfaces, subflow_histories=subflow_histories)
+    return pb.RecommendRequest(
+        device_id=device_id, interfaces=interfaces, subflow_histories=subflow_histories, sections=sections
+    )
 
 
 @cache  # as _histories: one entry per context a run sends
