@@ -269,8 +269,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         sections: dict[str, Any] = {}  # as the plane: later adapters read earlier sections (steering reads MLPM's)
         decided = DecisionInput(request=request, store=plane.store, record=record, now_s=now, sections=sections)
+        run = plane.sections_to_run(frozenset(request.sections)) if request.sections else None  # --sections
         for engine in plane.engines:
-            if not request.sections or engine.section in request.sections:  # as the plane (--sections)
+            if run is None or engine.section in run:  # as the plane: the asked sections and what they read
                 sections[engine.section] = await t.atime(f"engine {engine.section}", engine.recommend(decided))
         t.time(
             "metrics",
@@ -290,7 +291,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 arms=list(choice.arms),
             ),
             decided_at_unix_ms=int(now * 1000),
-            **sections,
+            **{k: v for k, v in sections.items() if not request.sections or k in request.sections},  # as shown
         )
         if transport == "rest":
             t.time("encode", lambda: json_response(rec))

@@ -178,6 +178,34 @@ async def test_an_adapter_runs_only_for_the_requests_that_ask_for_its_section() 
     assert toy.batches == [["d", "e"]] and recs[0].model_extra == {}  # nobody asked: not called at all
 
 
+class Reader(ToyAdapter):
+    """Builds on the toy's section (``reads``), as the steering rule builds on MLPM's weights."""
+
+    section = "reader"
+    reads = ("toy",)
+
+    async def recommend(self, decision: DecisionInput) -> ToyAdvice:
+        seen = decision.sections.get("toy")
+        assert isinstance(seen, ToyAdvice), "the plane runs what a section reads before it"
+        return seen
+
+
+async def test_a_section_asked_for_alone_gets_the_sections_it_reads_computed_but_not_shown() -> None:
+    settings = Settings()
+    toy, reader = Counting(settings), Reader(settings)
+    plane = _plane(settings, engines=(*registry.build_engines(settings), toy, reader))
+    me = Principal(device_id="phone-1", is_admin=True)
+    asking = RecommendRequest.model_validate({**CONTEXT, "sections": ["reader"]})
+    rec = await plane.recommend(me, asking)
+    assert rec.model_extra is not None and set(rec.model_extra) == {"reader"} and toy.single == ["phone-1"]
+    recs = await plane.recommend_batch([(me, asking), (me, RecommendRequest.model_validate(CONTEXT))])
+    assert toy.batches == [["phone-1", "phone-1"]]
+    assert [set(r.model_extra or {}) for r in recs] == [{"reader"}, {"toy", "reader"}]
+    # the built-in case: steering reads MLPM's weights, computed by MLPM's adapter (and its cache), not shown
+    steering = await plane.recommend(me, RecommendRequest.model_validate({**CONTEXT, "sections": ["steering"]}))
+    assert steering.steering is not None and steering.scheduler is None
+
+
 # --- over the wire ------------------------------------------------------------------------------------------------
 @pytest.fixture
 def toy_service(registered: None, request: pytest.FixtureRequest) -> Iterator[Any]:

@@ -206,6 +206,7 @@ class DecisionPlane:
             raise ValueError(f"engine sections {clash} would replace decision-record members")
         #: What a request's ``sections`` may name (issue 16): the primary path and every adapter's section.
         self.section_names = frozenset({PRIMARY_PATH_SECTION, *sections})
+        self._runs: dict[frozenset[str], frozenset[str]] = {}  # asked sections → the sections to compute
         # apprentice mode (issue 18): a baseline serves, the bandit learns and is promoted on evidence
         self.apprentice: Apprentice | None = None
         if settings.mode == "apprentice":
@@ -225,8 +226,9 @@ class DecisionPlane:
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
         """Decide the primary path for ``request``, log the decision, then add every engine's section.
 
-        Only the engines of the sections ``request.sections`` names run (all when it names none); the others'
-        sections stay None.
+        Only the engines of the sections ``request.sections`` names run (all when it names none), and those of the
+        sections they read (:attr:`~edgepath.adapters.base.EngineAdapter.reads`); the reply carries the named ones,
+        the others stay None.
 
         Raises
         ------
@@ -238,7 +240,8 @@ class DecisionPlane:
         """
         if principal.device_id != request.device_id and not principal.is_admin:
             raise PermissionDenied("device_id does not match the authenticated device", field="device_id")
-        wanted = _wanted(request, self.section_names)
+        asked = _wanted(request, self.section_names)
+        run = None if asked is None else self.sections_to_run(asked)
         start = time.perf_counter()
         serving = self.registry.current
         choice = serving.model.decide(request.interfaces)
@@ -279,14 +282,28 @@ class DecisionPlane:
         decided = DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=sections)
         try:
             for engine in self.engines:
-                if wanted is None or engine.section in wanted:
+                if run is None or engine.section in run:
                     sections[engine.section] = await engine.recommend(decided)
         finally:
             if write is not None:
                 await write  # stored before any reply, also when an adapter failed
         self._count_decision(record.policy, choice)
         self.metrics.decision_seconds.observe(time.perf_counter() - start)
-        return _recommendation(record.decision_id, serving.version, record.policy, choice, int(now * 1000), sections)
+        shown = sections if asked is None else {k: v for k, v in sections.items() if k in asked}
+        return _recommendation(record.decision_id, serving.version, record.policy, choice, int(now * 1000), shown)
+
+    def sections_to_run(self, asked: frozenset[str]) -> frozenset[str]:
+        """The sections whose adapters run for a request asking for ``asked``: those, and the earlier sections
+        their adapters read (``EngineAdapter.reads``: steering reads the scheduler's weights), which the reply
+        leaves out unless asked. One entry per distinct ``asked`` (at most 2^k of k section names)."""
+        run = self._runs.get(asked)
+        if run is None:
+            needed = set(asked)
+            for engine in reversed(self.engines):  # an adapter reads only earlier ones: one pass closes the set
+                if engine.section in needed:
+                    needed.update(getattr(engine, "reads", ()))
+            run = self._runs[asked] = frozenset(needed)
+        return run
 
     async def recommend_batch(self, items: Sequence[tuple[Principal, RecommendRequest]]) -> list[Recommendation]:
         """Decide every ``(caller, request)`` of a ``RecommendBatch``, in order, as :meth:`recommend` would.
@@ -298,7 +315,8 @@ class DecisionPlane:
         each engine adapter then fills its section for every item (its ``recommend_batch`` when it has one,
         else its ``recommend`` per item, items in order, adapters in registry order).
         Every item's caller and ``sections`` are checked before anything is decided, so a refused batch logs no
-        decision; an adapter sees only the items whose ``sections`` ask for its section (all when they name none).
+        decision; an adapter sees only the items whose ``sections`` ask for its section or for one that reads it
+        (all items when they name none).
 
         The batch gives the event loop to the other calls between its stages (before deciding, after the records,
         after each adapter): a batch of 64 agent contexts is 15–30 ms of CPU on a 2-core host, and in one piece every
@@ -313,13 +331,13 @@ class DecisionPlane:
         InvalidInput
             An item's ``sections`` names a section this service does not serve (field ``requests[i].sections[j]``).
         """
-        wanted: list[frozenset[str] | None] = []
+        asked: list[frozenset[str] | None] = []
         for i, (principal, request) in enumerate(items):
             if principal.device_id != request.device_id and not principal.is_admin:
                 raise PermissionDenied(
                     "device_id does not match the authenticated device", field=f"requests[{i}].device_id"
                 )
-            wanted.append(_wanted(request, self.section_names, f"requests[{i}]."))
+            asked.append(_wanted(request, self.section_names, f"requests[{i}]."))
         if not items:
             return []
         if self.apprentice is not None:  # apprentice mode (issue 18): the per-decision serving rule, one by one
@@ -347,21 +365,22 @@ class DecisionPlane:
             await self.store.put_decisions(records, self.settings.decision_ttl_s)
         await asyncio.sleep(0)  # other calls' turn
         sections: list[dict[str, Any]] = [{} for _ in items]
+        runs = [None if a is None else self.sections_to_run(a) for a in asked]
         inputs = [
             DecisionInput(request=request, store=self.store, record=record, now_s=now, sections=item_sections)
             for request, record, item_sections in zip(requests, records, sections, strict=True)
         ]
         try:
             for engine in self.engines:
-                chosen = [k for k, w in enumerate(wanted) if w is None or engine.section in w]
+                chosen = [k for k, r in enumerate(runs) if r is None or engine.section in r]
                 if not chosen:
                     continue
-                asked = inputs if len(chosen) == len(inputs) else [inputs[k] for k in chosen]
+                its_inputs = inputs if len(chosen) == len(inputs) else [inputs[k] for k in chosen]
                 batch = getattr(engine, "recommend_batch", None)
                 if batch is not None:
-                    results = await batch(asked)
+                    results = await batch(its_inputs)
                 else:
-                    results = [await engine.recommend(decided) for decided in asked]
+                    results = [await engine.recommend(decided) for decided in its_inputs]
                 for k, result in zip(chosen, results, strict=True):
                     sections[k][engine.section] = result
                 await asyncio.sleep(0)  # other calls' turn
@@ -370,8 +389,10 @@ class DecisionPlane:
                 await write  # every record stored before any reply
         decided_at_unix_ms = int(now * 1000)
         out = []
-        for record, choice, item_sections in zip(records, choices, sections, strict=True):
+        for record, choice, item_sections, item_asked in zip(records, choices, sections, asked, strict=True):
             self._count_decision(policy, choice)
+            if item_asked is not None:  # sections computed only because an asked one reads them stay out
+                item_sections = {k: v for k, v in item_sections.items() if k in item_asked}
             out.append(
                 _recommendation(record.decision_id, serving.version, policy, choice, decided_at_unix_ms, item_sections)
             )

@@ -14,6 +14,10 @@ shape, :class:`EngineAdapter`:
 ``recommend_batch(decisions)`` (optional)
     The sections of every item of a ``RecommendBatch``, in order — what ``recommend`` per item would
     return, computed without one await per item. Adapters without it are called per item.
+``reads`` (optional)
+    The sections of earlier adapters it builds on (the steering rule reads ``scheduler``): when a request names
+    only some sections (``RecommendRequest.sections``, issue 16), the plane also runs these for it, and leaves them
+    out of the reply unless named.
 ``learn(outcome)``
     What it learns from an outcome (:class:`OutcomeInput`). The plane calls it once per
     decision, for the first accepted outcome only (never for a duplicate, an unknown
