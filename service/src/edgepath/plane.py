@@ -224,7 +224,7 @@ class DecisionPlane:
             )
 
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
-        """Decide the primary path for ``request``, log the decision, then add every engine's section.
+        """Decide the primary path for ``request``, log the decision, then add the engines' sections.
 
         Only the engines of the sections ``request.sections`` names run (all when it names none), and those of the
         sections they read (:attr:`~edgepath.adapters.base.EngineAdapter.reads`); the reply carries the named ones,

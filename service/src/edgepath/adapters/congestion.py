@@ -148,7 +148,8 @@ def edge_view_stats(
 
 
 class CongestionAdapter(EngineAdapter):
-    """``congestion`` in every recommendation (settings ``congestion.*``; module docstring for the edge rule).
+    """``congestion`` in every recommendation that asks for it (settings ``congestion.*``; the edge rule: module
+    docstring).
 
     ``clock`` (monotonic seconds) times the refresh of the edge statistics; tests pass their own.
     """

@@ -129,7 +129,7 @@ def advice_section(request: ep_types.RecommendRequest, d: mlpm.SchedulerWeights)
 
 
 class MlpmAdapter(EngineAdapter):
-    """``scheduler`` in every recommendation (settings ``mlpm_*``).
+    """``scheduler`` in every recommendation that asks for it (settings ``mlpm_*``; ``RecommendRequest.sections``).
 
     A request without ``subflow_histories`` is decided on its interfaces' names and ``rtt_ms``, its
     profile and its kernel's schedulers alone: those answers are cached per context (bounded LRU;

@@ -238,7 +238,7 @@ def _default_rule_key(
 
 
 class SteeringAdapter(EngineAdapter):
-    """``steering`` in every recommendation (RTT threshold from ``reward_latency_ms``).
+    """``steering`` in every recommendation that asks for it (RTT threshold from ``reward_latency_ms``).
 
     A device without MEC 015 sessions gets only the default rule, a function of the primary path, its
     interfaces' access types, RTT and loss, and the MLPM weights. Its section is shared (issue 16; the section cost
