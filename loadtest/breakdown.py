@@ -216,7 +216,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     pool = workload.situations(min(args.n, 2000))
     # Every call a context of its own (variant v of its situation's history): an agent's history moves on with
     # each transfer, so no answer cached per context (MLPM, steering) serves a second call.
-    hist, form, sections = args.history_samples, args.history_form, workload.sections_of(args.sections)
+    hist, form, sections = args.history_samples, args.history_form, args.sections
     # Context j is situation j % len(pool) with history variant j // len(pool): REST's whole-handler calls take
     # variant 0 and its staged replays 1, gRPC's 2 and 3.
     bodies = [
@@ -433,7 +433,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "contexts": "paired mobilebandwidth situations (emulated pairing), two interfaces, no content",
             "history_samples": args.history_samples,
             "history_form": args.history_form,
-            "sections": list(workload.sections_of(args.sections)) or "all (none named, as the agent asks)",
+            "sections": list(args.sections) or "all (none named, as the agent asks)",
         },
     }
 
@@ -464,7 +464,7 @@ async def batch_stages(
                 DEVICE,
                 args.history_samples,
                 form=args.history_form,
-                sections=workload.sections_of(args.sections),
+                sections=args.sections,
             )
             for j in range(size)
         ]

@@ -101,10 +101,12 @@ def add_history_arguments(parser: Any, variants: int | None) -> None:
 
 def add_sections_argument(parser: Any) -> None:
     """``--sections``: the Recommendation sections each context asks for (``RecommendRequest.sections``, issue 16),
-    for the bench and ``breakdown.py``; parsed by :func:`sections_of`."""
+    for the bench, ``breakdown.py``, ``cpu_per_call.py`` and ``cpu_ab.py``: a tuple of names once parsed
+    (:func:`sections_of`), ``()`` by default."""
     parser.add_argument(
         "--sections",
-        default="",
+        type=sections_of,
+        default=(),
         help="Comma-separated sections each context asks for (e.g. primary_path, or primary_path,steering: a "
         "gateway's request); default: none named, so every section is computed (what the agent asks)",
     )
