@@ -8,12 +8,14 @@ Usage::
         [--history-form columns|objects]
 
 Starts ``edgepath serve`` (rate limits lifted, as the bench does) and the bench's echo server, drives each with 16
-in-flight Recommend calls, and prints per round
-the calls/s, the **server process's CPU µs per call** (user + system time from ``/proc/PID/stat``, all its
-threads) and the generator's. Unlike decisions/s, the CPU per call does not depend on how the 2 cores are shared
-between the generator and the server, so it says how much more a decision costs than a bare call of the same
-framework (issue 16: what holds the ratio). Contexts carry the agent's subflow histories as in the bench
-(``--history-samples 0``: radio readings only, every run before 2026-11-26). Linux only (``/proc``).
+in-flight Recommend calls, and prints per round the calls/s, the **server process's CPU µs per call** (user +
+system time from ``/proc/PID/stat``, all its threads) and the generator's, then the server's CPU per call by
+thread (``/proc/PID/task/TID/stat``): its event-loop (main) thread, its other Python threads (over gRPC: grpc.aio's
+completion-queue poller) and its native threads (gRPC core's ``event_engine`` and timer threads, libuv's workers).
+Unlike decisions/s, the CPU per call does not depend on how the 2 cores are shared between the generator and the
+server, so it says how much more a decision costs than a bare call of the same framework (issue 16: what holds the
+ratio). Contexts carry the agent's subflow histories as in the bench (``--history-samples 0``: radio readings only,
+every run before 2026-11-26). Linux only (``/proc``).
 
 ``--store redis`` starts a throw-away ``redis-server`` on loopback (``loadtest/topology.py``) and serves as a
 replica of the chart's topology without the trainer (``--no-trainer``: the trainer is another process there); a
@@ -68,8 +70,46 @@ def serve(
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (all threads), from /proc/PID/stat fields 14 and 15."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _ticks(Path(f"/proc/{pid}/stat")) / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(stat: Path) -> int:
+    """User + system clock ticks of a ``stat`` file of /proc (fields 14 and 15, after the parenthesised name)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+#: :func:`thread_cpu_s`'s groups, in the order printed.
+THREAD_GROUPS = ("event loop", "python threads", "native threads")
+
+
+def thread_cpu_s(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds per thread of process ``pid``: thread id → (group, seconds), a group of :data:`THREAD_GROUPS`:
+    the main thread (``edgepath serve`` runs its event loop there), the threads Python started (named as the
+    process: over gRPC, grpc.aio's poller), the others (named by their native library, e.g. gRPC core's
+    ``event_engine``). A thread that ended between listing and reading is left out."""
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name, ticks = (task / "comm").read_text().strip(), _ticks(task / "stat")
+        except OSError:
+            continue
+        tid = int(task.name)
+        group = THREAD_GROUPS[0] if tid == pid else THREAD_GROUPS[1] if name == comm else THREAD_GROUPS[2]
+        out[tid] = (group, ticks / os.sysconf("SC_CLK_TCK"))
+    return out
+
+
+def per_group_us(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], calls: float
+) -> list[float]:
+    """CPU µs per call of each of :data:`THREAD_GROUPS` between two :func:`thread_cpu_s` readings (a thread
+    started in between counts from 0)."""
+    totals = dict.fromkeys(THREAD_GROUPS, 0.0)
+    for tid, (group, seconds) in after.items():
+        totals[group] += seconds - before.get(tid, (group, 0.0))[1]
+    return [totals[g] / calls * 1e6 for g in THREAD_GROUPS]
 
 
 async def measure(
@@ -78,12 +118,13 @@ async def measure(
     target = bench.Target(transport, ports, contexts)
     load = bench.Load(pool, 1)
     await bench.closed_loop(target, load, 16, 1.0)  # warm-up
-    server0, gen0 = cpu_s(pid), time.process_time()
+    server0, threads0, gen0 = cpu_s(pid), thread_cpu_s(pid), time.process_time()
     result = await bench.closed_loop(target, load, 16, duration_s)
-    server1, gen1 = cpu_s(pid), time.process_time()
+    server1, threads1, gen1 = cpu_s(pid), thread_cpu_s(pid), time.process_time()
     await target.close()
     calls = result["rps"] * duration_s
-    return result["rps"], (server1 - server0) / calls * 1e6, (gen1 - gen0) / calls * 1e6
+    by_thread = per_group_us(threads0, threads1, calls)
+    return result["rps"], (server1 - server0) / calls * 1e6, (gen1 - gen0) / calls * 1e6, *by_thread
 
 
 def main() -> int:
@@ -133,13 +174,16 @@ def run(
              "--canned", str(tmp / "canned.json")],
             tmp / "echo.json", tmp / "echo.log", {},
         )  # fmt: skip
-        print("server   calls/s  server CPU µs/call  generator CPU µs/call")
+        print(
+            "server   calls/s  server CPU µs/call  generator CPU µs/call  of the server's: " + "  ".join(THREAD_GROUPS)
+        )
         for _ in range(args.rounds):
             for name, ports, proc in (("echo", echo_ports, echo), ("service", service_ports, service)):
-                rps, server_us, gen_us = asyncio.run(
+                rps, server_us, gen_us, *by_thread = asyncio.run(
                     measure(args.transport, ports, proc.pid, pool, args.duration_s, contexts)
                 )
-                print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}", flush=True)
+                split = "  ".join(f"{us:{len(g)}.1f}" for us, g in zip(by_thread, THREAD_GROUPS, strict=True))
+                print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}  {' ' * 16}{split}", flush=True)
     finally:
         if echo is not None:
             bench.stop(echo)

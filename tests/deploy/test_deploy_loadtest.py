@@ -447,7 +447,10 @@ def test_batch_interference_over_grpc_counts_every_call_against_a_real_server(
 @pytest.mark.parametrize("store", ["memory://", "redis"])
 def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_path: Path) -> None:
     """``loadtest/cpu_per_call.py``: one round against the echo and the service (``redis``: a throw-away
-    redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target."""
+    redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target, and
+    the server's CPU split by thread group, whose event loop (the main thread) has CPU time of its own and whose
+    groups add up to the process's total (within the kernel's per-thread rounding: each thread's time is kept in
+    clock ticks, 10 ms, against a half-second round)."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
     one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2")
@@ -455,7 +458,11 @@ def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service"))]
     assert [r[0] for r in rows] == ["echo", "service"], proc.stdout
-    assert all(float(x) > 0 for r in rows for x in r[1:4]), rows
+    assert all(len(r) == 7 for r in rows), rows
+    assert all(float(x) > 0 for r in rows for x in r[1:5]), rows
+    for r in rows:
+        server_us, by_thread = float(r[2]), [float(x) for x in r[4:]]
+        assert all(us >= 0 for us in by_thread) and 0.75 * server_us <= sum(by_thread) <= 1.25 * server_us, r
     assert not _left_running(str(tmp_path))  # its redis-server (working directory in its temporary one) is gone
 
 
