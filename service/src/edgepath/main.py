@@ -322,7 +322,13 @@ class Service:
 
         if not backend.shared:
             # Refits in their own lower-priority process: a refit never holds the serving loop's GIL.
-            trainer = OnlineTrainer(store, registry, batch_size=settings.batch_size, refitter=ProcessRefitter())
+            trainer = OnlineTrainer(
+                store,
+                registry,
+                batch_size=settings.batch_size,
+                refitter=ProcessRefitter(),
+                min_publish_interval_s=settings.trainer_publish_interval_s,
+            )
             return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
         from edgepath.training.leader import TrainerRole
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
@@ -338,6 +344,7 @@ class Service:
                 settings.batch_size,
                 settings.trainer_lock_ttl_s,
                 refitter=ProcessRefitter(),  # a refit never holds the serving loop's GIL, nor its CPU
+                min_publish_interval_s=settings.trainer_publish_interval_s,
             )
         from edgepath.training.exploration import FleetExploration
 
@@ -572,7 +579,13 @@ async def run_trainer(settings: Settings) -> None:
     # trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
     refitter = ProcessRefitter()
     role = TrainerRole(
-        backend, snapshots, registry, settings.batch_size, settings.trainer_lock_ttl_s, refitter=refitter
+        backend,
+        snapshots,
+        registry,
+        settings.batch_size,
+        settings.trainer_lock_ttl_s,
+        refitter=refitter,
+        min_publish_interval_s=settings.trainer_publish_interval_s,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

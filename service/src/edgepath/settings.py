@@ -315,6 +315,15 @@ class Settings(BaseSettings):
 
     seed: int = Field(0, ge=0, description="Seed of the policies' and the SSMP selector's random generators")
     batch_size: int = Field(50, ge=1, description="Outcomes per online refit (paper: 50)")
+    trainer_publish_interval_s: float = Field(
+        0.25,
+        ge=0.0,
+        le=60.0,
+        description=(
+            "At least this long between two model publications, s: batches ready sooner are refitted together (one "
+            "update per batch, in order) and published as one version. 0: a publication per batch"
+        ),
+    )
     # --- engines (issue 14): EDGEPATH_BANDIT__*, EDGEPATH_SSMP__*, EDGEPATH_MLPM__*, EDGEPATH_CONGESTION__* ---
     bandit: BanditSettings = Field(default_factory=BanditSettings, description="Primary-path bandit")
     ssmp: SsmpSettings = Field(default_factory=SsmpSettings, description="SSMP server selection")

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import math
 import multiprocessing
 import os
 import select
@@ -25,8 +26,8 @@ from edgepath.types import AccessType, InterfaceContext
 from state.redis_helpers import decision, outcome
 
 
-async def _backlog(store: MemoryStore, n: int) -> None:
-    for i in range(n):
+async def _backlog(store: MemoryStore, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
         d = decision(f"c-{i}", device_id=f"dev-{i % 7}")
         d = dataclasses.replace(d, arm_index=i % 2, features=(float(i % 5), -1.0 + i % 3, *d.features[2:]))
         await store.put_decision(d, 600)
@@ -156,6 +157,69 @@ def test_catch_up_is_bounded() -> None:
 def test_catch_up_batches_must_be_positive() -> None:
     with pytest.raises(ValueError, match="catch_up_batches"):
         OnlineTrainer(MemoryStore(), ModelRegistry(PrimaryPathBandit()), catch_up_batches=0)
+
+
+def test_a_batch_ready_within_the_publish_interval_waits_and_takes_the_batches_behind_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``min_publish_interval_s`` (issue 16): a batch ready sooner than the interval after the last publication waits
+    out the rest of it, and the batches that arrive meanwhile are refitted with it and published as one version, the
+    model one publication per batch reaches; nothing is lost and nothing waits once the interval has passed."""
+    real_sleep = asyncio.sleep
+    waits: list[float] = []
+    released: list[asyncio.Event] = []
+
+    async def controlled_sleep(delay: float, result: object = None) -> object:
+        if delay > 0:  # the trainer's wait: held until the test releases it (no real time passes)
+            waits.append(delay)
+            await released[0].wait()
+            return result
+        return await real_sleep(0, result)
+
+    monkeypatch.setattr(asyncio, "sleep", controlled_sleep)
+
+    async def run() -> None:
+        released.append(asyncio.Event())
+        store = MemoryStore()
+        registry = ModelRegistry(PrimaryPathBandit())
+        now = [1000.0]
+        trainer = OnlineTrainer(store, registry, batch_size=50, min_publish_interval_s=30.0, clock=lambda: now[0])
+        await _backlog(store, 50)
+        assert await trainer.step() is True and waits == []  # nothing published before: at once
+        assert registry.current.version == 2
+        now[0] += 1.0
+        await _backlog(store, 50, start=50)
+        step = asyncio.create_task(trainer.step())
+        for _ in range(5):
+            await real_sleep(0)
+        assert not step.done() and waits == [pytest.approx(29.0)]  # 29 s of the interval left
+        await _backlog(store, 100, start=100)  # two more batches while it waits
+        now[0] += 29.0
+        released[0].set()
+        assert await step is True
+        assert registry.current.version == 5  # three batches, one version numbered as three refits
+        assert (trainer.refits, trainer.publications, trainer.outcomes_used) == (4, 2, 200)
+        now[0] += 31.0  # the interval has passed: the next batch goes at once
+        await _backlog(store, 50, start=200)
+        assert await trainer.step() is True and len(waits) == 1
+        assert registry.current.version == 6
+
+        reference_store = MemoryStore()
+        await _backlog(reference_store, 250)
+        reference = ModelRegistry(PrimaryPathBandit())
+        single = OnlineTrainer(reference_store, reference, batch_size=50, catch_up_batches=1)
+        for _ in range(5):
+            assert await single.step() is True
+        assert reference.current.version == 6
+        assert _probe(reference.current.model) == pytest.approx(_probe(registry.current.model), abs=1e-12)
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("interval", [-1.0, math.nan, math.inf])
+def test_the_publish_interval_must_be_finite_and_not_negative(interval: float) -> None:
+    with pytest.raises(ValueError, match="min_publish_interval_s"):
+        OnlineTrainer(MemoryStore(), ModelRegistry(PrimaryPathBandit()), min_publish_interval_s=interval)
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux-only")

@@ -61,6 +61,9 @@ class TrainerRole:
     refitter:
         Where the refits run (:class:`~edgepath.training.online.ProcessRefitter`: a process below serving in
         the CPU scheduler); default: a worker thread of this process. The caller closes it.
+    min_publish_interval_s:
+        At least this long between two snapshots, s (:class:`~edgepath.training.online.OnlineTrainer`'s
+        ``min_publish_interval_s``: batches ready sooner are refitted together and published as one).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class TrainerRole:
         consumer: str | None = None,
         lock_poll_s: float = 0.1,
         refitter: Refitter | None = None,
+        min_publish_interval_s: float = 0.0,
     ) -> None:
         self.backend = backend
         self.store = backend.store
@@ -82,6 +86,7 @@ class TrainerRole:
         self.lock_ttl_s = lock_ttl_s
         self.lock_poll_s = lock_poll_s
         self.refitter = refitter
+        self.min_publish_interval_s = min_publish_interval_s
         self.consumer = consumer or consumer_name()
         self.is_leader = False
         self.trainer: OnlineTrainer | None = None
@@ -149,6 +154,7 @@ class TrainerRole:
                     consumer=self.consumer,
                     publisher=self._publish,
                     refitter=self.refitter,
+                    min_publish_interval_s=self.min_publish_interval_s,
                 )
                 self.trainer = trainer
                 trainer.start()
