@@ -100,10 +100,15 @@ def _recommendation(
     choice: ArmChoice,
     decided_at_unix_ms: int,
     sections: dict[str, Any],
+    asked: frozenset[str] | None = None,
 ) -> Recommendation:
     """The reply of one decision: ``choice`` (the bandit's :class:`~edgepath.engines.primary_path.ArmChoice`) and
     the adapters' ``sections`` (typed models, passed through as they are), built by
-    :func:`~edgepath.types.service_output` (raises ``RuntimeError`` if the service's own values are invalid)."""
+    :func:`~edgepath.types.service_output` (raises ``RuntimeError`` if the service's own values are invalid).
+    ``asked``: the sections the request named (None: all); a section computed only because a named one reads it
+    (``EngineAdapter.reads``) stays out of the reply."""
+    if asked is not None:
+        sections = {k: v for k, v in sections.items() if k in asked}
     return service_output(
         Recommendation,
         {
@@ -289,8 +294,9 @@ class DecisionPlane:
                 await write  # stored before any reply, also when an adapter failed
         self._count_decision(record.policy, choice)
         self.metrics.decision_seconds.observe(time.perf_counter() - start)
-        shown = sections if asked is None else {k: v for k, v in sections.items() if k in asked}
-        return _recommendation(record.decision_id, serving.version, record.policy, choice, int(now * 1000), shown)
+        return _recommendation(
+            record.decision_id, serving.version, record.policy, choice, int(now * 1000), sections, asked
+        )
 
     def sections_to_run(self, asked: frozenset[str]) -> frozenset[str]:
         """The sections whose adapters run for a request asking for ``asked``: those, and the earlier sections
@@ -391,10 +397,10 @@ class DecisionPlane:
         out = []
         for record, choice, item_sections, item_asked in zip(records, choices, sections, asked, strict=True):
             self._count_decision(policy, choice)
-            if item_asked is not None:  # sections computed only because an asked one reads them stay out
-                item_sections = {k: v for k, v in item_sections.items() if k in item_asked}
             out.append(
-                _recommendation(record.decision_id, serving.version, policy, choice, decided_at_unix_ms, item_sections)
+                _recommendation(
+                    record.decision_id, serving.version, policy, choice, decided_at_unix_ms, item_sections, item_asked
+                )
             )
         elapsed = time.perf_counter() - start
         # the decision-time histogram counts decisions: each gets its share of the batch (wall time, the other
