@@ -17,6 +17,10 @@ bounded TTL cache (an idle key expires once its bucket is full again); the
 Redis limiter runs the same arithmetic in one Lua script on the Redis clock, so
 every replica shares each device's budget.
 
+The test is computed as ``max(tat, now) - (burst - 1)·T <= now``: the same inequality, without adding ``T``
+and taking ``burst·T`` off again, which in floating point can leave ``now`` one ulp short and refuse a full
+bucket's token (at ~0.8 % of ``time.monotonic`` readings for ``T`` = 3600 s).
+
 Quarantine sets
 ---------------
 Devices whose outcomes are acknowledged but never trained on (:mod:`edgepath.security.plausibility`
@@ -57,11 +61,11 @@ def gcra_step(tat: float, now: float, interval_s: float, burst: int) -> tuple[fl
     burst:
         Bucket capacity, ≥ 1.
     """
-    new_tat = max(tat, now) + interval_s
-    allow_at = new_tat - burst * interval_s
+    start = max(tat, now)
+    allow_at = start - (burst - 1) * interval_s  # = new tat - burst·T, rounded once (module docstring)
     if allow_at > now:
         return tat, allow_at - now
-    return new_tat, 0.0
+    return start + interval_s, 0.0
 
 
 class MemoryRateLimiter:
@@ -105,7 +109,7 @@ local burst = tonumber(ARGV[2])
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
 local new_tat = tat + interval
-local allow_at = new_tat - burst * interval
+local allow_at = tat - (burst - 1) * interval
 if allow_at > now then return tostring(allow_at - now) end
 redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil((new_tat - now) * 1000) + 1)
 return '0'
