@@ -117,6 +117,20 @@ class TestDegenerate:
         assert "fewer than 3" in d.reason
         assert d.subflows[0].weight == 1.0
 
+    def test_equal_scores_prioritise_the_lower_current_rtt_then_the_name(self) -> None:
+        """Step 6's ties: the same throughput everywhere and RTT not known for every subflow (scored on throughput
+        only) give equal scores; the subflow with a known current RTT wins over one without, then names decide."""
+        tput = samples([0, 1, 2], [1e7, 1e7, 1e7])
+        d = mlpm.decide(
+            [SubflowHistory("b", throughput_bps=tput), SubflowHistory("z", rtt_ms=[(0.0, 40.0)], throughput_bps=tput)]
+        )
+        assert d.subflows[0].score == d.subflows[1].score
+        assert d.prioritised_subflow == "z"
+        assert "RTT unknown for some subflow: scored on throughput only" in d.reason
+        d = mlpm.decide([SubflowHistory("b", throughput_bps=tput), SubflowHistory("a", throughput_bps=tput)])
+        assert d.prioritised_subflow == "a"
+        assert d.features_used == ("throughput_bps", "throughput_forecast_bps")
+
     def test_equal_timestamps(self) -> None:
         d = mlpm.decide([SubflowHistory("a", rtt_ms=samples([5, 5, 5, 5], [10, 20, 30, 40]))])
         f = d.subflows[0].rtt_ms

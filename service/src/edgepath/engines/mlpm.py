@@ -663,6 +663,30 @@ def _checked(window: int, horizon_s: float, gain: float, bias: float | None) -> 
     return default_bias(gain) if bias is None or not math.isfinite(bias) else bias
 
 
+#: The features a decision uses, by which of (RTT, throughput) every subflow has: the names in the order of the
+#: feature vector (module docstring, step 4) and the :class:`FittedClassifier` feature set they select.
+_FEATURE_SETS: dict[tuple[bool, bool], tuple[tuple[str, ...], str]] = {
+    (True, True): (("rtt_ms", "rtt_forecast_ms", "throughput_bps", "throughput_forecast_bps"), "rtt+tput"),
+    (True, False): (("rtt_ms", "rtt_forecast_ms"), "rtt"),
+    (False, True): (("throughput_bps", "throughput_forecast_bps"), "tput"),
+}
+_REASONS: dict[tuple[Priority, bool, bool], str] = {}  # (priority, use_rtt, use_tput) → reason: at most 9 entries
+
+
+def _reason(priority: Priority, use_rtt: bool, use_tput: bool) -> str:
+    """The ``reason`` of a decision over the features (``use_rtt``, ``use_tput``), before any short-window note."""
+    key = (priority, use_rtt, use_tput)
+    reason = _REASONS.get(key)
+    if reason is None:
+        notes = [f"MLPM {priority.value} priority over {', '.join(_FEATURE_SETS[use_rtt, use_tput][0])}"]
+        if not use_rtt:
+            notes.append("RTT unknown for some subflow: scored on throughput only")
+        if not use_tput:
+            notes.append("throughput unknown for some subflow: scored on RTT only")
+        reason = _REASONS[key] = "; ".join(notes)
+    return reason
+
+
 def _decide(
     histories: Sequence[SubflowHistory],
     rtt: list[FeatureForecast | None],
@@ -674,72 +698,57 @@ def _decide(
     fitted: FittedClassifier | None,
 ) -> SchedulerWeights:
     """Steps 4–6 of the module docstring for one decision, its forecasts taken (``histories`` not empty)."""
-    names = [h.interface for h in histories]
-    use_rtt = all(r is not None for r in rtt)
-    use_tput = all(t is not None for t in tput)
-    p_rtt, p_tput = PRIORITY_WEIGHTS[priority]
-    if use_rtt and not use_tput:
-        p_rtt, p_tput = 1.0, 0.0
-    elif use_tput and not use_rtt:
-        p_rtt, p_tput = 0.0, 1.0
+    use_rtt = None not in rtt
+    use_tput = None not in tput
     if not use_rtt and not use_tput:
         return _uniform(
-            names,
+            [h.interface for h in histories],
             priority,
             horizon_s,
             b,
             "uniform: no feature (RTT or throughput) is known for every subflow",
         )
-
-    used, features = normalised_features(rtt, tput)
-
-    w: list[float] = []
-    if use_rtt:
-        w += [gain * p_rtt / 2.0] * 2
-    if use_tput:
-        w += [gain * p_tput / 2.0] * 2
-    feature_set = "+".join(x for x, on in (("rtt", use_rtt), ("tput", use_tput)) if on)
-    if fitted is not None and feature_set in fitted.weights and len(fitted.weights[feature_set]) == len(w):
-        w = list(fitted.weights[feature_set])
-        b = fitted.bias.get(feature_set, b)
-    scores = [classify(f, w, b) for f in features]
+    used, feature_set = _FEATURE_SETS[use_rtt, use_tput]
+    # w (Eq. 2): the priority's split between the features in use (all of it to the one known), halved between
+    # the current value and its forecast
+    if use_rtt and use_tput:
+        p_rtt, p_tput = PRIORITY_WEIGHTS[priority]
+        w: tuple[float, ...] = (gain * p_rtt / 2.0,) * 2 + (gain * p_tput / 2.0,) * 2
+    else:
+        w = (gain / 2.0,) * 2
+    if fitted is not None:
+        fitted_w = fitted.weights.get(feature_set)
+        if fitted_w is not None and len(fitted_w) == len(w):
+            w = tuple(fitted_w)
+            b = fitted.bias.get(feature_set, b)
+    scores = [classify(f, w, b) for f in normalised_features(rtt, tput)[1]]
     total = math.fsum(scores)
-    weights = [s / total for s in scores] if total > 0 else [1.0 / len(scores)] * len(scores)
-
-    def tie_key(i: int) -> tuple[float, float, str]:
-        r = rtt[i]
-        return (-scores[i], r.current if r is not None else math.inf, names[i])
-
-    best_i = min(range(len(histories)), key=tie_key)
+    k = len(scores)
+    weights = [s / total for s in scores] if total > 0 else [1.0 / k] * k
+    # the prioritised subflow: the highest score; ties to the lower current RTT, then the name
+    best_i, best = 0, None
+    for i, (h, r, score) in enumerate(zip(histories, rtt, scores, strict=True)):
+        key = (-score, r.current if r is not None else math.inf, h.interface)
+        if best is None or key < best:
+            best_i, best = i, key
     # Clamp forecasts reported to the floors used for scoring.
     subflows = tuple(
-        SubflowScore(
-            interface=names[i],
-            weight=weights[i],
-            score=scores[i],
-            rtt_ms=_floored(rtt[i], RTT_FLOOR_MS),
-            throughput_bps=_floored(tput[i], 0.0),
-        )
-        for i in range(len(histories))
+        SubflowScore(h.interface, weight, score, _floored(r, RTT_FLOOR_MS), _floored(t, 0.0))
+        for h, weight, score, r, t in zip(histories, weights, scores, rtt, tput, strict=True)
     )
-    missing = []
-    if not use_rtt:
-        missing.append("RTT unknown for some subflow: scored on throughput only")
-    if not use_tput:
-        missing.append("throughput unknown for some subflow: scored on RTT only")
-    short = [names[i] for i in range(len(histories)) if _short(rtt[i]) or _short(tput[i])]
-    notes = [f"MLPM {priority.value} priority over {', '.join(used)}", *missing]
+    reason = _reason(priority, use_rtt, use_tput)
+    short = [h.interface for h, r, t in zip(histories, rtt, tput, strict=True) if _short(r) or _short(t)]
     if short:
-        notes.append(f"fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}")
+        reason += f"; fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}"
     return SchedulerWeights(
         subflows=subflows,
-        prioritised_subflow=names[best_i],
-        features_used=tuple(used),
+        prioritised_subflow=histories[best_i].interface,
+        features_used=used,
         priority=priority,
         horizon_s=horizon_s,
         bias=b,
-        reason="; ".join(notes),
-        classifier_weights=tuple(w),
+        reason=reason,
+        classifier_weights=w,
     )
 
 
