@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from deploy_helpers import ROOT, VENV_BIN, served
 from edgepath.state.codec import row_decision
@@ -209,6 +210,49 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         published = sum(r["model_versions_published_while_training"] for r in rounds)
         assert data[transport]["model_versions_published_while_training"] == published
         assert all(r["p99_ms"] > 0 and r["p99_ms_while_training"] > 0 for r in rounds)
+        # how busy the serving process was in the latency phases: some CPU, at most every core
+        cores = os.cpu_count() or 1
+        for r in rounds:
+            assert 0.0 < r["serving_cpu_cores"] <= cores and 0.0 < r["serving_cpu_cores_while_training"] <= cores
+        idle_cores = data[transport]["serving_cpu_cores_idle"]
+        assert idle_cores == pytest.approx(sum(r["serving_cpu_cores"] for r in rounds) / len(rounds))
+        assert data[transport]["serving_cpu_us_per_decision_idle"] == pytest.approx(
+            1e6 * idle_cores / data[transport]["achieved_rps_idle"]
+        )
+
+
+def test_the_serving_cpu_counts_the_service_and_its_workers_but_not_its_refit_process() -> None:
+    """serving_cpu_s: a stand-in service process with two children that have burnt CPU and wait, one a worker and
+    one whose command line names multiprocessing (as the refit process's does): the service's and the worker's CPU
+    seconds are counted, the refit process's are not."""
+    bench = _bench_module()
+    burn = "import sys; sum(range(20_000_000)); print('done', flush=True); sys.stdin.read()"
+    service_code = (
+        "import subprocess, sys\n"
+        f"burn = {burn!r}\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
+        "        for code in (burn, 'import multiprocessing; ' + burn)]\n"
+        "for kid in kids:\n"
+        "    kid.stdout.readline()\n"
+        "print(kids[0].pid, kids[1].pid, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    service = subprocess.Popen([sys.executable, "-c", service_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert service.stdout is not None
+        worker, refit = map(int, service.stdout.readline().split())
+
+        def cpu(pid: int) -> float:
+            times = psutil.Process(pid).cpu_times()
+            return times.user + times.system
+
+        assert bench.refit_processes(service.pid) == [refit]
+        assert cpu(refit) > 0.05  # what would be counted by mistake
+        assert bench.serving_cpu_s(service.pid) == pytest.approx(cpu(service.pid) + cpu(worker))
+    finally:
+        assert service.stdin is not None
+        service.stdin.close()
+        service.wait(timeout=30)
 
 
 def test_the_bench_pools_latency_rounds_as_one_phase() -> None:
