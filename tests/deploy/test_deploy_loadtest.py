@@ -219,6 +219,12 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         assert data[transport]["serving_cpu_us_per_decision_idle"] == pytest.approx(
             1e6 * idle_cores / data[transport]["achieved_rps_idle"]
         )
+        # one idle phase where the serving process is ~70 % busy: a lower rate than the latency phases' 70 % of the
+        # closed loop's maximum whenever those kept it busier than that
+        busy = data[transport]["at_70pct_busy"]
+        assert busy["rate_per_s"] == pytest.approx(data[transport]["rate_for_latency_per_s"] * 0.7 / idle_cores)
+        assert busy["p99_ms"] > 0 and 0.0 < busy["serving_cpu_cores"] <= cores and busy["errors"] == 0
+        assert data[transport]["errors_by_phase"]["at_70pct_busy"] == 0
 
 
 def test_the_serving_cpu_counts_the_service_and_its_workers_but_not_its_refit_process() -> None:
