@@ -222,7 +222,10 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         # one idle phase where the serving process is ~70 % busy: a lower rate than the latency phases' 70 % of the
         # closed loop's maximum whenever those kept it busier than that
         busy = data[transport]["at_70pct_busy"]
-        assert busy["rate_per_s"] == pytest.approx(data[transport]["rate_for_latency_per_s"] * 0.7 / idle_cores)
+        assert 1 <= busy["attempts"] <= 3
+        assert abs(busy["serving_cpu_cores"] - 0.7) <= 0.05 or busy["attempts"] == 3
+        if busy["attempts"] == 1:  # scaled once, from the latency phases' utilisation
+            assert busy["rate_per_s"] == pytest.approx(data[transport]["rate_for_latency_per_s"] * 0.7 / idle_cores)
         assert busy["p99_ms"] > 0 and 0.0 < busy["serving_cpu_cores"] <= cores and busy["errors"] == 0
         assert data[transport]["errors_by_phase"]["at_70pct_busy"] == 0
 
