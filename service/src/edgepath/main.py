@@ -234,6 +234,8 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBa
                 decision_ttl_s=settings.decision_ttl_s,
                 decision_log_max_entries=settings.decision_log_max_entries,
                 decision_log_retention_s=settings.decision_log_retention_s,
+                # no trainer in this process: no one could ever read a queue of outcomes (it would only grow)
+                queue_outcomes=settings.trainer is not False,
             )
         )
     if settings.store_is_shared:

@@ -3,7 +3,8 @@
 Decisions live as rows of plain values (:func:`edgepath.state.codec.decision_row`) in a
 :class:`~edgepath.state.codec.TtlIndex` bounded by ``max_decisions`` (the oldest are evicted first when full):
 tuples the garbage collector untracks and never walks again — a million cached record objects would make
-every full collection a stall of the serving loop (issue 16). The outcome log is a list with a delivery
+every full collection a stall of the serving loop (issue 16). The outcome log (kept only for a trainer in this
+process: ``queue_outcomes``) is a list with a delivery
 cursor: entries are delivered once to the reader and stay
 *pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
 would do) delivers unacknowledged ones again. Everything is lost when the
@@ -61,7 +62,13 @@ class MemoryStore:
         max_servers: int = 100_000,
         decision_log_max_entries: int = 100_000,
         decision_log_retention_s: float = 7 * 24 * 3600.0,
+        queue_outcomes: bool = True,
     ) -> None:
+        """``queue_outcomes``: keep each new outcome for the trainer (:meth:`read_outcome_rows`). False for a process
+        that serves without training (``edgepath serve --store memory:// --no-trainer``): nothing else can read this
+        store, so a queue would only grow (an outcome per report, for as long as the process runs); outcomes are
+        still claimed once (duplicates refused) and joined into the decision log."""
+        self.queue_outcomes = queue_outcomes
         self._decisions = TtlIndex(max_decisions, decision_ttl_s)  # decision id -> decision_row(record)
         self._outcome_seen = TtlIndex(max_decisions, decision_ttl_s * 2)  # decision id -> True
         self._log: dict[str, tuple[Any, ...]] = {}  # entry id -> outcome_row(outcome), untracked by the collector
@@ -103,11 +110,12 @@ class MemoryStore:
         if outcome.decision_id not in self._decisions:
             return ClaimResult.UNKNOWN
         self._outcome_seen[outcome.decision_id] = True
-        entry_id = f"{next(self._ids)}-0"
-        self._log[entry_id] = outcome_row(outcome)
-        self._undelivered.append(entry_id)
-        if len(self._undelivered) >= self._wanted:
-            self._arrived.set()
+        if self.queue_outcomes:
+            entry_id = f"{next(self._ids)}-0"
+            self._log[entry_id] = outcome_row(outcome)
+            self._undelivered.append(entry_id)
+            if len(self._undelivered) >= self._wanted:
+                self._arrived.set()
         if log_entry is not None:
             await self.append_decision_log(log_entry)
         return ClaimResult.NEW
