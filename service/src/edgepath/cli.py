@@ -93,7 +93,8 @@ def serve(
         Optional[bool],
         typer.Option(
             "--trainer/--no-trainer",
-            help="Train in this process (default: yes with memory://; with redis:// compete for the trainer lock)",
+            help="Train in this process (default: yes with memory://, where --no-trainer serves a fixed model and "
+            "keeps no outcomes for training; with redis:// compete for the trainer lock)",
         ),
     ] = None,
     profile: Annotated[
