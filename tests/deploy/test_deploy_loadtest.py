@@ -227,6 +227,7 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         if busy["attempts"] == 1:  # scaled once, from the latency phases' utilisation
             assert busy["rate_per_s"] == pytest.approx(data[transport]["rate_for_latency_per_s"] * 0.7 / idle_cores)
         assert busy["p99_ms"] > 0 and 0.0 < busy["serving_cpu_cores"] <= cores and busy["errors"] == 0
+        assert busy["p99_ms_while_training"] > 0 and 0.0 < busy["serving_cpu_cores_while_training"] <= cores
         assert data[transport]["errors_by_phase"]["at_70pct_busy"] == 0
 
 
