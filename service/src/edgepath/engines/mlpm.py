@@ -670,21 +670,22 @@ _FEATURE_SETS: dict[tuple[bool, bool], tuple[tuple[str, ...], str]] = {
     (True, False): (("rtt_ms", "rtt_forecast_ms"), "rtt"),
     (False, True): (("throughput_bps", "throughput_forecast_bps"), "tput"),
 }
-_REASONS: dict[tuple[Priority, bool, bool], str] = {}  # (priority, use_rtt, use_tput) → reason: at most 9 entries
 
 
-def _reason(priority: Priority, use_rtt: bool, use_tput: bool) -> str:
+def _reason_text(priority: Priority, use_rtt: bool, use_tput: bool) -> str:
     """The ``reason`` of a decision over the features (``use_rtt``, ``use_tput``), before any short-window note."""
-    key = (priority, use_rtt, use_tput)
-    reason = _REASONS.get(key)
-    if reason is None:
-        notes = [f"MLPM {priority.value} priority over {', '.join(_FEATURE_SETS[use_rtt, use_tput][0])}"]
-        if not use_rtt:
-            notes.append("RTT unknown for some subflow: scored on throughput only")
-        if not use_tput:
-            notes.append("throughput unknown for some subflow: scored on RTT only")
-        reason = _REASONS[key] = "; ".join(notes)
-    return reason
+    notes = [f"MLPM {priority.value} priority over {', '.join(_FEATURE_SETS[use_rtt, use_tput][0])}"]
+    if not use_rtt:
+        notes.append("RTT unknown for some subflow: scored on throughput only")
+    if not use_tput:
+        notes.append("throughput unknown for some subflow: scored on RTT only")
+    return "; ".join(notes)
+
+
+#: (priority, use_rtt, use_tput) → :func:`_reason_text`, for every priority and feature set (built once).
+_REASONS: dict[tuple[Priority, bool, bool], str] = {
+    (p, rtt, tput): _reason_text(p, rtt, tput) for p in Priority for rtt, tput in _FEATURE_SETS
+}
 
 
 def _decide(
@@ -736,7 +737,7 @@ def _decide(
         SubflowScore(h.interface, weight, score, _floored(r, RTT_FLOOR_MS), _floored(t, 0.0))
         for h, weight, score, r, t in zip(histories, weights, scores, rtt, tput, strict=True)
     )
-    reason = _reason(priority, use_rtt, use_tput)
+    reason = _REASONS[priority, use_rtt, use_tput]
     short = [h.interface for h, r, t in zip(histories, rtt, tput, strict=True) if _short(r) or _short(t)]
     if short:
         reason += f"; fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}"
