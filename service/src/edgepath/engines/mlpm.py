@@ -423,11 +423,11 @@ def forecast_columns_batch(columns: Sequence[Columns], window: int, horizon_s: f
                 keep = spread & (denominator > 0.0) & np.isfinite(result) & np.isfinite(slope_per_s)
                 slope_per_s = np.where(keep, slope_per_s, 0.0)
             forecast = current + slope_per_s * horizon_s
-        for i, ok, c, sl, f in zip(
+        for i, ok, cur, sl, f in zip(
             rows, plain.tolist(), current.tolist(), slope_per_s.tolist(), forecast.tolist(), strict=True
         ):
             out[i] = (
-                FeatureForecast(current=c, slope_per_s=sl, forecast=f, samples=m)
+                FeatureForecast(current=cur, slope_per_s=sl, forecast=f, samples=m)
                 if ok
                 else _forecast_columns(columns[i], window, horizon_s)
             )
