@@ -8,8 +8,15 @@
 # The runtime stage runs as a non-root user and writes nothing outside /tmp
 # (an emptyDir in the Helm chart), so it works with a read-only root filesystem.
 
+# The Rust toolchain for the compiled decision engines (service/native), copied into the builder; not in the image.
+FROM rust:1.95-slim-bookworm AS rust
+
 FROM python:3.11-slim AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=rust /usr/local/cargo /usr/local/cargo
+COPY --from=rust /usr/local/rustup /usr/local/rustup
+# REQUIRE_NATIVE=1: the build fails rather than ship an image without the compiled engines.
+ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH REQUIRE_NATIVE=1
 # contextualbandits ships only a source distribution: C/C++ compiler with OpenMP for its extension.
 # hadolint ignore=DL3008
 RUN apt-get update \

@@ -9,8 +9,9 @@
 # Run from the build context root (the Dockerfile's WORKDIR, or a copy of the repository). The Dockerfile
 # runs `build` in its builder stage and `verify` right after; tests/deploy/test_image.py runs both outside
 # Docker into a temporary PREFIX, so the steps are proven on machines without a Docker engine.
-# Only PREFIX and the context's generated wire/ folders are written. Needs python3.11 (or $PYTHON), pip access
-# to the package index, and a C/C++ compiler (contextualbandits has no wheel) with OpenMP (libgomp).
+# Only PREFIX, the context's generated wire/ folders and service/native/target are written. Needs python3.11 (or
+# $PYTHON), pip access to the package index, a C/C++ compiler (contextualbandits has no wheel) with OpenMP
+# (libgomp), and for the compiled engines a Rust toolchain (cargo) with access to the crate registry.
 set -euo pipefail
 
 usage() { echo "usage: $0 build|verify PREFIX" >&2; exit 2; }
@@ -49,6 +50,24 @@ build() {
   #    The image keeps the contextualbandits policies (and v1 artefacts): extra `library-policies`; the lab
   #    (evaluation, datasets, plots: extra `lab`) stays out of the image.
   "$prefix/venv/bin/pip" install -q -c "$constraints" "./service[library-policies]"
+  # 3. The compiled decision engines (service/native, Rust + PyO3; issue 16) where a Rust toolchain is on PATH
+  #    (the Dockerfile's builder stage has one): a wheel built by maturin in a throw-away venv, installed into the
+  #    runtime venv. Without cargo the service decides with its Python engines (the same results);
+  #    REQUIRE_NATIVE=1 (the Dockerfile) makes that an error instead.
+  if command -v cargo >/dev/null && [ -d service/native ]; then
+    local native
+    native=$(mktemp -d)
+    "$PYTHON" -m venv "$native/venv"
+    "$native/venv/bin/pip" install -q -c "$constraints" maturin
+    PATH="$native/venv/bin:$PATH" "$native/venv/bin/maturin" build --release --quiet \
+      -m service/native/Cargo.toml -i "$prefix/venv/bin/python" -o "$native/wheels"
+    "$prefix/venv/bin/pip" install -q --no-deps "$native"/wheels/*.whl
+    rm -rf "$native"
+  elif [ "${REQUIRE_NATIVE:-0}" = 1 ]; then
+    echo "build-steps: REQUIRE_NATIVE=1 but no Rust toolchain (cargo) to build service/native" >&2; exit 1
+  else
+    echo "build-steps: no Rust toolchain (cargo): the compiled engines are left out; the Python engines decide" >&2
+  fi
   "$prefix/venv/bin/python" -m compileall -q "$prefix/venv/lib" >/dev/null || true
   rm -f "$constraints"
   install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
@@ -68,6 +87,10 @@ import edgepath.wire.edgepath_pb2_grpc as g  # generated in the build
 import grpc_health.v1.health_pb2  # health service for probes and HEALTHCHECK
 import contextualbandits.online  # compiled extension (OpenMP: needs libgomp1 at run time)
 assert hasattr(g, "PathServiceStub")
+import os
+from edgepath.engines import mlpm
+if os.environ.get("REQUIRE_NATIVE") == "1":
+    assert mlpm.NATIVE_AVAILABLE, "REQUIRE_NATIVE=1 but edgepath_native is not installed"
 # Every runtime module of the package imports: a runtime dependency missing from service/pyproject.toml fails
 # the build. The lab (edgepath.evaluation, edgepath.datasets: extra `lab`) is not installed in the image.
 import importlib, pkgutil, edgepath

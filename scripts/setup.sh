@@ -80,4 +80,22 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 else
   .venv/bin/python proto/generate.py >/dev/null
 fi
+
+# The compiled decision engines (service/native: Rust + PyO3, the edgepath-native package; issue 16), built into
+# .venv where a Rust toolchain is found and rebuilt when their sources change. Without one the Python engines
+# decide alone, with the same results, and the native engines' tests skip, saying so.
+CARGO=$(command -v cargo || true)
+[ -z "$CARGO" ] && [ -x "$HOME/.cargo/bin/cargo" ] && CARGO=$HOME/.cargo/bin/cargo
+native_stamp=.venv/.native.sha256
+native_want=$(cat service/native/Cargo.toml service/native/pyproject.toml service/native/*.pyi service/native/src/*.rs | sha256sum | cut -d' ' -f1)
+if [ -n "$CARGO" ]; then
+  if [ ! -f "$native_stamp" ] || [ "$(cat "$native_stamp")" != "$native_want" ] \
+    || ! .venv/bin/python -c "import edgepath_native" 2>/dev/null; then
+    PATH="$PWD/.venv/bin:$(dirname "$CARGO"):$PATH" .venv/bin/python -m pip install -q --no-build-isolation ./service/native
+    echo "$native_want" > "$native_stamp"
+    echo "setup: edgepath-native (the compiled engines) built into .venv"
+  fi
+else
+  echo "setup: no Rust toolchain (cargo): the compiled engines are not built; the Python engines decide alone" >&2
+fi
 echo "setup: .venv ready ($(.venv/bin/python --version))"

@@ -324,6 +324,11 @@ class Settings(BaseSettings):
             "update per batch, in order) and published as one version. 0: a publication per batch"
         ),
     )
+    native_engines: bool = Field(
+        True,
+        description="Decide with the compiled engines (the edgepath-native package, service/native) where installed; "
+        "false: the Python engines alone (the same results, bit for bit; issue 16)",
+    )
     # --- engines (issue 14): EDGEPATH_BANDIT__*, EDGEPATH_SSMP__*, EDGEPATH_MLPM__*, EDGEPATH_CONGESTION__* ---
     bandit: BanditSettings = Field(default_factory=BanditSettings, description="Primary-path bandit")
     ssmp: SsmpSettings = Field(default_factory=SsmpSettings, description="SSMP server selection")

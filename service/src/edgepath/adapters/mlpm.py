@@ -45,6 +45,7 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         gain=settings.mlpm_gain,
         bias=settings.mlpm_bias,
         fitted=_fitted(priority, settings),
+        native=settings.native_engines,
     )
     return advice_section(request, d)
 
@@ -63,6 +64,7 @@ def scheduler_advice_batch(
         gain=settings.mlpm_gain,
         bias=settings.mlpm_bias,
         fitted=[_fitted(p, settings) for p in priorities],
+        native=settings.native_engines,
     )
     return [advice_section(r, d) for r, d in zip(requests, decided, strict=True)]
 

@@ -1,0 +1,21 @@
+"""EdgePath's compiled decision engines (service/native/src); each has its reference in ``edgepath.engines``."""
+
+from collections.abc import Sequence
+
+#: ``(t, values, t_units_per_s)``: a feature's samples as columns (times in 1/t_units_per_s s), or None.
+_Columns = tuple[Sequence[float], Sequence[float], float] | None
+#: ``(current, slope_per_s, forecast, samples)``.
+_Forecast = tuple[float, float, float, int] | None
+_Classifier = tuple[Sequence[float], float]
+
+def mlpm_decide(
+    subflows: Sequence[tuple[str, _Columns, _Columns, float | None]],
+    window: int,
+    horizon_s: float,
+    classifiers: tuple[_Classifier, _Classifier, _Classifier],
+) -> tuple[list[tuple[float, float, _Forecast, _Forecast]], int, bool, bool, list[float], float, list[int]] | None:
+    """MLPM's decision for one request (``edgepath.engines.mlpm.decide`` after its argument checks; Silva et al.
+    2020, Eq. 1–4): per subflow ``(weight, score, rtt forecast, throughput forecast)``, the prioritised subflow's
+    index, whether RTT and throughput were used, the classifier weights and bias, the subflows with fewer than 3
+    samples of a known feature. None where the Python engine must decide (columns out of time order or not
+    finite, no feature known for every subflow, an ``fsum`` overflow)."""

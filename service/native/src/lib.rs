@@ -1,0 +1,97 @@
+//! `edgepath_native`: EdgePath's decision engines compiled (issue 16, "Serve at the speed of the framework").
+//!
+//! Each engine here has a Python reference in `edgepath.engines` (service/src) that it matches bit for bit on the
+//! inputs it takes, and returns `None` on any other, for the Python engine to decide. The service uses these
+//! when the package is installed and `EDGEPATH_NATIVE_ENGINES` is not `false`; without it the Python engines
+//! decide alone, with the same results.
+
+use pyo3::prelude::*;
+
+pub mod mlpm;
+
+/// A feature's columns from Python: `(t, values, t_units_per_s)`, or None for no samples.
+type PyColumns = Option<(Vec<f64>, Vec<f64>, f64)>;
+/// One subflow from Python: `(interface, rtt_ms columns, throughput_bps columns, current_rtt_ms)`.
+type PySubflow = (String, PyColumns, PyColumns, Option<f64>);
+/// A classifier from Python: `(w, b)` of Eq. 2.
+type PyClassifier = (Vec<f64>, f64);
+/// A forecast to Python: `(current, slope_per_s, forecast, samples)`.
+type PyForecast = Option<(f64, f64, f64, usize)>;
+/// A decision to Python: `([(weight, score, rtt forecast, throughput forecast)], prioritised index, use_rtt,
+/// use_tput, classifier weights, bias, [indices of subflows with fewer than 3 samples of a known feature]`.
+type PyDecision = (
+    Vec<(f64, f64, PyForecast, PyForecast)>,
+    usize,
+    bool,
+    bool,
+    Vec<f64>,
+    f64,
+    Vec<usize>,
+);
+
+const EMPTY: mlpm::Columns<'static> = mlpm::Columns {
+    t: &[],
+    values: &[],
+    t_units_per_s: 1.0,
+};
+
+fn columns(c: &PyColumns) -> mlpm::Columns<'_> {
+    c.as_ref().map_or(EMPTY, |(t, values, per_s)| mlpm::Columns {
+        t,
+        values,
+        t_units_per_s: *per_s,
+    })
+}
+
+fn forecast(f: Option<mlpm::Forecast>) -> PyForecast {
+    f.map(|f| (f.current, f.slope_per_s, f.forecast, f.samples))
+}
+
+/// MLPM's decision for one request (`edgepath.engines.mlpm.decide` after its argument checks; Silva et al.
+/// 2020, Eq. 1–4).
+///
+/// `subflows`: shape (k,), each `(interface, rtt_ms, throughput_bps, current_rtt_ms)` with the two features
+/// as `(t, values, t_units_per_s)` columns (ms or bit/s values) or None; `window` ≥ 1 samples; `horizon_s` in s;
+/// `classifiers`: `(w, b)` for the feature sets both, RTT only, throughput only. Returns None where the Python
+/// engine must decide (columns out of time order or not finite, no feature known for every subflow, no subflow,
+/// an `fsum` overflow).
+#[pyfunction]
+#[pyo3(signature = (subflows, window, horizon_s, classifiers))]
+fn mlpm_decide(
+    subflows: Vec<PySubflow>,
+    window: usize,
+    horizon_s: f64,
+    classifiers: (PyClassifier, PyClassifier, PyClassifier),
+) -> Option<PyDecision> {
+    let views: Vec<mlpm::Subflow<'_>> = subflows
+        .iter()
+        .map(|(interface, rtt, tput, current)| mlpm::Subflow {
+            interface,
+            rtt_ms: columns(rtt),
+            throughput_bps: columns(tput),
+            current_rtt_ms: *current,
+        })
+        .collect();
+    let (rtt_tput, rtt, tput) = classifiers;
+    let d = mlpm::decide(&views, window, horizon_s, &mlpm::Classifiers { rtt_tput, rtt, tput })?;
+    let scored = d
+        .subflows
+        .into_iter()
+        .map(|s| (s.weight, s.score, forecast(s.rtt_ms), forecast(s.throughput_bps)))
+        .collect();
+    Some((
+        scored,
+        d.prioritised,
+        d.use_rtt,
+        d.use_tput,
+        d.classifier_weights,
+        d.bias,
+        d.short,
+    ))
+}
+
+#[pymodule]
+fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(mlpm_decide, m)?)?;
+    Ok(())
+}
