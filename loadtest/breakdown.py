@@ -180,6 +180,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     import workload
     from edgepath import types as ep_types
     from edgepath.adapters.base import cacheable_context
+    from edgepath.adapters.registry import compiled_engines
     from edgepath.engines.features import context_features
     from edgepath.engines.reward import bernoulli_reward
     from edgepath.grpc import convert
@@ -427,6 +428,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "batch_size": args.batch_size,
             "policy": plane.registry.current.model.policy_name,
             "engines": [e.section for e in plane.engines],
+            "compiled_engines": list(compiled_engines(plane.settings)),
             "cpu_count": os.cpu_count(),
             "load_average_1m": os.getloadavg()[0],
             "auth": "device token required (tokens file), per-device rate limit on",

@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from edgepath.engines import mlpm
 from edgepath.launch import ServeError, start_serve, stop_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -40,6 +41,16 @@ def test_serve_runs_both_servers_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
     finally:
         code = stop_serve(proc)
     assert code == 0
+
+
+@pytest.mark.parametrize("native", ["true", "false"])
+def test_serve_says_which_engines_are_compiled(tmp_path: Path, native: str) -> None:
+    """The start-up line names the engines whose compiled twins decide (service/native), or says none do."""
+    proc, _ = start_serve(tmp_path / "ready.json", tmp_path / "serve.log", env={"EDGEPATH_NATIVE_ENGINES": native})
+    assert stop_serve(proc) == 0
+    compiled = native == "true" and mlpm.NATIVE_AVAILABLE
+    want = "compiled engines: mlpm)" if compiled else "compiled engines: none, the Python engines decide)"
+    assert want in (tmp_path / "serve.log").read_text()
 
 
 def test_a_service_that_cannot_start_is_a_clear_error_with_its_log(tmp_path: Path) -> None:

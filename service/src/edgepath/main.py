@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import uvicorn
 
+from edgepath.adapters.registry import compiled_engines
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
@@ -454,12 +455,13 @@ class Service:
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
         log.info(
-            "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s)",
+            "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s; compiled engines: %s)",
             s.host,
             self.grpc_port,
             s.host,
             self.http_port,
             s.policy,
+            ", ".join(compiled_engines(s)) or "none, the Python engines decide",
         )
         self._started.set()
         try:

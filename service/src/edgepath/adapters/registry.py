@@ -13,6 +13,7 @@ from edgepath.adapters.congestion import CongestionAdapter
 from edgepath.adapters.mlpm import MlpmAdapter
 from edgepath.adapters.ssmp import SsmpAdapter
 from edgepath.adapters.steering import SteeringAdapter
+from edgepath.engines import mlpm
 from edgepath.settings import Settings
 
 ENGINES: tuple[EngineFactory, ...] = (
@@ -36,3 +37,9 @@ def build_engines(settings: Settings, factories: Sequence[EngineFactory] | None 
     if duplicated := sorted({s for s in sections if sections.count(s) > 1}):
         raise ValueError(f"two engine adapters fill the section(s) {', '.join(duplicated)}")
     return engines
+
+
+def compiled_engines(settings: Settings) -> tuple[str, ...]:
+    """The engines whose compiled twins (service/native, ``edgepath_native``) decide in this process: installed
+    and not switched off (``native_engines``). Empty: the Python engines decide alone (the same results)."""
+    return ("mlpm",) if settings.native_engines and mlpm.NATIVE_AVAILABLE else ()
