@@ -21,6 +21,8 @@ from edgepath.settings import Settings
 #: (:meth:`MlpmAdapter.recommend_batch`; issue 16). MLPM is a batch's largest stage (~5 ms for 64 agent contexts on
 #: a 2-core host); slices of 32 cost ~4 % more CPU in this stage than one of 64 (~1 % of the batch) and took the
 #: unary p99 beside 15 batches of 64 per second from 20.1 / 19.9 to 16.2 / 16.7 ms (``batch_interference.py``).
+#: Measured with the Python engine; with the compiled one (Session 46) the stage is ~1.4 ms per 64 and the slices
+#: matter less, but they are kept for where it is not installed.
 BATCH_SLICE = 32
 
 
