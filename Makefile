@@ -13,6 +13,7 @@ test: setup
 lint: setup
 	@.venv/bin/ruff check service client-agent tests scripts
 	@.venv/bin/ruff format --check service client-agent tests scripts
+	@if command -v cargo >/dev/null; then cd service/native && cargo fmt --check && cargo clippy --release --quiet -- -D warnings; fi
 
 clean:
 	rm -rf .venv out
