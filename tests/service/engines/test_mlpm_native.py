@@ -45,20 +45,12 @@ def _decide_both(histories: list[SubflowHistory], **kwargs: Any) -> tuple[mlpm.S
 
 def _native_decides(histories: list[SubflowHistory], **kwargs: Any) -> bool:
     """Whether the compiled engine decided (rather than handing the decision back)."""
+    window = kwargs.get("window", mlpm.DEFAULT_WINDOW)
+    horizon_s = kwargs.get("horizon_s", mlpm.DEFAULT_HORIZON_S)
+    gain = kwargs.get("gain", mlpm.DEFAULT_GAIN)
+    b = mlpm._checked(window, horizon_s, gain, kwargs.get("bias"))  # the bias decide uses
     priority = kwargs.get("priority", Priority.BALANCED)
-    b = mlpm.default_bias(kwargs.get("gain", mlpm.DEFAULT_GAIN))
-    return (
-        mlpm._decide_native(
-            histories,
-            kwargs.get("window", mlpm.DEFAULT_WINDOW),
-            kwargs.get("horizon_s", mlpm.DEFAULT_HORIZON_S),
-            priority,
-            kwargs.get("gain", mlpm.DEFAULT_GAIN),
-            b if kwargs.get("bias") is None else kwargs["bias"],
-            kwargs.get("fitted"),
-        )
-        is not None
-    )
+    return mlpm._decide_native(histories, window, horizon_s, priority, gain, b, kwargs.get("fitted")) is not None
 
 
 # What the service's validation lets through (types.py): times 0..1e13 ms, RTT 0..600,000 ms, throughput 0..1e12

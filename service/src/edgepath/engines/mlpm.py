@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice, repeat
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -661,11 +661,11 @@ def decide_batch(
     if len(priorities) != len(histories) or (fitted is not None and len(fitted) != len(histories)):
         raise ValueError(f"{len(histories)} decisions but {len(priorities)} priorities or fitted classifiers")
     per_item = fitted if fitted is not None else [None] * len(histories)
-    out: list[SchedulerWeights | None] = [None] * len(histories)
-    if native and NATIVE_AVAILABLE:
-        for i, (h, priority, f) in enumerate(zip(histories, priorities, per_item, strict=True)):
-            if h:
-                out[i] = _decide_native(h, window, horizon_s, priority, gain, b, f)
+    compiled = native and NATIVE_AVAILABLE
+    out: list[SchedulerWeights | None] = [
+        _decide_native(h, window, horizon_s, priority, gain, b, f) if compiled and h else None
+        for h, priority, f in zip(histories, priorities, per_item, strict=True)
+    ]
     rest = [i for i, d in enumerate(out) if d is None]
     if rest:
         rest_forecasts = forecasts_batch([histories[i] for i in rest], window, horizon_s)
@@ -676,7 +676,7 @@ def decide_batch(
                 if h
                 else _uniform([], priority, horizon_s, b, "no subflows")
             )
-    return [d for d in out if d is not None]
+    return cast(list[SchedulerWeights], out)  # every entry decided by one of the two paths
 
 
 def _checked(window: int, horizon_s: float, gain: float, bias: float | None) -> float:
@@ -736,7 +736,6 @@ def _decide(
             b,
             "uniform: no feature (RTT or throughput) is known for every subflow",
         )
-    used = _FEATURE_SETS[use_rtt, use_tput][0]
     w, b = _classifier(priority, use_rtt, use_tput, gain, b, fitted)
     scores = [classify(f, w, b) for f in normalised_features(rtt, tput)[1]]
     total = math.fsum(scores)
@@ -753,14 +752,30 @@ def _decide(
         SubflowScore(h.interface, weight, score, _floored(r, RTT_FLOOR_MS), _floored(t, 0.0))
         for h, weight, score, r, t in zip(histories, weights, scores, rtt, tput, strict=True)
     )
-    reason = _REASONS[priority, use_rtt, use_tput]
     short = [h.interface for h, r, t in zip(histories, rtt, tput, strict=True) if _short(r) or _short(t)]
+    return _weights(subflows, histories[best_i].interface, short, priority, use_rtt, use_tput, horizon_s, w, b)
+
+
+def _weights(
+    subflows: tuple[SubflowScore, ...],
+    prioritised: str,
+    short: Sequence[str],
+    priority: Priority,
+    use_rtt: bool,
+    use_tput: bool,
+    horizon_s: float,
+    w: tuple[float, ...],
+    b: float,
+) -> SchedulerWeights:
+    """The decision of steps 4–6 (:func:`_decide` and the compiled engine's alike): its features and reason, with
+    ``short`` the subflows with fewer than :data:`MIN_SAMPLES_FOR_TREND` samples of a known feature."""
+    reason = _REASONS[priority, use_rtt, use_tput]
     if short:
         reason += f"; fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}"
     return SchedulerWeights(
         subflows=subflows,
-        prioritised_subflow=histories[best_i].interface,
-        features_used=used,
+        prioritised_subflow=prioritised,
+        features_used=_FEATURE_SETS[use_rtt, use_tput][0],
         priority=priority,
         horizon_s=horizon_s,
         bias=b,
@@ -842,22 +857,19 @@ def _decide_native(
     if decided is None:
         return None
     scored, best, use_rtt, use_tput, w, bias, short = decided
-    reason = _REASONS[priority, use_rtt, use_tput]
-    if short:
-        reason += f"; fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on "
-        reason += ", ".join(histories[i].interface for i in short)
-    return SchedulerWeights(
-        subflows=tuple(
+    return _weights(
+        tuple(
             SubflowScore(h.interface, weight, score, r and FeatureForecast(*r), t and FeatureForecast(*t))
             for h, (weight, score, r, t) in zip(histories, scored, strict=True)
         ),
-        prioritised_subflow=histories[best].interface,
-        features_used=_FEATURE_SETS[use_rtt, use_tput][0],
-        priority=priority,
-        horizon_s=horizon_s,
-        bias=bias,
-        reason=reason,
-        classifier_weights=tuple(w),
+        histories[best].interface,
+        [histories[i].interface for i in short],
+        priority,
+        use_rtt,
+        use_tput,
+        horizon_s,
+        tuple(w),
+        bias,
     )
 
 
