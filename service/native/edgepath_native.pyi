@@ -19,3 +19,14 @@ def mlpm_decide(
     index, whether RTT and throughput were used, the classifier weights and bias, the subflows with fewer than 3
     samples of a known feature. None where the Python engine must decide (columns out of time order or not
     finite, no feature known for every subflow, an ``fsum`` overflow)."""
+
+def context_features(
+    interfaces: Sequence[tuple[int, tuple[float | None, ...]]],
+) -> tuple[bytearray, list[int | None]] | None:
+    """The primary-path bandit's context features (``edgepath.engines.features.context_features``): per interface
+    its slot (index into ``SLOTS``) and its measurements in :func:`feature_layout`'s order. Returns the vector's
+    native-endian float64 bytes and the representative interface's index per slot; None where the Python encoder
+    must decide (a slot outside ``SLOTS``, a ``10 ** (SINR / 10)`` overflow)."""
+
+def feature_layout() -> tuple[list[str], list[str]]:
+    """The vector's column names (``FEATURE_NAMES``) and the measurements read per interface, in order."""

@@ -249,7 +249,7 @@ class DecisionPlane:
         run = None if asked is None else self.sections_to_run(asked)
         start = time.perf_counter()
         serving = self.registry.current
-        choice = serving.model.decide(request.interfaces)
+        choice = serving.model.decide(request.interfaces, native=self.settings.native_engines)
         policy = serving.model.policy_name
         learner_arm: int | None = None
         baseline_arm: int | None = None
@@ -355,9 +355,9 @@ class DecisionPlane:
         requests = [request for _, request in items]
         decide_batch = getattr(model, "decide_batch", None)
         if decide_batch is not None:
-            choices = decide_batch([r.interfaces for r in requests])
+            choices = decide_batch([r.interfaces for r in requests], native=self.settings.native_engines)
         else:
-            choices = [model.decide(r.interfaces) for r in requests]
+            choices = [model.decide(r.interfaces, native=self.settings.native_engines) for r in requests]
         now = time.time()
         policy = model.policy_name
         records = [

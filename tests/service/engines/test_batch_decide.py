@@ -13,6 +13,7 @@ import copy
 import numpy as np
 import pytest
 from edgepath.engines.features import N_FEATURES, SLOTS, context_features, context_features_batch, representative
+from edgepath.engines.features import NATIVE_AVAILABLE as FEATURES_NATIVE
 from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
 from edgepath.engines.primary_path import POLICIES, BanditConfig, PrimaryPathBandit, TrainingSample
 from edgepath.types import AccessType, InterfaceContext
@@ -110,13 +111,18 @@ def trained(policy: str, seed: int = 5) -> PrimaryPathBandit:
     return bandit
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["compiled encoder", "python encoder"])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_batch_decisions_are_the_single_decisions_for_the_same_seed_and_model(policy: str) -> None:
+def test_batch_decisions_are_the_single_decisions_for_the_same_seed_and_model(policy: str, native: bool) -> None:
+    """Where the compiled encoder is installed the batch encodes context by context as the single path does (the
+    same vectors, bit for bit); numpy's batch encoder (``native=False``, or not installed) agrees to rounding."""
     model = trained(policy)
     twin = copy.deepcopy(model)
     ctxs = contexts(300 if policy.startswith("ridge_") else 100, seed=11)
-    batch = model.decide_batch(ctxs)
-    single = [twin.decide(c) for c in ctxs]
+    batch = model.decide_batch(ctxs, native=native)
+    single = [twin.decide(c, native=native) for c in ctxs]
+    if native and FEATURES_NATIVE:
+        assert np.vstack([b.features for b in batch]).tobytes() == np.vstack([s.features for s in single]).tobytes()
     assert len(batch) == len(single) == len(ctxs)
     for b, s in zip(batch, single, strict=True):
         assert (b.arms, b.arm_index, b.access_type, b.interface) == (s.arms, s.arm_index, s.access_type, s.interface)
@@ -125,7 +131,9 @@ def test_batch_decisions_are_the_single_decisions_for_the_same_seed_and_model(po
         np.testing.assert_allclose(b.features, s.features, rtol=1e-12, atol=1e-12)
     # the generators advanced alike: the next decisions agree too
     nxt = contexts(20, seed=12)
-    assert [c.arm_index for c in model.decide_batch(nxt)] == [twin.decide(c).arm_index for c in nxt]
+    assert [c.arm_index for c in model.decide_batch(nxt, native=native)] == [
+        twin.decide(c, native=native).arm_index for c in nxt
+    ]
 
 
 @pytest.mark.parametrize("floor", [0.0, 0.05])

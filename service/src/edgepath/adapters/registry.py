@@ -13,7 +13,7 @@ from edgepath.adapters.congestion import CongestionAdapter
 from edgepath.adapters.mlpm import MlpmAdapter
 from edgepath.adapters.ssmp import SsmpAdapter
 from edgepath.adapters.steering import SteeringAdapter
-from edgepath.engines import mlpm
+from edgepath.engines import features, mlpm
 from edgepath.settings import Settings
 
 ENGINES: tuple[EngineFactory, ...] = (
@@ -39,7 +39,12 @@ def build_engines(settings: Settings, factories: Sequence[EngineFactory] | None 
     return engines
 
 
+#: The compiled twins (service/native, ``edgepath_native``) and whether each is installed: ``features``, the
+#: primary-path bandit's context encoder; ``mlpm``, the scheduler section's engine.
+COMPILED: dict[str, bool] = {"features": features.NATIVE_AVAILABLE, "mlpm": mlpm.NATIVE_AVAILABLE}
+
+
 def compiled_engines(settings: Settings) -> tuple[str, ...]:
-    """The engines whose compiled twins (service/native, ``edgepath_native``) decide in this process: installed
-    and not switched off (``native_engines``). Empty: the Python engines decide alone (the same results)."""
-    return ("mlpm",) if settings.native_engines and mlpm.NATIVE_AVAILABLE else ()
+    """The engines whose compiled twins (:data:`COMPILED`) decide in this process: installed and not switched off
+    (``native_engines``). Empty: the Python engines decide alone (the same results)."""
+    return tuple(name for name, installed in COMPILED.items() if installed) if settings.native_engines else ()

@@ -70,6 +70,13 @@ import numpy as np
 
 from edgepath.types import AccessType, InterfaceContext
 
+try:  # the compiled encoder (service/native, the edgepath-native package): the same vector, bit for bit, faster
+    from edgepath_native import context_features as _native_features
+    from edgepath_native import feature_layout as _native_layout
+except ImportError:  # not installed (no Rust toolchain where it was set up): the Python encoder alone
+    _native_features = None  # type: ignore[assignment]
+    _native_layout = None  # type: ignore[assignment]
+
 SLOTS: tuple[AccessType, ...] = (AccessType.WIFI, AccessType.LTE, AccessType.NR, AccessType.ETHERNET)
 
 Extractor = Callable[[InterfaceContext], "float | None"]
@@ -179,6 +186,16 @@ FEATURE_NAMES, FEATURE_GROUPS = _layout()
 N_FEATURES = len(FEATURE_NAMES)
 _CLIP = 5.0
 
+#: The measurements the compiled encoder reads of an interface, in its order (``edgepath_native.feature_layout``).
+_NATIVE_ATTRS: tuple[str, ...] = tuple(_native_layout()[1]) if _native_layout is not None else ()
+#: Whether the compiled encoder (``edgepath_native``, built from service/native) is installed and lays the vector
+#: out as :data:`FEATURE_NAMES` does. Where it is, :func:`context_features` hands it every context (``native=False``:
+#: never); this module is its reference (``tests/service/engines/test_features_native.py``).
+NATIVE_AVAILABLE = _native_layout is not None and tuple(_native_layout()[0]) == FEATURE_NAMES
+#: Position of each access type in :data:`SLOTS`.
+SLOT_INDEX: dict[AccessType, int] = {slot: i for i, slot in enumerate(SLOTS)}
+_MEASURED = operator.attrgetter(*_NATIVE_ATTRS) if _NATIVE_ATTRS else None
+
 
 def representative(interfaces: Sequence[InterfaceContext], access_type: AccessType) -> InterfaceContext | None:
     """The interface that stands for ``access_type``: strongest signal, then first listed.
@@ -200,19 +217,26 @@ def representative(interfaces: Sequence[InterfaceContext], access_type: AccessTy
     return max(candidates, key=strength)  # max() keeps the first of equals
 
 
-def context_features(interfaces: Sequence[InterfaceContext]) -> np.ndarray:
+def context_features(interfaces: Sequence[InterfaceContext], native: bool = True) -> np.ndarray:
     """Encode a device's interfaces into the fixed feature vector.
 
     Parameters
     ----------
     interfaces:
         The validated interfaces of one request (any subset of measurements).
+    native:
+        Let the compiled encoder compute it where it is installed (:data:`NATIVE_AVAILABLE`): the same vector, bit
+        for bit. False: this module's code.
 
     Returns
     -------
     numpy.ndarray
         Shape ``(N_FEATURES,)``, float64, finite, named by :data:`FEATURE_NAMES`.
     """
+    if native and NATIVE_AVAILABLE:
+        encoded = native_features(interfaces)
+        if encoded is not None:
+            return encoded[0]
     # Written into a list and converted once: a numpy element assignment costs ~5× a list's (issue 16). The
     # representatives come from one pass (:func:`_representatives`, the batch encoder's: the same pick).
     out = [0.0] * N_FEATURES
@@ -231,6 +255,21 @@ def context_features(interfaces: Sequence[InterfaceContext]) -> np.ndarray:
                 out[k] = min(max(value, -_CLIP), _CLIP) if math.isfinite(value) else 0.0
             k += 2
     return np.array(out, dtype=np.float64)
+
+
+def native_features(
+    interfaces: Sequence[InterfaceContext],
+) -> tuple[np.ndarray, list[InterfaceContext | None]] | None:
+    """:func:`context_features` by the compiled encoder, with the representative interface of each slot of
+    :data:`SLOTS` (:func:`representative`; None: the device has none): None where it is not installed or hands the
+    context back (a ``10 ** (SINR / 10)`` overflow, which validation rules out), for this module to encode."""
+    if _MEASURED is None:
+        return None
+    encoded = _native_features([(SLOT_INDEX[i.access_type], _MEASURED(i)) for i in interfaces])
+    if encoded is None:
+        return None
+    buffer, reps = encoded
+    return np.frombuffer(buffer, dtype=np.float64), [None if r is None else interfaces[r] for r in reps]
 
 
 def _representatives(interfaces: Sequence[InterfaceContext]) -> dict[AccessType, InterfaceContext]:

@@ -121,14 +121,23 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from sklearn.linear_model import SGDClassifier
 
 from edgepath.engines import reward as rewards
 from edgepath.engines.active_explorer import PaperActiveExplorer
-from edgepath.engines.features import N_FEATURES, SLOTS, context_features, context_features_batch, representative
+from edgepath.engines.features import (
+    N_FEATURES,
+    SLOT_INDEX,
+    SLOTS,
+    context_features,
+    context_features_batch,
+    native_features,
+    representative,
+)
+from edgepath.engines.features import NATIVE_AVAILABLE as FEATURES_NATIVE
 from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
 from edgepath.types import AccessType, InterfaceContext
 
@@ -729,6 +738,21 @@ def arm_set(interfaces: Sequence[InterfaceContext]) -> ArmSet:
     return tuple(s for s in SLOTS if s in offered)
 
 
+def _features_batch(
+    contexts: Sequence[Sequence[InterfaceContext]], native: bool
+) -> tuple[np.ndarray, list[list[InterfaceContext | None]]]:
+    """The features of ``contexts`` (shape ``(n, N_FEATURES)``) and each one's representative per slot of
+    :data:`SLOTS` (None: not offered): by the compiled encoder where installed and ``native``, unless it hands a
+    context back; else :func:`~edgepath.engines.features.context_features_batch`."""
+    if native and FEATURES_NATIVE and contexts:
+        encoded = [native_features(c) for c in contexts]
+        if all(e is not None for e in encoded):
+            done = cast(list[tuple[np.ndarray, list[InterfaceContext | None]]], encoded)
+            return np.vstack([x for x, _ in done]), [reps for _, reps in done]
+    X, by_access = context_features_batch(contexts)
+    return X, [[r.get(slot) for slot in SLOTS] for r in by_access]
+
+
 def _finite(v: float | None) -> bool:
     return v is None or math.isfinite(v)
 
@@ -868,13 +892,17 @@ class PrimaryPathBandit:
         policy.warm(np.asarray(X, dtype=np.float64), np.asarray(a), np.asarray(r, dtype=np.float64), w)
         self._policies[tuple(arms)] = policy
 
-    def decide(self, interfaces: Sequence[InterfaceContext]) -> ArmChoice:
+    def decide(self, interfaces: Sequence[InterfaceContext], native: bool = True) -> ArmChoice:
         """Choose the primary path for one context.
 
         Parameters
         ----------
         interfaces:
             Validated interfaces of the request (at least one).
+        native:
+            Encode the context with the compiled encoder where it is installed
+            (:func:`~edgepath.engines.features.native_features`: the same vector, bit for bit); False: the Python
+            encoder.
 
         Returns
         -------
@@ -882,18 +910,27 @@ class PrimaryPathBandit:
             The chosen arm, its interface, its propensity in (0, 1] and the features used.
         """
         arms = arm_set(interfaces)
-        x = context_features(interfaces)
+        encoded = native_features(interfaces) if native and FEATURES_NATIVE else None
+        if encoded is not None:
+            x, reps = encoded
+            return self._decide(arms, x, lambda access: reps[SLOT_INDEX[access]])
+        x = context_features(interfaces, native=False)
         return self.decide_features(interfaces, arms, x)
 
     def decide_features(self, interfaces: Sequence[InterfaceContext], arms: ArmSet, x: np.ndarray) -> ArmChoice:
         """:meth:`decide` with the arm set and features already computed (``x`` shape ``(N_FEATURES,)``)."""
+        return self._decide(arms, x, lambda access: representative(interfaces, access))
+
+    def _decide(
+        self, arms: ArmSet, x: np.ndarray, representative_of: Callable[[AccessType], InterfaceContext | None]
+    ) -> ArmChoice:
         if len(arms) == 1:
             index, probability = 0, 1.0
         else:
             index, probability = self._policy(arms).decide(x, self.config.propensity_floor)
             self.decisions_unsynced[arms] = self.decisions_unsynced.get(arms, 0) + 1
         chosen = arms[index]
-        iface = representative(interfaces, chosen)
+        iface = representative_of(chosen)
         assert iface is not None  # arms come from the interfaces themselves
         return ArmChoice(
             arms=arms,
@@ -905,20 +942,22 @@ class PrimaryPathBandit:
             probability=probability,
         )
 
-    def decide_batch(self, contexts: Sequence[Sequence[InterfaceContext]]) -> list[ArmChoice]:
+    def decide_batch(self, contexts: Sequence[Sequence[InterfaceContext]], native: bool = True) -> list[ArmChoice]:
         """:meth:`decide` for many contexts (``RecommendBatch``), in order.
 
-        The features of all contexts are encoded into one ``(n, N_FEATURES)`` matrix
-        (:func:`~edgepath.engines.features.context_features_batch`); the contexts of one arm set are decided by
+        The features of all contexts are encoded into one ``(n, N_FEATURES)`` matrix: by the compiled encoder
+        context by context where it is installed and ``native`` (the single path's vectors, bit for bit, and faster
+        than numpy's for a batch of 64), else by :func:`~edgepath.engines.features.context_features_batch`; the
+        contexts of one arm set are decided by
         that arm set's policy together when it has a ``decide_batch`` (the ridge policies: one matrix product,
         one vector of draws from the policy's generator in context order, see
         :meth:`~edgepath.engines.linear_bandit.LinearBandit.decide_batch`), else one by one in order (the
         SGD-oracle policies). Each arm set's policy consumes its own random generator in the same order as
         ``n`` calls of :meth:`decide` would, so the choices and exact propensities are those of the single path.
         """
-        X, reps = context_features_batch(contexts)
+        X, reps = _features_batch(contexts, native)
         n = len(contexts)
-        arm_sets: list[ArmSet] = [tuple(s for s in SLOTS if s in r) for r in reps]
+        arm_sets: list[ArmSet] = [tuple(s for s, r in zip(SLOTS, rep, strict=True) if r is not None) for rep in reps]
         index = np.zeros(n, dtype=np.int64)
         probability = np.ones(n)
         groups: dict[ArmSet, list[int]] = {}
@@ -937,12 +976,14 @@ class PrimaryPathBandit:
         out = []
         for i, (arms, arm, p) in enumerate(zip(arm_sets, index.tolist(), probability.tolist(), strict=True)):
             chosen = arms[arm]
+            iface = reps[i][SLOT_INDEX[chosen]]
+            assert iface is not None  # arms come from the interfaces themselves
             out.append(
                 ArmChoice(
                     arms=arms,
                     arm_index=arm,
                     access_type=chosen,
-                    interface=reps[i][chosen].name,
+                    interface=iface.name,
                     propensity=max(floor, min(1.0, p)),
                     features=X[i],
                     probability=p,

@@ -1,0 +1,92 @@
+"""The compiled context encoder (service/native, ``edgepath_native``) against its reference,
+:func:`edgepath.engines.features.context_features`.
+
+The Python encoder is the reference: the compiled one must lay the vector out alike (the same column names) and give
+the same vector bit for bit (``tobytes`` equal: ``-0.0`` against ``0.0`` would show) and the same representative
+interfaces, on everything the service's validation lets through.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import numpy as np
+import pytest
+from edgepath.engines import features
+from edgepath.types import AccessType, InterfaceContext
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+if not features.NATIVE_AVAILABLE:
+    if shutil.which("cargo") is not None:
+        pytest.fail(
+            "the compiled encoder is not installed (or lays the vector out differently) though cargo is: "
+            "`make setup` builds it from service/native",
+            pytrace=False,
+        )
+    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+
+
+def _measurement(field: str) -> st.SearchStrategy[Any]:
+    """Any value ``InterfaceContext`` accepts for ``field`` (its bounds, read from the model), often None."""
+    info = InterfaceContext.model_fields[field]
+    lo = next(m.ge for m in info.metadata if hasattr(m, "ge"))
+    hi = next(m.le for m in info.metadata if hasattr(m, "le"))
+    if field == "cqi":
+        return st.one_of(st.none(), st.integers(int(lo), int(hi)))
+    edges = st.sampled_from([lo, hi, 0.0 if lo <= 0.0 <= hi else lo, (lo + hi) / 2])
+    return st.one_of(st.none(), st.floats(lo, hi), edges)
+
+
+_MEASURED = {name: _measurement(name) for name in InterfaceContext.model_fields if name not in ("name", "access_type")}
+
+
+@st.composite
+def _interfaces(draw: Any) -> list[InterfaceContext]:
+    n = draw(st.integers(1, 5))
+    return [
+        InterfaceContext(
+            name=f"if{i}",
+            access_type=draw(st.sampled_from(list(AccessType))),
+            **{k: v for k, s in _MEASURED.items() if (v := draw(s)) is not None},
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_layouts_agree() -> None:
+    names, attrs = features._native_layout()
+    assert tuple(names) == features.FEATURE_NAMES
+    assert set(attrs) == set(InterfaceContext.model_fields) - {"name", "access_type"}  # every measurement, once
+
+
+@settings(max_examples=500, deadline=None)
+@given(interfaces=_interfaces())
+def test_the_compiled_encoder_encodes_as_the_python_encoder(interfaces: list[InterfaceContext]) -> None:
+    encoded = features.native_features(interfaces)
+    assert encoded is not None  # validated contexts are never handed back
+    got, reps = encoded
+    want = features.context_features(interfaces, native=False)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+    want_reps = [features.representative(interfaces, slot) for slot in features.SLOTS]
+    assert all(a is b for a, b in zip(reps, want_reps, strict=True))  # the very interface objects
+    assert features.context_features(interfaces).tobytes() == want.tobytes()  # the default path
+
+
+def test_an_overflowing_power_is_handed_back_to_the_python_encoder() -> None:
+    """Past validation (``model_construct``), an SINR whose 10^(SINR/10) overflows: Python raises OverflowError,
+    the compiled encoder hands the context back rather than encoding an infinity."""
+    hot = InterfaceContext.model_construct(
+        name="wwan0", access_type=AccessType.LTE, sinr_db=4000.0, channel_bandwidth_mhz=20.0
+    )
+    assert features.native_features([hot]) is None
+    with pytest.raises(OverflowError):
+        features.context_features([hot])
+
+
+def test_the_vector_is_a_writable_float64_array() -> None:
+    x = features.context_features([InterfaceContext(name="wlan0", access_type=AccessType.WIFI, wifi_rssi_dbm=-50.0)])
+    assert isinstance(x, np.ndarray) and x.flags.writeable and x.shape == (features.N_FEATURES,)
+    x[0] = 2.0  # callers may own it (e.g. a training row)
