@@ -767,11 +767,7 @@ def _weights(
     w: tuple[float, ...],
     b: float,
 ) -> SchedulerWeights:
-    """The decision of steps 4–6 (:func:`_decide` and the compiled engine's alike): its features and reason, with
-    ``short`` the subflows with fewer than :data:`MIN_SAMPLES_FOR_TREND` samples of a known feature."""
-    reason = _REASONS[priority, use_rtt, use_tput]
-    if short:
-        reason += f"; fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}"
+    """The decision of steps 4–6 of :func:`_decide`: its features and reason (:func:`_reason`)."""
     return SchedulerWeights(
         subflows=subflows,
         prioritised_subflow=prioritised,
@@ -779,9 +775,18 @@ def _weights(
         priority=priority,
         horizon_s=horizon_s,
         bias=b,
-        reason=reason,
+        reason=_reason(priority, use_rtt, use_tput, short),
         classifier_weights=w,
     )
+
+
+def _reason(priority: Priority, use_rtt: bool, use_tput: bool, short: Sequence[str]) -> str:
+    """A decision's ``reason`` (Python and compiled engine alike), with ``short`` the subflows with fewer than
+    :data:`MIN_SAMPLES_FOR_TREND` samples of a known feature."""
+    reason = _REASONS[priority, use_rtt, use_tput]
+    if short:
+        reason += f"; fewer than {MIN_SAMPLES_FOR_TREND} samples (trend taken as 0) on {', '.join(short)}"
+    return reason
 
 
 def _classifier(
@@ -828,6 +833,82 @@ def _native_classifiers(
     return hit[1]
 
 
+#: One subflow as the compiled engine takes it: ``(interface, rtt_ms, throughput_bps, current_rtt_ms)``, each feature
+#: as ``(t, values, t_units_per_s)`` columns (:class:`Columns` or a plain tuple) or None (no samples).
+PlainColumns = tuple[Sequence[float], Sequence[float], float]
+CompiledSubflow = tuple[str, PlainColumns | None, PlainColumns | None, float | None]
+#: A forecast in plain values: ``(current, slope_per_s, forecast, samples)``, as :class:`FeatureForecast`'s fields.
+PlainForecast = tuple[float, float, float, int]
+
+
+class CompiledDecision(NamedTuple):
+    """:func:`decide_compiled`'s decision in plain values (what :class:`SchedulerWeights` holds, without an object
+    per subflow and forecast).
+
+    ``scored``: per subflow in order ``(weight, score, rtt forecast, throughput forecast)``, forecasts as
+    :data:`PlainForecast` (floored as :class:`SubflowScore`'s) or None; ``prioritised``: the prioritised subflow's
+    index; the rest as :class:`SchedulerWeights`.
+    """
+
+    scored: list[tuple[float, float, PlainForecast | None, PlainForecast | None]]
+    prioritised: int
+    features_used: tuple[str, ...]
+    bias: float
+    reason: str
+    classifier_weights: tuple[float, ...]
+
+
+def decide_compiled(
+    subflows: Sequence[CompiledSubflow],
+    *,
+    priority: Priority = Priority.BALANCED,
+    window: int = DEFAULT_WINDOW,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    gain: float = DEFAULT_GAIN,
+    bias: float | None = None,
+    fitted: FittedClassifier | None = None,
+) -> CompiledDecision | None:
+    """:func:`decide` by the compiled engine (``edgepath_native.mlpm_decide``; service/native/src/mlpm.rs), in plain
+    values: the same numbers bit for bit, for a caller that builds its own form of them (the service's section).
+
+    ``subflows``: shape (k,), :data:`CompiledSubflow`; the other arguments as :func:`decide`'s. Returns None where
+    the compiled engine is not installed or does not decide (no subflow, columns out of time order or not finite,
+    no feature known for every subflow): :func:`decide` with ``native=False`` then gives the decision.
+
+    Raises
+    ------
+    ValueError
+        As :func:`decide`.
+    """
+    return _compiled(subflows, window, horizon_s, priority, gain, _checked(window, horizon_s, gain, bias), fitted)
+
+
+def _compiled(
+    subflows: Sequence[CompiledSubflow],
+    window: int,
+    horizon_s: float,
+    priority: Priority,
+    gain: float,
+    b: float,
+    fitted: FittedClassifier | None,
+) -> CompiledDecision | None:
+    """:func:`decide_compiled` with its arguments checked (``b`` the bias in use)."""
+    if _native_decide is None or not subflows:
+        return None
+    decided = _native_decide(subflows, window, horizon_s, _native_classifiers(priority, gain, b, fitted))
+    if decided is None:
+        return None
+    scored, best, use_rtt, use_tput, w, bias_used, short = decided
+    return CompiledDecision(
+        scored,
+        best,
+        _FEATURE_SETS[use_rtt, use_tput][0],
+        bias_used,
+        _reason(priority, use_rtt, use_tput, [subflows[i][0] for i in short]),
+        tuple(w),
+    )
+
+
 def _decide_native(
     histories: Sequence[SubflowHistory],
     window: int,
@@ -837,10 +918,9 @@ def _decide_native(
     b: float,
     fitted: FittedClassifier | None,
 ) -> SchedulerWeights | None:
-    """:func:`decide` (its arguments checked, ``histories`` not empty) by the compiled engine, or None where it
-    does not decide: a feature given as pairs, columns out of time order or not finite, no feature known for
-    every subflow (``edgepath_native.mlpm_decide``; service/native/src/mlpm.rs)."""
-    subflows = []
+    """:func:`decide` (its arguments checked, ``histories`` not empty) by the compiled engine (:func:`decide_compiled`),
+    or None where it does not decide, also for a feature given as pairs."""
+    subflows: list[CompiledSubflow] = []
     for h in histories:
         r, t = h.rtt_ms, h.throughput_bps
         if (r and not isinstance(r, Columns)) or (t and not isinstance(t, Columns)):
@@ -853,23 +933,21 @@ def _decide_native(
                 h.current_rtt_ms,
             )
         )
-    decided = _native_decide(subflows, window, horizon_s, _native_classifiers(priority, gain, b, fitted))
-    if decided is None:
+    d = _compiled(subflows, window, horizon_s, priority, gain, b, fitted)
+    if d is None:
         return None
-    scored, best, use_rtt, use_tput, w, bias, short = decided
-    return _weights(
-        tuple(
+    return SchedulerWeights(
+        subflows=tuple(
             SubflowScore(h.interface, weight, score, r and FeatureForecast(*r), t and FeatureForecast(*t))
-            for h, (weight, score, r, t) in zip(histories, scored, strict=True)
+            for h, (weight, score, r, t) in zip(histories, d.scored, strict=True)
         ),
-        histories[best].interface,
-        [histories[i].interface for i in short],
-        priority,
-        use_rtt,
-        use_tput,
-        horizon_s,
-        tuple(w),
-        bias,
+        prioritised_subflow=histories[d.prioritised].interface,
+        features_used=d.features_used,
+        priority=priority,
+        horizon_s=horizon_s,
+        bias=d.bias,
+        reason=d.reason,
+        classifier_weights=d.classifier_weights,
     )
 
 

@@ -1,0 +1,116 @@
+"""The ``scheduler`` section the compiled MLPM engine's plain values go straight into (``edgepath.adapters.mlpm``,
+``decide_compiled``) against the section of the Python engine's decision: the same section, bit for bit (``repr``
+equal), for any request the service's validation lets through, one by one and in a batch."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+import pytest
+from edgepath.adapters import mlpm as adapter
+from edgepath.engines import mlpm
+from edgepath.settings import Settings
+from edgepath.types import ApplicationProfile, RecommendRequest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+if not mlpm.NATIVE_AVAILABLE:
+    if shutil.which("cargo") is not None:
+        pytest.fail("edgepath_native is not installed though cargo is: `make setup` builds it", pytrace=False)
+    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+
+COMPILED, PYTHON = Settings(native_engines=True), Settings(native_engines=False)
+_NAMES = ["wlan0", "wwan0", "eth0", "wlan1"]
+_T = st.one_of(st.integers(0, 10**5).map(lambda k: 1.7e12 + 100.0 * k), st.floats(0.0, 1e13))
+
+
+@st.composite
+def _history(draw: Any, name: str) -> dict[str, Any]:
+    """One subflow's history in any form the API takes: columns (in time order, as an agent sends, or not),
+    sample objects, or nothing, per quantity."""
+    h: dict[str, Any] = {"interface": name}
+    for objects, times, values, value in (
+        ("rtt_samples", "rtt_t_ms", "rtt_ms", st.floats(0.0, 600_000.0)),
+        ("throughput_samples", "throughput_t_ms", "throughput_bps", st.floats(0.0, 1e12)),
+    ):
+        rows = draw(st.lists(st.tuples(_T, value), max_size=30))
+        if draw(st.booleans()):
+            rows.sort()
+        form = draw(st.sampled_from(["columns", "objects", "none"]))
+        if form == "columns":
+            h[times], h[values] = [t for t, _ in rows], [v for _, v in rows]
+        elif form == "objects":
+            h[objects] = [{"t_ms": t, values: v} for t, v in rows]
+    return h
+
+
+@st.composite
+def _requests(draw: Any) -> RecommendRequest:
+    names = draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=4, unique=True))
+    interfaces = [
+        {"name": n, "access_type": "WIFI" if n.startswith("wlan") else "LTE"}
+        | ({"rtt_ms": rtt} if (rtt := draw(st.one_of(st.none(), st.floats(0.0, 600_000.0)))) is not None else {})
+        for n in names
+    ]
+    body: dict[str, Any] = {
+        "device_id": "dev-1",
+        "interfaces": interfaces,
+        "subflow_histories": [draw(_history(n)) for n in names if draw(st.booleans())],
+        "application_profile": draw(st.sampled_from(list(ApplicationProfile))),
+    }
+    if draw(st.booleans()):
+        body["kernel"] = {"mptcp_schedulers": draw(st.sampled_from([["default"], ["default", "blest"]]))}
+    return RecommendRequest.model_validate(body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request=_requests(),
+    classifier=st.sampled_from(["fitted", "hand_set"]),
+    window=st.integers(1, 25),
+    horizon_s=st.floats(0.0, 10.0),
+)
+def test_the_compiled_section_is_the_python_engines_section(
+    request: RecommendRequest, classifier: str, window: int, horizon_s: float
+) -> None:
+    mlpm_settings = {"classifier": classifier, "window": window, "horizon_s": horizon_s}
+    compiled = Settings(native_engines=True, mlpm=mlpm_settings)
+    python = Settings(native_engines=False, mlpm=mlpm_settings)
+    want = adapter.scheduler_advice(request, python)
+    assert repr(adapter.scheduler_advice(request, compiled)) == repr(want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(requests=st.lists(_requests(), min_size=1, max_size=12))
+def test_a_batch_gets_the_sections_of_its_requests(requests: list[RecommendRequest]) -> None:
+    """Decided or handed back, each request of a batch gets its own section, in order."""
+    want = [repr(adapter.scheduler_advice(r, PYTHON)) for r in requests]
+    assert [repr(s) for s in adapter.scheduler_advice_batch(requests, COMPILED)] == want
+    assert [repr(s) for s in adapter.scheduler_advice_batch(requests, PYTHON)] == want
+
+
+def test_an_agents_request_is_decided_by_the_compiled_engine() -> None:
+    """Columns in time order with both features: no hand-back (the section comes from ``decide_compiled``)."""
+    t = [1.7e12 + 100.0 * i for i in range(20)]
+    request = RecommendRequest.model_validate(
+        {
+            "device_id": "dev-1",
+            "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}],
+            "subflow_histories": [
+                {
+                    "interface": n,
+                    "rtt_t_ms": t,
+                    "rtt_ms": [20.0 + i] * 20,
+                    "throughput_t_ms": t,
+                    "throughput_bps": [1e7] * 20,
+                }
+                for i, n in enumerate(["wlan0", "wwan0"])
+            ],
+        }
+    )
+    priority = mlpm.PROFILE_PRIORITY[request.application_profile]
+    section = adapter._compiled_section(request, priority, COMPILED)
+    assert section is not None
+    assert repr(section) == repr(adapter.scheduler_advice(request, PYTHON))
+    assert section.prioritised_subflow == "wlan0"  # the lower RTT, the same throughput
