@@ -12,11 +12,15 @@ from edgepath.engines.steering import (
     Priority,
     QosRequirement,
     SteeringConfig,
+    SteeringDecision,
     SteeringMode,
     decide,
+    default_rule_key,
     unmet_requirements,
 )
 from edgepath.types import AccessType
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 WIFI, LTE = Access.NON_THREE_GPP, Access.THREE_GPP
 CONFIG = SteeringConfig(standby_weight=0.2, rtt_threshold_ms=100.0)
@@ -195,3 +199,75 @@ def test_bad_input_raises() -> None:
         decide([], "wlan0")
     with pytest.raises(ValueError, match="primary_interface"):
         decide(paths(), "eth9")
+
+
+# --- the DEFAULT rule's key (issue 16: the adapter keeps rules by it instead of deciding per request) -------------
+# a small space, so that cases collide: each name mostly has its access type
+_KEY_TYPES = {"wlan0": AccessType.WIFI, "wlan1": AccessType.WIFI, "eth0": AccessType.ETHERNET}
+_KEY_TYPES |= {"wwan0": AccessType.LTE, "wwan1": AccessType.NR}
+# weights that collide on purpose: equal after the reason's rounding (0.101, 0.104), either side of the standby
+# bound (0.19999, 0.2), an exact rounding tie (0.125), sums of two interfaces
+_KEY_WEIGHTS = st.sampled_from([None, 0.0, 0.1, 0.101, 0.104, 0.125, 0.15, 0.19999, 0.2, 0.5, 0.9, 1.0])
+
+
+@st.composite
+def _weighted_paths(draw: st.DrawFn) -> tuple[list[tuple[str, AccessType, float | None]], str]:
+    names = draw(st.lists(st.sampled_from(sorted(_KEY_TYPES)), min_size=1, max_size=3, unique=True))
+    paths = [(n, draw(st.sampled_from([_KEY_TYPES[n]] * 3 + list(AccessType))), draw(_KEY_WEIGHTS)) for n in names]
+    return paths, draw(st.sampled_from(names))
+
+
+def _default_decision(paths: list[tuple[str, AccessType, float | None]], primary: str) -> SteeringDecision:
+    states = [PathState(n, t, weight=w, rtt_ms=float(i), loss=0.01 * i) for i, (n, t, w) in enumerate(paths)]
+    return decide(states, primary, Intent.DEFAULT, None, SteeringConfig(rtt_threshold_ms=150.0))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases=st.lists(_weighted_paths(), min_size=2, max_size=60))
+def test_equal_rule_keys_are_equal_decisions_and_unequal_keys_unequal_ones(
+    cases: list[tuple[list[tuple[str, AccessType, float | None]], str]],
+) -> None:
+    config = SteeringConfig(rtt_threshold_ms=150.0)
+    keys = [default_rule_key(p, primary, config) for p, primary in cases]
+    decisions = [_default_decision(p, primary) for p, primary in cases]
+    assert None not in keys
+    for i in range(len(cases)):
+        for j in range(i + 1, len(cases)):
+            assert (keys[i] == keys[j]) == (decisions[i] == decisions[j]), (cases[i], cases[j])
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # the reason prints the standby weight to 2 places: 0.10 and 0.12 are two rules
+        (
+            [("wlan0", AccessType.WIFI, 0.9), ("wwan0", AccessType.LTE, 0.1)],
+            [("wlan0", AccessType.WIFI, 0.9), ("wwan0", AccessType.LTE, 0.125)],
+        ),
+        # one name, two access types (two devices): two rules, alone or beside another access
+        ([("wlan0", AccessType.WIFI, 0.5)], [("wlan0", AccessType.ETHERNET, 0.5)]),
+        (
+            [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.LTE, 0.5)],
+            [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.NR, 0.5)],
+        ),
+        # the other access's representative: the higher weight of two
+        (
+            [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.LTE, 0.3), ("wwan1", AccessType.NR, 0.2)],
+            [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.LTE, 0.2), ("wwan1", AccessType.NR, 0.3)],
+        ),
+    ],
+)
+def test_rule_keys_tell_apart_what_the_rules_do(
+    a: list[tuple[str, AccessType, float | None]], b: list[tuple[str, AccessType, float | None]]
+) -> None:
+    config = SteeringConfig(rtt_threshold_ms=150.0)
+    assert _default_decision(a, "wlan0") != _default_decision(b, "wlan0")
+    assert default_rule_key(a, "wlan0", config) != default_rule_key(b, "wlan0", config)
+
+
+def test_no_rule_key_where_decide_raises() -> None:
+    config = SteeringConfig()
+    assert default_rule_key([], "wlan0", config) is None
+    assert default_rule_key([("wlan0", AccessType.WIFI, 0.5)], "wwan0", config) is None
+    with pytest.raises(ValueError, match="names no path"):
+        _default_decision([("wlan0", AccessType.WIFI, 0.5)], "wwan0")
