@@ -224,6 +224,30 @@ def test_linear_bandit_probabilities_sum_to_one_for_three_arms(mode: str) -> Non
     assert np.allclose(counts / 3000, p, atol=0.035)
 
 
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("mode", ["squarecb", "egreedy", "lints", "linucb"])
+def test_one_decisions_rule_in_floats_is_the_numpy_rule_bit_for_bit(mode: str, k: int) -> None:
+    """The single decision's probabilities (``_rule_list``: Python floats for SquareCB and ε-greedy) are the numpy
+    rule's to the last bit, fitted or not, also where the estimates tie or are not finite (numpy's argmax then)."""
+    rng = np.random.default_rng(k)
+    lb = LinearBandit(k, 5, LinearBanditConfig(mode=mode, epsilon=0.07), seed=1)  # type: ignore[arg-type]
+    x = rng.normal(size=5)
+    assert lb._rule_list(x) == lb._rule_probabilities(x).tolist() == [1.0 / k] * k  # unfitted: uniform
+    X = rng.normal(size=(400, 5))
+    lb.update(X, rng.integers(0, k, 400), X[:, 0] * rng.uniform(-1, 1, 400))
+    rows = [*rng.normal(size=(300, 5)), *(1e3 * rng.normal(size=(50, 5))), np.zeros(5)]
+    for x in rows:
+        assert np.asarray(lb._rule_list(x)).tobytes() == lb._rule_probabilities(x).tobytes()
+    tied = copy.deepcopy(lb)
+    tied.coef[:] = tied.coef[0]
+    tied.intercept[:] = tied.intercept[0]
+    assert np.asarray(tied._rule_list(rows[0])).tobytes() == tied._rule_probabilities(rows[0]).tobytes()
+    broken = copy.deepcopy(lb)
+    broken.intercept[-1] = math.nan
+    with np.errstate(invalid="ignore"):
+        assert np.asarray(broken._rule_list(rows[0])).tobytes() == broken._rule_probabilities(rows[0]).tobytes()
+
+
 # --- learning: warm start then online never worse on a known world ----------------------------------------------------
 def test_warm_start_then_online_updates_never_make_the_model_worse() -> None:
     train = _contexts(1500, 3)

@@ -219,7 +219,7 @@ class LinearBandit:
         (:data:`FLOORED_MODES`) every arm gets at least ``min(floor, 1/K)`` by :func:`floor_mix`; this is the
         vector :meth:`decide` draws from. ``linucb`` ignores it (deterministic). 0 = the rule as published.
         """
-        return np.asarray(self._floored(self._rule_probabilities(x).tolist(), floor))
+        return np.asarray(self._floored(self._rule_list(x), floor))
 
     def _floored(self, p: list[float], floor: float) -> list[float]:
         """:func:`floor_mix` of one probability vector as a list, for the single decision (a few scalar operations
@@ -232,6 +232,33 @@ class LinearBandit:
             return p
         lam = min(max((f - lo) / max(1.0 / k - lo, 1e-300), 0.0), 1.0)
         return [f if pa == lo else max((1.0 - lam) * pa + lam / k, f) for pa in p]
+
+    def _rule_list(self, x: np.ndarray) -> list[float]:
+        """:meth:`_rule_probabilities` as a list, for one decision: SquareCB and ε-greedy (and the uniform start) in
+        Python floats over the K estimates, the same operations in the same order as the numpy form (so the same
+        floats), ~2.6 µs less than numpy's on arrays of K = 2 (issue 16); the other rules, and estimates that are
+        not all finite, by :meth:`_rule_probabilities`."""
+        cfg, k = self.config, self.k
+        if not self.is_fitted:
+            return [1.0 / k] * k
+        if cfg.mode != "squarecb" and cfg.mode != "egreedy":
+            return self._rule_probabilities(x).tolist()
+        mu: list[float] = self.estimates(x).tolist()
+        if not math.isfinite(sum(mu)):  # numpy's argmax takes a NaN as the largest; max() does not
+            return self._rule_probabilities(x).tolist()
+        best = mu.index(max(mu))  # the first of equals, as argmax
+        if cfg.mode == "egreedy":
+            p = [cfg.epsilon / k] * k
+            p[best] += 1.0 - cfg.epsilon
+            return p
+        gamma, mu_best = self.gamma_t(), mu[best]
+        p = [1.0 / (k + gamma * (mu_best - m)) for m in mu]
+        p[best] = 0.0
+        total = 0.0
+        for pa in p:  # left to right, as numpy's sum of fewer than 8 (CPython 3.12's sum() compensates)
+            total += pa
+        p[best] = 1.0 - total
+        return p
 
     def _rule_probabilities(self, x: np.ndarray) -> np.ndarray:
         cfg, k = self.config, self.k
@@ -259,7 +286,7 @@ class LinearBandit:
         """Draw an arm for features ``x`` (shape ``(d,)``) from :meth:`probabilities` ``(x, floor)``; returns
         ``(arm index, exact propensity)`` — the probability the drawn arm had, ≥ ``min(floor, 1/K)`` for the
         randomised rules."""
-        p = self._floored(self._rule_probabilities(x).tolist(), floor)
+        p = self._floored(self._rule_list(x), floor)
         draw = self.rng.random()
         acc, arm = 0.0, self.k - 1
         for a, pa in enumerate(p):
