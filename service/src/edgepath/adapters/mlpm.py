@@ -45,10 +45,10 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
     d = mlpm.decide(
         subflow_histories(request),
         priority=priority,
-        window=settings.mlpm_window,
-        horizon_s=settings.mlpm_horizon_s,
-        gain=settings.mlpm_gain,
-        bias=settings.mlpm_bias,
+        window=settings.mlpm.window,
+        horizon_s=settings.mlpm.horizon_s,
+        gain=settings.mlpm.gain,
+        bias=settings.mlpm.bias,
         fitted=_fitted(priority, settings),
         native=False,  # the compiled engine has had its turn (above) where it may decide
     )
@@ -64,10 +64,10 @@ def _compiled_section(
     d = mlpm.decide_compiled(
         subflow_columns(request),
         priority=priority,
-        window=settings.mlpm_window,
-        horizon_s=settings.mlpm_horizon_s,
-        gain=settings.mlpm_gain,
-        bias=settings.mlpm_bias,
+        window=settings.mlpm.window,
+        horizon_s=settings.mlpm.horizon_s,
+        gain=settings.mlpm.gain,
+        bias=settings.mlpm.bias,
         fitted=_fitted(priority, settings),
     )
     if d is None:
@@ -77,7 +77,7 @@ def _compiled_section(
         for iface, (weight, score, r, t) in zip(request.interfaces, d.scored, strict=True)
     ]
     prioritised = request.interfaces[d.prioritised].name
-    return _section(request, weights, prioritised, priority, d.features_used, settings.mlpm_horizon_s, d.bias, d.reason)
+    return _section(request, weights, prioritised, priority, d.features_used, settings.mlpm.horizon_s, d.bias, d.reason)
 
 
 def scheduler_advice_batch(
@@ -95,10 +95,10 @@ def scheduler_advice_batch(
         decided = mlpm.decide_batch(
             [subflow_histories(requests[i]) for i in rest],
             [priorities[i] for i in rest],
-            window=settings.mlpm_window,
-            horizon_s=settings.mlpm_horizon_s,
-            gain=settings.mlpm_gain,
-            bias=settings.mlpm_bias,
+            window=settings.mlpm.window,
+            horizon_s=settings.mlpm.horizon_s,
+            gain=settings.mlpm.gain,
+            bias=settings.mlpm.bias,
             fitted=[_fitted(priorities[i], settings) for i in rest],
             native=False,
         )
@@ -108,7 +108,7 @@ def scheduler_advice_batch(
 
 
 def _fitted(priority: mlpm.Priority, settings: Settings) -> mlpm.FittedClassifier | None:
-    return mlpm.FITTED.get(priority) if settings.mlpm_classifier == "fitted" else None
+    return mlpm.FITTED.get(priority) if settings.mlpm.classifier == "fitted" else None
 
 
 def subflow_histories(request: ep_types.RecommendRequest) -> list[mlpm.SubflowHistory]:
