@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 from cachetools import LRUCache
 
@@ -42,17 +42,22 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
     priority = mlpm.PROFILE_PRIORITY[request.application_profile]
     if settings.native_engines and (section := _compiled_section(request, priority, settings)) is not None:
         return section
-    d = mlpm.decide(
-        subflow_histories(request),
-        priority=priority,
-        window=settings.mlpm.window,
-        horizon_s=settings.mlpm.horizon_s,
-        gain=settings.mlpm.gain,
-        bias=settings.mlpm.bias,
-        fitted=_fitted(priority, settings),
-        native=False,  # the compiled engine has had its turn (above) where it may decide
-    )
+    # native=False: the compiled engine has had its turn (above) where it may decide
+    d = mlpm.decide(subflow_histories(request), **_engine_args(priority, settings), native=False)
     return advice_section(request, d)
+
+
+def _engine_args(priority: mlpm.Priority, settings: Settings) -> dict[str, Any]:
+    """The engine's keyword arguments for one decision of ``priority`` (settings ``mlpm.*``)."""
+    m = settings.mlpm
+    return {
+        "priority": priority,
+        "window": m.window,
+        "horizon_s": m.horizon_s,
+        "gain": m.gain,
+        "bias": m.bias,
+        "fitted": _fitted(priority, settings),
+    }
 
 
 def _compiled_section(
@@ -61,15 +66,7 @@ def _compiled_section(
     """:func:`scheduler_advice` by the compiled engine (:func:`~edgepath.engines.mlpm.decide_compiled`: the same
     numbers bit for bit), its plain values put straight into the section without the engine's objects (~10 µs less
     per decision, issue 16); None where it is not installed or hands the decision back."""
-    d = mlpm.decide_compiled(
-        subflow_columns(request),
-        priority=priority,
-        window=settings.mlpm.window,
-        horizon_s=settings.mlpm.horizon_s,
-        gain=settings.mlpm.gain,
-        bias=settings.mlpm.bias,
-        fitted=_fitted(priority, settings),
-    )
+    d = mlpm.decide_compiled(subflow_columns(request), **_engine_args(priority, settings))
     if d is None:
         return None
     weights = [

@@ -947,10 +947,9 @@ class PrimaryPathBandit:
 
         The features of all contexts are encoded into one ``(n, N_FEATURES)`` matrix: by the compiled encoder
         context by context where it is installed and ``native`` (the single path's vectors, bit for bit, and faster
-        than numpy's for a batch of 64), else by :func:`~edgepath.engines.features.context_features_batch`; the
-        contexts of one arm set are decided by
-        that arm set's policy together when it has a ``decide_batch`` (the ridge policies: one matrix product,
-        one vector of draws from the policy's generator in context order, see
+        than numpy's for a batch of 64), else by :func:`~edgepath.engines.features.context_features_batch`. The
+        contexts of one arm set are decided by that arm set's policy together when it has a ``decide_batch`` (the
+        ridge policies: one matrix product, one vector of draws from the policy's generator in context order, see
         :meth:`~edgepath.engines.linear_bandit.LinearBandit.decide_batch`), else one by one in order (the
         SGD-oracle policies). Each arm set's policy consumes its own random generator in the same order as
         ``n`` calls of :meth:`decide` would, so the choices and exact propensities are those of the single path.
