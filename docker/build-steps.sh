@@ -88,9 +88,10 @@ import grpc_health.v1.health_pb2  # health service for probes and HEALTHCHECK
 import contextualbandits.online  # compiled extension (OpenMP: needs libgomp1 at run time)
 assert hasattr(g, "PathServiceStub")
 import os
-from edgepath.engines import mlpm
+from edgepath.adapters.registry import COMPILED
 if os.environ.get("REQUIRE_NATIVE") == "1":
-    assert mlpm.NATIVE_AVAILABLE, "REQUIRE_NATIVE=1 but edgepath_native is not installed"
+    missing = [name for name, installed in COMPILED.items() if not installed]
+    assert not missing, f"REQUIRE_NATIVE=1 but the compiled engines {missing} are not installed (edgepath_native)"
 # Every runtime module of the package imports: a runtime dependency missing from service/pyproject.toml fails
 # the build. The lab (edgepath.evaluation, edgepath.datasets: extra `lab`) is not installed in the image.
 import importlib, pkgutil, edgepath
