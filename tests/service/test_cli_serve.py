@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from edgepath.engines import features, mlpm
+from edgepath.adapters.registry import COMPILED
 from edgepath.launch import ServeError, start_serve, stop_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -48,7 +48,7 @@ def test_serve_says_which_engines_are_compiled(tmp_path: Path, native: str) -> N
     """The start-up line names the engines whose compiled twins decide (service/native), or says none do."""
     proc, _ = start_serve(tmp_path / "ready.json", tmp_path / "serve.log", env={"EDGEPATH_NATIVE_ENGINES": native})
     assert stop_serve(proc) == 0
-    installed = [name for name, ok in (("features", features.NATIVE_AVAILABLE), ("mlpm", mlpm.NATIVE_AVAILABLE)) if ok]
+    installed = [name for name, ok in COMPILED.items() if ok]
     named = ", ".join(installed) if native == "true" else ""
     want = f"compiled engines: {named or 'none, the Python engines decide'})"
     assert want in (tmp_path / "serve.log").read_text()

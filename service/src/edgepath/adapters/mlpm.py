@@ -110,25 +110,17 @@ def _fitted(priority: mlpm.Priority, settings: Settings) -> mlpm.FittedClassifie
 
 def subflow_histories(request: ep_types.RecommendRequest) -> list[mlpm.SubflowHistory]:
     """The engine's view of ``request``: one subflow per interface, its samples as :class:`~edgepath.engines.mlpm.
-    Columns` of ms timestamps (as sent), its ``rtt_ms`` as the current RTT."""
-    by_name = {h.interface: h for h in request.subflow_histories}
-    histories = []
-    for iface in request.interfaces:
-        h = by_name.get(iface.name)
-        histories.append(
-            mlpm.SubflowHistory(
-                interface=iface.name,
-                rtt_ms=mlpm.Columns(*h.rtt_columns(), 1000.0) if h else (),  # ms timestamps, as sent
-                throughput_bps=mlpm.Columns(*h.throughput_columns(), 1000.0) if h else (),
-                current_rtt_ms=iface.rtt_ms,
-            )
-        )
-    return histories
+    Columns` of ms timestamps (as sent), its ``rtt_ms`` as the current RTT (:func:`subflow_columns` as objects)."""
+    return [
+        mlpm.SubflowHistory(name, mlpm.Columns(*r) if r else (), mlpm.Columns(*t) if t else (), current)
+        for name, r, t, current in subflow_columns(request)
+    ]
 
 
 def subflow_columns(request: ep_types.RecommendRequest) -> list[mlpm.CompiledSubflow]:
-    """:func:`subflow_histories` as the compiled engine takes it (:data:`~edgepath.engines.mlpm.CompiledSubflow`):
-    plain tuples, no engine object per subflow."""
+    """One subflow per interface of ``request`` as the compiled engine takes it
+    (:data:`~edgepath.engines.mlpm.CompiledSubflow`: plain tuples, no engine object per subflow): its samples as
+    columns of ms timestamps (as sent), its ``rtt_ms`` as the current RTT."""
     by_name = {h.interface: h for h in request.subflow_histories}
     out: list[mlpm.CompiledSubflow] = []
     for iface in request.interfaces:

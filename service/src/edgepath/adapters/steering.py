@@ -27,7 +27,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from edgepath import types as ep_types
-from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
+from edgepath.adapters.base import DecisionInput, EngineAdapter
 from edgepath.adapters.mlpm import scheduler_advice
 from edgepath.engines import steering
 from edgepath.settings import Settings
@@ -223,36 +223,17 @@ def steering_advice(
     return ep_types.SteeringAdvice(rules=rules, source=steering.SOURCE)
 
 
-def _default_rule_key(
-    request: ep_types.RecommendRequest, primary_interface: str, scheduler: ep_types.SchedulerAdvice
-) -> tuple[object, ...]:
-    """Everything :func:`steering_advice` reads when the device has no MEC 015 session."""
-    return (
-        primary_interface,
-        tuple((i.name, i.access_type, i.rtt_ms, i.loss) for i in request.interfaces),
-        tuple(
-            (w.interface, w.weight, w.rtt_forecast_ms, w.rtt_ms, w.throughput_forecast_bps, w.throughput_bps)
-            for w in scheduler.weights
-        ),
-    )
-
-
 class SteeringAdapter(EngineAdapter):
     """``steering`` in every recommendation that asks for it (RTT threshold from ``reward_latency_ms``).
 
     A device without MEC 015 sessions gets only the default rule, a function of the primary path, its
-    interfaces' access types, RTT and loss, and the MLPM weights. Its section is shared (issue 16; the section cost
-    ~50 µs per decision, the largest stage of the breakdown once the bandit became fast):
-
-    - for a request without subflow histories, per context (bounded LRU, like the MLPM and congestion adapters):
-      a hit skips the engine;
-    - for every request, per engine decision (bounded LRU keyed by the :class:`~edgepath.engines.steering
-      .SteeringDecision`, whose equality is what the rule says): an agent's MLPM weights move with every request,
-      but the rule they lead to (which access is active or high priority, and why) seldom does, so the rule's
-      model (and its gRPC form, ``edgepath.grpc.convert``) is built once per distinct rule;
-    - for a request with histories, per :func:`~edgepath.engines.steering.default_rule_key` (bounded LRU): what
-      the decision is a function of, ~2 µs to compute where the engine's decision takes ~16, so the engine runs
-      once per distinct rule, not per request.
+    interfaces' access types and the MLPM weights. Its section is shared (issue 16; the section cost ~50 µs per
+    decision, the largest stage of the breakdown once the bandit became fast): one bounded LRU keyed by
+    :func:`~edgepath.engines.steering.default_rule_key`, what the engine's decision is a function of (equal keys,
+    equal decisions), ~2 µs to compute where the decision takes ~16. An agent's MLPM weights move with every
+    request, but the rule they lead to (which access is active or high priority, and why) seldom does, so the
+    engine runs and the rule's model (and its gRPC form, ``edgepath.grpc.convert``) is built once per distinct
+    rule, with or without subflow histories.
 
     A device with sessions gets its rules computed per request. The advice is immutable (frozen).
     """
@@ -266,8 +247,6 @@ class SteeringAdapter(EngineAdapter):
         self.settings = settings
         self.config = steering.SteeringConfig(rtt_threshold_ms=settings.reward_latency_ms)
         self._recorded: LRUCache[str, tuple[tuple[str, ...], float]] = LRUCache(maxsize=100_000)
-        self._default_rules: LRUCache[tuple[object, ...], ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
-        self._by_decision: LRUCache[steering.SteeringDecision, ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
         self._by_rule_key: LRUCache[tuple[object, ...], ep_types.SteeringAdvice] = LRUCache(maxsize=cache_size)
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SteeringAdvice:
@@ -302,27 +281,14 @@ class SteeringAdapter(EngineAdapter):
         primary = decision.record.interface
         if sessions:
             return steering_advice(request, primary, scheduler, sessions, self.config)
-        if not cacheable_context(request):
-            by_name = {w.interface: w.weight for w in scheduler.weights}
-            paths = [(i.name, i.access_type, by_name.get(i.name)) for i in request.interfaces]
-            rule_key = steering.default_rule_key(paths, primary, self.config)
-            advice = None if rule_key is None else self._by_rule_key.get(rule_key)
-            if advice is None:
-                advice = self._shared_default(default_decision(request, primary, scheduler, self.config))
-                if rule_key is not None:
-                    self._by_rule_key[rule_key] = advice
-            return advice
-        key = _default_rule_key(request, primary, scheduler)
-        advice = self._default_rules.get(key)
+        by_name = {w.interface: w.weight for w in scheduler.weights}
+        paths = [(i.name, i.access_type, by_name.get(i.name)) for i in request.interfaces]
+        rule_key = steering.default_rule_key(paths, primary, self.config)
+        if rule_key is None:  # the primary path names no interface: the engine raises, saying so
+            return default_advice(default_decision(request, primary, scheduler, self.config))
+        advice = self._by_rule_key.get(rule_key)
         if advice is None:
-            advice = self._default_rules[key] = self._shared_default(
+            advice = self._by_rule_key[rule_key] = default_advice(
                 default_decision(request, primary, scheduler, self.config)
             )
-        return advice
-
-    def _shared_default(self, d: steering.SteeringDecision) -> ep_types.SteeringAdvice:
-        """:func:`default_advice` of ``d``, one object per distinct decision."""
-        advice = self._by_decision.get(d)
-        if advice is None:
-            advice = self._by_decision[d] = default_advice(d)
         return advice

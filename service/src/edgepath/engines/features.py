@@ -186,15 +186,16 @@ FEATURE_NAMES, FEATURE_GROUPS = _layout()
 N_FEATURES = len(FEATURE_NAMES)
 _CLIP = 5.0
 
-#: The measurements the compiled encoder reads of an interface, in its order (``edgepath_native.feature_layout``).
-_NATIVE_ATTRS: tuple[str, ...] = tuple(_native_layout()[1]) if _native_layout is not None else ()
+#: The compiled encoder's column names and the measurements it reads of an interface, in its order.
+_NATIVE_LAYOUT = _native_layout() if _native_layout is not None else None
 #: Whether the compiled encoder (``edgepath_native``, built from service/native) is installed and lays the vector
 #: out as :data:`FEATURE_NAMES` does. Where it is, :func:`context_features` hands it every context (``native=False``:
 #: never); this module is its reference (``tests/service/engines/test_features_native.py``).
-NATIVE_AVAILABLE = _native_layout is not None and tuple(_native_layout()[0]) == FEATURE_NAMES
+NATIVE_AVAILABLE = _NATIVE_LAYOUT is not None and tuple(_NATIVE_LAYOUT[0]) == FEATURE_NAMES
 #: Position of each access type in :data:`SLOTS`.
 SLOT_INDEX: dict[AccessType, int] = {slot: i for i, slot in enumerate(SLOTS)}
-_MEASURED = operator.attrgetter(*_NATIVE_ATTRS) if _NATIVE_ATTRS else None
+#: An interface's measurements in the compiled encoder's order (None: it is not installed or lays out otherwise).
+_MEASURED = operator.attrgetter(*_NATIVE_LAYOUT[1]) if NATIVE_AVAILABLE and _NATIVE_LAYOUT else None
 
 
 def representative(interfaces: Sequence[InterfaceContext], access_type: AccessType) -> InterfaceContext | None:
@@ -260,9 +261,9 @@ def context_features(interfaces: Sequence[InterfaceContext], native: bool = True
 def native_features(
     interfaces: Sequence[InterfaceContext],
 ) -> tuple[np.ndarray, list[InterfaceContext | None]] | None:
-    """:func:`context_features` by the compiled encoder, with the representative interface of each slot of
-    :data:`SLOTS` (:func:`representative`; None: the device has none): None where it is not installed or hands the
-    context back (a ``10 ** (SINR / 10)`` overflow, which validation rules out), for this module to encode."""
+    """:func:`context_features` by the compiled encoder, with the representative interface of each slot of :data:`SLOTS`
+    (:func:`representative`; None: the device has none): None where it is not available (:data:`NATIVE_AVAILABLE`) or
+    hands the context back (a ``10 ** (SINR / 10)`` overflow, which validation rules out), for this module to encode."""
     if _MEASURED is None:
         return None
     encoded = _native_features([(SLOT_INDEX[i.access_type], _MEASURED(i)) for i in interfaces])

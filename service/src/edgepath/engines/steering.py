@@ -264,6 +264,11 @@ class _Group:
     throughput_bps: float | None
 
 
+#: One path as :func:`default_rule_key` and :func:`_representative` read it: ``(interface, access_type, MLPM
+#: weight or None)``.
+PathWeight = tuple[str, AccessType, float | None]
+
+
 def _groups(paths: Sequence[PathState], primary_interface: str) -> dict[Access, _Group]:
     """One representative per access: the primary path's interface, else the highest MLPM weight."""
     by_access: dict[Access, list[PathState]] = {}
@@ -274,13 +279,26 @@ def _groups(paths: Sequence[PathState], primary_interface: str) -> dict[Access, 
         if len(ps) == 1:  # the common case, one interface per access
             rep, weight = ps[0], ps[0].weight
         else:
-            rep = next((p for p in ps if p.interface == primary_interface), None) or max(
-                ps, key=lambda p: -1.0 if p.weight is None else p.weight
-            )
-            known = [p.weight for p in ps if p.weight is not None]
-            weight = sum(known) if known else None
+            i, weight = _representative([(p.interface, p.access_type, p.weight) for p in ps], primary_interface)
+            rep = ps[i]
         out[access] = _Group(access, rep.interface, rep.access_type, weight, rep.rtt_ms, rep.loss, rep.throughput_bps)
     return out
+
+
+def _representative(ps: Sequence[PathWeight], primary_interface: str) -> tuple[int, float | None]:
+    """The interface standing for one access (its index in ``ps``) and the access's MLPM weight: the primary path's
+    interface, else the highest weight (unknown ranks below 0; the first of equals); the weight is the sum of the
+    known ones (None: none known)."""
+
+    def weight_of(k: int) -> float:
+        w = ps[k][2]
+        return -1.0 if w is None else w
+
+    i = next((k for k, p in enumerate(ps) if p[0] == primary_interface), None)
+    if i is None:
+        i = max(range(len(ps)), key=weight_of)
+    known = [p[2] for p in ps if p[2] is not None]
+    return i, sum(known) if known else None
 
 
 def _percentages(first: _Group, second: _Group) -> tuple[int, int]:
@@ -396,10 +414,6 @@ def _build(
     )
 
 
-#: One path as :func:`default_rule_key` reads it: ``(interface, access_type, MLPM weight or None)``.
-PathWeight = tuple[str, AccessType, float | None]
-
-
 def default_rule_key(
     paths: Sequence[PathWeight], primary_interface: str, config: SteeringConfig
 ) -> tuple[object, ...] | None:
@@ -437,11 +451,8 @@ def _group_key(ps: list[PathWeight], primary_interface: str) -> PathWeight:
     """:func:`_groups`' representative (interface, access type) and weight of one access, from plain paths."""
     if len(ps) == 1:
         return ps[0]
-    rep = next((p for p in ps if p[0] == primary_interface), None) or max(
-        ps, key=lambda p: -1.0 if p[2] is None else p[2]
-    )
-    known = [p[2] for p in ps if p[2] is not None]
-    return rep[0], rep[1], sum(known) if known else None
+    i, weight = _representative(ps, primary_interface)
+    return ps[i][0], ps[i][1], weight
 
 
 def decide(

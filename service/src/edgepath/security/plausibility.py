@@ -80,7 +80,7 @@ def reported_link_speeds_mbps(arms: Sequence[str], interfaces: Sequence[Interfac
     """
     out: list[float | None] = []
     for arm in arms:
-        access = _ACCESS_BY_NAME.get(arm) or AccessType(arm)  # ValueError for a name that is no access type
+        access = _access_of(arm)
         if access not in LINK_SPEED_ACCESS:
             out.append(None)
             continue
@@ -89,8 +89,13 @@ def reported_link_speeds_mbps(arms: Sequence[str], interfaces: Sequence[Interfac
     return tuple(out)
 
 
-#: Access type by name, for :func:`reported_link_speeds_mbps` (``AccessType(name)`` costs ~1 µs; issue 16).
+#: Access type by name (``AccessType(name)`` costs ~1 µs, once per arm of every decision; issue 16).
 _ACCESS_BY_NAME: dict[str, AccessType] = {a.value: a for a in AccessType}
+
+
+def _access_of(name: str) -> AccessType:
+    """The access type named ``name`` (a decision record's arm); ``ValueError`` for a name that is none."""
+    return _ACCESS_BY_NAME.get(name) or AccessType(name)
 
 
 def reported_capacity_bps(arms: Sequence[str], link_speed_mbps: Sequence[float | None]) -> float:
@@ -102,7 +107,7 @@ def reported_capacity_bps(arms: Sequence[str], link_speed_mbps: Sequence[float |
     """
     total = 0.0
     for k, arm in enumerate(arms):
-        access = AccessType(arm)
+        access = _access_of(arm)
         mbps = link_speed_mbps[k] if k < len(link_speed_mbps) else None
         total += ACCESS_PEAK_BPS[access] if mbps is None else min(mbps * 1e6, ACCESS_PEAK_BPS[access])
     return total
