@@ -11,6 +11,7 @@ BIN = Path(sys.executable).parent
 PYTHON_TREES = ["service", "client-agent", "tests", "scripts", "proto", "loadtest"]
 TYPED_CORE = [
     "service/src/edgepath/adapters",
+    "service/src/edgepath/collector.py",
     "service/src/edgepath/engines",
     "service/src/edgepath/plane.py",
     "service/src/edgepath/state",

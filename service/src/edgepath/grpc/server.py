@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from edgepath.adapters.base import cacheable_context
 from edgepath.admission import RETRY_AFTER_MS, Admission
+from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
@@ -249,16 +250,17 @@ class PathServicer(pb_grpc.PathServiceServicer):
             try:
                 if self.security is not None:
                     self.authenticated(context)  # refuse a bad credential before saying anything about the body
-                batch = convert.recommend_batch_request(request)
-                principals = await self.principals(context, [r.device_id for r in batch.requests])
-                recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
+                with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
+                    batch = convert.recommend_batch_request(request)
+                    principals = await self.principals(context, [r.device_id for r in batch.requests])
+                    recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
+                    return convert.recommendation_batch_to_proto(
+                        RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
+                    )
             except ValidationError as exc:
                 await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
-            return convert.recommendation_batch_to_proto(
-                RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
-            )
         finally:
             self.inflight -= 1
 

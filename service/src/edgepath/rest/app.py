@@ -48,6 +48,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
+from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -421,10 +422,12 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
 
         An invalid item refuses the whole batch (422 naming ``requests[i]....``); nothing is decided.
         """
-        body = parse_body(await request.body(), RecommendBatchRequest)
-        principals = await gate.devices(request, [r.device_id for r in body.requests])
-        recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
-        return json_response(RecommendBatch(recommendations=recs))
+        raw = await request.body()
+        with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
+            body = parse_body(raw, RecommendBatchRequest)
+            principals = await gate.devices(request, [r.device_id for r in body.requests])
+            recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
+            return json_response(RecommendBatch(recommendations=recs))
 
     @router.post(
         "/v1/outcomes",
