@@ -1,6 +1,7 @@
 """EdgePath's compiled decision engines (service/native/src); each has its reference in ``edgepath.engines``."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: ``(t, values, t_units_per_s)``: a feature's samples as columns (times in 1/t_units_per_s s), or None.
 _Columns = tuple[Sequence[float], Sequence[float], float] | None
@@ -30,3 +31,18 @@ def context_features(
 
 def feature_layout() -> tuple[list[str], list[str]]:
     """The vector's column names (``FEATURE_NAMES``) and the measurements read per interface, in order."""
+
+def recommend_fields(data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any]) -> dict[str, Any] | None:
+    """A ``RecommendRequest``'s wire bytes as ``edgepath.grpc.convert.recommend_request_fields`` gives the parsed
+    message (plain values for validation); enum values through ``access`` / ``profile`` (wire value → member; a
+    value not in them stays an ``int``). None where the bytes do not decode."""
+
+def recommend_batch_fields(
+    data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any]
+) -> list[dict[str, Any]] | None:
+    """A ``RecommendBatchRequest``'s wire bytes as :func:`recommend_fields`' dicts, one per request in order; None
+    where the bytes do not decode."""
+
+def wire_schema() -> bytes:
+    """The schema the decoding was generated from (proto/edgepath/v1/edgepath.proto): an encoded
+    ``FileDescriptorSet``."""

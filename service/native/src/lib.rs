@@ -6,10 +6,11 @@
 //! decide alone, with the same results.
 
 use pyo3::prelude::*;
-use pyo3::types::PyByteArray;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList};
 
 pub mod features;
 pub mod mlpm;
+pub mod request;
 
 /// A feature's columns from Python: `(t, values, t_units_per_s)`, or None for no samples.
 type PyColumns = Option<(Vec<f64>, Vec<f64>, f64)>;
@@ -132,10 +133,55 @@ fn feature_layout() -> (Vec<String>, Vec<&'static str>) {
     (features::feature_names(), features::ATTRS.to_vec())
 }
 
+/// A `RecommendRequest`'s wire bytes as `edgepath.grpc.convert.recommend_request_fields` gives the parsed message:
+/// plain values for validation. `access`, `profile`: wire enum value → the service's `AccessType` /
+/// `ApplicationProfile` member (a value not in them stays an `int`). Returns None where the bytes do not decode.
+#[pyfunction]
+fn recommend_fields<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    access: &Bound<'py, PyDict>,
+    profile: &Bound<'py, PyDict>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    match request::decode_request(data) {
+        Some(r) => Ok(Some(request::request_fields(py, &r, access, profile)?)),
+        None => Ok(None),
+    }
+}
+
+/// A `RecommendBatchRequest`'s wire bytes as a list of :func:`recommend_fields`' dicts, one per request in order;
+/// None where the bytes do not decode.
+#[pyfunction]
+fn recommend_batch_fields<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    access: &Bound<'py, PyDict>,
+    profile: &Bound<'py, PyDict>,
+) -> PyResult<Option<Bound<'py, PyList>>> {
+    let Some(batch) = request::decode_batch(data) else {
+        return Ok(None);
+    };
+    let out = PyList::empty(py);
+    for r in &batch.requests {
+        out.append(request::request_fields(py, r, access, profile)?)?;
+    }
+    Ok(Some(out))
+}
+
+/// The schema the wire decoding was generated from: proto/edgepath/v1/edgepath.proto, an encoded
+/// `FileDescriptorSet`.
+#[pyfunction]
+fn wire_schema(py: Python<'_>) -> Bound<'_, PyBytes> {
+    PyBytes::new(py, request::SCHEMA)
+}
+
 #[pymodule]
 fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mlpm_decide, m)?)?;
     m.add_function(wrap_pyfunction!(context_features, m)?)?;
     m.add_function(wrap_pyfunction!(feature_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(recommend_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(recommend_batch_fields, m)?)?;
+    m.add_function(wrap_pyfunction!(wire_schema, m)?)?;
     Ok(())
 }

@@ -326,8 +326,9 @@ class Settings(BaseSettings):
     )
     native_engines: bool = Field(
         True,
-        description="Decide with the compiled engines (the edgepath-native package, service/native) where installed; "
-        "false: the Python engines alone (the same results, bit for bit; issue 16)",
+        description="Decide with the compiled engines (the edgepath-native package, service/native) where installed, "
+        "and read gRPC requests with its compiled decoding; false: the Python engines and readers alone (the same "
+        "results, bit for bit; issue 16)",
     )
     # --- engines (issue 14): EDGEPATH_BANDIT__*, EDGEPATH_SSMP__*, EDGEPATH_MLPM__*, EDGEPATH_CONGESTION__* ---
     bandit: BanditSettings = Field(default_factory=BanditSettings, description="Primary-path bandit")

@@ -12,6 +12,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from google.protobuf import descriptor_pb2
+
 from edgepath.grpc import enums
 from edgepath.types import (
     AccessType,
@@ -28,6 +30,13 @@ from edgepath.types import (
     SteeringAdvice,
 )
 from edgepath.wire import edgepath_pb2 as pb
+
+try:  # the compiled decoding (service/native, the edgepath-native package): the same plain values, built faster
+    from edgepath_native import recommend_batch_fields as _native_batch_fields
+    from edgepath_native import recommend_fields as _native_fields
+    from edgepath_native import wire_schema as _native_schema
+except ImportError:  # optional: this module's readers decide alone, with the same results
+    _native_batch_fields = _native_fields = _native_schema = None  # type: ignore[assignment]
 
 # Enum spellings: derived once from the proto descriptors (edgepath.grpc.enums), never hand-written.
 ACCESS_FROM_PROTO: dict[int, AccessType] = enums.from_proto_map(AccessType, pb.AccessType)
@@ -76,15 +85,54 @@ def recommend_request_fields(msg: pb.RecommendRequest) -> dict[str, Any]:
     return d
 
 
-def recommend_request(msg: pb.RecommendRequest) -> RecommendRequest:
-    """Validate a ``RecommendRequest``; raises ``pydantic.ValidationError``."""
-    return RecommendRequest.model_validate(recommend_request_fields(msg))
+def recommend_request(msg: pb.RecommendRequest, native: bool = True) -> RecommendRequest:
+    """Validate a ``RecommendRequest``; raises ``pydantic.ValidationError``.
+
+    ``native``: read it with the compiled decoding where installed (:data:`NATIVE_DECODING`; the same values as
+    :func:`recommend_request_fields`, ~12 → ~5.5 µs for an agent's context with 20 samples per column, issue 16);
+    False: this module's reader."""
+    fields = _native_fields(msg.SerializeToString(), *_ENUMS) if native and NATIVE_DECODING else None
+    return RecommendRequest.model_validate(fields if fields is not None else recommend_request_fields(msg))
 
 
-def recommend_batch_request(msg: pb.RecommendBatchRequest) -> RecommendBatchRequest:
+def recommend_batch_request(msg: pb.RecommendBatchRequest, native: bool = True) -> RecommendBatchRequest:
     """Validate a ``RecommendBatchRequest`` in one pass (errors name ``requests[i]....``); raises
-    ``pydantic.ValidationError``."""
-    return RecommendBatchRequest.model_validate({"requests": [recommend_request_fields(r) for r in msg.requests]})
+    ``pydantic.ValidationError``. ``native``: as :func:`recommend_request`'s."""
+    items = _native_batch_fields(msg.SerializeToString(), *_ENUMS) if native and NATIVE_DECODING else None
+    if items is None:
+        items = [recommend_request_fields(r) for r in msg.requests]
+    return RecommendBatchRequest.model_validate({"requests": items})
+
+
+#: The wire enums' tables the compiled decoding reads enum values through (a value missing stays an ``int``).
+_ENUMS = (ACCESS_FROM_PROTO, PROFILE_FROM_PROTO)
+
+
+def _message_fields(files: Sequence[descriptor_pb2.FileDescriptorProto]) -> dict[str, list[tuple[Any, ...]]]:
+    """Every message's fields in a schema, as what decoding depends on: name, number, label, type, type name and
+    proto3 presence (not json names, options or comments, which compilers fill in differently)."""
+    return {
+        f"{file.package}.{m.name}": [
+            (f.name, f.number, f.label, f.type, f.type_name, f.proto3_optional) for f in m.field
+        ]
+        for file in files
+        for m in file.message_type
+    }
+
+
+def _same_schema(compiled: bytes) -> bool:
+    """Whether the compiled decoding was generated from this package's schema (a build from another checkout of
+    proto/ would drop or misread a field)."""
+    ours = descriptor_pb2.FileDescriptorProto()
+    pb.DESCRIPTOR.CopyToProto(ours)
+    return _message_fields(descriptor_pb2.FileDescriptorSet.FromString(compiled).file) == _message_fields([ours])
+
+
+#: Whether the compiled decoding (``edgepath_native.recommend_fields`` / ``recommend_batch_fields``; service/native/
+#: src/request.rs) is installed and generated from the same schema as :mod:`edgepath.wire`. Where it is,
+#: :func:`recommend_request` and :func:`recommend_batch_request` read requests with it unless told ``native=False``;
+#: :func:`recommend_request_fields` is its reference (``tests/service/test_grpc_native_decoding.py``).
+NATIVE_DECODING: bool = _native_schema is not None and _same_schema(_native_schema())
 
 
 def recommendation_batch_to_proto(batch: RecommendBatch, shared: Sequence[bool]) -> pb.RecommendBatchResponse:

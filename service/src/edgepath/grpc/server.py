@@ -232,7 +232,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         try:
             try:
                 principal = await self.principal(context, request.device_id)
-                req = convert.recommend_request(request)
+                req = convert.recommend_request(request, self.plane.settings.native_engines)
                 rec = await self.plane.recommend(principal, req)
             except ValidationError as exc:
                 await abort_invalid(context, exc)
@@ -251,7 +251,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 if self.security is not None:
                     self.authenticated(context)  # refuse a bad credential before saying anything about the body
                 with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
-                    batch = convert.recommend_batch_request(request)
+                    batch = convert.recommend_batch_request(request, self.plane.settings.native_engines)
                     principals = await self.principals(context, [r.device_id for r in batch.requests])
                     recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
                     return convert.recommendation_batch_to_proto(
@@ -291,7 +291,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     else:  # as principal(): the call's credential, else (auth off) the self-declared device
                         principal = authenticated or Principal(device_id=request.device_id[:128])
                         await self.security.admit(principal)
-                    req = convert.recommend_request(request)
+                    req = convert.recommend_request(request, self.plane.settings.native_engines)
                     rec = await self.plane.recommend(principal, req)
                 except ValidationError as exc:
                     await context.abort(
