@@ -429,7 +429,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "policy": plane.registry.current.model.policy_name,
             "engines": [e.section for e in plane.engines],
             "compiled_engines": list(compiled_engines(plane.settings)),
-            "compiled_grpc_request_decoding": convert.NATIVE_DECODING and plane.settings.native_engines,
+            "compiled_grpc_request_decoding": bool(getattr(convert, "NATIVE_DECODING", False))
+            and plane.settings.native_engines,  # False for a service from before it (an older revision)
             "cpu_count": os.cpu_count(),
             "load_average_1m": os.getloadavg()[0],
             "auth": "device token required (tokens file), per-device rate limit on",
