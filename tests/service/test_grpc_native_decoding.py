@@ -10,7 +10,6 @@ or the same validation error.
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import pytest
@@ -20,18 +19,12 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from native_twin import require_compiled
 from pydantic import ValidationError
 
-if not convert.NATIVE_DECODING:
-    if shutil.which("cargo") is not None:
-        pytest.fail(
-            "the compiled request decoding is not installed (or was built from another proto) though cargo is: "
-            "`make setup` builds it from service/native",
-            pytrace=False,
-        )
-    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+require_compiled(convert.NATIVE_DECODING, "the compiled request decoding")
 
-import edgepath_native
+import edgepath_native  # noqa: E402  (installed: checked above)
 
 ENUMS = (convert.ACCESS_FROM_PROTO, convert.PROFILE_FROM_PROTO)
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)  # what UTF-8 can carry

@@ -4,21 +4,17 @@ equal), for any request the service's validation lets through, one by one and in
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
-import pytest
 from edgepath.adapters import mlpm as adapter
 from edgepath.engines import mlpm
 from edgepath.settings import Settings
 from edgepath.types import ApplicationProfile, RecommendRequest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from native_twin import require_compiled
 
-if not mlpm.NATIVE_AVAILABLE:
-    if shutil.which("cargo") is not None:
-        pytest.fail("edgepath_native is not installed though cargo is: `make setup` builds it", pytrace=False)
-    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+require_compiled(mlpm.NATIVE_AVAILABLE, "the compiled MLPM")
 
 COMPILED, PYTHON = Settings(native_engines=True), Settings(native_engines=False)
 _NAMES = ["wlan0", "wwan0", "eth0", "wlan1"]

@@ -5,8 +5,9 @@ allocated since the last one outnumber those freed by 700 (:func:`gc.get_thresho
 of 64 agent contexts allocates thousands (each context's sample columns, its validated model, its sections)
 and keeps every one alive until it replies, so the collections it sets off find nothing to collect: they scan
 the batch's live objects, and scan them again when they move to the older generation. A ``gc.callbacks``
-probe counted 5 collections per batch, none collecting an object; with the collector held off for the batch
-a decision took 88 CPU µs instead of 112 (``reports/issue-16/serving-benchmarks.md``, Session 48).
+probe counted 5 collections per batch, none collecting an object. Held off for the batch, a decision took 90.2
+CPU µs instead of 94.7 with the startup heap frozen as ``edgepath serve`` freezes it, 88 instead of 111 without
+(``reports/issue-16/serving-benchmarks.md``, Session 48).
 
 :class:`CollectorPause` holds the collector off from a batch's decoding to its encoding and gives it back on
 the event loop's next turn, once the handler's frame has let the batch's objects go: then the young

@@ -8,7 +8,6 @@ interfaces, on everything the service's validation lets through.
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import numpy as np
@@ -17,15 +16,9 @@ from edgepath.engines import features
 from edgepath.types import AccessType, InterfaceContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from native_twin import require_compiled
 
-if not features.NATIVE_AVAILABLE:
-    if shutil.which("cargo") is not None:
-        pytest.fail(
-            "the compiled encoder is not installed (or lays the vector out differently) though cargo is: "
-            "`make setup` builds it from service/native",
-            pytrace=False,
-        )
-    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+require_compiled(features.NATIVE_AVAILABLE, "the compiled context encoder")
 
 
 def _measurement(field: str) -> st.SearchStrategy[Any]:

@@ -9,7 +9,6 @@ the compiled engine does; from 3.12 ``sum`` compensates its rounding and the two
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 from typing import Any
 
@@ -19,14 +18,9 @@ from edgepath.engines import mlpm
 from edgepath.engines.mlpm import Priority, SubflowHistory
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from native_twin import require_compiled
 
-if not mlpm.NATIVE_AVAILABLE:
-    if shutil.which("cargo") is not None:
-        pytest.fail(
-            "edgepath_native is not installed though cargo is: `make setup` builds it from service/native",
-            pytrace=False,
-        )
-    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+require_compiled(mlpm.NATIVE_AVAILABLE, "the compiled MLPM")
 
 BIT_FOR_BIT = sys.version_info < (3, 12)
 
