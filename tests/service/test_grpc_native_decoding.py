@@ -156,6 +156,8 @@ def _message(fds: descriptor_pb2.FileDescriptorSet, name: str) -> Any:
         lambda fds: _message(fds, "SubflowHistory").field.add(name="jitter_ms", number=8, type=1, label=3),
         lambda fds: setattr(_message(fds, "ServerPath").field[2], "proto3_optional", False),
         lambda fds: setattr(_message(fds, "RecommendRequest").field[0], "name", "device"),
+        lambda fds: _message(fds, "InterfaceContext").field[2].ClearField("oneof_index"),
+        lambda fds: _message(fds, "ContentRequest").nested_type.add(name="Hint").field.add(name="x", number=1, type=1),
     ],
 )
 def test_a_decoding_built_from_another_proto_is_not_used(change: Any) -> None:

@@ -109,15 +109,30 @@ _ENUMS = (ACCESS_FROM_PROTO, PROFILE_FROM_PROTO)
 
 
 def _message_fields(files: Sequence[descriptor_pb2.FileDescriptorProto]) -> dict[str, list[tuple[Any, ...]]]:
-    """Every message's fields in a schema, as what decoding depends on: name, number, label, type, type name and
-    proto3 presence (not json names, options or comments, which compilers fill in differently)."""
-    return {
-        f"{file.package}.{m.name}": [
-            (f.name, f.number, f.label, f.type, f.type_name, f.proto3_optional) for f in m.field
-        ]
-        for file in files
-        for m in file.message_type
-    }
+    """Every message's fields in a schema, nested messages included, as what decoding depends on: name, number,
+    label, type, type name, oneof and proto3 presence (not json names, options or comments, which compilers fill in
+    differently)."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+
+    def add(prefix: str, messages: Sequence[descriptor_pb2.DescriptorProto]) -> None:
+        for m in messages:
+            out[f"{prefix}.{m.name}"] = [
+                (
+                    f.name,
+                    f.number,
+                    f.label,
+                    f.type,
+                    f.type_name,
+                    f.oneof_index if f.HasField("oneof_index") else None,
+                    f.proto3_optional,
+                )
+                for f in m.field
+            ]
+            add(f"{prefix}.{m.name}", m.nested_type)
+
+    for file in files:
+        add(file.package, file.message_type)
+    return out
 
 
 def _same_schema(compiled: bytes) -> bool:
@@ -297,7 +312,8 @@ def scheduler_to_proto(s: SchedulerAdvice | None) -> pb.SchedulerAdvice | None:
 
     One ``model_dump`` and one constructor that reads the nested dicts in C: building each ``SubflowWeight``
     message first and copying it into the parent cost ~2 µs more per section (issue 16)."""
-    return None if s is None else pb.SchedulerAdvice(**s.model_dump(exclude_none=True))
+    fields = _scheduler_fields(s)
+    return None if fields is None else pb.SchedulerAdvice(**fields)
 
 
 def _scheduler_fields(s: SchedulerAdvice | None) -> dict[str, Any] | None:
