@@ -7,6 +7,7 @@ Usage::
     cp -r service/src/edgepath/wire /tmp/base/service/src/edgepath/)
     .venv/bin/python loadtest/cpu_ab.py --base-src /tmp/base/service/src [--transport grpc|rest]
         [--store memory://|redis] [--duration-s 10] [--rounds 3] [--history-samples 20] [--with-outcomes]
+        [--batch-size 64]
 
 Starts ``edgepath serve`` twice, the base with ``PYTHONPATH=<base-src>`` (its ``edgepath`` package shadows this
 checkout's) and this checkout's, each with rate limits lifted as in the bench, and drives **both at once**: two
@@ -18,8 +19,9 @@ host's moments as much as the code. The two servers share the 2 cores with each 
 absolute figures are higher than ``cpu_per_call.py``'s; the ratio is what this script is for. ``--store redis``
 starts one throw-away ``redis-server`` per service and serves as a replica without the trainer, as
 ``cpu_per_call.py --store redis`` does. ``--with-outcomes`` follows each decision with its ReportOutcome (the
-bench's realistic mix): the CPU per call is then per decision and its outcome. Speed is printed, never asserted.
-Linux only (``/proc``).
+bench's realistic mix): the CPU per call is then per decision and its outcome. ``--batch-size N`` sends
+RecommendBatch calls of N contexts instead (2 in flight per server): the CPU per call is then per decision.
+Speed is printed, never asserted. Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -47,25 +49,30 @@ async def measure_both(
     duration_s: float,
     contexts: Any,
     with_outcomes: bool = False,
+    batch_size: int = 0,
 ) -> list[tuple[float, float]]:
     """Per server ``(calls/s, server CPU µs per call)`` of one round, both driven at the same time (a call: one
-    Recommend, and with ``with_outcomes`` its ReportOutcome too)."""
+    Recommend, and with ``with_outcomes`` its ReportOutcome too; with ``batch_size`` > 0 a decision of
+    RecommendBatch calls of that many contexts, 2 in flight per server, as the bench's batch phase sends them)."""
     targets = [bench.Target(transport, ports, contexts) for ports, _ in servers]
     loads = [bench.Load(pool, seed) for seed in range(len(servers))]
-    await asyncio.gather(
-        *(bench.closed_loop(t, ld, 8, 1.0, with_outcomes) for t, ld in zip(targets, loads, strict=True))
-    )
+
+    def phase(target: Any, load: Any, seconds: float) -> Any:
+        if batch_size > 0:
+            return bench.batch_loop(target, load, 2, seconds, batch_size)
+        return bench.closed_loop(target, load, 8, seconds, with_outcomes)
+
+    await asyncio.gather(*(phase(t, ld, 1.0) for t, ld in zip(targets, loads, strict=True)))
     before = [cpu_per_call.cpu_s(pid) for _, pid in servers]
-    results = await asyncio.gather(
-        *(bench.closed_loop(t, ld, 8, duration_s, with_outcomes) for t, ld in zip(targets, loads, strict=True))
-    )
+    results = await asyncio.gather(*(phase(t, ld, duration_s) for t, ld in zip(targets, loads, strict=True)))
     after = [cpu_per_call.cpu_s(pid) for _, pid in servers]
     for t in targets:
         await t.close()
     out = []
     for r, b, a in zip(results, before, after, strict=True):
-        calls = max(r["rps"] * duration_s, 1.0)
-        out.append((r["rps"], (a - b) / calls * 1e6))
+        rate = r["decisions_per_s"] if batch_size > 0 else r["rps"]
+        calls = max(rate * duration_s, 1.0)
+        out.append((rate, (a - b) / calls * 1e6))
     return out
 
 
@@ -77,6 +84,12 @@ def main() -> int:
     p.add_argument("--duration-s", type=float, default=10.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--with-outcomes", action="store_true", help="each decision followed by its ReportOutcome")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="RecommendBatch calls of this many contexts instead of Recommend (CPU per decision; 0: Recommend)",
+    )
     workload.add_history_arguments(p, variants=16)  # as the bench's
     workload.add_sections_argument(p)
     args = p.parse_args()
@@ -101,13 +114,17 @@ def main() -> int:
                 procs.append(proc)
                 servers.append((ports, proc.pid))
             mix = "Recommend + its ReportOutcome" if args.with_outcomes else "Recommend"
+            if args.batch_size > 0:
+                mix = f"one decision of RecommendBatch calls of {args.batch_size} contexts"
             print(f"transport {args.transport}, store {args.store}, a call = {mix}; base = {args.base_src}, "
                   f"this = {HERE.parent}")  # fmt: skip
             print("round  base calls/s  base CPU µs/call  this calls/s  this CPU µs/call  this/base CPU")
             ratios = []
             for i in range(args.rounds):
                 (b_rps, b_us), (t_rps, t_us) = asyncio.run(
-                    measure_both(args.transport, servers, pool, args.duration_s, contexts, args.with_outcomes)
+                    measure_both(
+                        args.transport, servers, pool, args.duration_s, contexts, args.with_outcomes, args.batch_size
+                    )
                 )
                 ratio = t_us / b_us if b_us > 0 else math.nan  # no CPU tick counted (10 ms granularity): no ratio
                 if not math.isnan(ratio):
