@@ -431,6 +431,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "compiled_engines": list(compiled_engines(plane.settings)),
             "compiled_grpc_request_decoding": bool(getattr(convert, "NATIVE_DECODING", False))
             and plane.settings.native_engines,  # False for a service from before it (an older revision)
+            "compiled_grpc_reply_encoding": bool(getattr(convert, "NATIVE_ENCODING", False))
+            and plane.settings.native_engines,
             "cpu_count": os.cpu_count(),
             "load_average_1m": os.getloadavg()[0],
             "auth": "device token required (tokens file), per-device rate limit on",
@@ -450,8 +452,9 @@ async def batch_stages(
     Stages: decode + validation (proto → models), callers (authentication + one rate-limit token per batch
     with a device token), the plane's batch decide (``DecisionPlane.recommend_batch``) and within it the bandit
     (``decide_batch`` timed on its own on the same contexts) and each engine adapter (its CPU time inside that
-    decide; its wall row is the same CPU time), encode (models → proto → bytes); the whole handler
-    is ``PathServicer.RecommendBatch`` plus serialisation. The baseline row is the same items decided the way
+    decide; its wall row is the same CPU time), encode (models → wire bytes, by the compiled encoding where installed);
+    the whole handler is ``PathServicer.RecommendBatch`` handed the request's wire bytes, as served, plus
+    serialisation where it answers with a message. The baseline row is the same items decided the way
     the batch was before issue 16's vectorisation: one ``DecisionPlane.recommend`` per item, in order.
     """
     import workload
@@ -510,11 +513,11 @@ async def batch_stages(
     for k in range(args.batch + 5):  # the first 5 warm up
         wire = requests[k % len(requests)]
         t0, w0 = clock(), time.perf_counter_ns()
-        reply = await servicer.RecommendBatch(pb.RecommendBatchRequest.FromString(wire), context)
-        reply.SerializeToString()
+        reply = await servicer.RecommendBatch(wire, context)  # the wire bytes, as served (takes_wire_bytes)
+        if not isinstance(reply, bytes):  # a message where the compiled encoding is not used
+            reply.SerializeToString()
         whole, whole_wall = clock() - t0, time.perf_counter_ns() - w0
-        msg = pb.RecommendBatchRequest.FromString(wire)
-        batch = await timed("transport decode + validation", lambda msg=msg: convert.recommend_batch_request(msg))
+        batch = await timed("transport decode + validation", lambda wire=wire: convert.recommend_batch_request(wire))
         principals = await timed("authentication + rate limit", lambda: servicer.principals(context, [DEVICE] * size))
         items = list(zip(principals, batch.requests, strict=True))
         await timed(
@@ -529,9 +532,9 @@ async def batch_stages(
             wall.add(f"  engine {section} (within the plane's decide)", ns)
         await timed(
             "encode",
-            lambda recs=recs, batch=batch: convert.recommendation_batch_to_proto(
+            lambda recs=recs, batch=batch: convert.recommendation_batch_wire(
                 RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
-            ).SerializeToString(),
+            ),
         )
         caller = Principal(device_id=DEVICE)
         t0, w0 = clock(), time.perf_counter_ns()

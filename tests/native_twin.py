@@ -7,8 +7,13 @@ A module of this name, not a ``conftest.py`` helper: several directories have a 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
 
 import pytest
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from hypothesis import strategies as st
 
 
 def require_compiled(installed: bool, what: str) -> None:
@@ -24,3 +29,40 @@ def require_compiled(installed: bool, what: str) -> None:
             pytrace=False,
         )
     pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+
+
+def messages(
+    module: ModuleType, descriptor: Descriptor, scalars: Mapping[int, st.SearchStrategy[Any]]
+) -> st.SearchStrategy[Any]:
+    """Any message of ``descriptor`` (its class from the generated ``module``), drawn from the proto's own
+    descriptors: each field absent, empty or set (repeated: up to 3 items, doubles up to 24), scalars from
+    ``scalars[field type]``. A field added to the proto is drawn without a test changing."""
+    fields: dict[str, st.SearchStrategy[Any]] = {}
+    for f in descriptor.fields:
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            value: st.SearchStrategy[Any] = st.deferred(lambda f=f: messages(module, f.message_type, scalars))
+        else:
+            value = scalars[f.type]
+        if f.is_repeated:
+            size = 24 if f.type == FieldDescriptor.TYPE_DOUBLE else 3
+            fields[f.name] = st.lists(value, max_size=size)
+        elif f.has_presence:
+            fields[f.name] = st.none() | value
+        else:
+            fields[f.name] = value
+    cls = getattr(module, descriptor.name)
+
+    def build(values: dict[str, Any]) -> Any:
+        msg = cls()
+        for f in descriptor.fields:
+            v = values[f.name]
+            if f.is_repeated:
+                getattr(msg, f.name).extend(v)
+            elif f.type == FieldDescriptor.TYPE_MESSAGE:
+                if v is not None:
+                    getattr(msg, f.name).CopyFrom(v)
+            elif v is not None:
+                setattr(msg, f.name, v)
+        return msg
+
+    return st.fixed_dictionaries(fields).map(build)

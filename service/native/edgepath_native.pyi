@@ -46,3 +46,11 @@ def recommend_batch_fields(
 def wire_schema() -> bytes:
     """The schema the decoding was generated from (proto/edgepath/v1/edgepath.proto): an encoded
     ``FileDescriptorSet``."""
+
+def encode_message(name: str, obj: Any, enums: Mapping[str, Mapping[Any, int]]) -> bytes:
+    """Message ``name`` (its full name in the schema, e.g. ``edgepath.v1.RecommendBatchResponse``) encoded from
+    ``obj`` as ``edgepath.grpc.convert``'s converters would build it and protobuf serialise it: each field read from
+    the attribute of its name (None leaves it unset; an iterable for a repeated field), an enum member through
+    ``enums[<enum full name>]`` (member → wire value). Raises ``TypeError`` (a value of the wrong type, a missing
+    attribute) or ``KeyError`` (an enum member missing from its table, a message the schema lacks), naming the
+    field."""

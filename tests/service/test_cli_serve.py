@@ -10,7 +10,7 @@ import grpc
 import httpx
 import pytest
 from edgepath.adapters.registry import COMPILED
-from edgepath.grpc.convert import NATIVE_DECODING
+from edgepath.grpc.convert import NATIVE_DECODING, NATIVE_ENCODING
 from edgepath.launch import ServeError, start_serve, stop_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -47,14 +47,18 @@ def test_serve_runs_both_servers_and_stops_cleanly_on_sigterm(tmp_path: Path) ->
 @pytest.mark.parametrize("native", ["true", "false"])
 def test_serve_says_which_engines_are_compiled(tmp_path: Path, native: str) -> None:
     """The start-up line names the engines whose compiled twins decide (service/native), or says none do, and
-    whether gRPC requests are read by the compiled decoding."""
+    whether gRPC requests are read by the compiled decoding and replies written by the compiled encoding."""
     proc, _ = start_serve(tmp_path / "ready.json", tmp_path / "serve.log", env={"EDGEPATH_NATIVE_ENGINES": native})
     assert stop_serve(proc) == 0
     installed = [name for name, ok in COMPILED.items() if ok]
     named = ", ".join(installed) if native == "true" else ""
     decoding = "yes" if NATIVE_DECODING and native == "true" else "no"
+    encoding = "yes" if NATIVE_ENCODING and native == "true" else "no"
     engines = named or "none, the Python engines decide"
-    want = f"compiled engines: {engines}; compiled gRPC request decoding: {decoding})"
+    want = (
+        f"compiled engines: {engines}; compiled gRPC request decoding: {decoding}; "
+        f"compiled gRPC reply encoding: {encoding})"
+    )
     assert want in (tmp_path / "serve.log").read_text()
 
 

@@ -190,7 +190,7 @@ class Window:
         else:
             from edgepath.grpc import convert as module
 
-            decode, encode = "recommend_batch_request", "recommendation_batch_to_proto"
+            decode, encode = "recommend_batch_request", "recommendation_batch_wire"
         for name, opens in ((decode, True), (encode, False)):
             monkeypatch.setattr(module, name, self._marking(getattr(module, name), opens))
 

@@ -16,10 +16,10 @@ import pytest
 from edgepath.grpc import convert
 from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf import descriptor_pb2
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from native_twin import require_compiled
+from native_twin import messages, require_compiled
 from pydantic import ValidationError
 
 require_compiled(convert.NATIVE_DECODING, "the compiled request decoding")
@@ -37,40 +37,7 @@ SCALARS: dict[int, st.SearchStrategy[Any]] = {
 }
 
 
-def message(descriptor: Descriptor) -> st.SearchStrategy[Any]:
-    """Any message of ``descriptor``: each field absent, empty or set (repeated: up to 3 items, doubles up to 24)."""
-    fields: dict[str, st.SearchStrategy[Any]] = {}
-    for f in descriptor.fields:
-        if f.type == FieldDescriptor.TYPE_MESSAGE:
-            value: st.SearchStrategy[Any] = st.deferred(lambda f=f: message(f.message_type))
-        else:
-            value = SCALARS[f.type]
-        if f.is_repeated:
-            size = 24 if f.type == FieldDescriptor.TYPE_DOUBLE else 3
-            fields[f.name] = st.lists(value, max_size=size)
-        elif f.has_presence:
-            fields[f.name] = st.none() | value
-        else:
-            fields[f.name] = value
-    cls = getattr(pb, descriptor.name)
-
-    def build(values: dict[str, Any]) -> Any:
-        msg = cls()
-        for f in descriptor.fields:
-            v = values[f.name]
-            if f.is_repeated:
-                getattr(msg, f.name).extend(v)
-            elif f.type == FieldDescriptor.TYPE_MESSAGE:
-                if v is not None:
-                    getattr(msg, f.name).CopyFrom(v)
-            elif v is not None:
-                setattr(msg, f.name, v)
-        return msg
-
-    return st.fixed_dictionaries(fields).map(build)
-
-
-REQUESTS = message(pb.RecommendRequest.DESCRIPTOR)
+REQUESTS = messages(pb, pb.RecommendRequest.DESCRIPTOR, SCALARS)
 
 
 def native_fields(msg: pb.RecommendRequest) -> Any:

@@ -10,6 +10,7 @@ use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList};
 
 pub mod features;
 pub mod mlpm;
+pub mod reply;
 pub mod request;
 
 /// A feature's columns from Python: `(t, values, t_units_per_s)`, or None for no samples.
@@ -175,6 +176,21 @@ fn wire_schema(py: Python<'_>) -> Bound<'_, PyBytes> {
     PyBytes::new(py, request::SCHEMA)
 }
 
+/// Message `name` (its full name in the schema, e.g. `edgepath.v1.RecommendBatchResponse`) encoded from the Python
+/// object `obj`, as `edgepath.grpc.convert`'s converters would build it and protobuf serialise it: each field read
+/// from the attribute of its name (None leaves it unset; a list for a repeated field); an enum member through
+/// `enums[<enum full name>]` (member → wire value). Raises `AttributeError`, `TypeError` or `KeyError` naming the
+/// field that does not fit.
+#[pyfunction]
+fn encode_message<'py>(
+    py: Python<'py>,
+    name: &str,
+    obj: &Bound<'py, PyAny>,
+    enums: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    Ok(PyBytes::new(py, &reply::encode(name, obj, enums)?))
+}
+
 #[pymodule]
 fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mlpm_decide, m)?)?;
@@ -183,5 +199,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recommend_fields, m)?)?;
     m.add_function(wrap_pyfunction!(recommend_batch_fields, m)?)?;
     m.add_function(wrap_pyfunction!(wire_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_message, m)?)?;
     Ok(())
 }

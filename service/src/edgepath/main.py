@@ -39,7 +39,7 @@ import uvicorn
 from edgepath.adapters.registry import compiled_engines
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
-from edgepath.grpc.convert import NATIVE_DECODING
+from edgepath.grpc.convert import NATIVE_DECODING, NATIVE_ENCODING
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.logs import configure_logging
 from edgepath.metrics import Metrics
@@ -457,7 +457,7 @@ class Service:
                 pass
         log.info(
             "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s; compiled engines: %s; compiled gRPC request "
-            "decoding: %s)",
+            "decoding: %s; compiled gRPC reply encoding: %s)",
             s.host,
             self.grpc_port,
             s.host,
@@ -465,6 +465,7 @@ class Service:
             s.policy,
             ", ".join(compiled_engines(s)) or "none, the Python engines decide",
             "yes" if NATIVE_DECODING and s.native_engines else "no",
+            "yes" if NATIVE_ENCODING and s.native_engines else "no",
         )
         self._started.set()
         try:

@@ -12,8 +12,8 @@ close connections after ``max_connection_age_ms`` so long-lived device channels 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -104,8 +104,32 @@ class _CaptureHandlers:
         self.handlers[service] = handlers
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def takes_wire_bytes(method: _Method) -> _Method:
+    """Mark a unary servicer method that is handed its request's wire bytes when served (:func:`add_servicer`),
+    and reads them itself: with the compiled decoding (:data:`edgepath.grpc.convert.NATIVE_DECODING`) straight
+    from the bytes, without the parse into a message and the serialisation back (issue 16). Such a method takes a
+    message too (a direct caller's), and refuses bytes that do not parse with INVALID_ARGUMENT
+    (:data:`~edgepath.grpc.convert.MALFORMED`), as the parse in the handler would. It may answer with wire bytes
+    (:data:`~edgepath.grpc.convert.NATIVE_ENCODING`) or a message, which is serialised."""
+    method.takes_wire_bytes = True  # type: ignore[attr-defined]
+    return method
+
+
+def _serialized_unless_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A response serializer that passes a reply already in wire bytes through (see :func:`takes_wire_bytes`)."""
+
+    def serialized(reply: Any) -> bytes:
+        return reply if isinstance(reply, bytes) else serialize(reply)
+
+    return serialized
+
+
 def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-    """Same unary-unary handler, but the request bytes are parsed inside the call.
+    """Same unary-unary handler, but the request bytes are parsed inside the call (or, for a method marked
+    :func:`takes_wire_bytes`, handed to it as they are).
 
     grpc answers a request its deserializer rejects with INTERNAL; parsing in
     the handler turns malformed protobuf bytes into INVALID_ARGUMENT instead.
@@ -115,12 +139,16 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     if handler.unary_unary is None or handler.request_deserializer is None:
         return handler
     parse, behavior = handler.request_deserializer, handler.unary_unary
+    if getattr(behavior, "takes_wire_bytes", False):
+        return grpc.unary_unary_rpc_method_handler(
+            behavior, response_serializer=_serialized_unless_bytes(handler.response_serializer)
+        )
 
     async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
             request = parse(raw)
         except Exception:  # protobuf DecodeError, or anything a corrupt buffer provokes in the parser
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed protobuf message")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, convert.MALFORMED)
         return await behavior(request, context)
 
     return grpc.unary_unary_rpc_method_handler(call, response_serializer=handler.response_serializer)
@@ -140,7 +168,7 @@ def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHa
                 except Exception:  # protobuf DecodeError, or anything a corrupt buffer provokes in the parser
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
-                        "malformed protobuf message",
+                        convert.MALFORMED,
                         trailing_metadata=with_call_trailers(context, ((MESSAGE_INDEX_KEY, str(index)),)),
                     )
                 index += 1
@@ -242,9 +270,10 @@ class PathServicer(pb_grpc.PathServiceServicer):
         finally:
             self.inflight -= 1
 
+    @takes_wire_bytes
     async def RecommendBatch(
-        self, request: pb.RecommendBatchRequest, context: grpc.aio.ServicerContext
-    ) -> pb.RecommendBatchResponse:
+        self, request: pb.RecommendBatchRequest | bytes, context: grpc.aio.ServicerContext
+    ) -> pb.RecommendBatchResponse | bytes:
         await self.admit_call(context)
         try:
             try:
@@ -254,8 +283,10 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     batch = convert.recommend_batch_request(request, self.plane.settings.native_engines)
                     principals = await self.principals(context, [r.device_id for r in batch.requests])
                     recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
-                    return convert.recommendation_batch_to_proto(
-                        RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
+                    return convert.recommendation_batch_wire(
+                        RecommendBatch(recommendations=recs),
+                        [cacheable_context(r) for r in batch.requests],
+                        self.plane.settings.native_engines,
                     )
             except ValidationError as exc:
                 await abort_invalid(context, exc)

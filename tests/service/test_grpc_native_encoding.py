@@ -1,0 +1,208 @@
+"""The compiled reply encoding (service/native/src/reply.rs, ``edgepath_native.encode_message``) against its
+reference, :func:`edgepath.grpc.convert.recommendation_batch_to_proto` serialised by protobuf (upb).
+
+Two kinds of input. Replies drawn from the proto's own descriptors, every field of every message a
+``RecommendBatchResponse`` reaches with any value its type carries (NaN, -0.0, zero in a field with and without
+presence, empty and absent sub-messages; a field added to the proto is drawn without this file changing), handed to
+the encoder as plain objects with one attribute per field: the bytes must be protobuf's, byte for byte. And the
+service's own replies, decided by a real plane for agent, gateway and content requests: the same bytes as the
+converters of :mod:`edgepath.grpc.convert`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from edgepath.adapters.base import cacheable_context
+from edgepath.grpc import convert
+from edgepath.main import Service
+from edgepath.settings import Settings
+from edgepath.types import AccessType, Principal, RecommendBatch, RecommendRequest
+from edgepath.wire import edgepath_pb2 as pb
+from google.protobuf.descriptor import FieldDescriptor
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from native_twin import messages, require_compiled
+
+require_compiled(convert.NATIVE_ENCODING, "the compiled reply encoding")
+
+import edgepath_native  # noqa: E402  (installed: checked above)
+
+BATCH = pb.RecommendBatchResponse.DESCRIPTOR.full_name
+#: A wire enum's values as the service's members, by the enum's full name (the encoder's tables, reversed).
+MEMBERS = {name: {number: member for member, number in table.items()} for name, table in convert._ENUM_NUMBERS.items()}
+SCALARS: dict[int, st.SearchStrategy[Any]] = {
+    FieldDescriptor.TYPE_DOUBLE: st.floats() | st.sampled_from([-0.0, 0.0, float("nan"), 5e-324]),
+    FieldDescriptor.TYPE_INT32: st.integers(-(2**31), 2**31 - 1) | st.just(0),
+    FieldDescriptor.TYPE_INT64: st.integers(-(2**63), 2**63 - 1) | st.just(0),
+    FieldDescriptor.TYPE_BOOL: st.booleans(),
+    FieldDescriptor.TYPE_STRING: st.text(st.characters(exclude_categories=("Cs",)), max_size=8) | st.just(""),
+    # the service's replies carry only the values its enums have
+    FieldDescriptor.TYPE_ENUM: st.sampled_from(sorted({n for t in convert._ENUM_NUMBERS.values() for n in t.values()})),
+}
+
+
+def _known_enums(msg: Any) -> bool:
+    """Whether every enum value in ``msg``, set or at its default, is one of its own enum's members (the draw takes
+    numbers of any of them; a reply's ``AccessType`` is never 0)."""
+    for f in msg.DESCRIPTOR.fields:
+        if f.type == FieldDescriptor.TYPE_MESSAGE and not f.is_repeated and not msg.HasField(f.name):
+            continue
+        value = getattr(msg, f.name)
+        for v in value if f.is_repeated else [value]:
+            if f.type == FieldDescriptor.TYPE_MESSAGE and not _known_enums(v):
+                return False
+            if f.type == FieldDescriptor.TYPE_ENUM and v not in MEMBERS[f.enum_type.full_name]:
+                return False
+    return True
+
+
+REPLIES = messages(pb, pb.RecommendBatchResponse.DESCRIPTOR, SCALARS).filter(_known_enums)
+
+
+def mirror(msg: Any) -> SimpleNamespace:
+    """``msg`` as the service's models hold it: one attribute per field, None where unset (a message, a proto3
+    ``optional``), lists for repeated fields, enum values as the service's members."""
+
+    def value(f: FieldDescriptor, v: Any) -> Any:
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            return mirror(v)
+        if f.type == FieldDescriptor.TYPE_ENUM:
+            return MEMBERS[f.enum_type.full_name][v]
+        return v
+
+    attrs: dict[str, Any] = {}
+    for f in msg.DESCRIPTOR.fields:
+        if f.is_repeated:
+            attrs[f.name] = [value(f, v) for v in getattr(msg, f.name)]
+        elif f.has_presence and not msg.HasField(f.name):
+            attrs[f.name] = None
+        else:
+            attrs[f.name] = value(f, getattr(msg, f.name))
+    return SimpleNamespace(**attrs)
+
+
+def encode(obj: Any) -> bytes:
+    out: bytes = edgepath_native.encode_message(BATCH, obj, convert._ENUM_NUMBERS)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(REPLIES)
+def test_any_reply_encodes_to_protobufs_bytes(msg: pb.RecommendBatchResponse) -> None:
+    assert encode(mirror(msg)) == msg.SerializeToString()
+
+
+class _Slotted:
+    """A reply member without an instance dict: read by attribute."""
+
+    __slots__ = ("access_type", "arms", "interface", "propensity")
+
+    def __init__(self) -> None:
+        self.interface, self.access_type, self.propensity, self.arms = "wwan0", AccessType.LTE, 0.25, [AccessType.LTE]
+
+
+def test_a_member_without_an_instance_dict_is_read_by_attribute() -> None:
+    rec = mirror(pb.Recommendation(decision_id="d1", model_version=3))
+    rec.primary_path = _Slotted()
+    want = pb.RecommendBatchResponse(
+        recommendations=[
+            pb.Recommendation(
+                decision_id="d1",
+                model_version=3,
+                primary_path=pb.PrimaryPath(
+                    interface="wwan0", access_type=pb.ACCESS_TYPE_LTE, propensity=0.25, arms=[pb.ACCESS_TYPE_LTE]
+                ),
+            )
+        ]
+    )
+    assert encode(SimpleNamespace(recommendations=[rec])) == want.SerializeToString()
+
+
+def _reply_with(**primary_path: Any) -> SimpleNamespace:
+    rec = mirror(
+        pb.Recommendation(
+            decision_id="d1", primary_path=pb.PrimaryPath(interface="wlan0", access_type=pb.ACCESS_TYPE_WIFI)
+        )
+    )
+    for name, v in primary_path.items():
+        setattr(rec.primary_path, name, v)
+    return SimpleNamespace(recommendations=[rec])
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "names"),
+    [
+        ({"propensity": "high"}, TypeError, "edgepath.v1.PrimaryPath.propensity"),
+        ({"arms": [AccessType.WIFI, "satellite"]}, KeyError, "edgepath.v1.PrimaryPath.arms"),
+        ({"access_type": 1}, KeyError, "edgepath.v1.PrimaryPath.access_type"),
+    ],
+)
+def test_a_value_its_field_cannot_carry_is_an_error_naming_the_field(change: Any, error: Any, names: str) -> None:
+    with pytest.raises(error, match=names.replace(".", r"\.")):
+        encode(_reply_with(**change))
+
+
+def test_a_member_missing_an_attribute_is_an_error_naming_the_field() -> None:
+    reply = _reply_with()
+    del reply.recommendations[0].primary_path.arms
+    with pytest.raises(TypeError, match=r"edgepath\.v1\.PrimaryPath\.arms"):
+        encode(reply)
+
+
+def _requests() -> list[RecommendRequest]:
+    """Agent contexts (radio readings, subflow histories, kernel lists), a gateway's (sections), a content request."""
+    wlan = {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0, "rtt_ms": 18.0}
+    lte = {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9}
+    history = {"interface": "wlan0", "rtt_t_ms": [0.0, 500.0, 1000.0, 1500.0], "rtt_ms": [20.0, 22.0, 25.0, 24.0]}
+    history |= {"throughput_t_ms": [0.0, 500.0, 1000.0], "throughput_bps": [2e7, 2.2e7, 1.9e7]}
+    content = {
+        "expected_size_bytes": 50_000_000,
+        "candidates": [
+            {
+                "address": "203.0.113.10",
+                "dns_interface": "wlan0",
+                "paths": [{"interface": "wlan0", "rtt_ms_samples": [21.0, 23.5], "loss": 0.01}],
+            },
+            {
+                "address": "198.51.100.7",
+                "dns_interface": "wwan0",
+                "paths": [{"interface": "wwan0", "rtt_ms_samples": [48.0], "bandwidth_bps": 3e7}],
+            },
+        ],
+    }
+    bodies: list[dict[str, Any]] = [
+        {"device_id": "phone-1", "interfaces": [wlan, lte]},
+        {"device_id": "phone-2", "interfaces": [wlan, lte], "subflow_histories": [history]},
+        {
+            "device_id": "laptop-3",
+            "interfaces": [wlan, lte],
+            "application_profile": "STREAMING",
+            "kernel": {"available_congestion_controls": ["reno", "cubic", "bbr"], "mptcp_schedulers": ["default"]},
+        },
+        {"device_id": "cpe-4", "interfaces": [wlan, lte], "sections": ["primary_path", "steering"]},
+        {"device_id": "tv-5", "interfaces": [wlan, lte], "application_profile": "BULK", "content": content},
+        {"device_id": "phone-6", "interfaces": [lte]},
+    ]
+    return [RecommendRequest.model_validate(b) for b in bodies]
+
+
+@pytest.mark.parametrize("native_engines", [True, False], ids=["compiled engines", "python engines"])
+def test_the_services_replies_encode_to_the_converters_bytes(native_engines: bool) -> None:
+    service = Service.build(Settings(store_url="memory://", native_engines=native_engines))
+    requests = _requests()
+
+    async def decide() -> list[Any]:
+        return await service.plane.recommend_batch([(Principal(device_id=r.device_id), r) for r in requests])
+
+    batch = RecommendBatch(recommendations=asyncio.run(decide()))
+    assert {"server_selection", "steering", "scheduler"} <= {
+        k for r in batch.recommendations for k, v in r.__dict__.items() if v is not None
+    }, "the replies fill every section somewhere"
+    shared = [cacheable_context(r) for r in requests]
+    python = convert.recommendation_batch_wire(batch, shared, native=False)
+    assert convert.recommendation_batch_wire(batch, shared, native=True) == python
+    assert python == convert.recommendation_batch_to_proto(batch, shared).SerializeToString()
