@@ -173,27 +173,38 @@ def test_an_authenticated_caller_may_batch_only_for_itself(authed: tuple[Running
     assert err.value.code in (401, "UNAUTHENTICATED")
 
 
+def _grpc_request(devices: list[str]) -> pb.RecommendBatchRequest:
+    request = pb.RecommendBatchRequest()
+    for device in devices:
+        item = copy.deepcopy(context(device))
+        for iface in item["interfaces"]:
+            iface["access_type"] = ACCESS[iface["access_type"]]
+        json_format.ParseDict(item, request.requests.add())
+    return request
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
-def test_grpc_batch_bytes_are_read_by_the_method_and_refused_when_they_do_not_parse(native: bool) -> None:
-    """RecommendBatch is handed its request's wire bytes (``takes_wire_bytes``), read by the compiled decoding or,
-    with ``native_engines`` off, parsed by protobuf: bytes that are no message are INVALID_ARGUMENT "malformed"
-    on both, nothing is decided, and the same server then answers a valid batch with one decision per item."""
+def test_grpc_request_bytes_are_read_by_the_method_and_refused_when_they_do_not_parse(native: bool) -> None:
+    """Recommend and RecommendBatch are handed their request's wire bytes (``takes_wire_bytes``), read by the
+    compiled decoding or, with ``native_engines`` off, parsed by protobuf: bytes that are no message are
+    INVALID_ARGUMENT "malformed" on both, nothing is decided, and the same server then answers valid calls (the
+    replies written by the compiled encoding or by protobuf)."""
     with running_service(native_engines=native) as svc:
         counted = [svc.service.metrics.decisions.labels(DEFAULT_POLICY, a) for a in ("WIFI", "LTE")]
         with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
-            call = channel.unary_unary("/edgepath.v1.PathService/RecommendBatch")
-            for garbage in (b"\x0a\xff\xff\xff\xff\x0f", b"\x0a\x03\x0a\x02\xc3"):  # length past the end, truncated
-                with pytest.raises(grpc.RpcError) as err:
-                    call(garbage, timeout=10.0)
-                assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-                assert "malformed" in (err.value.details() or "")
-            assert sum(c._value.get() for c in counted) == 0, "nothing of a refused batch is decided"
-            request = pb.RecommendBatchRequest()
-            for device in ("a", "b"):
-                item = copy.deepcopy(context(device))
-                for iface in item["interfaces"]:
-                    iface["access_type"] = ACCESS[iface["access_type"]]
-                json_format.ParseDict(item, request.requests.add())
-            reply = pb.RecommendBatchResponse.FromString(call(request.SerializeToString(), timeout=10.0))
-    assert [r.primary_path.interface in ("wlan0", "wwan0") for r in reply.recommendations] == [True, True]
-    assert all(r.scheduler.weights and r.HasField("congestion") for r in reply.recommendations)
+            batch = channel.unary_unary("/edgepath.v1.PathService/RecommendBatch")
+            single = channel.unary_unary("/edgepath.v1.PathService/Recommend")
+            for call in (batch, single):
+                for garbage in (b"\x0a\xff\xff\xff\xff\x0f", b"\x0a\x03\x0a\x02\xc3"):  # past the end, truncated
+                    with pytest.raises(grpc.RpcError) as err:
+                        call(garbage, timeout=10.0)
+                    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+                    assert "malformed" in (err.value.details() or "")
+            assert sum(c._value.get() for c in counted) == 0, "nothing of a refused call is decided"
+            request = _grpc_request(["a", "b"])
+            reply = pb.RecommendBatchResponse.FromString(batch(request.SerializeToString(), timeout=10.0))
+            one = pb.Recommendation.FromString(single(request.requests[0].SerializeToString(), timeout=10.0))
+    for rec in (*reply.recommendations, one):
+        assert rec.primary_path.interface in ("wlan0", "wwan0") and rec.decision_id
+        assert rec.scheduler.weights and rec.HasField("congestion")
+    assert len(reply.recommendations) == 2

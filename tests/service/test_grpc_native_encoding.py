@@ -206,3 +206,9 @@ def test_the_services_replies_encode_to_the_converters_bytes(native_engines: boo
     python = convert.recommendation_batch_wire(batch, shared, native=False)
     assert convert.recommendation_batch_wire(batch, shared, native=True) == python
     assert python == convert.recommendation_batch_to_proto(batch, shared).SerializeToString()
+    for rec, s in zip(batch.recommendations, shared, strict=True):  # one reply (Recommend, RecommendStream)
+        assert convert.recommendation_wire(rec, s, native=True) == convert.recommendation_wire(rec, s, native=False)
+        assert (
+            convert.recommendation_wire(rec, s, native=False)
+            == convert.recommendation_to_proto(rec, s).SerializeToString()
+        )

@@ -29,7 +29,7 @@ from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.auth import identity_from_auth_context
-from edgepath.types import Principal, RecommendBatch
+from edgepath.types import Principal, RecommendBatch, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 
@@ -156,7 +156,8 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """Same stream-stream handler, each request message parsed inside the call (malformed bytes end the stream
-    with INVALID_ARGUMENT and trailing metadata ``message-index``, as :func:`_parse_in_handler` for unary calls)."""
+    with INVALID_ARGUMENT and trailing metadata ``message-index``, as :func:`_parse_in_handler` for unary calls);
+    a reply already in wire bytes (:data:`~edgepath.grpc.convert.NATIVE_ENCODING`) passes the serializer through."""
     parse, behavior = handler.request_deserializer, handler.stream_stream
 
     async def call(raw_messages: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -177,7 +178,9 @@ def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHa
         async for reply in behavior(parsed(), context):
             yield reply
 
-    return grpc.stream_stream_rpc_method_handler(call, response_serializer=handler.response_serializer)
+    return grpc.stream_stream_rpc_method_handler(
+        call, response_serializer=_serialized_unless_bytes(handler.response_serializer)
+    )
 
 
 def add_servicer(add_to_server: Any, servicer: object, server: grpc.aio.Server) -> None:
@@ -255,18 +258,23 @@ class PathServicer(pb_grpc.PathServiceServicer):
             await self.security.admit_all(list(declared.values()))
         return [declared[d] for d in declared_device_ids]
 
-    async def Recommend(self, request: pb.RecommendRequest, context: grpc.aio.ServicerContext) -> pb.Recommendation:
+    @takes_wire_bytes
+    async def Recommend(
+        self, request: pb.RecommendRequest | bytes, context: grpc.aio.ServicerContext
+    ) -> pb.Recommendation | bytes:
         await self.admit_call(context)
+        native = self.plane.settings.native_engines
         try:
             try:
-                principal = await self.principal(context, request.device_id)
-                req = convert.recommend_request(request, self.plane.settings.native_engines)
+                values = convert.recommend_request_values(request, native)  # read, not yet validated
+                principal = await self.principal(context, values["device_id"])
+                req = RecommendRequest.model_validate(values)
                 rec = await self.plane.recommend(principal, req)
             except ValidationError as exc:
                 await abort_invalid(context, exc)
             except EdgePathError as exc:
                 await abort_with(context, exc)
-            return convert.recommendation_to_proto(rec, cacheable_context(req))
+            return convert.recommendation_wire(rec, cacheable_context(req), native)
         finally:
             self.inflight -= 1
 
@@ -332,7 +340,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     )
                 except EdgePathError as exc:
                     await abort_with(context, exc, where)
-                reply = convert.recommendation_to_proto(rec, cacheable_context(req))
+                reply = convert.recommendation_wire(rec, cacheable_context(req), self.plane.settings.native_engines)
             finally:
                 self.inflight -= 1
             index += 1
