@@ -224,3 +224,21 @@ def test_an_encoded_record_holds_an_allocation_of_its_own_size() -> None:
     finally:
         tracemalloc.stop()
     assert per_entry < 2 * len(kept[0]) + 100, (per_entry, len(kept[0]))
+
+
+def test_set_many_leaves_what_setting_each_in_turn_leaves() -> None:
+    """A batch's records set at once: the same entries, order, bound and expiry as one at a time (issue 16)."""
+    clock = Clock()
+    one, many = TtlIndex(70_000, ttl_s=5.0, timer=clock), TtlIndex(70_000, ttl_s=5.0, timer=clock)
+    for index in (one, many):  # ~1,100 per shard: full after the first rounds
+        for i in range(69_000):
+            index[f"old-{i}"] = i
+    clock.now += 3.0
+    for round_ in range(3):
+        pairs = [(f"r{round_}-{i}", i) for i in range(2_000)] + [("old-5", "again"), ("r0-1", "again")]
+        for key, value in pairs:
+            one[key] = value
+        many.set_many(pairs)
+        assert [list(s.items()) for s in many._shards] == [list(s.items()) for s in one._shards]
+        clock.now += 1.5  # the old entries expire during round 2
+    assert many.get("old-5") == "again" and many.get("old-6") is None and len(many) == len(one)

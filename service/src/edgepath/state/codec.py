@@ -15,7 +15,7 @@ import dataclasses
 import heapq
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import orjson
@@ -155,6 +155,26 @@ class TtlIndex:
         now = self.timer()
         items[key] = (now + self.ttl_s, value)
         items.move_to_end(key)
+        self._evict(items, now)
+
+    def set_many(self, pairs: Iterable[tuple[str, Any]]) -> None:
+        """``self[key] = value`` for each ``(key, value)``, in order, at one reading of the clock and with one
+        eviction pass per shard touched: a ``RecommendBatch``'s records (~0.97 → ~0.80 µs each at 100,000 keys in
+        a scratch timing; issue 16)."""
+        now = self.timer()
+        expiry = now + self.ttl_s
+        shards = self._shards
+        touched: dict[int, collections.OrderedDict[str, tuple[float, Any]]] = {}
+        for key, value in pairs:
+            items = shards[hash(key) % len(shards)]
+            items[key] = (expiry, value)
+            items.move_to_end(key)
+            touched[id(items)] = items
+        for items in touched.values():
+            self._evict(items, now)
+
+    def _evict(self, items: collections.OrderedDict[str, tuple[float, Any]], now: float) -> None:
+        """Drop a shard's oldest entries beyond its bound, then those expired at ``now``."""
         while len(items) > self._shard_max:
             items.popitem(last=False)
         while items:  # one TTL for all: the front holds the earliest expiry

@@ -94,6 +94,11 @@ class MemoryRateLimiter:
         self._tat = TtlIndex(max_keys, burst * self.interval_s + 1.0, timer=clock)
 
     async def acquire(self, key: str) -> float:
+        return self.take(key)
+
+    def take(self, key: str) -> float:
+        """:meth:`acquire` without a coroutine (the buckets are in process): 0.0 when a token was taken, else the
+        seconds until one is back. A ``RecommendBatch`` takes one per distinct device, up to 256 (issue 16)."""
         now = self.clock()
         new_tat, retry = gcra_step(self._tat.get(key, 0.0), now, self.interval_s, self.burst)
         if retry == 0.0:

@@ -97,8 +97,7 @@ class MemoryStore:
         self._decisions[record.decision_id] = decision_row(record)
 
     async def put_decisions(self, records: Sequence[DecisionRecord], ttl_s: float) -> None:
-        for record in records:
-            self._decisions[record.decision_id] = decision_row(record)
+        self._decisions.set_many([(record.decision_id, decision_row(record)) for record in records])
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         row = self._decisions.get(decision_id)
