@@ -230,6 +230,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     authorization = f"Bearer {token}"
 
+    # Since Session 49 Recommend and RecommendBatch are handed their requests' wire bytes
+    # (grpc.server.takes_wire_bytes); a revision from before on PYTHONPATH takes messages
+    reads_bytes = getattr(servicer.Recommend, "takes_wire_bytes", False)
     rec_t = {"rest": Timers(), "grpc": Timers()}
     out_t = {"rest": Timers(), "grpc": Timers()}
 
@@ -240,7 +243,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             request = t.time("transport decode + validation", lambda: parse_body(bodies[i], ep_types.RecommendRequest))
             principal = t.time("authentication", lambda: security.auth.authenticate(authorization=authorization))
             await t.atime("rate limit", security.admit(principal))
-        else:
+        elif reads_bytes:  # as served: the plain values from the wire bytes, then the caller, then validation
+            values = t.time("transport decode", lambda: convert.recommend_request_values(protos[i]))
+            principal = t.time("authentication", lambda: security.auth.authenticate(authorization=authorization))
+            await t.atime("rate limit", security.admit(principal))
+            request = t.time("validation", lambda: ep_types.RecommendRequest.model_validate(values))
+        else:  # a revision from before Session 49: grpc parses the message, the servicer reads and validates it
             msg = t.time("transport decode", lambda: pb.RecommendRequest.FromString(protos[i]))
             principal = t.time("authentication", lambda: security.auth.authenticate(authorization=authorization))
             await t.atime("rate limit", security.admit(principal))
@@ -298,7 +306,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             t.time("encode", lambda: json_response(rec))
         else:
             shared = cacheable_context(request)
-            t.time("encode", lambda: convert.recommendation_to_proto(rec, shared).SerializeToString())
+            if reads_bytes:  # the reply's wire bytes, by the compiled encoding where installed (as served)
+                t.time("encode", lambda: convert.recommendation_wire(rec, shared, settings.native_engines))
+            else:
+                t.time("encode", lambda: convert.recommendation_to_proto(rec, shared).SerializeToString())
         return rec, record
 
     async def outcome_stages(t: Timers, transport: str, rec: ep_types.Recommendation, s: Any) -> None:
@@ -377,10 +388,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     async def whole_grpc(i: int) -> tuple[float, float]:
         t0 = time.perf_counter_ns()
-        msg = pb.RecommendRequest.FromString(protos[i])
-        reply = await servicer.Recommend(msg, context)
-        reply.SerializeToString()
+        reply = await servicer.Recommend(
+            protos[i] if reads_bytes else pb.RecommendRequest.FromString(protos[i]), context
+        )
+        if not isinstance(reply, bytes):  # a message where the compiled encoding is not used
+            reply.SerializeToString()
         t1 = time.perf_counter_ns()
+        if isinstance(reply, bytes):  # the caller's side, untimed
+            reply = pb.Recommendation.FromString(reply)
         wire = workload.outcome_proto(pb, pool[i % len(pool)], DEVICE, reply).SerializeToString()
         t2 = time.perf_counter_ns()
         ack = await servicer.ReportOutcome(pb.OutcomeRequest.FromString(wire), context)
@@ -501,6 +516,13 @@ async def batch_stages(
         setattr(engine, name, wrapped(engine.section, getattr(engine, name)))
         patched.append((engine, name))
 
+    def encode_batch(batch: Any, shared: list[bool]) -> bytes:
+        """The reply's wire bytes as served (a revision from before Session 49: the message, serialised)."""
+        wire_of = getattr(convert, "recommendation_batch_wire", None)
+        if wire_of is not None:
+            return wire_of(batch, shared, plane.settings.native_engines)  # type: ignore[no-any-return]
+        return convert.recommendation_batch_to_proto(batch, shared).SerializeToString()  # type: ignore[no-any-return]
+
     async def timed(stage: str, fn: Any) -> Any:
         t0, w0 = clock(), time.perf_counter_ns()
         out = fn()
@@ -513,11 +535,17 @@ async def batch_stages(
     for k in range(args.batch + 5):  # the first 5 warm up
         wire = requests[k % len(requests)]
         t0, w0 = clock(), time.perf_counter_ns()
-        reply = await servicer.RecommendBatch(wire, context)  # the wire bytes, as served (takes_wire_bytes)
+        reads_bytes = getattr(
+            servicer.RecommendBatch, "takes_wire_bytes", False
+        )  # as served (a revision before: a message)
+        reply = await servicer.RecommendBatch(
+            wire if reads_bytes else pb.RecommendBatchRequest.FromString(wire), context
+        )
         if not isinstance(reply, bytes):  # a message where the compiled encoding is not used
             reply.SerializeToString()
         whole, whole_wall = clock() - t0, time.perf_counter_ns() - w0
-        batch = await timed("transport decode + validation", lambda wire=wire: convert.recommend_batch_request(wire))
+        msg = wire if reads_bytes else pb.RecommendBatchRequest.FromString(wire)
+        batch = await timed("transport decode + validation", lambda msg=msg: convert.recommend_batch_request(msg))
         principals = await timed("authentication + rate limit", lambda: servicer.principals(context, [DEVICE] * size))
         items = list(zip(principals, batch.requests, strict=True))
         await timed(
@@ -532,7 +560,7 @@ async def batch_stages(
             wall.add(f"  engine {section} (within the plane's decide)", ns)
         await timed(
             "encode",
-            lambda recs=recs, batch=batch: convert.recommendation_batch_wire(
+            lambda recs=recs, batch=batch: encode_batch(
                 RecommendBatch(recommendations=recs), [cacheable_context(r) for r in batch.requests]
             ),
         )
