@@ -208,3 +208,16 @@ def test_grpc_request_bytes_are_read_by_the_method_and_refused_when_they_do_not_
         assert rec.primary_path.interface in ("wlan0", "wwan0") and rec.decision_id
         assert rec.scheduler.weights and rec.HasField("congestion")
     assert len(reply.recommendations) == 2
+
+
+def test_the_kept_self_declared_principals_hold_at_most_128_characters_of_an_id() -> None:
+    """Authentication off, the servicer keeps one Principal per declared device (65,536 at most): an id as long as a
+    message may carry is kept by its first 128 characters, the principal's, so the kept ids stay bounded in size."""
+    from edgepath.grpc.server import _declared_principal, declared_principal
+
+    before = _declared_principal.cache_info().currsize
+    long_id = "gw-" + "x" * 500_000
+    principal = declared_principal(long_id)
+    assert principal.device_id == long_id[:128]
+    assert declared_principal(long_id[:128] + "another tail") is principal  # one entry, keyed by the 128 characters
+    assert _declared_principal.cache_info().currsize == before + 1

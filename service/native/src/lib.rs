@@ -179,8 +179,8 @@ fn wire_schema(py: Python<'_>) -> Bound<'_, PyBytes> {
 /// Message `name` (its full name in the schema, e.g. `edgepath.v1.RecommendBatchResponse`) encoded from the Python
 /// object `obj`, as `edgepath.grpc.convert`'s converters would build it and protobuf serialise it: each field read
 /// from the attribute of its name (None leaves it unset; a list for a repeated field); an enum member through
-/// `enums[<enum full name>]` (member → wire value). Raises `AttributeError`, `TypeError` or `KeyError` naming the
-/// field that does not fit.
+/// `enums[<enum full name>]` (member → wire value). Raises `TypeError` (a value of the wrong type, a missing
+/// attribute) or `KeyError` (an enum member missing from its table, a message the schema lacks), naming the field.
 #[pyfunction]
 fn encode_message<'py>(
     py: Python<'py>,

@@ -139,7 +139,7 @@ def recommend_batch_request(msg: pb.RecommendBatchRequest | bytes, native: bool 
     pydantic.ValidationError
         A value is invalid.
     InvalidInput
-        ``msg`` is bytes that are no ``RecommendBatchRequest`` (message ``malformed protobuf message``).
+        ``msg`` is bytes that are no ``RecommendBatchRequest`` (:data:`MALFORMED`).
     """
     items = None
     if native and NATIVE_DECODING:

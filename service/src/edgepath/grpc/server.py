@@ -195,12 +195,17 @@ def add_servicer(add_to_server: Any, servicer: object, server: grpc.aio.Server) 
         server.add_registered_method_handlers(service, wrapped)
 
 
-@functools.lru_cache(maxsize=65_536)
 def declared_principal(device_id: str) -> Principal:
     """The self-declared caller ``device_id`` (its first 128 characters) when authentication is off; one immutable
-    object per device, kept for the devices seen last (a gateway's ``RecommendBatch`` names up to 256 of them, each
-    a pydantic model of ~1 µs to build; issue 16)."""
-    return Principal(device_id=device_id[:128])
+    object per device, kept for the 65,536 devices seen last (a gateway's ``RecommendBatch`` names up to 256 of them,
+    each a pydantic model of ~1 µs to build; issue 16). Kept by the 128 characters, so an id of any length the message
+    bound allows holds at most those."""
+    return _declared_principal(device_id[:128])
+
+
+@functools.lru_cache(maxsize=65_536)
+def _declared_principal(device_id: str) -> Principal:
+    return Principal(device_id=device_id)
 
 
 class PathServicer(pb_grpc.PathServiceServicer):
