@@ -110,3 +110,21 @@ def test_an_agents_request_is_decided_by_the_compiled_engine() -> None:
     assert section is not None
     assert repr(section) == repr(adapter.scheduler_advice(request, PYTHON))
     assert section.prioritised_subflow == "wlan0"  # the lower RTT, the same throughput
+
+
+def test_a_compiled_decider_checks_its_arguments_once_and_decides_as_decide_compiled() -> None:
+    """``compiled_decider`` (a batch's items of one priority share it): bad arguments are refused when it is made,
+    and its decisions are ``decide_compiled``'s."""
+    import pytest
+
+    for bad in ({"window": 0}, {"horizon_s": float("nan")}, {"gain": 0.0}):
+        with pytest.raises(ValueError):
+            mlpm.compiled_decider(**bad)
+    t = (1.0e12, 1.0e12 + 500.0, 1.0e12 + 1000.0, 1.0e12 + 1500.0)
+    subflows = [
+        ("wlan0", (t, (20.0, 22.0, 21.0, 25.0), 1000.0), (t, (2e7, 2.1e7, 1.9e7, 2e7), 1000.0), 20.0),
+        ("wwan0", (t, (48.0, 45.0, 50.0, 47.0), 1000.0), None, None),
+    ]
+    args = {"priority": mlpm.Priority.LATENCY, "window": 3, "horizon_s": 2.0, "gain": 4.0}
+    decided = mlpm.compiled_decider(**args)(subflows)
+    assert decided is not None and repr(decided) == repr(mlpm.decide_compiled(subflows, **args))

@@ -8,7 +8,7 @@ the profile and settings, Eq. 2–4).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from cachetools import LRUCache
@@ -61,12 +61,18 @@ def _engine_args(priority: mlpm.Priority, settings: Settings) -> dict[str, Any]:
 
 
 def _compiled_section(
-    request: ep_types.RecommendRequest, priority: mlpm.Priority, settings: Settings
+    request: ep_types.RecommendRequest,
+    priority: mlpm.Priority,
+    settings: Settings,
+    decide: Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None] | None = None,
 ) -> ep_types.SchedulerAdvice | None:
     """:func:`scheduler_advice` by the compiled engine (:func:`~edgepath.engines.mlpm.decide_compiled`: the same
     numbers bit for bit), its plain values put straight into the section without the engine's objects (~10 µs less
-    per decision, issue 16); None where it is not installed or hands the decision back."""
-    d = mlpm.decide_compiled(subflow_columns(request), **_engine_args(priority, settings))
+    per decision, issue 16); None where it is not installed or hands the decision back. ``decide``: the
+    :func:`~edgepath.engines.mlpm.compiled_decider` of ``priority`` and ``settings``, where the caller has it."""
+    if decide is None:
+        decide = mlpm.compiled_decider(**_engine_args(priority, settings))
+    d = decide(subflow_columns(request))
     if d is None:
         return None
     weights = [
@@ -83,10 +89,10 @@ def scheduler_advice_batch(
     """:func:`scheduler_advice` of every request, in order: the same sections, with Eq. 1 taken for all their
     windows at once (:func:`~edgepath.engines.mlpm.decide_batch`; issue 16). Raises as :func:`scheduler_advice`."""
     priorities = [mlpm.PROFILE_PRIORITY[r.application_profile] for r in requests]
-    sections: list[ep_types.SchedulerAdvice | None] = [
-        _compiled_section(r, p, settings) if settings.native_engines else None
-        for r, p in zip(requests, priorities, strict=True)
-    ]
+    sections: list[ep_types.SchedulerAdvice | None] = [None] * len(requests)
+    if settings.native_engines:  # one compiled decider per priority in the batch, its arguments checked once
+        deciders = {p: mlpm.compiled_decider(**_engine_args(p, settings)) for p in set(priorities)}
+        sections = [_compiled_section(r, p, settings, deciders[p]) for r, p in zip(requests, priorities, strict=True)]
     rest = [i for i, section in enumerate(sections) if section is None]
     if rest:  # the numpy batch, for what the compiled engine did not decide
         decided = mlpm.decide_batch(

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice, repeat
@@ -881,6 +881,32 @@ def decide_compiled(
         As :func:`decide`.
     """
     return _compiled(subflows, window, horizon_s, priority, gain, _checked(window, horizon_s, gain, bias), fitted)
+
+
+def compiled_decider(
+    *,
+    priority: Priority = Priority.BALANCED,
+    window: int = DEFAULT_WINDOW,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    gain: float = DEFAULT_GAIN,
+    bias: float | None = None,
+    fitted: FittedClassifier | None = None,
+) -> Callable[[Sequence[CompiledSubflow]], CompiledDecision | None]:
+    """:func:`decide_compiled` with these arguments checked once: a function of the subflows alone, for the items
+    of a ``RecommendBatch`` that share a priority (issue 16: the checks and the keyword call per item were ~0.6 µs of a
+    batch decision's ~12 in MLPM's stage).
+
+    Raises
+    ------
+    ValueError
+        As :func:`decide`, when the arguments are checked (here, not at each call).
+    """
+    b = _checked(window, horizon_s, gain, bias)
+
+    def decide(subflows: Sequence[CompiledSubflow]) -> CompiledDecision | None:
+        return _compiled(subflows, window, horizon_s, priority, gain, b, fitted)
+
+    return decide
 
 
 def _compiled(
