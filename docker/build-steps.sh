@@ -92,9 +92,9 @@ from edgepath.adapters.registry import COMPILED
 if os.environ.get("REQUIRE_NATIVE") == "1":
     missing = [name for name, installed in COMPILED.items() if not installed]
     assert not missing, f"REQUIRE_NATIVE=1 but the compiled engines {missing} are not installed (edgepath_native)"
-    from edgepath.grpc.convert import NATIVE_DECODING, NATIVE_ENCODING
-    assert NATIVE_DECODING, "REQUIRE_NATIVE=1 but the compiled request decoding is not installed or not of this proto"
-    assert NATIVE_ENCODING, "REQUIRE_NATIVE=1 but the compiled reply encoding is not installed or not of this proto"
+    from edgepath.grpc.convert import COMPILED_WIRE
+    missing = [part for part, installed in COMPILED_WIRE.items() if not installed]
+    assert not missing, f"REQUIRE_NATIVE=1 but the compiled gRPC {missing} are not installed or not of this proto"
 # Every runtime module of the package imports: a runtime dependency missing from service/pyproject.toml fails
 # the build. The lab (edgepath.evaluation, edgepath.datasets: extra `lab`) is not installed in the image.
 import importlib, pkgutil, edgepath

@@ -532,12 +532,11 @@ async def batch_stages(
         wall.add(stage, time.perf_counter_ns() - w0)
         return out
 
+    # as served (a revision from before Session 49: a message)
+    reads_bytes = getattr(servicer.RecommendBatch, "takes_wire_bytes", False)
     for k in range(args.batch + 5):  # the first 5 warm up
         wire = requests[k % len(requests)]
         t0, w0 = clock(), time.perf_counter_ns()
-        reads_bytes = getattr(
-            servicer.RecommendBatch, "takes_wire_bytes", False
-        )  # as served (a revision before: a message)
         reply = await servicer.RecommendBatch(
             wire if reads_bytes else pb.RecommendBatchRequest.FromString(wire), context
         )

@@ -10,7 +10,7 @@ import grpc
 import httpx
 import pytest
 from edgepath.adapters.registry import COMPILED
-from edgepath.grpc.convert import NATIVE_DECODING, NATIVE_ENCODING
+from edgepath.grpc.convert import COMPILED_WIRE
 from edgepath.launch import ServeError, start_serve, stop_serve
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -52,12 +52,11 @@ def test_serve_says_which_engines_are_compiled(tmp_path: Path, native: str) -> N
     assert stop_serve(proc) == 0
     installed = [name for name, ok in COMPILED.items() if ok]
     named = ", ".join(installed) if native == "true" else ""
-    decoding = "yes" if NATIVE_DECODING and native == "true" else "no"
-    encoding = "yes" if NATIVE_ENCODING and native == "true" else "no"
+    wire = {part: "yes" if ok and native == "true" else "no" for part, ok in COMPILED_WIRE.items()}
     engines = named or "none, the Python engines decide"
     want = (
-        f"compiled engines: {engines}; compiled gRPC request decoding: {decoding}; "
-        f"compiled gRPC reply encoding: {encoding})"
+        f"compiled engines: {engines}; compiled gRPC request decoding: {wire['request decoding']}; "
+        f"compiled gRPC reply encoding: {wire['reply encoding']})"
     )
     assert want in (tmp_path / "serve.log").read_text()
 

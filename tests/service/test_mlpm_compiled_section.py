@@ -1,5 +1,5 @@
 """The ``scheduler`` section the compiled MLPM engine's plain values go straight into (``edgepath.adapters.mlpm``,
-``decide_compiled``) against the section of the Python engine's decision: the same section, bit for bit (``repr``
+``compiled_decider``) against the section of the Python engine's decision: the same section, bit for bit (``repr``
 equal), for any request the service's validation lets through, one by one and in a batch."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_a_batch_gets_the_sections_of_its_requests(requests: list[RecommendReque
 
 
 def test_an_agents_request_is_decided_by_the_compiled_engine() -> None:
-    """Columns in time order with both features: no hand-back (the section comes from ``decide_compiled``)."""
+    """Columns in time order with both features: no hand-back (the section comes from ``compiled_decider``)."""
     t = [1.7e12 + 100.0 * i for i in range(20)]
     request = RecommendRequest.model_validate(
         {
@@ -106,15 +106,15 @@ def test_an_agents_request_is_decided_by_the_compiled_engine() -> None:
         }
     )
     priority = mlpm.PROFILE_PRIORITY[request.application_profile]
-    section = adapter._compiled_section(request, priority, COMPILED)
+    section = adapter._compiled_section(request, priority, COMPILED, adapter._decider(priority, COMPILED))
     assert section is not None
     assert repr(section) == repr(adapter.scheduler_advice(request, PYTHON))
     assert section.prioritised_subflow == "wlan0"  # the lower RTT, the same throughput
 
 
-def test_a_compiled_decider_checks_its_arguments_once_and_decides_as_decide_compiled() -> None:
+def test_a_compiled_decider_checks_its_arguments_once_and_decides_as_the_python_engine() -> None:
     """``compiled_decider`` (a batch's items of one priority share it): bad arguments are refused when it is made,
-    and its decisions are ``decide_compiled``'s."""
+    and its decision's numbers are the Python engine's (``decide(native=False)``), bit for bit."""
     import pytest
 
     for bad in ({"window": 0}, {"horizon_s": float("nan")}, {"gain": 0.0}):
@@ -123,8 +123,14 @@ def test_a_compiled_decider_checks_its_arguments_once_and_decides_as_decide_comp
     t = (1.0e12, 1.0e12 + 500.0, 1.0e12 + 1000.0, 1.0e12 + 1500.0)
     subflows = [
         ("wlan0", (t, (20.0, 22.0, 21.0, 25.0), 1000.0), (t, (2e7, 2.1e7, 1.9e7, 2e7), 1000.0), 20.0),
-        ("wwan0", (t, (48.0, 45.0, 50.0, 47.0), 1000.0), None, None),
+        ("wwan0", (t, (48.0, 45.0, 50.0, 47.0), 1000.0), (t, (5e6, 6e6, 5.5e6, 5e6), 1000.0), None),
     ]
     args = {"priority": mlpm.Priority.LATENCY, "window": 3, "horizon_s": 2.0, "gain": 4.0}
     decided = mlpm.compiled_decider(**args)(subflows)
-    assert decided is not None and repr(decided) == repr(mlpm.decide_compiled(subflows, **args))
+    histories = [
+        mlpm.SubflowHistory(name, mlpm.Columns(*r), mlpm.Columns(*tp), current) for name, r, tp, current in subflows
+    ]
+    want = mlpm.decide(histories, **args, native=False)
+    assert decided is not None
+    assert repr([(w, s) for w, s, _, _ in decided.scored]) == repr([(s.weight, s.score) for s in want.subflows])
+    assert (subflows[decided.prioritised][0], decided.reason) == (want.prioritised_subflow, want.reason)

@@ -39,7 +39,7 @@ import uvicorn
 from edgepath.adapters.registry import compiled_engines
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
-from edgepath.grpc.convert import NATIVE_DECODING, NATIVE_ENCODING
+from edgepath.grpc.convert import COMPILED_WIRE
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.logs import configure_logging
 from edgepath.metrics import Metrics
@@ -456,16 +456,17 @@ class Service:
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
         log.info(
-            "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s; compiled engines: %s; compiled gRPC request "
-            "decoding: %s; compiled gRPC reply encoding: %s)",
+            "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s; compiled engines: %s; %s)",
             s.host,
             self.grpc_port,
             s.host,
             self.http_port,
             s.policy,
             ", ".join(compiled_engines(s)) or "none, the Python engines decide",
-            "yes" if NATIVE_DECODING and s.native_engines else "no",
-            "yes" if NATIVE_ENCODING and s.native_engines else "no",
+            "; ".join(
+                f"compiled gRPC {part}: {'yes' if ok and s.native_engines else 'no'}"
+                for part, ok in COMPILED_WIRE.items()
+            ),
         )
         self._started.set()
         try:

@@ -40,11 +40,21 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
         service's bug, answered as an internal error, never as the caller's bad input).
     """
     priority = mlpm.PROFILE_PRIORITY[request.application_profile]
-    if settings.native_engines and (section := _compiled_section(request, priority, settings)) is not None:
-        return section
+    if settings.native_engines:
+        section = _compiled_section(request, priority, settings, _decider(priority, settings))
+        if section is not None:
+            return section
     # native=False: the compiled engine has had its turn (above) where it may decide
     d = mlpm.decide(subflow_histories(request), **_engine_args(priority, settings), native=False)
     return advice_section(request, d)
+
+
+def _decider(
+    priority: mlpm.Priority, settings: Settings
+) -> Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None]:
+    """The compiled engine's decider for ``priority`` under ``settings``
+    (:func:`~edgepath.engines.mlpm.compiled_decider`)."""
+    return mlpm.compiled_decider(**_engine_args(priority, settings))
 
 
 def _engine_args(priority: mlpm.Priority, settings: Settings) -> dict[str, Any]:
@@ -64,14 +74,12 @@ def _compiled_section(
     request: ep_types.RecommendRequest,
     priority: mlpm.Priority,
     settings: Settings,
-    decide: Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None] | None = None,
+    decide: Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None],
 ) -> ep_types.SchedulerAdvice | None:
-    """:func:`scheduler_advice` by the compiled engine (:func:`~edgepath.engines.mlpm.decide_compiled`: the same
-    numbers bit for bit), its plain values put straight into the section without the engine's objects (~10 µs less
-    per decision, issue 16); None where it is not installed or hands the decision back. ``decide``: the
-    :func:`~edgepath.engines.mlpm.compiled_decider` of ``priority`` and ``settings``, where the caller has it."""
-    if decide is None:
-        decide = mlpm.compiled_decider(**_engine_args(priority, settings))
+    """:func:`scheduler_advice` by the compiled engine (``decide``: the :func:`~edgepath.engines.mlpm.compiled_decider`
+    of ``priority`` and ``settings``; the same numbers bit for bit), its plain values put straight into the section
+    without the engine's objects (~10 µs less per decision, issue 16); None where it is not installed or hands the
+    decision back."""
     d = decide(subflow_columns(request))
     if d is None:
         return None
@@ -91,7 +99,7 @@ def scheduler_advice_batch(
     priorities = [mlpm.PROFILE_PRIORITY[r.application_profile] for r in requests]
     sections: list[ep_types.SchedulerAdvice | None] = [None] * len(requests)
     if settings.native_engines:  # one compiled decider per priority in the batch, its arguments checked once
-        deciders = {p: mlpm.compiled_decider(**_engine_args(p, settings)) for p in set(priorities)}
+        deciders = {p: _decider(p, settings) for p in set(priorities)}
         sections = [_compiled_section(r, p, settings, deciders[p]) for r, p in zip(requests, priorities, strict=True)]
     rest = [i for i, section in enumerate(sections) if section is None]
     if rest:  # the numpy batch, for what the compiled engine did not decide

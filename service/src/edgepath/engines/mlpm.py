@@ -842,7 +842,7 @@ PlainForecast = tuple[float, float, float, int]
 
 
 class CompiledDecision(NamedTuple):
-    """:func:`decide_compiled`'s decision in plain values (what :class:`SchedulerWeights` holds, without an object
+    """A :func:`compiled_decider`'s decision in plain values (what :class:`SchedulerWeights` holds, without an object
     per subflow and forecast).
 
     ``scored``: per subflow in order ``(weight, score, rtt forecast, throughput forecast)``, forecasts as
@@ -858,31 +858,6 @@ class CompiledDecision(NamedTuple):
     classifier_weights: tuple[float, ...]
 
 
-def decide_compiled(
-    subflows: Sequence[CompiledSubflow],
-    *,
-    priority: Priority = Priority.BALANCED,
-    window: int = DEFAULT_WINDOW,
-    horizon_s: float = DEFAULT_HORIZON_S,
-    gain: float = DEFAULT_GAIN,
-    bias: float | None = None,
-    fitted: FittedClassifier | None = None,
-) -> CompiledDecision | None:
-    """:func:`decide` by the compiled engine (``edgepath_native.mlpm_decide``; service/native/src/mlpm.rs), in plain
-    values: the same numbers bit for bit, for a caller that builds its own form of them (the service's section).
-
-    ``subflows``: shape (k,), :data:`CompiledSubflow`; the other arguments as :func:`decide`'s. Returns None where
-    the compiled engine is not installed or does not decide (no subflow, columns out of time order or not finite,
-    no feature known for every subflow): :func:`decide` with ``native=False`` then gives the decision.
-
-    Raises
-    ------
-    ValueError
-        As :func:`decide`.
-    """
-    return _compiled(subflows, window, horizon_s, priority, gain, _checked(window, horizon_s, gain, bias), fitted)
-
-
 def compiled_decider(
     *,
     priority: Priority = Priority.BALANCED,
@@ -892,14 +867,19 @@ def compiled_decider(
     bias: float | None = None,
     fitted: FittedClassifier | None = None,
 ) -> Callable[[Sequence[CompiledSubflow]], CompiledDecision | None]:
-    """:func:`decide_compiled` with these arguments checked once: a function of the subflows alone, for the items
-    of a ``RecommendBatch`` that share a priority (issue 16: the checks and the keyword call per item were ~0.6 µs of a
-    batch decision's ~12 in MLPM's stage).
+    """:func:`decide` by the compiled engine (``edgepath_native.mlpm_decide``; service/native/src/mlpm.rs), in plain
+    values: the same numbers bit for bit, for a caller that builds its own form of them (the service's section).
+
+    The arguments are :func:`decide`'s and are checked once, here: the result is a function of the subflows alone
+    (``subflows``: shape (k,), :data:`CompiledSubflow`), shared by the items of a ``RecommendBatch`` of one priority
+    (issue 16: the checks and the keyword call per item were ~0.6 µs of a batch decision's ~12 in MLPM's stage). It
+    returns None where the compiled engine is not installed or does not decide (no subflow, columns out of time order
+    or not finite, no feature known for every subflow): :func:`decide` with ``native=False`` then gives the decision.
 
     Raises
     ------
     ValueError
-        As :func:`decide`, when the arguments are checked (here, not at each call).
+        As :func:`decide`, when the arguments are checked.
     """
     b = _checked(window, horizon_s, gain, bias)
 
@@ -918,7 +898,7 @@ def _compiled(
     b: float,
     fitted: FittedClassifier | None,
 ) -> CompiledDecision | None:
-    """:func:`decide_compiled` with its arguments checked (``b`` the bias in use)."""
+    """A :func:`compiled_decider`'s decision (its arguments checked, ``b`` the bias in use)."""
     if _native_decide is None or not subflows:
         return None
     decided = _native_decide(subflows, window, horizon_s, _native_classifiers(priority, gain, b, fitted))
@@ -944,8 +924,8 @@ def _decide_native(
     b: float,
     fitted: FittedClassifier | None,
 ) -> SchedulerWeights | None:
-    """:func:`decide` (its arguments checked, ``histories`` not empty) by the compiled engine (:func:`decide_compiled`),
-    or None where it does not decide, also for a feature given as pairs."""
+    """:func:`decide` (its arguments checked, ``histories`` not empty) by the compiled engine
+    (:func:`compiled_decider`'s), or None where it does not decide, also for a feature given as pairs."""
     subflows: list[CompiledSubflow] = []
     for h in histories:
         r, t = h.rtt_ms, h.throughput_bps

@@ -223,6 +223,10 @@ NATIVE_DECODING: bool = _native_schema is not None and _same_schema(_native_sche
 #: :func:`recommendation_batch_to_proto` is its reference (``tests/service/test_grpc_native_encoding.py``).
 NATIVE_ENCODING: bool = _native_encode is not None and NATIVE_DECODING
 
+#: The compiled gRPC parts by name, each installed and of this schema: the start-up line names them, the image's
+#: ``REQUIRE_NATIVE`` verify requires them.
+COMPILED_WIRE: dict[str, bool] = {"request decoding": NATIVE_DECODING, "reply encoding": NATIVE_ENCODING}
+
 #: The wire enums' tables the compiled encoding writes enum members through, by the proto enum's full name.
 _ENUM_NUMBERS: dict[str, dict[Any, int]] = {
     pb.AccessType.DESCRIPTOR.full_name: ACCESS_TO_PROTO,
