@@ -177,6 +177,13 @@ async def asgi_post(app: Any, path: str, body: bytes, token: str) -> tuple[int, 
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every stage table of the report (see :func:`markdown`); the token file lives in a removed temporary dir."""
+    with tempfile.TemporaryDirectory(prefix="edgepath-breakdown-") as tmp_name:
+        return await _run(args, Path(tmp_name))
+
+
+async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """:func:`run` with its token file's directory *tmp* (removed by the caller)."""
     import workload
     from edgepath import types as ep_types
     from edgepath.adapters.base import cacheable_context
@@ -195,7 +202,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from edgepath.state.base import ClaimResult, DecisionRecord, OutcomeRecord
     from edgepath.wire import edgepath_pb2 as pb
 
-    tmp = Path(tempfile.mkdtemp(prefix="edgepath-breakdown-"))
     tokens = TokenFile(tmp / "tokens.json")
     token = tokens.add(DEVICE)
     settings = Settings(
