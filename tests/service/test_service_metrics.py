@@ -68,3 +68,38 @@ def test_metrics_on_their_own_port_with_request_and_domain_metrics() -> None:
     assert 0 < value(got, "edgepath_outcome_utility_sum") < 1
     assert value(got, "edgepath_outcome_delay_seconds_count") == 1
     assert value(got, "edgepath_model_published_timestamp_seconds") > 1.7e9
+
+
+def test_every_grpc_service_is_observed_without_an_interceptor() -> None:
+    """The call observer wraps each method where the server registers it (no grpc.aio interceptor, issue 16): the
+    health and reflection services are counted and echo the request id, as ``PathService`` is, and a malformed
+    ``Recommend`` is still INVALID_ARGUMENT, counted under its code."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with running_service(metrics_port=0) as svc:
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            answer, call = health_pb2_grpc.HealthStub(channel).Check.with_call(
+                health_pb2.HealthCheckRequest(service=""), timeout=5, metadata=(("x-request-id", "health-1"),)
+            )
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            assert ("x-request-id", "health-1") in tuple(call.trailing_metadata())
+            listed = next(
+                reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+                )
+            )
+            assert "edgepath.v1.PathService" in {s.name for s in listed.list_services_response.service}
+            malformed = channel.unary_unary("/edgepath.v1.PathService/Recommend")
+            try:
+                malformed(b"\xff\xff\xff", timeout=5)
+                raise AssertionError("malformed bytes were answered")
+            except grpc.RpcError as err:
+                assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert dict(err.trailing_metadata())["x-request-id"]  # one generated for the call
+        scrape = httpx.get(f"http://127.0.0.1:{svc.service.metrics_port}/metrics", timeout=5)
+    got = samples(scrape.text)
+    assert value(got, "grpc_server_handled_total", grpc_service="grpc.health.v1.Health", grpc_method="Check") == 1
+    reflection = {"grpc_service": "grpc.reflection.v1alpha.ServerReflection", "grpc_method": "ServerReflectionInfo"}
+    assert value(got, "grpc_server_handled_total", grpc_code="OK", **reflection) == 1
+    assert value(got, "grpc_server_handled_total", grpc_method="Recommend", grpc_code="INVALID_ARGUMENT") == 1

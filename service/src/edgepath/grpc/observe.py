@@ -1,15 +1,17 @@
 """What the gRPC transport tells operators and callers besides the answer: request ids, call metrics, rich errors.
 
-- :class:`CallObserver` (a ``grpc.aio`` server interceptor) takes the caller's ``x-request-id`` metadata (or
-  makes one), puts it in the request's context (the JSON logs carry it, :mod:`edgepath.logs`) and sends it
-  back as *trailing* metadata (on errors too, :func:`with_call_trailers`: the status and its details travel
-  there). Not as initial metadata: ``send_initial_metadata`` is a batch of its own on the call, which cost
-  more CPU than the whole Recommend handler in a profile of the serving process (py-spy under
-  ``loadtest/bench``; issue 16), while the trailers go out with the status anyway. It also counts every call
-  by method and status code, with its latency, under the names of the Go and Java gRPC Prometheus
-  interceptors (``grpc_server_handled_total``, ``grpc_server_handling_seconds``), so existing gRPC
-  dashboards work. (py-grpc-prometheus only intercepts the synchronous server; this service runs
-  ``grpc.aio``.)
+- :class:`CallObserver` takes the caller's ``x-request-id`` metadata (or makes one), puts it in the request's
+  context (the JSON logs carry it, :mod:`edgepath.logs`) and sends it back as *trailing* metadata (on errors too,
+  :func:`with_call_trailers`: the status and its details travel there). Not as initial metadata:
+  ``send_initial_metadata`` is a batch of its own on the call, which cost more CPU than the whole Recommend handler
+  in a profile of the serving process (py-spy under ``loadtest/bench``; issue 16), while the trailers go out with
+  the status anyway. It also counts every call by method and status code, with its latency, under the names of the
+  Go and Java gRPC Prometheus interceptors (``grpc_server_handled_total``, ``grpc_server_handling_seconds``), so
+  existing gRPC dashboards work. (py-grpc-prometheus only intercepts the synchronous server; this service runs
+  ``grpc.aio``.) It wraps each method handler once, where the server registers it
+  (:func:`edgepath.grpc.server.add_servicer`), and is no ``grpc.aio`` interceptor: grpc.aio runs interceptors as a
+  chain of coroutines on every call, which cost ~40 µs of the serving loop's CPU per call (issue 16, Session 50:
+  149 → 108–116 µs per call of a Recommend answered at once, ``loadtest/cpu_per_call.py``'s measure).
 - :func:`rich_status` builds the ``grpc.Status`` of an error with ``google.rpc`` details in the
   ``grpc-status-details-bin`` trailer (grpcio-status; https://cloud.google.com/apis/design/errors):
   ``BadRequest`` field violations naming each invalid field, ``RetryInfo`` for a shed or rate-limited call.
@@ -22,7 +24,7 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -93,11 +95,9 @@ def request_id_of(metadata: Sequence[Any] | None) -> str:
     return uuid.uuid4().hex
 
 
-class CallObserver(grpc.aio.ServerInterceptor):
-    """Request id in and out, and per-method call counts and latency (module docstring).
-
-    The wrapped handler of a method is built once and reused for every call of it (the request id is read from
-    the call's own metadata), so the interceptor costs a dictionary lookup per call, not new closures.
+class CallObserver:
+    """Request id in and out, and per-method call counts and latency (module docstring), for the method handlers
+    :meth:`wrap` is given as the server registers them (:func:`edgepath.grpc.server.add_servicer`).
 
     Parameters
     ----------
@@ -108,23 +108,10 @@ class CallObserver(grpc.aio.ServerInterceptor):
 
     def __init__(self, on_call: Callable[[str, str, float], None] | None = None) -> None:
         self.on_call = on_call
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method = handler_call_details.method
-        cached = self._wrapped.get(method)
-        if cached is None or cached[0] is not handler:  # the server's handlers are fixed objects per method
-            cached = self._wrapped[method] = (handler, self._wrap(method, handler))
-        return cached[1]
-
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler`` of ``method`` (its full name, ``/edgepath.v1.PathService/Recommend``) with each call observed:
+        the same kind of handler, the same (de)serializers."""
         on_call = self.on_call
 
         def enter(context: grpc.aio.ServicerContext) -> float:

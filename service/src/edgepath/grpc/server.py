@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from pydantic import ValidationError
 
 from edgepath.adapters.base import cacheable_context
@@ -184,13 +184,25 @@ def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHa
     )
 
 
-def add_servicer(add_to_server: Any, servicer: object, server: grpc.aio.Server) -> None:
-    """Register ``servicer`` like ``add_to_server`` (a generated ``add_*Servicer_to_server``) would, with
-    requests parsed in the handler (see :func:`_parse_in_handler`)."""
+def add_servicer(
+    add_to_server: Any,
+    servicer: object,
+    server: grpc.aio.Server,
+    observer: CallObserver | None = None,
+    *,
+    parse_in_handler: bool = True,
+) -> None:
+    """Register ``servicer`` like ``add_to_server`` (a generated ``add_*Servicer_to_server``) would, each method
+    handler wrapped once, here: its requests parsed in the handler (:func:`_parse_in_handler`; ``parse_in_handler``)
+    and its calls observed by ``observer`` (:meth:`CallObserver.wrap`: request id, call metrics)."""
     capture = _CaptureHandlers()
     add_to_server(servicer, capture)
     for service, handlers in capture.handlers.items():
-        wrapped = {name: _parse_in_handler(h) for name, h in handlers.items()}
+        wrapped = {}
+        for name, handler in handlers.items():
+            if parse_in_handler:
+                handler = _parse_in_handler(handler)
+            wrapped[name] = observer.wrap(f"/{service}/{name}", handler) if observer is not None else handler
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
         server.add_registered_method_handlers(service, wrapped)
 
@@ -430,17 +442,26 @@ def create_server(
         # the hard limit (grpc_core::Server's pending_backlog_protector_; defaults 1,000 / 3,000)
         options.append(("grpc.server.max_pending_requests", max_pending_calls))
         options.append(("grpc.server.max_pending_requests_hard_limit", PENDING_HARD_LIMIT_FACTOR * max_pending_calls))
-    interceptors: list[Any] = [CallObserver(plane.metrics.grpc_call)]
+    interceptors: list[Any] = []
     if tracer_provider is not None:
         from edgepath.tracing import grpc_interceptor
 
-        interceptors.insert(0, grpc_interceptor(tracer_provider))
+        interceptors.append(grpc_interceptor(tracer_provider))
     server = grpc.aio.server(options=options, interceptors=interceptors)
-    add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security, admission), server)
+    # Every method observed where it is registered, not by an interceptor (see edgepath.grpc.observe)
+    observer = CallObserver(plane.metrics.grpc_call)
+    add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security, admission), server, observer)
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    add_servicer(
+        health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server, observer, parse_in_handler=False
+    )
+    names = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+    add_servicer(  # what reflection.enable_server_reflection registers on a grpc.aio server
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
+        reflection.aio.ReflectionServicer(names),
+        server,
+        observer,
+        parse_in_handler=False,
     )
     if credentials is not None:
         port = server.add_secure_port(address, credentials)
