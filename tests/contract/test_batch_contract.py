@@ -211,9 +211,9 @@ def test_grpc_request_bytes_are_read_by_the_method_and_refused_when_they_do_not_
 
 
 def test_the_kept_self_declared_principals_hold_at_most_128_characters_of_an_id() -> None:
-    """Authentication off, the servicer keeps one Principal per declared device (65,536 at most): an id as long as a
-    message may carry is kept by its first 128 characters, the principal's, so the kept ids stay bounded in size."""
-    from edgepath.grpc.server import _declared_principal, declared_principal
+    """Authentication off, both transports keep one Principal per declared device (65,536 at most): an id as long as
+    a message may carry is kept by its first 128 characters, the principal's, so the kept ids stay bounded in size."""
+    from edgepath.security.auth import _declared_principal, declared_principal
 
     before = _declared_principal.cache_info().currsize
     long_id = "gw-" + "x" * 500_000

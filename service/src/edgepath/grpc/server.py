@@ -11,7 +11,6 @@ close connections after ``max_connection_age_ms`` so long-lived device channels 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -29,7 +28,7 @@ from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
-from edgepath.security.auth import identity_from_auth_context
+from edgepath.security.auth import declared_principal, identity_from_auth_context
 from edgepath.types import Principal, RecommendBatch, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
@@ -207,19 +206,6 @@ def add_servicer(
         server.add_registered_method_handlers(service, wrapped)
 
 
-def declared_principal(device_id: str) -> Principal:
-    """The self-declared caller ``device_id`` (its first 128 characters) when authentication is off; one immutable
-    object per device, kept for the 65,536 devices seen last (a gateway's ``RecommendBatch`` names up to 256 of them,
-    each a pydantic model of ~1 µs to build; issue 16). Kept by the 128 characters, so an id of any length the message
-    bound allows holds at most those."""
-    return _declared_principal(device_id[:128])
-
-
-@functools.lru_cache(maxsize=65_536)
-def _declared_principal(device_id: str) -> Principal:
-    return Principal(device_id=device_id)
-
-
 class PathServicer(pb_grpc.PathServiceServicer):
     """Thin adapter: proto → domain → plane → proto."""
 
@@ -255,7 +241,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         Unauthenticated, RateLimited
         """
         if self.security is None:
-            return Principal(device_id=declared_device_id)
+            return declared_principal(declared_device_id)
         principal = self.authenticated(context) or declared_principal(declared_device_id)
         await self.security.admit(principal)
         return principal
@@ -352,7 +338,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
             try:
                 try:
                     if self.security is None:
-                        principal = Principal(device_id=request.device_id)
+                        principal = declared_principal(request.device_id)
                     else:  # as principal(): the call's credential, else (auth off) the self-declared device
                         principal = authenticated or declared_principal(request.device_id)
                         await self.security.admit(principal)

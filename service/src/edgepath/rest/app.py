@@ -57,6 +57,7 @@ from edgepath.rest.problem import declare_problems, instance_uri, problem_body, 
 from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
 from edgepath.security.asgi import BodySizeLimit
+from edgepath.security.auth import declared_principal
 from edgepath.types import (
     OutcomeAck,
     OutcomeReport,
@@ -338,7 +339,7 @@ class Gate:
         principal = await self.caller(request)
         if principal is not None:
             return principal
-        declared = Principal(device_id=declared_device_id)
+        declared = declared_principal(declared_device_id)
         if self.security is not None:
             await self.security.admit(declared)
         return declared
@@ -349,7 +350,7 @@ class Gate:
         principal = await self.caller(request)
         if principal is not None:
             return [principal] * len(declared_device_ids)
-        declared = {d: Principal(device_id=d) for d in declared_device_ids}
+        declared = {d: declared_principal(d) for d in declared_device_ids}
         if self.security is not None:
             await self.security.admit_all(list(declared.values()))
         return [declared[d] for d in declared_device_ids]
