@@ -10,7 +10,8 @@ serving model, plane with the registered engine adapters, outcome guard), the re
 with a device token required (``edgepath tokens`` file: authentication and the per-device rate limit
 run as in production), the real transports' request/response code. No socket is involved: the rows
 are the CPU cost of each stage, the ``whole handler`` rows the same call through the real transport
-entry point (the FastAPI ASGI app called directly; the gRPC servicer method with a stand-in context),
+entry point (the FastAPI ASGI app called directly, with its middlewares; the gRPC servicer method with a
+stand-in context, wrapped by the call observer as the server registers it: :func:`observed_methods`),
 so ``framework`` = whole handler − the sum of the timed stages is what routing, dependency
 injection and response handling around them cost.
 
@@ -118,9 +119,19 @@ class FakeContext:
 
     def __init__(self, token: str | None = None) -> None:
         self._md = (FakeMetadatum("authorization", f"Bearer {token}"),) if token is not None else ()
+        self._trailing: Any = ()
 
     def invocation_metadata(self) -> Any:
         return self._md
+
+    def set_trailing_metadata(self, trailing_metadata: Any) -> None:
+        self._trailing = tuple(trailing_metadata)
+
+    def trailing_metadata(self) -> Any:
+        return self._trailing
+
+    def code(self) -> Any:
+        return None  # not set: the call ends OK
 
     def auth_context(self) -> Any:
         return {}
@@ -174,6 +185,24 @@ async def asgi_post(app: Any, path: str, body: bytes, token: str) -> tuple[int, 
 
     await app(scope, receive, send)
     return status, b"".join(chunks)
+
+
+def observed_methods(servicer: Any, plane: Any) -> dict[str, Any]:
+    """The servicer's unary methods as the server serves them: each wrapped by the call observer (request id, call
+    metrics; :class:`edgepath.grpc.observe.CallObserver`), so the gRPC *whole handler* holds what REST's holds
+    through its middlewares. A revision whose observer was an interceptor (before Session 50) is wrapped by the
+    same per-call code; grpc.aio's interceptor machinery around it cannot run without a server."""
+    import grpc
+    from edgepath.grpc.observe import CallObserver
+
+    observer = CallObserver(plane.metrics.grpc_call)
+    wrap = getattr(observer, "wrap", None) or observer._wrap
+    return {
+        name: wrap(
+            f"/edgepath.v1.PathService/{name}", grpc.unary_unary_rpc_method_handler(getattr(servicer, name))
+        ).unary_unary
+        for name in ("Recommend", "ReportOutcome", "RecommendBatch")
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,6 +268,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     # Since Session 49 Recommend and RecommendBatch are handed their requests' wire bytes
     # (grpc.server.takes_wire_bytes); a revision from before on PYTHONPATH takes messages
     reads_bytes = getattr(servicer.Recommend, "takes_wire_bytes", False)
+    served = observed_methods(servicer, plane)
     rec_t = {"rest": Timers(), "grpc": Timers()}
     out_t = {"rest": Timers(), "grpc": Timers()}
 
@@ -394,7 +424,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     async def whole_grpc(i: int) -> tuple[float, float]:
         t0 = time.perf_counter_ns()
-        reply = await servicer.Recommend(
+        reply = await served["Recommend"](
             protos[i] if reads_bytes else pb.RecommendRequest.FromString(protos[i]), context
         )
         if not isinstance(reply, bytes):  # a message where the compiled encoding is not used
@@ -404,7 +434,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             reply = pb.Recommendation.FromString(reply)
         wire = workload.outcome_proto(pb, pool[i % len(pool)], DEVICE, reply).SerializeToString()
         t2 = time.perf_counter_ns()
-        ack = await servicer.ReportOutcome(pb.OutcomeRequest.FromString(wire), context)
+        ack = await served["ReportOutcome"](pb.OutcomeRequest.FromString(wire), context)
         ack.SerializeToString()
         t3 = time.perf_counter_ns()
         return t1 - t0, t3 - t2
@@ -540,12 +570,11 @@ async def batch_stages(
 
     # as served (a revision from before Session 49: a message)
     reads_bytes = getattr(servicer.RecommendBatch, "takes_wire_bytes", False)
+    recommend_batch = observed_methods(servicer, plane)["RecommendBatch"]
     for k in range(args.batch + 5):  # the first 5 warm up
         wire = requests[k % len(requests)]
         t0, w0 = clock(), time.perf_counter_ns()
-        reply = await servicer.RecommendBatch(
-            wire if reads_bytes else pb.RecommendBatchRequest.FromString(wire), context
-        )
+        reply = await recommend_batch(wire if reads_bytes else pb.RecommendBatchRequest.FromString(wire), context)
         if not isinstance(reply, bytes):  # a message where the compiled encoding is not used
             reply.SerializeToString()
         whole, whole_wall = clock() - t0, time.perf_counter_ns() - w0
