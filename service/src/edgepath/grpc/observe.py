@@ -10,8 +10,8 @@
   existing gRPC dashboards work. (py-grpc-prometheus only intercepts the synchronous server; this service runs
   ``grpc.aio``.) It wraps each method handler once, where the server registers it
   (:func:`edgepath.grpc.server.add_servicer`), and is no ``grpc.aio`` interceptor: grpc.aio runs interceptors as a
-  chain of coroutines on every call, which cost ~40 µs of the serving loop's CPU per call (issue 16, Session 50:
-  149 → 108–116 µs per call of a Recommend answered at once, ``loadtest/cpu_per_call.py``'s measure).
+  chain of coroutines on every call, which cost 32–42 µs of the serving loop's CPU per call (issue 16, Session 50:
+  148–152 → 108–116 µs per call of a Recommend answered at once, ``loadtest/cpu_per_call.py``'s measure).
 - :func:`rich_status` builds the ``grpc.Status`` of an error with ``google.rpc`` details in the
   ``grpc-status-details-bin`` trailer (grpcio-status; https://cloud.google.com/apis/design/errors):
   ``BadRequest`` field violations naming each invalid field, ``RetryInfo`` for a shed or rate-limited call.
