@@ -27,7 +27,7 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
 from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
-from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, declared_callers
 from edgepath.security.auth import declared_principal, identity_from_auth_context
 from edgepath.types import Principal, RecommendBatch, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
@@ -265,10 +265,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         if self.security is not None and (principal := self.authenticated(context)) is not None:
             await self.security.admit(principal)
             return [principal] * len(declared_device_ids)
-        declared = {d: declared_principal(d) for d in declared_device_ids}
-        if self.security is not None:
-            await self.security.admit_all(list(declared.values()))
-        return [declared[d] for d in declared_device_ids]
+        return await declared_callers(self.security, declared_device_ids)
 
     @takes_wire_bytes
     async def Recommend(

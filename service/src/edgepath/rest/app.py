@@ -55,7 +55,7 @@ from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
 from edgepath.rest.problem import declare_problems, instance_uri, problem_body, problem_bytes
 from edgepath.rest.problem import problem_response as _problem_response
-from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, declared_callers
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.security.auth import declared_principal
 from edgepath.types import (
@@ -350,10 +350,7 @@ class Gate:
         principal = await self.caller(request)
         if principal is not None:
             return [principal] * len(declared_device_ids)
-        declared = {d: declared_principal(d) for d in declared_device_ids}
-        if self.security is not None:
-            await self.security.admit_all(list(declared.values()))
-        return [declared[d] for d in declared_device_ids]
+        return await declared_callers(self.security, declared_device_ids)
 
     async def admin(self, request: Request) -> Principal:
         """The authenticated caller of an admin route (the plane checks the admin flag).

@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgepath.security.auth import Authenticator, TokenFile
+from edgepath.security.auth import Authenticator, TokenFile, declared_principal
 from edgepath.security.plausibility import OutcomeGuard
-from edgepath.security.ratelimit import MemoryRateLimiter, RateLimiter, enforce, refuse_if_limited
+from edgepath.security.ratelimit import RateLimiter, enforce, in_process, refuse_if_limited
 from edgepath.settings import Settings
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.types import Principal
@@ -49,7 +49,7 @@ class EdgeSecurity:
         limiter = self.request_limiter
         if limiter is None:
             return
-        if isinstance(limiter, MemoryRateLimiter):
+        if in_process(limiter):
             for principal in principals:
                 refuse_if_limited(limiter.take(principal.device_id))
             return
@@ -57,6 +57,21 @@ class EdgeSecurity:
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+
+async def declared_callers(security: EdgeSecurity | None, device_ids: Sequence[str]) -> list[Principal]:
+    """The caller of each item of a batch when authentication is off (both transports): its self-declared device
+    (:func:`~edgepath.security.auth.declared_principal`), one request token per distinct device.
+
+    Raises
+    ------
+    RateLimited
+        A device's bucket is empty (:meth:`EdgeSecurity.admit_all`).
+    """
+    declared = {d: declared_principal(d) for d in device_ids}
+    if security is not None:
+        await security.admit_all(list(declared.values()))
+    return [declared[d] for d in device_ids]
 
 
 def build_outcome_guard(settings: Settings, backend: StateBackend | None = None) -> OutcomeGuard:

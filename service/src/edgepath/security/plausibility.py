@@ -40,7 +40,7 @@ import math
 from collections.abc import Sequence
 
 from edgepath.errors import InvalidInput
-from edgepath.security.ratelimit import RateLimiter, is_shared, refuse_if_limited
+from edgepath.security.ratelimit import RateLimiter, in_process, refuse_if_limited
 from edgepath.state.base import DecisionRecord
 
 # The quarantine sets live with the state backends (edgepath.state.limits); re-exported for callers of this module.
@@ -153,9 +153,9 @@ class OutcomeGuard:
         limiter = self.outcome_limiter
         if limiter is None:
             return None
-        if not is_shared(limiter):
+        if in_process(limiter):
             done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-            done.set_result(await limiter.acquire(device_id))
+            done.set_result(limiter.take(device_id))
             return done
         task = asyncio.ensure_future(limiter.acquire(device_id))
         _in_flight.add(task)  # a strong reference until it is done, whoever waits for it

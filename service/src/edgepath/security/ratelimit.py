@@ -8,6 +8,7 @@ needs the store's client); this module keeps the names the security layer has al
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 from edgepath.errors import RateLimited
 from edgepath.state.limits import FallbackRateLimiter, MemoryRateLimiter, RateLimiter, RedisRateLimiter, gcra_step
@@ -19,7 +20,7 @@ __all__ = [
     "RedisRateLimiter",
     "enforce",
     "gcra_step",
-    "is_shared",
+    "in_process",
     "refuse_if_limited",
 ]
 
@@ -34,7 +35,7 @@ async def enforce(limiter: RateLimiter | None, key: str, what: str = "requests")
     """
     if limiter is None:
         return
-    refuse_if_limited(await limiter.acquire(key), what)
+    refuse_if_limited(limiter.take(key) if in_process(limiter) else await limiter.acquire(key), what)
 
 
 def refuse_if_limited(retry_after_s: float, what: str = "requests") -> None:
@@ -52,7 +53,8 @@ def refuse_if_limited(retry_after_s: float, what: str = "requests") -> None:
         )
 
 
-def is_shared(limiter: RateLimiter) -> bool:
-    """Whether ``limiter`` keeps its buckets outside this process (a round trip per token: worth overlapping with
-    the caller's other round trips), i.e. anything but :class:`MemoryRateLimiter`."""
-    return not isinstance(limiter, MemoryRateLimiter)
+def in_process(limiter: RateLimiter) -> TypeGuard[MemoryRateLimiter]:
+    """Whether ``limiter`` keeps its buckets in this process: a token is taken at once, without a coroutine
+    (:meth:`MemoryRateLimiter.take`; issue 16). Else a token is a round trip (Redis), worth overlapping with the
+    caller's other round trips."""
+    return isinstance(limiter, MemoryRateLimiter)

@@ -163,10 +163,9 @@ class TtlIndex:
         a scratch timing; issue 16)."""
         now = self.timer()
         expiry = now + self.ttl_s
-        shards = self._shards
         touched: dict[int, collections.OrderedDict[str, tuple[float, Any]]] = {}
         for key, value in pairs:
-            items = shards[hash(key) % len(shards)]
+            items = self._shard(key)
             items[key] = (expiry, value)
             items.move_to_end(key)
             touched[id(items)] = items
