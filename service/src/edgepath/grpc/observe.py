@@ -7,8 +7,9 @@
   in a profile of the serving process (py-spy under ``loadtest/bench``; issue 16), while the trailers go out with
   the status anyway. It also counts every call by method and status code, with its latency, under the names of the
   Go and Java gRPC Prometheus interceptors (``grpc_server_handled_total``, ``grpc_server_handling_seconds``), so
-  existing gRPC dashboards work. (py-grpc-prometheus only intercepts the synchronous server; this service runs
-  ``grpc.aio``.) It wraps each method handler once, where the server registers it
+  existing gRPC dashboards work; a call the client cancels counts as ``CANCELLED`` (logged at DEBUG, not as a
+  server fault), one whose deadline passed as ``DEADLINE_EXCEEDED``. (py-grpc-prometheus only intercepts the
+  synchronous server; this service runs ``grpc.aio``.) It wraps each method handler once, where the server registers it
   (:func:`edgepath.grpc.server.add_servicer`), and is no ``grpc.aio`` interceptor: grpc.aio runs interceptors as a
   chain of coroutines on every call, which cost 32–42 µs of the serving loop's CPU per call (issue 16, Session 50:
   148–152 → 108–116 µs per call of a Recommend answered at once, ``loadtest/cpu_per_call.py``'s measure).
@@ -19,6 +20,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import inspect
 import logging
@@ -95,6 +97,14 @@ def request_id_of(metadata: Sequence[Any] | None) -> str:
     return uuid.uuid4().hex
 
 
+def cancelled_as(context: grpc.aio.ServicerContext) -> str:
+    """The status code of a call whose handler grpc.aio cancelled: ``DEADLINE_EXCEEDED`` when the caller's deadline
+    had passed (the server was too slow: a fault of ours), else ``CANCELLED`` (the caller cancelled or went away, or
+    the server is stopping: not a fault)."""
+    remaining = context.time_remaining()
+    return "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0.0 else "CANCELLED"
+
+
 class CallObserver:
     """Request id in and out, and per-method call counts and latency (module docstring), for the method handlers
     :meth:`wrap` is given as the server registers them (:func:`edgepath.grpc.server.add_servicer`).
@@ -120,12 +130,19 @@ class CallObserver:
             context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
             return time.perf_counter()
 
-        def leave(context: grpc.aio.ServicerContext, start: float, failed: bool) -> None:
+        def leave(context: grpc.aio.ServicerContext, start: float, ended: str | None) -> None:
+            """Count the call; ``ended``: None when the handler returned, ``"UNKNOWN"`` when it raised, and
+            :func:`cancelled_as` when grpc.aio cancelled it (a status the handler set wins over each). A handler that
+            returned after the caller's deadline counts as ``DEADLINE_EXCEEDED``: its answer reached no one. (A
+            stream handler whose client cancels may see its requests just end and return: grpc.aio tells it no
+            more, so that call counts as ``OK``.)"""
             if on_call is None:
                 return
             code = context.code()
-            if code is None or isinstance(code, int):  # not set: OK unless the handler raised
-                name = "UNKNOWN" if failed else "OK" if not code else grpc.StatusCode(code).name
+            if code is None or isinstance(code, int):  # not set: OK unless the handler raised or was cancelled
+                name = ended or ("OK" if not code else grpc.StatusCode(code).name)
+                if name == "OK" and (remaining := context.time_remaining()) is not None and remaining <= 0.0:
+                    name = "DEADLINE_EXCEEDED"  # e.g. a stream handler whose requests ended with the deadline
             else:
                 name = code.name
             elapsed_s = time.perf_counter() - start
@@ -137,13 +154,16 @@ class CallObserver:
         def wrap_unary(behavior: Any) -> Any:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 start = enter(context)
-                failed = True
+                ended: str | None = "UNKNOWN"
                 try:
                     response = await behavior(request, context)
-                    failed = False
+                    ended = None
                     return response
+                except asyncio.CancelledError:
+                    ended = cancelled_as(context)
+                    raise
                 finally:
-                    leave(context, start, failed)
+                    leave(context, start, ended)
 
             return call
 
@@ -152,13 +172,16 @@ class CallObserver:
 
                 async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
                     start = enter(context)
-                    failed = True
+                    ended: str | None = "UNKNOWN"
                     try:
                         async for response in behavior(request, context):
                             yield response
-                        failed = False
+                        ended = None
+                    except asyncio.CancelledError:
+                        ended = cancelled_as(context)
+                        raise
                     finally:
-                        leave(context, start, failed)
+                        leave(context, start, ended)
 
                 return stream
             return wrap_unary(behavior)  # a coroutine writing with context.write()

@@ -1,0 +1,109 @@
+"""The gRPC call observer's status of calls that end without an answer (Session 51).
+
+grpc.aio cancels a handler's task when its client cancels the call or its deadline passes; the observer counted
+both as ``UNKNOWN`` and logged them at WARNING as a server fault, and a stream whose requests just ended with its
+deadline as ``OK``. Real servers on loopback: a method that waits until it is cancelled, and the service's stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+import pytest
+from edgepath.grpc.observe import CallObserver
+from edgepath.grpc.server import create_server
+from edgepath.main import Service
+from edgepath.settings import Settings
+from edgepath_agent.wire import edgepath_pb2 as pb
+from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
+
+STREAM = "/edgepath.v1.PathService/RecommendStream"
+
+
+def context() -> pb.RecommendRequest:
+    return pb.RecommendRequest(
+        device_id="phone-1",
+        interfaces=[
+            pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI, wifi_rssi_dbm=-61.0, rtt_ms=30.0),
+            pb.InterfaceContext(name="wwan0", access_type=pb.ACCESS_TYPE_LTE, rsrp_dbm=-97.0, rsrq_db=-11.0, cqi=9),
+        ],
+    )
+
+
+async def _stream_ended(timeout_s: float) -> tuple[str, float]:
+    """Open a RecommendStream, have one context answered, then let its deadline (``timeout_s``) pass while the
+    server waits for the next context; the observer's (code, seconds) of it."""
+    service = Service.build(Settings())
+    counted: asyncio.Future[tuple[str, float]] = asyncio.get_running_loop().create_future()
+    count = service.plane.metrics.grpc_call
+
+    def on_call(method: str, code: str, seconds: float) -> None:
+        count(method, code, seconds)
+        if method == STREAM and not counted.done():
+            counted.set_result((code, seconds))
+
+    service.plane.metrics.grpc_call = on_call  # type: ignore[method-assign]
+    server, _, port = create_server(service.plane, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = pb_grpc.PathServiceStub(channel).RecommendStream(timeout=timeout_s)
+            await call.write(context())
+            assert (await call.read()).primary_path.interface in {"wlan0", "wwan0"}
+            return await asyncio.wait_for(counted, 10.0)
+    finally:
+        await server.stop(None)
+
+
+async def _cancelled_while_waiting(timeout_s: float | None) -> tuple[str, float]:
+    """A unary method wrapped by the observer whose handler waits until grpc.aio cancels it: the client cancels the
+    call once the handler runs (``timeout_s`` None), or its deadline passes; the observer's (code, seconds)."""
+    running, counted = asyncio.Event(), asyncio.get_running_loop().create_future()
+
+    async def wait_forever(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        running.set()
+        await asyncio.Event().wait()  # only a cancellation ends this
+        raise AssertionError("not cancelled")
+
+    observer = CallObserver(lambda method, code, seconds: counted.set_result((code, seconds)))
+    handler = observer.wrap("/test.Blocking/Wait", grpc.unary_unary_rpc_method_handler(wait_forever))
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Blocking", {"Wait": handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/test.Blocking/Wait")(b"", timeout=timeout_s)
+            if timeout_s is None:
+                await running.wait()
+                call.cancel()
+            with pytest.raises((asyncio.CancelledError, grpc.aio.AioRpcError)):
+                await call
+            return await asyncio.wait_for(counted, 10.0)
+    finally:
+        await server.stop(None)
+
+
+def test_a_call_the_client_cancels_counts_as_cancelled_not_as_a_server_fault(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="edgepath.grpc"):
+        code, _ = asyncio.run(_cancelled_while_waiting(None))
+    assert code == "CANCELLED"
+    assert not [r for r in caplog.records if r.name == "edgepath.grpc" and r.levelno >= logging.WARNING]
+    assert [r for r in caplog.records if r.name == "edgepath.grpc" and "CANCELLED" in r.getMessage()]
+
+
+def test_a_call_whose_deadline_passes_counts_as_deadline_exceeded(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="edgepath.grpc"):
+        code, seconds = asyncio.run(_cancelled_while_waiting(0.3))
+    assert code == "DEADLINE_EXCEEDED" and seconds >= 0.25
+    assert [r for r in caplog.records if r.name == "edgepath.grpc" and r.levelno == logging.WARNING]
+
+
+def test_a_stream_whose_deadline_passes_counts_as_deadline_exceeded(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="edgepath.grpc"):
+        code, seconds = asyncio.run(_stream_ended(0.5))
+    assert code == "DEADLINE_EXCEEDED"
+    assert seconds >= 0.4  # counted when the deadline ended it, not before
+    assert [r for r in caplog.records if r.name == "edgepath.grpc" and r.levelno == logging.WARNING]
