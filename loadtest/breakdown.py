@@ -133,6 +133,9 @@ class FakeContext:
     def code(self) -> Any:
         return None  # not set: the call ends OK
 
+    def time_remaining(self) -> float | None:
+        return None  # no deadline
+
     def auth_context(self) -> Any:
         return {}
 
