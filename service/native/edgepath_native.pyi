@@ -32,13 +32,34 @@ def context_features(
 def feature_layout() -> tuple[list[str], list[str]]:
     """The vector's column names (``FEATURE_NAMES``) and the measurements read per interface, in order."""
 
-def recommend_fields(data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any]) -> dict[str, Any] | None:
+class HistoryModel:
+    """Builds ``cls`` (``edgepath.types.SubflowHistory``) instances of the histories in the column form it accepts
+    as they are: a name of 1..``name_max`` characters, no sample objects, columns of equal length per quantity, of at
+    most ``max_len`` finite values within the bounds (``t_ms``: the time columns, ms; ``rtt_ms``, ms;
+    ``throughput_bps``, bit/s; inclusive). ``new``: ``object.__new__``. Raises ``ValueError`` for bounds that are not
+    finite or not ordered. ``edgepath.grpc.convert.history_model_checks`` reads the checks from the model."""
+
+    def __init__(
+        self,
+        cls: type,
+        new: Any,
+        name_max: int,
+        max_len: int,
+        t_ms: tuple[float, float],
+        rtt_ms: tuple[float, float],
+        throughput_bps: tuple[float, float],
+    ) -> None: ...
+
+def recommend_fields(
+    data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any], histories: HistoryModel | None = None
+) -> dict[str, Any] | None:
     """A ``RecommendRequest``'s wire bytes as ``edgepath.grpc.convert.recommend_request_fields`` gives the parsed
     message (plain values for validation); enum values through ``access`` / ``profile`` (wire value → member; a
-    value not in them stays an ``int``). None where the bytes do not decode."""
+    value not in them stays an ``int``); with ``histories``, each history it accepts as its model instance. None
+    where the bytes do not decode."""
 
 def recommend_batch_fields(
-    data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any]
+    data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any], histories: HistoryModel | None = None
 ) -> list[dict[str, Any]] | None:
     """A ``RecommendBatchRequest``'s wire bytes as :func:`recommend_fields`' dicts, one per request in order; None
     where the bytes do not decode."""

@@ -5,22 +5,26 @@ Messages are drawn from the proto's own descriptors, every field of every messag
 to the proto is drawn without this file changing), with any value the wire carries: NaN and infinities, enum values
 the service does not know, empty and absent sub-messages. The compiled decoding must give the same plain values,
 compared by ``repr`` (key order, ``int`` against ``float``, ``-0.0`` and NaN show), and the same validated request
-or the same validation error.
+or the same validation error. Since Session 51 a history the model accepts as it is comes decoded as its model
+(:data:`edgepath.grpc.convert.HISTORY_MODEL`): the plain values compared here are those without it, and the
+validated requests are compared with it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from edgepath.grpc import convert
+from edgepath.types import MAX_HISTORY_SAMPLES, MAX_NAME_LEN, SubflowHistory
 from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from native_twin import messages, require_compiled
-from pydantic import ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 require_compiled(convert.NATIVE_DECODING, "the compiled request decoding")
 
@@ -59,10 +63,12 @@ def test_a_batch_decodes_to_each_requests_plain_values_in_order(requests: list[p
 
 
 def _validated(read: Any) -> str:
+    """The validated value, or the validation error as the transports report it (each error's location and message;
+    not the input pydantic was handed, which holds a history as its model where the compiled decoding built it)."""
     try:
         return repr(read())
     except ValidationError as exc:
-        return f"invalid: {exc.errors(include_url=False)!r}"
+        return f"invalid: {exc.errors(include_url=False, include_input=False)!r}"
 
 
 @settings(max_examples=200, deadline=None)
@@ -132,3 +138,135 @@ def test_a_decoding_built_from_another_proto_is_not_used(change: Any) -> None:
     fds = _schema()
     change(fds)
     assert not convert._same_schema(fds.SerializeToString())
+
+
+# --- histories decoded as their models (request.rs: HistoryModel; convert.HISTORY_MODEL), Session 51 ---------------
+
+#: Each column's bounds (ms, ms, ms, bit/s), as the model declares them.
+BOUNDS = {"rtt_t_ms": 1e13, "rtt_ms": 600_000.0, "throughput_t_ms": 1e13, "throughput_bps": 1e12}
+#: What no column admits, and what lies just outside one column's bounds or at them.
+EDGE_VALUES = [float("nan"), float("inf"), -float("inf"), -1.0, -5e-324, 5e-324, -0.0]
+EDGE_VALUES += [x for hi in BOUNDS.values() for x in (hi, math.nextafter(hi, math.inf))]
+NAMES = st.sampled_from(["", "wlan0", "w" * 64, "w" * 65, "é" * 64, "é" * 65, "wwan0"])
+
+
+@st.composite
+def column_histories(draw: st.DrawFn) -> pb.SubflowHistory:
+    """A history in the column form: valid values, often one edge value put in one column (just outside a bound,
+    or at it, NaN...), sometimes columns of unequal length or too many samples, sometimes sample objects beside."""
+    n = draw(st.integers(0, 66) | st.integers(0, 3))
+    columns = {k: draw(st.lists(st.floats(0.0, hi), min_size=n, max_size=n)) for k, hi in BOUNDS.items()}
+    if n and draw(st.booleans()):
+        column = draw(st.sampled_from(sorted(columns)))
+        columns[column][draw(st.integers(0, n - 1))] = draw(st.sampled_from(EDGE_VALUES))
+    if draw(st.integers(0, 9)) == 0:
+        columns[draw(st.sampled_from(sorted(columns)))].append(1.0)
+    h = pb.SubflowHistory(interface=draw(NAMES), **columns)
+    if draw(st.integers(0, 9)) == 0:
+        h.rtt_samples.add(t_ms=1.0, rtt_ms=2.0)
+    return h
+
+
+def _histories_validated(read: Any) -> str:
+    """The validated request's histories with the fields each had set, or the validation error."""
+    try:
+        request = read()
+    except ValidationError as exc:
+        return f"invalid: {exc.errors(include_url=False, include_input=False)!r}"
+    return repr([(h, sorted(h.model_fields_set)) for h in request.subflow_histories])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(column_histories(), min_size=1, max_size=2))
+def test_a_history_decoded_as_its_model_is_the_one_pydantic_validates(histories: list[pb.SubflowHistory]) -> None:
+    """The compiled decoding builds a history's model only where pydantic would accept its values as they are: the
+    same model with the same fields set, or the same error (naming the same field) where pydantic refuses."""
+    assert convert.HISTORY_MODEL is not None
+    interfaces = [pb.InterfaceContext(name=n, access_type=pb.ACCESS_TYPE_WIFI) for n in ("wlan0", "wwan0")]
+    names = iter(["wlan0", "wwan0"])
+    for h in histories:  # most name an interface, so the request's own check passes and the histories show
+        if h.interface in ("", "wlan0"):
+            h.interface = next(names)
+    msg = pb.RecommendRequest(device_id="phone-1", interfaces=interfaces, subflow_histories=histories)
+    batch = pb.RecommendBatchRequest(requests=[msg, msg])
+    native = _histories_validated(lambda: convert.recommend_request(msg, native=True))
+    assert native == _histories_validated(lambda: convert.recommend_request(msg, native=False))
+    assert _histories_validated(lambda: convert.recommend_batch_request(batch, native=True).requests[1]) == (
+        _histories_validated(lambda: convert.recommend_batch_request(batch, native=False).requests[1])
+    )
+
+
+def _edge_cases() -> list[tuple[str, pb.SubflowHistory]]:
+    """One history per edge: each column with one edge value among valid ones, each column one sample too long or
+    at the most samples, each name length, unequal columns, both forms at once."""
+    cases = []
+    valid = {k: [1.0, 2.0, 3.0] for k in BOUNDS}
+    for column in BOUNDS:
+        for value in EDGE_VALUES:
+            columns = {k: list(v) for k, v in valid.items()}
+            columns[column][1] = value
+            cases.append((f"{column}={value!r}", pb.SubflowHistory(interface="wlan0", **columns)))
+        for n in (MAX_HISTORY_SAMPLES, MAX_HISTORY_SAMPLES + 1):
+            columns = {k: [1.0] * n if k.split("_")[0] == column.split("_")[0] else [] for k in BOUNDS}
+            cases.append((f"{column}*{n}", pb.SubflowHistory(interface="wlan0", **columns)))
+    for name in ("w" * MAX_NAME_LEN, "w" * (MAX_NAME_LEN + 1), "é" * MAX_NAME_LEN, "é" * (MAX_NAME_LEN + 1)):
+        cases.append((f"name of {len(name)}", pb.SubflowHistory(interface=name, **valid)))
+    cases.append(("unequal", pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0], rtt_ms=[1.0, 2.0])))
+    both = pb.SubflowHistory(interface="wlan0", **valid)
+    both.rtt_samples.add(t_ms=1.0, rtt_ms=2.0)
+    cases.append(("both forms", both))
+    return cases
+
+
+@pytest.mark.parametrize(("case", "history"), _edge_cases(), ids=[c for c, _ in _edge_cases()])
+def test_each_edge_of_a_history_decodes_as_pydantic_validates_it(case: str, history: pb.SubflowHistory) -> None:
+    """A value at a bound is accepted as the model, one just outside it (NaN, an infinity, one sample too many, a
+    name one character too long, unequal columns, both forms) is refused by pydantic with its error."""
+    interfaces = [pb.InterfaceContext(name=history.interface, access_type=pb.ACCESS_TYPE_WIFI)]
+    msg = pb.RecommendRequest(device_id="phone-1", interfaces=interfaces, subflow_histories=[history])
+    native = _histories_validated(lambda: convert.recommend_request(msg, native=True))
+    assert native == _histories_validated(lambda: convert.recommend_request(msg, native=False))
+
+
+def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_carried() -> None:
+    msg = pb.RecommendRequest(
+        device_id="phone-1",
+        interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)],
+        subflow_histories=[pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0, 2.0], rtt_ms=[30.0, 31.5])],
+    )
+    (h,) = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)["subflow_histories"]
+    assert type(h) is SubflowHistory
+    assert h.model_fields_set == {"interface", "rtt_t_ms", "rtt_ms"}
+    assert h.model_dump() == SubflowHistory(interface="wlan0", rtt_t_ms=[1.0, 2.0], rtt_ms=[30.0, 31.5]).model_dump()
+    with pytest.raises(ValidationError, match="frozen"):
+        h.interface = "wwan0"  # type: ignore[misc]
+    out_of_bounds = pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0], rtt_ms=[600_001.0])
+    msg.subflow_histories[0].CopyFrom(out_of_bounds)
+    (d,) = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)["subflow_histories"]
+    assert d == {"interface": "wlan0", "rtt_t_ms": [1.0], "rtt_ms": [600_001.0]}  # plain values, for pydantic
+
+
+def test_the_compiled_history_checks_are_read_from_the_model() -> None:
+    assert convert.history_model_checks() == {
+        "name_max": MAX_NAME_LEN,
+        "max_len": MAX_HISTORY_SAMPLES,
+        "t_ms": (0.0, 1e13),
+        "rtt_ms": (0.0, 600_000.0),
+        "throughput_bps": (0.0, 1e12),
+    }
+
+    class Checked(SubflowHistory):  # a check the compiled decoding does not make: every history to pydantic
+        @field_validator("rtt_ms")
+        @classmethod
+        def _short(cls, v: list[float]) -> list[float]:
+            return v
+
+    class Named(SubflowHistory):
+        interface: str = Field(min_length=1, max_length=MAX_NAME_LEN, pattern=r"^w")
+
+    class Wider(SubflowHistory):
+        rtt_ms: list[float] = Field(default_factory=list, max_length=MAX_HISTORY_SAMPLES)
+
+    assert convert.history_model_checks(Checked) is None
+    assert convert.history_model_checks(Named) is None
+    assert convert.history_model_checks(Wider) is None

@@ -136,16 +136,25 @@ fn feature_layout() -> (Vec<String>, Vec<&'static str>) {
 
 /// A `RecommendRequest`'s wire bytes as `edgepath.grpc.convert.recommend_request_fields` gives the parsed message:
 /// plain values for validation. `access`, `profile`: wire enum value → the service's `AccessType` /
-/// `ApplicationProfile` member (a value not in them stays an `int`). Returns None where the bytes do not decode.
+/// `ApplicationProfile` member (a value not in them stays an `int`); `histories`: where given, each history it
+/// accepts comes as the model instance ([`request::HistoryModel`]). Returns None where the bytes do not decode.
 #[pyfunction]
+#[pyo3(signature = (data, access, profile, histories=None))]
 fn recommend_fields<'py>(
     py: Python<'py>,
     data: &[u8],
     access: &Bound<'py, PyDict>,
     profile: &Bound<'py, PyDict>,
+    histories: Option<PyRef<'py, request::HistoryModel>>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
     match request::decode_request(data) {
-        Some(r) => Ok(Some(request::request_fields(py, &r, access, profile)?)),
+        Some(r) => Ok(Some(request::request_fields(
+            py,
+            &r,
+            access,
+            profile,
+            histories.as_deref(),
+        )?)),
         None => Ok(None),
     }
 }
@@ -153,18 +162,21 @@ fn recommend_fields<'py>(
 /// A `RecommendBatchRequest`'s wire bytes as a list of :func:`recommend_fields`' dicts, one per request in order;
 /// None where the bytes do not decode.
 #[pyfunction]
+#[pyo3(signature = (data, access, profile, histories=None))]
 fn recommend_batch_fields<'py>(
     py: Python<'py>,
     data: &[u8],
     access: &Bound<'py, PyDict>,
     profile: &Bound<'py, PyDict>,
+    histories: Option<PyRef<'py, request::HistoryModel>>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     let Some(batch) = request::decode_batch(data) else {
         return Ok(None);
     };
     let out = PyList::empty(py);
+    let models = histories.as_deref();
     for r in &batch.requests {
-        out.append(request::request_fields(py, r, access, profile)?)?;
+        out.append(request::request_fields(py, r, access, profile, models)?)?;
     }
     Ok(Some(out))
 }
@@ -200,5 +212,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recommend_batch_fields, m)?)?;
     m.add_function(wrap_pyfunction!(wire_schema, m)?)?;
     m.add_function(wrap_pyfunction!(encode_message, m)?)?;
+    m.add_class::<request::HistoryModel>()?;
     Ok(())
 }

@@ -30,6 +30,7 @@ from edgepath.types import (
     SchedulerAdvice,
     ServerSelection,
     SteeringAdvice,
+    SubflowHistory,
 )
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -39,6 +40,10 @@ try:  # the compiled decoding (service/native, the edgepath-native package): the
     from edgepath_native import wire_schema as _native_schema
 except ImportError:  # optional: this module's readers decide alone, with the same results
     _native_batch_fields = _native_fields = _native_schema = None  # type: ignore[assignment]
+try:  # the compiled decoding's history models (request.rs: HistoryModel); a build from before it: plain values
+    from edgepath_native import HistoryModel as _NativeHistoryModel
+except ImportError:
+    _NativeHistoryModel = None  # type: ignore[misc,assignment]
 try:  # the compiled encoding of replies (service/native/src/reply.rs): the same bytes, built faster
     from edgepath_native import encode_message as _native_encode
 except ImportError:  # not installed, or a build from before it existed: this module's converters alone
@@ -171,8 +176,80 @@ def parse_wire(cls: type[_Message], wire: bytes) -> _Message:
         raise InvalidInput(MALFORMED) from None
 
 
-#: The wire enums' tables the compiled decoding reads enum values through (a value missing stays an ``int``).
-_ENUMS = (ACCESS_FROM_PROTO, PROFILE_FROM_PROTO)
+def _fields_schema(schema: Any) -> dict[str, Any] | None:
+    """The ``model-fields`` core schema inside a model's core schema (under its validators), or None."""
+    while isinstance(schema, dict):
+        if schema.get("type") == "model-fields":
+            return schema
+        schema = schema.get("schema")
+    return None
+
+
+def _column_schema(field: Any) -> tuple[int, float, float] | None:
+    """``(max_length, ge, le)`` of a history column's core schema: a list (default: empty) of floats bounded by
+    ``ge``/``le`` and nothing else; None for any other form (the compiled check would not be the model's)."""
+    schema = field.get("schema", {})
+    if schema.get("type") == "default":
+        schema = schema.get("schema", {})
+    items = schema.get("items_schema", {})
+    if schema.get("type") != "list" or set(schema) - {"type", "items_schema", "max_length", "metadata"}:
+        return None
+    if items.get("type") != "float" or set(items) - {"type", "ge", "le", "metadata"} or "max_length" not in schema:
+        return None
+    if "ge" not in items or "le" not in items:
+        return None
+    return schema["max_length"], float(items["ge"]), float(items["le"])
+
+
+def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[str, Any] | None:
+    """What the compiled decoding checks before it builds a ``model`` instance of a history in the column form
+    (``edgepath_native.HistoryModel``), read from the model's own core schema, so the checks have one source: the
+    interface name's length bounds, each column's bound and most samples. None where the model holds anything that
+    check would not be (a pattern on the name, a validator besides ``_one_form_per_quantity``, private attributes,
+    extras allowed, a column of another form): then every history is validated by pydantic."""
+    decorators = model.__pydantic_decorators__
+    if (
+        set(decorators.model_validators) != {"_one_form_per_quantity"}
+        or decorators.field_validators
+        or decorators.validators
+        or model.__private_attributes__
+        or model.__pydantic_post_init__ is not None
+        or model.model_config.get("extra") != "forbid"
+        or model.model_config.get("allow_inf_nan") is not False
+    ):
+        return None
+    fields = _fields_schema(model.__pydantic_core_schema__)
+    if fields is None or list(fields["fields"]) != list(model.model_fields):
+        return None
+    name = fields["fields"]["interface"]["schema"]
+    if name.get("type") != "str" or set(name) - {"type", "min_length", "max_length", "metadata"}:
+        return None
+    if name.get("min_length") != 1 or "max_length" not in name:
+        return None
+    columns = {
+        c: _column_schema(fields["fields"][c]) for c in ("rtt_t_ms", "rtt_ms", "throughput_t_ms", "throughput_bps")
+    }
+    if any(c is None for c in columns.values()):
+        return None
+    max_len = {c[0] for c in columns.values() if c is not None}
+    t_bounds = {c[1:] for k, c in columns.items() if c is not None and k.endswith("_t_ms")}
+    if len(max_len) != 1 or len(t_bounds) != 1:
+        return None
+    return {
+        "name_max": name["max_length"],
+        "max_len": max_len.pop(),
+        "t_ms": t_bounds.pop(),
+        "rtt_ms": columns["rtt_ms"][1:],  # type: ignore[index]
+        "throughput_bps": columns["throughput_bps"][1:],  # type: ignore[index]
+    }
+
+
+def _history_model() -> Any:
+    """The compiled decoding's builder of ``SubflowHistory`` instances (:func:`history_model_checks`), or None."""
+    checks = history_model_checks()
+    if _NativeHistoryModel is None or checks is None:
+        return None
+    return _NativeHistoryModel(SubflowHistory, object.__new__, **checks)
 
 
 def _message_fields(files: Sequence[descriptor_pb2.FileDescriptorProto]) -> dict[str, list[tuple[Any, ...]]]:
@@ -215,6 +292,17 @@ def _same_schema(compiled: bytes) -> bool:
 #: :func:`recommend_request` and :func:`recommend_batch_request` read requests with it unless told ``native=False``;
 #: :func:`recommend_request_fields` is its reference (``tests/service/test_grpc_native_decoding.py``).
 NATIVE_DECODING: bool = _native_schema is not None and _same_schema(_native_schema())
+
+#: The compiled decoding's builder of history models: with it, a history in the column form that the model accepts
+#: as it is comes decoded as the ``SubflowHistory`` itself, built as ``model_construct`` builds one, and pydantic
+#: takes it as it is (issue 16: two such histories were ~5.5 of the ~10 µs pydantic-core took for an agent's context);
+#: any other history comes as plain values, for pydantic to validate or refuse naming the field. None where the
+#: compiled decoding lacks it or the model holds checks it would not make (:func:`history_model_checks`).
+HISTORY_MODEL: Any = _history_model() if NATIVE_DECODING else None
+
+#: The compiled decoding's arguments after the bytes: the wire enums' tables it reads enum values through (a value
+#: missing stays an ``int``), and :data:`HISTORY_MODEL` where there is one.
+_ENUMS: tuple[Any, ...] = (ACCESS_FROM_PROTO, PROFILE_FROM_PROTO, *((HISTORY_MODEL,) if HISTORY_MODEL else ()))
 
 
 #: Whether the compiled encoding of replies (``edgepath_native.encode_message``; service/native/src/reply.rs) is
