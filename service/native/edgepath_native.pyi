@@ -50,16 +50,33 @@ class HistoryModel:
         throughput_bps: tuple[float, float],
     ) -> None: ...
 
+class InterfaceModel:
+    """Builds ``cls`` (``edgepath.types.InterfaceContext``) instances of the interfaces it accepts as they are: a
+    name of 1..``name_max`` characters matching ``IFNAME_PATTERN``, an access type in the decoding's table, each
+    measurement present finite and within its ``bounds`` (inclusive, in the proto's order). ``new``:
+    ``object.__new__``. Raises ``ValueError`` for bounds that are not finite or not ordered.
+    ``edgepath.grpc.convert.interface_model_checks`` reads the checks from the model."""
+
+    def __init__(self, cls: type, new: Any, name_max: int, bounds: Sequence[tuple[float, float]]) -> None: ...
+
 def recommend_fields(
-    data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any], histories: HistoryModel | None = None
+    data: bytes,
+    access: Mapping[int, Any],
+    profile: Mapping[int, Any],
+    histories: HistoryModel | None = None,
+    interfaces: InterfaceModel | None = None,
 ) -> dict[str, Any] | None:
     """A ``RecommendRequest``'s wire bytes as ``edgepath.grpc.convert.recommend_request_fields`` gives the parsed
     message (plain values for validation); enum values through ``access`` / ``profile`` (wire value → member; a
-    value not in them stays an ``int``); with ``histories``, each history it accepts as its model instance. None
-    where the bytes do not decode."""
+    value not in them stays an ``int``); with ``histories`` / ``interfaces``, each history / interface it accepts
+    as its model instance. None where the bytes do not decode."""
 
 def recommend_batch_fields(
-    data: bytes, access: Mapping[int, Any], profile: Mapping[int, Any], histories: HistoryModel | None = None
+    data: bytes,
+    access: Mapping[int, Any],
+    profile: Mapping[int, Any],
+    histories: HistoryModel | None = None,
+    interfaces: InterfaceModel | None = None,
 ) -> list[dict[str, Any]] | None:
     """A ``RecommendBatchRequest``'s wire bytes as :func:`recommend_fields`' dicts, one per request in order; None
     where the bytes do not decode."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from edgepath.grpc import convert
-from edgepath.types import MAX_HISTORY_SAMPLES, MAX_NAME_LEN, SubflowHistory
+from edgepath.types import MAX_HISTORY_SAMPLES, MAX_NAME_LEN, InterfaceContext, SubflowHistory
 from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
@@ -228,14 +228,61 @@ def test_each_edge_of_a_history_decodes_as_pydantic_validates_it(case: str, hist
     assert native == _histories_validated(lambda: convert.recommend_request(msg, native=False))
 
 
+#: Each measurement's bounds as the model declares them (dBm, Mbit/s, MHz, dBm, dB, dB, CQI, dBm, ms, fraction, dB,
+#: Mbit/s, dB, MHz), in the proto's order.
+MEASUREMENT_BOUNDS = {m: (f.metadata[0].ge, f.metadata[1].le) for m, f in InterfaceContext.model_fields.items()
+                      if m not in ("name", "access_type")}  # fmt: skip
+#: Names at and just past each rule of ``IFNAME_PATTERN`` and the length bound (characters).
+IFNAMES = ["wlan0", "w" * MAX_NAME_LEN, "w" * (MAX_NAME_LEN + 1), "é" * MAX_NAME_LEN, "é" * (MAX_NAME_LEN + 1), ""]
+IFNAMES += [f"w{c}0" for c in ("/", " ", "\t", "\n", "\x00", "\x1f", "\x7f", "\x80", "\x85", "\xa0", "\u2003")]
+IFNAMES += ["w\u200b0", "wé0", "w🛰0", "w:0", "w.0", "w-0", "w@0"]
+
+
+def _interface_edge_cases() -> list[tuple[str, pb.InterfaceContext]]:
+    """One interface per edge: each measurement at its bounds, just past them, NaN, an infinity; each name of
+    :data:`IFNAMES`; each access type the wire carries, known to the service or not."""
+    cases = []
+    for m, (lo, hi) in MEASUREMENT_BOUNDS.items():
+        edges = [lo, hi, -1 if lo == 0 else lo - 1, hi + 1] if m == "cqi" else [lo, hi, -0.0, float("nan")]
+        if m != "cqi":
+            edges += [math.nextafter(lo, -math.inf), math.nextafter(hi, math.inf), float("inf"), -float("inf")]
+        for value in edges:
+            kind = int if m == "cqi" else float
+            iface = pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_LTE, **{m: kind(value)})
+            cases.append((f"{m}={value!r}", iface))
+    for name in IFNAMES:
+        cases.append((f"name {name!r}", pb.InterfaceContext(name=name, access_type=pb.ACCESS_TYPE_WIFI, rtt_ms=9.0)))
+    for access in range(-1, 6):
+        cases.append((f"access {access}", pb.InterfaceContext(name="wlan0", access_type=access)))
+    return cases
+
+
+@pytest.mark.parametrize(("case", "iface"), _interface_edge_cases(), ids=[c for c, _ in _interface_edge_cases()])
+def test_each_edge_of_an_interface_decodes_as_pydantic_validates_it(case: str, iface: pb.InterfaceContext) -> None:
+    """A value at a bound is accepted as the model (the same fields set), one past it is refused by pydantic with its
+    error; so is a name the pattern refuses or an access type the service does not know."""
+    msg = pb.RecommendRequest(device_id="phone-1", interfaces=[iface])
+
+    def interfaces(native: bool) -> str:
+        try:
+            request = convert.recommend_request(msg, native=native)
+        except ValidationError as exc:
+            return f"invalid: {exc.errors(include_url=False, include_input=False)!r}"
+        return repr([(i, sorted(i.model_fields_set)) for i in request.interfaces])
+
+    assert interfaces(True) == interfaces(False)
+
+
 def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_carried() -> None:
     msg = pb.RecommendRequest(
         device_id="phone-1",
         interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)],
         subflow_histories=[pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0, 2.0], rtt_ms=[30.0, 31.5])],
     )
-    (h,) = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)["subflow_histories"]
-    assert type(h) is SubflowHistory
+    decoded = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)
+    (h,) = decoded["subflow_histories"]
+    assert type(h) is SubflowHistory and type(decoded["interfaces"][0]) is InterfaceContext
+    assert decoded["interfaces"][0].model_fields_set == {"name", "access_type"}
     assert h.model_fields_set == {"interface", "rtt_t_ms", "rtt_ms"}
     assert h.model_dump() == SubflowHistory(interface="wlan0", rtt_t_ms=[1.0, 2.0], rtt_ms=[30.0, 31.5]).model_dump()
     with pytest.raises(ValidationError, match="frozen"):
@@ -244,6 +291,26 @@ def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_ca
     msg.subflow_histories[0].CopyFrom(out_of_bounds)
     (d,) = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)["subflow_histories"]
     assert d == {"interface": "wlan0", "rtt_t_ms": [1.0], "rtt_ms": [600_001.0]}  # plain values, for pydantic
+
+
+def test_the_compiled_interface_checks_are_read_from_the_model() -> None:
+    assert convert.interface_model_checks() == {"name_max": MAX_NAME_LEN, "bounds": list(MEASUREMENT_BOUNDS.values())}
+
+    class Checked(InterfaceContext):  # a check the compiled decoding does not make: every interface to pydantic
+        @field_validator("rtt_ms")
+        @classmethod
+        def _short(cls, v: float | None) -> float | None:
+            return v
+
+    class Named(InterfaceContext):
+        name: str = Field(min_length=1, max_length=MAX_NAME_LEN, pattern=r"^w")
+
+    class Unbounded(InterfaceContext):
+        loss: float | None = None
+
+    assert convert.interface_model_checks(Checked) is None
+    assert convert.interface_model_checks(Named) is None
+    assert convert.interface_model_checks(Unbounded) is None
 
 
 def test_the_compiled_history_checks_are_read_from_the_model() -> None:

@@ -136,25 +136,22 @@ fn feature_layout() -> (Vec<String>, Vec<&'static str>) {
 
 /// A `RecommendRequest`'s wire bytes as `edgepath.grpc.convert.recommend_request_fields` gives the parsed message:
 /// plain values for validation. `access`, `profile`: wire enum value → the service's `AccessType` /
-/// `ApplicationProfile` member (a value not in them stays an `int`); `histories`: where given, each history it
-/// accepts comes as the model instance ([`request::HistoryModel`]). Returns None where the bytes do not decode.
+/// `ApplicationProfile` member (a value not in them stays an `int`); `histories`, `interfaces`: where given, each
+/// history and interface they accept comes as the model instance ([`request::HistoryModel`],
+/// [`request::InterfaceModel`]). Returns None where the bytes do not decode.
 #[pyfunction]
-#[pyo3(signature = (data, access, profile, histories=None))]
+#[pyo3(signature = (data, access, profile, histories=None, interfaces=None))]
 fn recommend_fields<'py>(
     py: Python<'py>,
     data: &[u8],
     access: &Bound<'py, PyDict>,
     profile: &Bound<'py, PyDict>,
     histories: Option<PyRef<'py, request::HistoryModel>>,
+    interfaces: Option<PyRef<'py, request::InterfaceModel>>,
 ) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let models = (histories.as_deref(), interfaces.as_deref());
     match request::decode_request(data) {
-        Some(r) => Ok(Some(request::request_fields(
-            py,
-            &r,
-            access,
-            profile,
-            histories.as_deref(),
-        )?)),
+        Some(r) => Ok(Some(request::request_fields(py, &r, access, profile, models)?)),
         None => Ok(None),
     }
 }
@@ -162,19 +159,20 @@ fn recommend_fields<'py>(
 /// A `RecommendBatchRequest`'s wire bytes as a list of :func:`recommend_fields`' dicts, one per request in order;
 /// None where the bytes do not decode.
 #[pyfunction]
-#[pyo3(signature = (data, access, profile, histories=None))]
+#[pyo3(signature = (data, access, profile, histories=None, interfaces=None))]
 fn recommend_batch_fields<'py>(
     py: Python<'py>,
     data: &[u8],
     access: &Bound<'py, PyDict>,
     profile: &Bound<'py, PyDict>,
     histories: Option<PyRef<'py, request::HistoryModel>>,
+    interfaces: Option<PyRef<'py, request::InterfaceModel>>,
 ) -> PyResult<Option<Bound<'py, PyList>>> {
     let Some(batch) = request::decode_batch(data) else {
         return Ok(None);
     };
     let out = PyList::empty(py);
-    let models = histories.as_deref();
+    let models = (histories.as_deref(), interfaces.as_deref());
     for r in &batch.requests {
         out.append(request::request_fields(py, r, access, profile, models)?)?;
     }
@@ -213,5 +211,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wire_schema, m)?)?;
     m.add_function(wrap_pyfunction!(encode_message, m)?)?;
     m.add_class::<request::HistoryModel>()?;
+    m.add_class::<request::InterfaceModel>()?;
     Ok(())
 }

@@ -40,6 +40,175 @@ fn set_present<'py, T: IntoPyObject<'py> + Copy>(
     }
 }
 
+/// The measurements of an `InterfaceContext` in the model's (and the proto's) order: their names, and each value as
+/// `f64` (`cqi`, an `int32`, exactly).
+const MEASUREMENTS: [&str; 14] = [
+    "wifi_rssi_dbm",
+    "link_speed_mbps",
+    "frequency_mhz",
+    "rsrp_dbm",
+    "rsrq_db",
+    "sinr_db",
+    "cqi",
+    "cell_rssi_dbm",
+    "rtt_ms",
+    "loss",
+    "wifi_rssi_spread_db",
+    "max_link_speed_mbps",
+    "rsrp_spread_db",
+    "channel_bandwidth_mhz",
+];
+/// `cqi`'s index in [`MEASUREMENTS`]: an `int` in the model.
+const CQI: usize = 6;
+
+fn measurements(i: &wire::InterfaceContext) -> [Option<f64>; 14] {
+    [
+        i.wifi_rssi_dbm,
+        i.link_speed_mbps,
+        i.frequency_mhz,
+        i.rsrp_dbm,
+        i.rsrq_db,
+        i.sinr_db,
+        i.cqi.map(f64::from),
+        i.cell_rssi_dbm,
+        i.rtt_ms,
+        i.loss,
+        i.wifi_rssi_spread_db,
+        i.max_link_speed_mbps,
+        i.rsrp_spread_db,
+        i.channel_bandwidth_mhz,
+    ]
+}
+
+/// Whether `name` matches `^[^/\s\x00-\x1f\x7f]+$` (the service's `IFNAME_PATTERN`, the kernel's
+/// `dev_valid_name()`): no `/`, no whitespace (Unicode `White_Space`, as the regex's `\s`), no control character of
+/// that range; its length (characters) is checked apart.
+fn ifname_chars_ok(name: &str) -> bool {
+    name.chars()
+        .all(|c| c != '/' && !c.is_whitespace() && c > '\x1f' && c != '\x7f')
+}
+
+/// Where an interface's values are ones the service's `InterfaceContext` model accepts as they are, the model itself,
+/// built as pydantic's `model_construct` builds one ([`HistoryModel`]'s reason: the two interfaces of a context
+/// were ~2.5 of the ~6 µs pydantic-core still took for it once its histories came as models).
+///
+/// The checks are the model's (`edgepath.grpc.convert.INTERFACE_MODEL` reads them from the model's fields): the
+/// name 1..=`name_max` characters matching `IFNAME_PATTERN` ([`ifname_chars_ok`]); the access type a member of the
+/// caller's table; each measurement present finite and within its bounds. Any other interface is handed back as its
+/// plain values, for pydantic to refuse with its own error naming the field.
+#[pyclass(frozen, module = "edgepath_native")]
+pub struct InterfaceModel {
+    /// The model class (`edgepath.types.InterfaceContext`) and `object.__new__`.
+    cls: Py<PyAny>,
+    new: Py<PyAny>,
+    name_max: usize,
+    /// Inclusive bounds of each of [`MEASUREMENTS`], in its order.
+    bounds: [(f64, f64); 14],
+    /// [`MEASUREMENTS`] as interned Python strings, made once (interning a name per call cost ~0.1 µs each).
+    keys: Vec<Py<PyString>>,
+    /// Every field of the model in its order, each None: an instance's values start as a copy of it (one copy
+    /// instead of a dict grown entry by entry).
+    template: Py<PyDict>,
+}
+
+#[pymethods]
+impl InterfaceModel {
+    /// `cls`: the model class; `new`: `object.__new__`; `bounds`: each measurement's, as the model declares them.
+    #[new]
+    fn py_new(
+        py: Python<'_>,
+        cls: Py<PyAny>,
+        new: Py<PyAny>,
+        name_max: usize,
+        bounds: [(f64, f64); 14],
+    ) -> PyResult<Self> {
+        if bounds
+            .iter()
+            .any(|&(lo, hi)| !(lo.is_finite() && hi.is_finite() && lo <= hi))
+        {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "bounds must be finite with lo <= hi",
+            ));
+        }
+        let keys: Vec<Py<PyString>> = MEASUREMENTS.iter().map(|k| PyString::intern(py, k).unbind()).collect();
+        let template = PyDict::new(py);
+        template.set_item(intern!(py, "name"), py.None())?;
+        template.set_item(intern!(py, "access_type"), py.None())?;
+        for key in &keys {
+            template.set_item(key.bind(py), py.None())?;
+        }
+        Ok(Self {
+            cls,
+            new,
+            name_max,
+            bounds,
+            keys,
+            template: template.unbind(),
+        })
+    }
+}
+
+impl InterfaceModel {
+    /// The model instance of `i` where the model accepts its values as they are (the checks above), else None.
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        i: &wire::InterfaceContext,
+        access: &Bound<'py, PyDict>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let chars = i.name.chars().count();
+        if !(1..=self.name_max).contains(&chars) || !ifname_chars_ok(&i.name) {
+            return Ok(None);
+        }
+        let Some(access_type) = access.get_item(i.access_type)? else {
+            return Ok(None);
+        };
+        let values = measurements(i);
+        let within = values
+            .iter()
+            .zip(&self.bounds)
+            .all(|(v, &(lo, hi))| v.is_none_or(|v| v >= lo && v <= hi));
+        if !within {
+            return Ok(None);
+        }
+        let fields = self.template.bind(py).copy()?;
+        let fields_set = PySet::empty(py)?;
+        let name = intern!(py, "name");
+        fields.set_item(name, &i.name)?;
+        fields_set.add(name)?;
+        let access_key = intern!(py, "access_type");
+        fields.set_item(access_key, access_type)?;
+        fields_set.add(access_key)?;
+        for (k, (key, value)) in self.keys.iter().zip(values).enumerate() {
+            let key = key.bind(py);
+            match value {
+                Some(_) if k == CQI => fields.set_item(key, i.cqi)?,
+                Some(v) => fields.set_item(key, v)?,
+                None => continue, // None in the template
+            }
+            fields_set.add(key)?;
+        }
+        construct(&self.new, &self.cls, &fields, &fields_set).map(Some)
+    }
+}
+
+/// A model instance of `cls` with `fields` as its values and `fields_set` as the fields given, no extra or private
+/// values (the models forbid extras and have no private attributes), as `BaseModel.model_construct` leaves one.
+fn construct<'py>(
+    new: &Py<PyAny>,
+    cls: &Py<PyAny>,
+    fields: &Bound<'py, PyDict>,
+    fields_set: &Bound<'py, PySet>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = fields.py();
+    let model = new.bind(py).call1((cls.bind(py),))?;
+    set_slot(&model, intern!(py, "__dict__"), fields.as_any())?;
+    set_slot(&model, intern!(py, "__pydantic_fields_set__"), fields_set.as_any())?;
+    set_slot(&model, intern!(py, "__pydantic_extra__"), &py.None().into_bound(py))?;
+    set_slot(&model, intern!(py, "__pydantic_private__"), &py.None().into_bound(py))?;
+    Ok(model)
+}
+
 fn interface<'py>(
     py: Python<'py>,
     i: &wire::InterfaceContext,
@@ -182,12 +351,7 @@ impl HistoryModel {
                 fields_set.add(key)?;
             }
         }
-        let model = self.new.bind(py).call1((self.cls.bind(py),))?;
-        set_slot(&model, intern!(py, "__dict__"), values.as_any())?;
-        set_slot(&model, intern!(py, "__pydantic_fields_set__"), fields_set.as_any())?;
-        set_slot(&model, intern!(py, "__pydantic_extra__"), &py.None().into_bound(py))?;
-        set_slot(&model, intern!(py, "__pydantic_private__"), &py.None().into_bound(py))?;
-        Ok(model)
+        construct(&self.new, &self.cls, &values, &fields_set)
     }
 }
 
@@ -280,20 +444,26 @@ fn content<'py>(py: Python<'py>, c: &wire::ContentRequest) -> PyResult<Bound<'py
     Ok(d)
 }
 
-/// `convert.recommend_request_fields` of one decoded request; with `models`, each history it accepts as its model
-/// instance instead of its plain values ([`HistoryModel`]).
+/// The models the decoding builds where their checks pass: histories, interfaces (each optional).
+pub type Models<'a> = (Option<&'a HistoryModel>, Option<&'a InterfaceModel>);
+
+/// `convert.recommend_request_fields` of one decoded request; with `models`, each history and interface it accepts
+/// as its model instance instead of its plain values ([`HistoryModel`], [`InterfaceModel`]).
 pub fn request_fields<'py>(
     py: Python<'py>,
     r: &wire::RecommendRequest,
     access: &Bound<'py, PyDict>,
     profile: &Bound<'py, PyDict>,
-    models: Option<&HistoryModel>,
+    models: Models<'_>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item(intern!(py, "device_id"), &r.device_id)?;
     let interfaces = PyList::empty(py);
     for i in &r.interfaces {
-        interfaces.append(interface(py, i, access)?)?;
+        match models.1.map(|m| m.build(py, i, access)).transpose()?.flatten() {
+            Some(model) => interfaces.append(model)?,
+            None => interfaces.append(interface(py, i, access)?)?,
+        }
     }
     d.set_item(intern!(py, "interfaces"), interfaces)?;
     d.set_item(
@@ -302,7 +472,7 @@ pub fn request_fields<'py>(
     )?;
     let histories = PyList::empty(py);
     for h in &r.subflow_histories {
-        match models {
+        match models.0 {
             Some(m) if m.accepts(h) => histories.append(m.build(py, h)?)?,
             _ => histories.append(history(py, h)?)?,
         }

@@ -18,9 +18,11 @@ from google.protobuf.message import Message
 from edgepath.errors import InvalidInput
 from edgepath.grpc import enums
 from edgepath.types import (
+    IFNAME_PATTERN,
     AccessType,
     ApplicationProfile,
     CongestionAdvice,
+    InterfaceContext,
     OutcomeAck,
     OutcomeReport,
     Recommendation,
@@ -40,10 +42,11 @@ try:  # the compiled decoding (service/native, the edgepath-native package): the
     from edgepath_native import wire_schema as _native_schema
 except ImportError:  # optional: this module's readers decide alone, with the same results
     _native_batch_fields = _native_fields = _native_schema = None  # type: ignore[assignment]
-try:  # the compiled decoding's history models (request.rs: HistoryModel); a build from before it: plain values
+try:  # the compiled decoding's models (request.rs: HistoryModel, InterfaceModel); a build from before: plain values
     from edgepath_native import HistoryModel as _NativeHistoryModel
+    from edgepath_native import InterfaceModel as _NativeInterfaceModel
 except ImportError:
-    _NativeHistoryModel = None  # type: ignore[misc,assignment]
+    _NativeHistoryModel = _NativeInterfaceModel = None  # type: ignore[misc,assignment]
 try:  # the compiled encoding of replies (service/native/src/reply.rs): the same bytes, built faster
     from edgepath_native import encode_message as _native_encode
 except ImportError:  # not installed, or a build from before it existed: this module's converters alone
@@ -244,6 +247,54 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     }
 
 
+def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> dict[str, Any] | None:
+    """What the compiled decoding checks before it builds a ``model`` instance of an interface
+    (``edgepath_native.InterfaceModel``), read from the model's own core schema: the name's most characters (its
+    pattern must be ``IFNAME_PATTERN``, which the compiled check implements), and each measurement's bounds, in the
+    proto's order (:data:`_OPTIONAL_INTERFACE_FIELDS`). None where the model holds anything that check would not be
+    (a validator, another pattern, a measurement of another form or order, extras allowed): then every interface is
+    validated by pydantic."""
+    decorators = model.__pydantic_decorators__
+    if (
+        decorators.model_validators
+        or decorators.field_validators
+        or decorators.validators
+        or model.__private_attributes__
+        or model.__pydantic_post_init__ is not None
+        or model.model_config.get("extra") != "forbid"
+        or model.model_config.get("allow_inf_nan") is not False
+    ):
+        return None
+    fields = _fields_schema(model.__pydantic_core_schema__)
+    if fields is None or list(fields["fields"]) != ["name", "access_type", *_OPTIONAL_INTERFACE_FIELDS]:
+        return None
+    name = fields["fields"]["name"]["schema"]
+    if name != {"type": "str", "min_length": 1, "max_length": name.get("max_length"), "pattern": IFNAME_PATTERN}:
+        return None
+    access = fields["fields"]["access_type"]["schema"]
+    if access.get("type") != "enum" or access.get("cls") is not AccessType or access.get("missing") is not None:
+        return None
+    bounds = []
+    for measurement in _OPTIONAL_INTERFACE_FIELDS:
+        field = fields["fields"][measurement]["schema"]
+        inner = field.get("schema", {}).get("schema", {})
+        kind = "int" if measurement == "cqi" else "float"
+        if field.get("type") != "default" or field.get("default") is not None:
+            return None
+        if field["schema"].get("type") != "nullable" or set(inner) != {"type", "ge", "le"} or inner["type"] != kind:
+            return None
+        bounds.append((float(inner["ge"]), float(inner["le"])))
+    return {"name_max": name["max_length"], "bounds": bounds}
+
+
+def _interface_model() -> Any:
+    """The compiled decoding's builder of ``InterfaceContext`` instances (:func:`interface_model_checks`), or None."""
+    checks = interface_model_checks()
+    if _NativeInterfaceModel is None or checks is None:
+        return None
+    return _NativeInterfaceModel(InterfaceContext, object.__new__, **checks)
+
+
 def _history_model() -> Any:
     """The compiled decoding's builder of ``SubflowHistory`` instances (:func:`history_model_checks`), or None."""
     checks = history_model_checks()
@@ -293,6 +344,7 @@ def _same_schema(compiled: bytes) -> bool:
 #: :func:`recommend_request_fields` is its reference (``tests/service/test_grpc_native_decoding.py``).
 NATIVE_DECODING: bool = _native_schema is not None and _same_schema(_native_schema())
 
+
 #: The compiled decoding's builder of history models: with it, a history in the column form that the model accepts
 #: as it is comes decoded as the ``SubflowHistory`` itself, built as ``model_construct`` builds one, and pydantic
 #: takes it as it is (issue 16: two such histories were ~5.5 of the ~10 µs pydantic-core took for an agent's context);
@@ -300,9 +352,19 @@ NATIVE_DECODING: bool = _native_schema is not None and _same_schema(_native_sche
 #: compiled decoding lacks it or the model holds checks it would not make (:func:`history_model_checks`).
 HISTORY_MODEL: Any = _history_model() if NATIVE_DECODING else None
 
+#: The compiled decoding's builder of interface models (:data:`HISTORY_MODEL`'s reason and way: an interface whose
+#: values the model accepts as they are comes decoded as the ``InterfaceContext`` itself, any other as plain values;
+#: ~2.5 of the ~6 µs pydantic-core still took for an agent's context once its histories came as models). None where
+#: the compiled decoding lacks it or the model holds checks it would not make (:func:`interface_model_checks`).
+INTERFACE_MODEL: Any = _interface_model() if NATIVE_DECODING else None
+
 #: The compiled decoding's arguments after the bytes: the wire enums' tables it reads enum values through (a value
-#: missing stays an ``int``), and :data:`HISTORY_MODEL` where there is one.
-_ENUMS: tuple[Any, ...] = (ACCESS_FROM_PROTO, PROFILE_FROM_PROTO, *((HISTORY_MODEL,) if HISTORY_MODEL else ()))
+#: missing stays an ``int``), and the model builders where the build has them.
+_ENUMS: tuple[Any, ...] = (
+    ACCESS_FROM_PROTO,
+    PROFILE_FROM_PROTO,
+    *((HISTORY_MODEL, INTERFACE_MODEL) if _NativeHistoryModel is not None else ()),
+)
 
 
 #: Whether the compiled encoding of replies (``edgepath_native.encode_message``; service/native/src/reply.rs) is
