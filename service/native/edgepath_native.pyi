@@ -57,6 +57,9 @@ class InterfaceModel:
     ``object.__new__``. Raises ``ValueError`` for bounds that are not finite or not ordered.
     ``edgepath.grpc.convert.interface_model_checks`` reads the checks from the model."""
 
+    #: The measurements it reads, in the proto's order (a list).
+    MEASUREMENTS: list[str]
+
     def __init__(self, cls: type, new: Any, name_max: int, bounds: Sequence[tuple[float, float]]) -> None: ...
 
 def recommend_fields(

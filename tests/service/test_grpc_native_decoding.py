@@ -295,6 +295,9 @@ def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_ca
 
 def test_the_compiled_interface_checks_are_read_from_the_model() -> None:
     assert convert.interface_model_checks() == {"name_max": MAX_NAME_LEN, "bounds": list(MEASUREMENT_BOUNDS.values())}
+    # built where the compiled decoding is (a check or field the compiled one lacks would turn it off unnoticed)
+    assert convert.INTERFACE_MODEL is not None and convert.HISTORY_MODEL is not None
+    assert tuple(edgepath_native.InterfaceModel.MEASUREMENTS) == tuple(MEASUREMENT_BOUNDS)
 
     class Checked(InterfaceContext):  # a check the compiled decoding does not make: every interface to pydantic
         @field_validator("rtt_ms")

@@ -113,6 +113,14 @@ pub struct InterfaceModel {
 
 #[pymethods]
 impl InterfaceModel {
+    /// The measurements it reads, in order ([`MEASUREMENTS`]): the Python side builds it only where they are the
+    /// model's.
+    #[classattr]
+    #[allow(non_snake_case)]
+    fn MEASUREMENTS() -> Vec<&'static str> {
+        MEASUREMENTS.to_vec()
+    }
+
     /// `cls`: the model class; `new`: `object.__new__`; `bounds`: each measurement's, as the model declares them.
     #[new]
     fn py_new(

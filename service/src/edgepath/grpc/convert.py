@@ -204,6 +204,18 @@ def _column_schema(field: Any) -> tuple[int, float, float] | None:
     return schema["max_length"], float(items["ge"]), float(items["le"])
 
 
+#: ``SubflowHistory``'s fields in its order, as the compiled decoding fills an instance's values (request.rs).
+_HISTORY_FIELDS = (
+    "interface",
+    "rtt_samples",
+    "throughput_samples",
+    "rtt_t_ms",
+    "rtt_ms",
+    "throughput_t_ms",
+    "throughput_bps",
+)
+
+
 def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[str, Any] | None:
     """What the compiled decoding checks before it builds a ``model`` instance of a history in the column form
     (``edgepath_native.HistoryModel``), read from the model's own core schema, so the checks have one source: the
@@ -222,7 +234,7 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     ):
         return None
     fields = _fields_schema(model.__pydantic_core_schema__)
-    if fields is None or list(fields["fields"]) != list(model.model_fields):
+    if fields is None or tuple(fields["fields"]) != _HISTORY_FIELDS:  # the fields the compiled decoding fills
         return None
     name = fields["fields"]["interface"]["schema"]
     if name.get("type") != "str" or set(name) - {"type", "min_length", "max_length", "metadata"}:
@@ -291,6 +303,8 @@ def _interface_model() -> Any:
     """The compiled decoding's builder of ``InterfaceContext`` instances (:func:`interface_model_checks`), or None."""
     checks = interface_model_checks()
     if _NativeInterfaceModel is None or checks is None:
+        return None
+    if tuple(_NativeInterfaceModel.MEASUREMENTS) != _OPTIONAL_INTERFACE_FIELDS:  # a build of another proto's fields
         return None
     return _NativeInterfaceModel(InterfaceContext, object.__new__, **checks)
 
