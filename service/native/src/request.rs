@@ -4,7 +4,12 @@
 //! field by field into dicts and lists for pydantic: here the bytes are decoded by prost (types generated from
 //! proto/edgepath/v1/edgepath.proto by build.rs) and the same dicts built directly, key for key in the same order,
 //! optional fields only where present, enum values through the caller's tables (a value missing from them stays an
-//! `int`, for validation to name). Nothing is validated here; what the bytes do not decode to is handed back (None).
+//! `int`, for validation to name). What the bytes do not decode to is handed back (None).
+//!
+//! Given the service's model builders ([`HistoryModel`], [`InterfaceModel`]; Session 51), a history or an interface
+//! whose values its model accepts as they are comes as that model's instance instead of its dict: the builder makes
+//! the model's own checks first (read from the model by `edgepath.grpc.convert`), and anything they refuse comes as
+//! plain values, for pydantic to refuse naming the field.
 
 use prost::Message;
 use pyo3::intern;
@@ -40,27 +45,14 @@ fn set_present<'py, T: IntoPyObject<'py> + Copy>(
     }
 }
 
-/// The measurements of an `InterfaceContext` in the model's (and the proto's) order: their names, and each value as
-/// `f64` (`cqi`, an `int32`, exactly).
-const MEASUREMENTS: [&str; 14] = [
-    "wifi_rssi_dbm",
-    "link_speed_mbps",
-    "frequency_mhz",
-    "rsrp_dbm",
-    "rsrq_db",
-    "sinr_db",
-    "cqi",
-    "cell_rssi_dbm",
-    "rtt_ms",
-    "loss",
-    "wifi_rssi_spread_db",
-    "max_link_speed_mbps",
-    "rsrp_spread_db",
-    "channel_bandwidth_mhz",
-];
+/// The measurements of an `InterfaceContext` in the model's (and the proto's) order, as the context encoder reads
+/// them (`features::ATTRS`).
+use crate::features::ATTRS as MEASUREMENTS;
+
 /// `cqi`'s index in [`MEASUREMENTS`]: an `int` in the model.
 const CQI: usize = 6;
 
+/// An interface's measurements in [`MEASUREMENTS`]' order, each as `f64` (`cqi`, an `int32`, exactly).
 fn measurements(i: &wire::InterfaceContext) -> [Option<f64>; 14] {
     [
         i.wifi_rssi_dbm,
@@ -130,14 +122,7 @@ impl InterfaceModel {
         name_max: usize,
         bounds: [(f64, f64); 14],
     ) -> PyResult<Self> {
-        if bounds
-            .iter()
-            .any(|&(lo, hi)| !(lo.is_finite() && hi.is_finite() && lo <= hi))
-        {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "bounds must be finite with lo <= hi",
-            ));
-        }
+        check_bounds(&bounds)?;
         let keys: Vec<Py<PyString>> = MEASUREMENTS.iter().map(|k| PyString::intern(py, k).unbind()).collect();
         let template = PyDict::new(py);
         template.set_item(intern!(py, "name"), py.None())?;
@@ -299,13 +284,7 @@ impl HistoryModel {
         rtt_ms: (f64, f64),
         throughput_bps: (f64, f64),
     ) -> PyResult<Self> {
-        for (lo, hi) in [t_ms, rtt_ms, throughput_bps] {
-            if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "bounds must be finite with lo <= hi",
-                ));
-            }
-        }
+        check_bounds(&[t_ms, rtt_ms, throughput_bps])?;
         Ok(Self {
             cls,
             new,
@@ -360,6 +339,21 @@ impl HistoryModel {
             }
         }
         construct(&self.new, &self.cls, &values, &fields_set)
+    }
+}
+
+/// A builder's bounds: each finite, `lo <= hi` (a value passes a check only within finite bounds, so NaN and the
+/// infinities never do). Raises `ValueError` otherwise.
+fn check_bounds(bounds: &[(f64, f64)]) -> PyResult<()> {
+    if bounds
+        .iter()
+        .all(|&(lo, hi)| lo.is_finite() && hi.is_finite() && lo <= hi)
+    {
+        Ok(())
+    } else {
+        Err(pyo3::exceptions::PyValueError::new_err(
+            "bounds must be finite with lo <= hi",
+        ))
     }
 }
 

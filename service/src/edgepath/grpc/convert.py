@@ -2,7 +2,11 @@
 
 Messages are turned into plain dicts and validated by the same pydantic models
 the REST transport uses, so both reject the same inputs, naming the same field.
-Optional proto3 fields are copied only when present (``HasField``).
+Optional proto3 fields are copied only when present (``HasField``). Where the
+compiled decoding is installed it reads the wire bytes itself and hands over a
+history or an interface its model accepts as it is as that model's instance
+(:data:`HISTORY_MODEL`, :data:`INTERFACE_MODEL`: the model's own checks, read
+from the model); pydantic takes those as they are and validates the rest.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any, TypeVar
 
 from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
+from pydantic import BaseModel
 
 from edgepath.errors import InvalidInput
 from edgepath.grpc import enums
@@ -188,6 +193,22 @@ def _fields_schema(schema: Any) -> dict[str, Any] | None:
     return None
 
 
+def _constructible(model: type[BaseModel], model_validators: set[str]) -> bool:
+    """Whether the compiled decoding may build ``model`` as ``model_construct`` does: its only validators the model
+    validators named (which the compiled check makes too), no private attributes or ``model_post_init``, extras
+    forbidden, NaN and infinities refused."""
+    decorators = model.__pydantic_decorators__
+    return (
+        set(decorators.model_validators) == model_validators
+        and not decorators.field_validators
+        and not decorators.validators
+        and not model.__private_attributes__
+        and model.__pydantic_post_init__ is None
+        and model.model_config.get("extra") == "forbid"
+        and model.model_config.get("allow_inf_nan") is False
+    )
+
+
 def _column_schema(field: Any) -> tuple[int, float, float] | None:
     """``(max_length, ge, le)`` of a history column's core schema: a list (default: empty) of floats bounded by
     ``ge``/``le`` and nothing else; None for any other form (the compiled check would not be the model's)."""
@@ -222,16 +243,7 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     interface name's length bounds, each column's bound and most samples. None where the model holds anything that
     check would not be (a pattern on the name, a validator besides ``_one_form_per_quantity``, private attributes,
     extras allowed, a column of another form): then every history is validated by pydantic."""
-    decorators = model.__pydantic_decorators__
-    if (
-        set(decorators.model_validators) != {"_one_form_per_quantity"}
-        or decorators.field_validators
-        or decorators.validators
-        or model.__private_attributes__
-        or model.__pydantic_post_init__ is not None
-        or model.model_config.get("extra") != "forbid"
-        or model.model_config.get("allow_inf_nan") is not False
-    ):
+    if not _constructible(model, {"_one_form_per_quantity"}):
         return None
     fields = _fields_schema(model.__pydantic_core_schema__)
     if fields is None or tuple(fields["fields"]) != _HISTORY_FIELDS:  # the fields the compiled decoding fills
@@ -266,16 +278,7 @@ def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> 
     proto's order (:data:`_OPTIONAL_INTERFACE_FIELDS`). None where the model holds anything that check would not be
     (a validator, another pattern, a measurement of another form or order, extras allowed): then every interface is
     validated by pydantic."""
-    decorators = model.__pydantic_decorators__
-    if (
-        decorators.model_validators
-        or decorators.field_validators
-        or decorators.validators
-        or model.__private_attributes__
-        or model.__pydantic_post_init__ is not None
-        or model.model_config.get("extra") != "forbid"
-        or model.model_config.get("allow_inf_nan") is not False
-    ):
+    if not _constructible(model, set()):
         return None
     fields = _fields_schema(model.__pydantic_core_schema__)
     if fields is None or list(fields["fields"]) != ["name", "access_type", *_OPTIONAL_INTERFACE_FIELDS]:
