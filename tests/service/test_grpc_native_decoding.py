@@ -279,7 +279,7 @@ def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_ca
         interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI)],
         subflow_histories=[pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0, 2.0], rtt_ms=[30.0, 31.5])],
     )
-    decoded = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)
+    decoded = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._DECODING_ARGS)
     (h,) = decoded["subflow_histories"]
     assert type(h) is SubflowHistory and type(decoded["interfaces"][0]) is InterfaceContext
     assert decoded["interfaces"][0].model_fields_set == {"name", "access_type"}
@@ -289,7 +289,7 @@ def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_ca
         h.interface = "wwan0"  # type: ignore[misc]
     out_of_bounds = pb.SubflowHistory(interface="wlan0", rtt_t_ms=[1.0], rtt_ms=[600_001.0])
     msg.subflow_histories[0].CopyFrom(out_of_bounds)
-    (d,) = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._ENUMS)["subflow_histories"]
+    (d,) = edgepath_native.recommend_fields(msg.SerializeToString(), *convert._DECODING_ARGS)["subflow_histories"]
     assert d == {"interface": "wlan0", "rtt_t_ms": [1.0], "rtt_ms": [600_001.0]}  # plain values, for pydantic
 
 

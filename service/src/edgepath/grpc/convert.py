@@ -132,7 +132,7 @@ def recommend_request_values(msg: pb.RecommendRequest | bytes, native: bool = Tr
         ``msg`` is bytes that are no ``RecommendRequest`` (:data:`MALFORMED`).
     """
     if native and NATIVE_DECODING:
-        fields = _native_fields(msg if isinstance(msg, bytes) else msg.SerializeToString(), *_ENUMS)
+        fields = _native_fields(msg if isinstance(msg, bytes) else msg.SerializeToString(), *_DECODING_ARGS)
         if fields is not None:
             return fields  # type: ignore[no-any-return]
     return recommend_request_fields(parse_wire(pb.RecommendRequest, msg) if isinstance(msg, bytes) else msg)
@@ -156,7 +156,7 @@ def recommend_batch_request(msg: pb.RecommendBatchRequest | bytes, native: bool 
     """
     items = None
     if native and NATIVE_DECODING:
-        items = _native_batch_fields(msg if isinstance(msg, bytes) else msg.SerializeToString(), *_ENUMS)
+        items = _native_batch_fields(msg if isinstance(msg, bytes) else msg.SerializeToString(), *_DECODING_ARGS)
     if items is None:
         message = parse_wire(pb.RecommendBatchRequest, msg) if isinstance(msg, bytes) else msg
         items = [recommend_request_fields(r) for r in message.requests]
@@ -377,7 +377,7 @@ INTERFACE_MODEL: Any = _interface_model() if NATIVE_DECODING else None
 
 #: The compiled decoding's arguments after the bytes: the wire enums' tables it reads enum values through (a value
 #: missing stays an ``int``), and the model builders where the build has them.
-_ENUMS: tuple[Any, ...] = (
+_DECODING_ARGS: tuple[Any, ...] = (
     ACCESS_FROM_PROTO,
     PROFILE_FROM_PROTO,
     *((HISTORY_MODEL, INTERFACE_MODEL) if _NativeHistoryModel is not None else ()),

@@ -132,17 +132,12 @@ class CallObserver:
 
         def leave(context: grpc.aio.ServicerContext, start: float, ended: str | None) -> None:
             """Count the call; ``ended``: None when the handler returned, ``"UNKNOWN"`` when it raised, and
-            :func:`cancelled_as` when grpc.aio cancelled it (a status the handler set wins over each). A handler that
-            returned after the caller's deadline counts as ``DEADLINE_EXCEEDED``: its answer reached no one. (A
-            stream handler whose client cancels may see its requests just end and return: grpc.aio tells it no
-            more, so that call counts as ``OK``.)"""
+            :func:`cancelled_as` when grpc.aio cancelled it (a status the handler set wins over each)."""
             if on_call is None:
                 return
             code = context.code()
             if code is None or isinstance(code, int):  # not set: OK unless the handler raised or was cancelled
                 name = ended or ("OK" if not code else grpc.StatusCode(code).name)
-                if name == "OK" and (remaining := context.time_remaining()) is not None and remaining <= 0.0:
-                    name = "DEADLINE_EXCEEDED"  # e.g. a stream handler whose requests ended with the deadline
             else:
                 name = code.name
             elapsed_s = time.perf_counter() - start
@@ -176,7 +171,11 @@ class CallObserver:
                     try:
                         async for response in behavior(request, context):
                             yield response
-                        ended = None
+                        # A stream's requests end with its deadline (or its client's cancel) and the handler returns
+                        # as if they were done: grpc.aio tells it no more than the time left, so a cancel still
+                        # counts OK. Unary handlers are cancelled instead, so their calls pay for no such check.
+                        remaining = context.time_remaining()
+                        ended = "DEADLINE_EXCEEDED" if remaining is not None and remaining <= 0.0 else None
                     except asyncio.CancelledError:
                         ended = cancelled_as(context)
                         raise
