@@ -62,6 +62,31 @@ class InterfaceModel:
 
     def __init__(self, cls: type, new: Any, name_max: int, bounds: Sequence[tuple[float, float]]) -> None: ...
 
+class MlpmWeights:
+    """MLPM's decision of one priority and its settings (``window`` ≥ 1 samples, ``horizon_s`` s; ``classifiers``:
+    ``(w, b)`` of Eq. 2 for both features, RTT only, throughput only), straight from a request's models, its weights
+    built as ``cls`` (``edgepath.types.SubflowWeight``) instances whose ``weight`` and ``score`` lie within the
+    given inclusive bounds (``new``: ``object.__new__``; ``ValueError`` for bounds not finite or not ordered).
+    ``edgepath.engines.mlpm.compiled_model_decider`` makes it; ``edgepath.adapters.mlpm.weight_model_checks`` reads
+    the bounds from the model."""
+
+    FIELDS: list[str]
+    def __init__(
+        self,
+        window: int,
+        horizon_s: float,
+        classifiers: tuple[tuple[Sequence[float], float], tuple[Sequence[float], float], tuple[Sequence[float], float]],
+        cls: type,
+        new: Any,
+        weight: tuple[float, float],
+        score: tuple[float, float],
+    ) -> None: ...
+    def decide(
+        self, interfaces: Sequence[Any], histories: Sequence[Any]
+    ) -> tuple[list[Any], int, bool, bool, float, list[int]] | None:
+        """``(weights, prioritised index, use_rtt, use_tput, bias, short indices)``, or None to hand back (a history
+        of sample objects, a decision the engine hands back, a weight or score out of bounds)."""
+
 def recommend_fields(
     data: bytes,
     access: Mapping[int, Any],

@@ -12,13 +12,13 @@ pub mod features;
 pub mod mlpm;
 pub mod reply;
 pub mod request;
+pub mod section;
 
 /// A feature's columns from Python: `(t, values, t_units_per_s)`, or None for no samples.
 type PyColumns = Option<(Vec<f64>, Vec<f64>, f64)>;
 /// One subflow from Python: `(interface, rtt_ms columns, throughput_bps columns, current_rtt_ms)`.
 type PySubflow = (String, PyColumns, PyColumns, Option<f64>);
-/// A classifier from Python: `(w, b)` of Eq. 2.
-type PyClassifier = (Vec<f64>, f64);
+use section::PyClassifier;
 /// A forecast to Python: `(current, slope_per_s, forecast, samples)`.
 type PyForecast = Option<(f64, f64, f64, usize)>;
 /// A decision to Python: `([(weight, score, rtt forecast, throughput forecast)], prioritised index, use_rtt,
@@ -212,5 +212,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_message, m)?)?;
     m.add_class::<request::HistoryModel>()?;
     m.add_class::<request::InterfaceModel>()?;
+    m.add_class::<section::MlpmWeights>()?;
     Ok(())
 }

@@ -186,8 +186,9 @@ impl InterfaceModel {
 }
 
 /// A model instance of `cls` with `fields` as its values and `fields_set` as the fields given, no extra or private
-/// values (the models forbid extras and have no private attributes), as `BaseModel.model_construct` leaves one.
-fn construct<'py>(
+/// values (the models built here forbid or ignore extras and have no private attributes), as
+/// `BaseModel.model_construct` leaves one.
+pub(crate) fn construct<'py>(
     new: &Py<PyAny>,
     cls: &Py<PyAny>,
     fields: &Bound<'py, PyDict>,
@@ -344,7 +345,7 @@ impl HistoryModel {
 
 /// A builder's bounds: each finite, `lo <= hi` (a value passes a check only within finite bounds, so NaN and the
 /// infinities never do). Raises `ValueError` otherwise.
-fn check_bounds(bounds: &[(f64, f64)]) -> PyResult<()> {
+pub(crate) fn check_bounds(bounds: &[(f64, f64)]) -> PyResult<()> {
     if bounds
         .iter()
         .all(|&(lo, hi)| lo.is_finite() && hi.is_finite() && lo <= hi)

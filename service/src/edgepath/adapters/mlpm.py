@@ -15,6 +15,7 @@ from cachetools import LRUCache
 
 from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
+from edgepath.constructed import constructible, fields_schema
 from edgepath.engines import mlpm
 from edgepath.settings import Settings
 
@@ -25,6 +26,41 @@ from edgepath.settings import Settings
 #: Measured with the Python engine; with the compiled one (Session 46) the stage is ~1.4 ms per 64 and the slices
 #: matter less, but they are kept for where it is not installed.
 BATCH_SLICE = 32
+
+
+def weight_model_checks(model: type[ep_types.SubflowWeight] = ep_types.SubflowWeight) -> mlpm.WeightModel | None:
+    """What the compiled decision checks before it builds a ``model`` instance of a subflow's weight
+    (:func:`~edgepath.engines.mlpm.compiled_model_decider`), read from the model's own core schema, so the checks
+    have one source: the bounds of ``weight`` and ``score``. None where the model holds anything the build would not
+    make (another field, order or type, a constraint on another field, a validator, private attributes, extras kept,
+    NaN refused): then every section's weights are validated by pydantic."""
+    if not constructible(model, set()) or model.model_config.get("allow_inf_nan") is False:
+        return None
+    fields = fields_schema(model.__pydantic_core_schema__)
+    native_fields = getattr(mlpm.WEIGHT_BUILDER, "FIELDS", None)
+    if fields is None or native_fields is None or list(fields["fields"]) != list(native_fields):
+        return None
+    schemas = {name: f["schema"] for name, f in fields["fields"].items()}
+    if schemas.pop("interface") != {"type": "str"}:
+        return None
+    bounds = []
+    for name in ("weight", "score"):
+        schema = schemas.pop(name)
+        if set(schema) != {"type", "ge", "le"} or schema["type"] != "float":
+            return None
+        bounds.append((float(schema["ge"]), float(schema["le"])))
+    for name, schema in schemas.items():  # forecasts: an unconstrained float or None; samples: an int, 0 by default
+        kind = "int" if name.endswith("_samples") else "nullable"
+        default = 0 if kind == "int" else None
+        inner = {"type": "int"} if kind == "int" else {"type": "nullable", "schema": {"type": "float"}}
+        if schema != {"type": "default", "schema": inner, "default": default}:
+            return None
+    return mlpm.WeightModel(model, bounds[0], bounds[1])
+
+
+#: The compiled decision's model of a subflow's weight (:func:`weight_model_checks`); None where the compiled build
+#: lacks it or the model holds checks it would not make.
+WEIGHT_MODEL: mlpm.WeightModel | None = weight_model_checks()
 
 
 def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> ep_types.SchedulerAdvice:
@@ -41,7 +77,7 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
     """
     priority = mlpm.PROFILE_PRIORITY[request.application_profile]
     if settings.native_engines:
-        section = _compiled_section(request, priority, settings, _decider(priority, settings))
+        section = _compiled_section(request, priority, settings, *_deciders(priority, settings))
         if section is not None:
             return section
     # native=False: the compiled engine has had its turn (above) where it may decide
@@ -49,12 +85,20 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
     return advice_section(request, d)
 
 
-def _decider(
-    priority: mlpm.Priority, settings: Settings
-) -> Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None]:
-    """The compiled engine's decider for ``priority`` under ``settings``
-    (:func:`~edgepath.engines.mlpm.compiled_decider`)."""
-    return mlpm.compiled_decider(**_engine_args(priority, settings))
+_ColumnDecider = Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None]
+_ModelDecider = Callable[
+    [Sequence[ep_types.InterfaceContext], Sequence[ep_types.SubflowHistory]], mlpm.CompiledWeights | None
+]
+
+
+def _deciders(priority: mlpm.Priority, settings: Settings) -> tuple[_ColumnDecider, _ModelDecider | None]:
+    """The compiled engine's deciders for ``priority`` under ``settings``: on the plain values
+    (:func:`~edgepath.engines.mlpm.compiled_decider`) and on the request's models with the weights built
+    (:func:`~edgepath.engines.mlpm.compiled_model_decider`; None where it is not installed or
+    :data:`WEIGHT_MODEL` is None)."""
+    args = _engine_args(priority, settings)
+    models = None if WEIGHT_MODEL is None else mlpm.compiled_model_decider(WEIGHT_MODEL, **args)
+    return mlpm.compiled_decider(**args), models
 
 
 def _engine_args(priority: mlpm.Priority, settings: Settings) -> dict[str, Any]:
@@ -74,16 +118,23 @@ def _compiled_section(
     request: ep_types.RecommendRequest,
     priority: mlpm.Priority,
     settings: Settings,
-    decide: Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None],
+    decide: _ColumnDecider,
+    decide_models: _ModelDecider | None = None,
 ) -> ep_types.SchedulerAdvice | None:
-    """:func:`scheduler_advice` by the compiled engine (``decide``: the :func:`~edgepath.engines.mlpm.compiled_decider`
-    of ``priority`` and ``settings``; the same numbers bit for bit), its plain values put straight into the section
-    without the engine's objects (~10 µs less per decision, issue 16); None where it is not installed or hands the
-    decision back."""
+    """:func:`scheduler_advice` by the compiled engine (:func:`_deciders` of ``priority`` and ``settings``; the same
+    numbers bit for bit): on the request's models with the weights built where ``decide_models`` decides, else on
+    its plain values put straight into the section without the engine's objects (~10 µs less per decision than
+    the engine's objects, issue 16); None where it is not installed or hands the decision back."""
+    if decide_models is not None:
+        m = decide_models(request.interfaces, request.subflow_histories)
+        if m is not None:
+            prioritised = request.interfaces[m.prioritised].name
+            horizon_s = settings.mlpm.horizon_s
+            return _section(request, m.weights, prioritised, priority, m.features_used, horizon_s, m.bias, m.reason)
     d = decide(subflow_columns(request))
     if d is None:
         return None
-    weights = [
+    weights: list[object] = [
         _weight(iface.name, weight, score, r, t)
         for iface, (weight, score, r, t) in zip(request.interfaces, d.scored, strict=True)
     ]
@@ -99,8 +150,8 @@ def scheduler_advice_batch(
     priorities = [mlpm.PROFILE_PRIORITY[r.application_profile] for r in requests]
     sections: list[ep_types.SchedulerAdvice | None] = [None] * len(requests)
     if settings.native_engines:  # one compiled decider per priority in the batch, its arguments checked once
-        deciders = {p: _decider(p, settings) for p in set(priorities)}
-        sections = [_compiled_section(r, p, settings, deciders[p]) for r, p in zip(requests, priorities, strict=True)]
+        deciders = {p: _deciders(p, settings) for p in set(priorities)}
+        sections = [_compiled_section(r, p, settings, *deciders[p]) for r, p in zip(requests, priorities, strict=True)]
     rest = [i for i, section in enumerate(sections) if section is None]
     if rest:  # the numpy batch, for what the compiled engine did not decide
         decided = mlpm.decide_batch(
@@ -148,7 +199,7 @@ def subflow_columns(request: ep_types.RecommendRequest) -> list[mlpm.CompiledSub
 
 def advice_section(request: ep_types.RecommendRequest, d: mlpm.SchedulerWeights) -> ep_types.SchedulerAdvice:
     """The ``scheduler`` section of ``d``, MLPM's decision for ``request``. Raises as :func:`scheduler_advice`."""
-    weights = [_weight(s.interface, s.weight, s.score, s.rtt_ms, s.throughput_bps) for s in d.subflows]
+    weights: list[object] = [_weight(s.interface, s.weight, s.score, s.rtt_ms, s.throughput_bps) for s in d.subflows]
     return _section(request, weights, d.prioritised_subflow, d.priority, d.features_used, d.horizon_s, d.bias, d.reason)
 
 
@@ -175,7 +226,7 @@ def _weight(
 
 def _section(
     request: ep_types.RecommendRequest,
-    weights: list[dict[str, object]],
+    weights: list[object],
     prioritised: str,
     priority: mlpm.Priority,
     features_used: Sequence[str],
@@ -183,7 +234,8 @@ def _section(
     bias: float,
     reason: str,
 ) -> ep_types.SchedulerAdvice:
-    """The section from a decision's values, with the kernel's advisory. Raises as :func:`scheduler_advice`."""
+    """The section from a decision's values (``weights``: per subflow a dict of ``SubflowWeight``'s fields or the
+    model itself), with the kernel's advisory. Raises as :func:`scheduler_advice`."""
     k = request.kernel
     if k is not None and k.mptcp_schedulers and {x.lower() for x in k.mptcp_schedulers} <= {"default"}:
         reason += "; advisory: the kernel has only the default MPTCP scheduler (apply low weights as backup)"

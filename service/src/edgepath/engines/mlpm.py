@@ -64,16 +64,25 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice, repeat
 from operator import itemgetter
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
-from edgepath.types import ApplicationProfile
+from edgepath.types import ApplicationProfile, InterfaceContext
+from edgepath.types import SubflowHistory as SubflowHistoryModel
 
 try:  # the compiled engine (service/native, the edgepath-native package): the same results, bit for bit, faster
     from edgepath_native import mlpm_decide as _native_decide
 except ImportError:  # not installed (no Rust toolchain where it was set up): the Python engine decides alone
     _native_decide = None  # type: ignore[assignment]
+try:  # the compiled decision from a request's models, with its weights built (Session 52)
+    from edgepath_native import MlpmWeights as _NativeWeights
+except ImportError:  # not installed, or a build from before it: the plain values' path below decides
+    _NativeWeights = None  # type: ignore[assignment,misc]
+
+#: The compiled builder's class (``edgepath_native.MlpmWeights``: its ``FIELDS``, the weight model's fields it fills),
+#: or None where it is not installed.
+WEIGHT_BUILDER: Any = _NativeWeights
 
 #: Whether the compiled MLPM engine (``edgepath_native``, built from service/native) is installed. Where it is,
 #: :func:`decide` and :func:`decide_batch` hand it every decision whose features all come as :class:`Columns` of
@@ -913,6 +922,98 @@ def _compiled(
         _reason(priority, use_rtt, use_tput, [subflows[i][0] for i in short]),
         tuple(w),
     )
+
+
+class WeightModel(NamedTuple):
+    """A caller's model of one subflow's weight, as :func:`compiled_model_decider` builds it: ``cls`` (a pydantic
+    model with ``MlpmWeights.FIELDS`` as its fields, in that order: ``edgepath.types.SubflowWeight``'s) and the
+    inclusive bounds its ``weight`` and ``score`` declare (finite)."""
+
+    cls: type
+    weight: tuple[float, float]
+    score: tuple[float, float]
+
+
+class CompiledWeights(NamedTuple):
+    """A :func:`compiled_model_decider`'s decision: ``weights``, one instance of the caller's :class:`WeightModel`
+    per interface in order (its weight clamped to [0, 1], its forecasts floored as :class:`SubflowScore`'s);
+    ``prioritised``, the prioritised subflow's index; the rest as :class:`SchedulerWeights`."""
+
+    weights: list[Any]
+    prioritised: int
+    features_used: tuple[str, ...]
+    bias: float
+    reason: str
+
+
+#: (priority, window, horizon_s, gain, b, id(fitted), weight model) → (fitted, the compiled decider), for
+#: :func:`compiled_model_decider`: one per priority and settings, not one per call. The entry holds ``fitted``.
+_MODEL_DECIDERS: dict[tuple[Any, ...], tuple[object, Any]] = {}
+
+
+def compiled_model_decider(
+    weight_model: WeightModel,
+    *,
+    priority: Priority = Priority.BALANCED,
+    window: int = DEFAULT_WINDOW,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    gain: float = DEFAULT_GAIN,
+    bias: float | None = None,
+    fitted: FittedClassifier | None = None,
+) -> Callable[[Sequence[InterfaceContext], Sequence[SubflowHistoryModel]], CompiledWeights | None] | None:
+    """:func:`decide` by the compiled engine straight from a request's models (``edgepath_native.MlpmWeights``;
+    service/native/src/section.rs), its weights built as ``weight_model`` instances: the numbers of
+    :func:`compiled_decider` bit for bit, without the plain values in between (issue 16: the columns' tuples, a dict
+    per weight and pydantic's check of them were ~5 µs of a decision's ~19 in MLPM's section).
+
+    The decider takes ``interfaces`` (shape (k,), each ``name`` and ``rtt_ms`` in ms) and ``histories`` (the
+    request's ``SubflowHistory`` models; an interface's is the last of its name), as one request holds them; the
+    subflows are the interfaces, in order, each with its own history's columns (ms timestamps, 1000 per s) or
+    none. It returns None where the compiled build is absent from the decision: a history in the sample-object
+    form, anything :func:`compiled_decider` would hand back, a weight or score outside ``weight_model``'s bounds
+    (NaN included); the caller then decides by :func:`compiled_decider` or :func:`decide`, which give the same
+    numbers and let the model refuse a bad one. This function returns None where the compiled build is not installed.
+
+    Raises
+    ------
+    ValueError
+        As :func:`decide`, when the arguments are checked; ``weight_model``'s bounds not finite or not ordered.
+    """
+    if _NativeWeights is None:
+        return None
+    b = _checked(window, horizon_s, gain, bias)
+    key = (priority, window, horizon_s, gain, b, id(fitted), weight_model)
+    hit = _MODEL_DECIDERS.get(key)
+    if hit is None:
+        if len(_MODEL_DECIDERS) >= 256:
+            _MODEL_DECIDERS.clear()
+        native = _NativeWeights(
+            window,
+            horizon_s,
+            _native_classifiers(priority, gain, b, fitted),
+            weight_model.cls,
+            object.__new__,
+            weight_model.weight,
+            weight_model.score,
+        )
+
+        def decide(
+            interfaces: Sequence[InterfaceContext], histories: Sequence[SubflowHistoryModel]
+        ) -> CompiledWeights | None:
+            decided = native.decide(interfaces, histories)
+            if decided is None:
+                return None
+            weights, best, use_rtt, use_tput, bias_used, short = decided
+            return CompiledWeights(
+                weights,
+                best,
+                _FEATURE_SETS[use_rtt, use_tput][0],
+                bias_used,
+                _reason(priority, use_rtt, use_tput, [weights[i].interface for i in short]),
+            )
+
+        hit = _MODEL_DECIDERS[key] = (fitted, decide)
+    return hit[1]  # type: ignore[no-any-return]
 
 
 def _decide_native(

@@ -20,6 +20,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 from pydantic import BaseModel
 
+from edgepath.constructed import constructible, fields_schema
 from edgepath.errors import InvalidInput
 from edgepath.grpc import enums
 from edgepath.types import (
@@ -184,26 +185,11 @@ def parse_wire(cls: type[_Message], wire: bytes) -> _Message:
         raise InvalidInput(MALFORMED) from None
 
 
-def _fields_schema(schema: Any) -> dict[str, Any] | None:
-    """The ``model-fields`` core schema inside a model's core schema (under its validators), or None."""
-    while isinstance(schema, dict):
-        if schema.get("type") == "model-fields":
-            return schema
-        schema = schema.get("schema")
-    return None
-
-
 def _constructible(model: type[BaseModel], model_validators: set[str]) -> bool:
-    """Whether the compiled decoding may build ``model`` as ``model_construct`` does: its only validators the model
-    validators named (which the compiled check makes too), no private attributes or ``model_post_init``, extras
-    forbidden, NaN and infinities refused."""
-    decorators = model.__pydantic_decorators__
+    """Whether the compiled decoding may build ``model`` (:func:`~edgepath.constructed.constructible`), its extras
+    forbidden and NaN and the infinities refused (the decoding's checks are the bounds of finite values)."""
     return (
-        set(decorators.model_validators) == model_validators
-        and not decorators.field_validators
-        and not decorators.validators
-        and not model.__private_attributes__
-        and model.__pydantic_post_init__ is None
+        constructible(model, model_validators)
         and model.model_config.get("extra") == "forbid"
         and model.model_config.get("allow_inf_nan") is False
     )
@@ -245,7 +231,7 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     extras allowed, a column of another form): then every history is validated by pydantic."""
     if not _constructible(model, {"_one_form_per_quantity"}):
         return None
-    fields = _fields_schema(model.__pydantic_core_schema__)
+    fields = fields_schema(model.__pydantic_core_schema__)
     if fields is None or tuple(fields["fields"]) != _HISTORY_FIELDS:  # the fields the compiled decoding fills
         return None
     name = fields["fields"]["interface"]["schema"]
@@ -280,7 +266,7 @@ def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> 
     validated by pydantic."""
     if not _constructible(model, set()):
         return None
-    fields = _fields_schema(model.__pydantic_core_schema__)
+    fields = fields_schema(model.__pydantic_core_schema__)
     if fields is None or list(fields["fields"]) != ["name", "access_type", *_OPTIONAL_INTERFACE_FIELDS]:
         return None
     name = fields["fields"]["name"]["schema"]
