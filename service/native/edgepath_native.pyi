@@ -1,6 +1,6 @@
 """EdgePath's compiled decision engines (service/native/src); each has its reference in ``edgepath.engines``."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: ``(t, values, t_units_per_s)``: a feature's samples as columns (times in 1/t_units_per_s s), or None.
@@ -62,30 +62,30 @@ class InterfaceModel:
 
     def __init__(self, cls: type, new: Any, name_max: int, bounds: Sequence[tuple[float, float]]) -> None: ...
 
-class MlpmWeights:
-    """MLPM's decision of one priority and its settings (``window`` ≥ 1 samples, ``horizon_s`` s; ``classifiers``:
-    ``(w, b)`` of Eq. 2 for both features, RTT only, throughput only), straight from a request's models, its weights
-    built as ``cls`` (``edgepath.types.SubflowWeight``) instances whose ``weight`` and ``score`` lie within the
-    given inclusive bounds (``new``: ``object.__new__``; ``ValueError`` for bounds not finite or not ordered).
-    ``edgepath.engines.mlpm.compiled_model_decider`` makes it; ``edgepath.adapters.mlpm.weight_model_checks`` reads
-    the bounds from the model."""
+class MlpmSection:
+    """MLPM's ``scheduler`` section of one priority and its settings (``window`` ≥ 1 samples, ``horizon_s`` s;
+    ``classifiers``: ``(w, b)`` of Eq. 2 for both features, RTT only, throughput only), straight from a request's
+    models. ``texts``: the priority's name, the reason and the features used per feature set (both, RTT only,
+    throughput only) and the engine's reason function of ``(use_rtt, use_tput, short names)``; ``models``: the weight
+    model (``edgepath.types.SubflowWeight``), the section model (``SchedulerAdvice``) and ``object.__new__``;
+    ``bounds``: a weight's ``weight`` and ``score`` bounds, inclusive (``ValueError`` where not finite or not
+    ordered). ``edgepath.engines.mlpm.compiled_section_decider`` makes it; ``edgepath.adapters.mlpm.
+    section_model_checks`` reads the bounds from the models."""
 
-    FIELDS: list[str]
+    WEIGHT_FIELDS: list[str]
+    SECTION_FIELDS: list[str]
     def __init__(
         self,
         window: int,
         horizon_s: float,
         classifiers: tuple[tuple[Sequence[float], float], tuple[Sequence[float], float], tuple[Sequence[float], float]],
-        cls: type,
-        new: Any,
-        weight: tuple[float, float],
-        score: tuple[float, float],
+        texts: tuple[str, tuple[str, str, str], tuple[list[str], list[str], list[str]], Callable[..., str]],
+        models: tuple[type, type, Any],
+        bounds: tuple[tuple[float, float], tuple[float, float]],
     ) -> None: ...
-    def decide(
-        self, interfaces: Sequence[Any], histories: Sequence[Any]
-    ) -> tuple[list[Any], int, bool, bool, float, list[int]] | None:
-        """``(weights, prioritised index, use_rtt, use_tput, bias, short indices)``, or None to hand back (a history
-        of sample objects, a decision the engine hands back, a weight or score out of bounds)."""
+    def decide(self, interfaces: Sequence[Any], histories: Sequence[Any], advisory: str) -> Any | None:
+        """The section instance, or None to hand back (a history of sample objects, a decision the engine hands
+        back, a weight or score out of bounds)."""
 
 def recommend_fields(
     data: bytes,

@@ -1,18 +1,19 @@
 """The ``scheduler`` section the compiled MLPM engine's plain values go straight into (``edgepath.adapters.mlpm``,
-``compiled_decider``), and the one it builds from the request's models with its weights as ``SubflowWeight``
-instances (``compiled_model_decider``), against the section of the Python engine's decision: the same section, bit for
-bit (``repr`` equal, the same fields set), for any request the service's validation lets through, one by one and in
-a batch."""
+``compiled_decider``), and the one it builds from the request's models (a ``SchedulerAdvice`` with its weights as
+``SubflowWeight`` instances, ``compiled_section_decider``), against the section of the Python engine's decision: the
+same section, bit for bit (``repr`` equal, the same fields set), for any request the service's validation lets
+through, one by one and in a batch."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 from edgepath.adapters import mlpm as adapter
 from edgepath.engines import mlpm
 from edgepath.settings import Settings
-from edgepath.types import ApplicationProfile, RecommendRequest, SubflowWeight
+from edgepath.types import ApplicationProfile, RecommendRequest, SchedulerAdvice, SubflowWeight
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from native_twin import require_compiled
@@ -111,7 +112,7 @@ def test_an_agents_request_is_decided_by_the_compiled_engine() -> None:
     )
     priority = mlpm.PROFILE_PRIORITY[request.application_profile]
     columns, models = adapter._deciders(priority, COMPILED)
-    assert models is not None and models(request.interfaces, request.subflow_histories) is not None
+    assert models is not None and models(request.interfaces, request.subflow_histories, "") is not None
     for section in (
         adapter._compiled_section(request, priority, COMPILED, columns),
         adapter._compiled_section(request, priority, COMPILED, columns, models),
@@ -130,36 +131,42 @@ def _fields_set(section: Any) -> list[set[str]]:
 def test_the_section_built_from_the_models_is_the_plain_values_section(
     request: RecommendRequest, window: int, horizon_s: float
 ) -> None:
-    """Where the model decider decides, its section is the one of the plain values' path (``repr``, the fields set,
-    the JSON); it hands back every request with a history in the sample-object form."""
+    """Where the section decider decides, its section is the one of the plain values' path (``repr``, the fields
+    set, the JSON), the kernel's advisory and the short-window note included; it hands back every request with a
+    history in the sample-object form."""
     compiled = Settings(native_engines=True, mlpm={"window": window, "horizon_s": horizon_s})
     priority = mlpm.PROFILE_PRIORITY[request.application_profile]
     columns, models = adapter._deciders(priority, compiled)
     assert models is not None
-    decided = models(request.interfaces, request.subflow_histories)
+    got = models(request.interfaces, request.subflow_histories, adapter._advisory(request))
     if any(h.rtt_samples or h.throughput_samples for h in request.subflow_histories):
-        assert decided is None
+        assert got is None
     want = adapter._compiled_section(request, priority, compiled, columns)
-    if decided is None:
+    if got is None:
         return
     assert want is not None  # the same engine decides both
-    got = adapter._compiled_section(request, priority, compiled, columns, models)
-    assert got is not None
-    assert all(type(w) is SubflowWeight for w in decided.weights)
+    assert type(got) is SchedulerAdvice and all(type(w) is SubflowWeight for w in got.weights)
     assert repr(got) == repr(want)
     assert _fields_set(got) == _fields_set(want)
     assert got.model_dump_json() == want.model_dump_json()
+    assert adapter._compiled_section(request, priority, compiled, columns, models) == got
 
 
-def test_the_weight_models_checks_are_read_from_the_model() -> None:
-    """``weight_model_checks`` reads the weight and score bounds from ``SubflowWeight``; a model with a check the
-    build does not make, or another field, gets no builder (pydantic validates every weight)."""
-    assert adapter.WEIGHT_MODEL == mlpm.WeightModel(SubflowWeight, (0.0, 1.0), (0.0, 1.0))
+def test_the_section_models_checks_are_read_from_the_models() -> None:
+    """``section_model_checks`` reads a weight's bounds from ``SubflowWeight``; a model with a check the build does
+    not make, or another field, gets no builder (pydantic validates every section)."""
+    assert adapter.SECTION_MODELS == mlpm.SectionModels(SchedulerAdvice, SubflowWeight, (0.0, 1.0), (0.0, 1.0))
 
     class Narrower(SubflowWeight):
         weight: float = Field(ge=0.0, le=0.5)
 
-    assert adapter.weight_model_checks(Narrower) == mlpm.WeightModel(Narrower, (0.0, 0.5), (0.0, 1.0))
+    assert adapter.section_model_checks(weight=Narrower) is None  # SchedulerAdvice's weights are SubflowWeight
+
+    class NarrowerAdvice(SchedulerAdvice):
+        weights: list[Narrower]  # type: ignore[assignment]
+
+    got = adapter.section_model_checks(NarrowerAdvice, Narrower)
+    assert got == mlpm.SectionModels(NarrowerAdvice, Narrower, (0.0, 0.5), (0.0, 1.0))
 
     class Bounded(SubflowWeight):
         rtt_ms: float | None = Field(default=None, ge=0.0)
@@ -180,7 +187,44 @@ def test_the_weight_models_checks_are_read_from_the_model() -> None:
         model_config = ConfigDict(frozen=True, extra="allow")
 
     for model in (Bounded, Validated, NoNaN, Extra, Kept):
-        assert adapter.weight_model_checks(model) is None, model.__name__
+
+        class Advice(SchedulerAdvice):
+            weights: list[model]  # type: ignore[valid-type]
+
+        assert adapter.section_model_checks(Advice, model) is None, model.__name__
+
+    class Capped(SchedulerAdvice):
+        weights: list[SubflowWeight] = Field(max_length=4)
+
+    class Named(SchedulerAdvice):
+        prioritised_subflow: str = Field(min_length=1)
+
+    class Noted(SchedulerAdvice):
+        note: str = ""
+
+    for section in (Capped, Named, Noted):
+        assert adapter.section_model_checks(section) is None, section.__name__
+
+
+def _agent_request(rtts: tuple[float, float], samples: int = 20, kernel: dict[str, Any] | None = None) -> Any:
+    t = [1.7e12 + 100.0 * i for i in range(samples)]
+    return RecommendRequest.model_validate(
+        {
+            "device_id": "dev-1",
+            "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}],
+            "subflow_histories": [
+                {
+                    "interface": n,
+                    "rtt_t_ms": t,
+                    "rtt_ms": [rtt] * samples,
+                    "throughput_t_ms": t,
+                    "throughput_bps": [1e7] * samples,
+                }
+                for n, rtt in zip(("wlan0", "wwan0"), rtts, strict=True)
+            ],
+        }
+        | ({"kernel": kernel} if kernel else {})
+    )
 
 
 def test_a_weight_outside_the_models_bounds_is_handed_back() -> None:
@@ -190,51 +234,28 @@ def test_a_weight_outside_the_models_bounds_is_handed_back() -> None:
     class Narrower(SubflowWeight):
         weight: float = Field(ge=0.0, le=0.5)
 
-    t = [1.7e12 + 100.0 * i for i in range(20)]
-    request = RecommendRequest.model_validate(
-        {
-            "device_id": "dev-1",
-            "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}],
-            "subflow_histories": [
-                {
-                    "interface": n,
-                    "rtt_t_ms": t,
-                    "rtt_ms": [rtt] * 20,
-                    "throughput_t_ms": t,
-                    "throughput_bps": [1e7] * 20,
-                }
-                for n, rtt in (("wlan0", 10.0), ("wwan0", 90.0))
-            ],
-        }
-    )
-    args = {"priority": mlpm.Priority.BALANCED}
-    wide = mlpm.compiled_model_decider(adapter.WEIGHT_MODEL, **args)  # type: ignore[arg-type]
-    narrow = mlpm.compiled_model_decider(adapter.weight_model_checks(Narrower), **args)  # type: ignore[arg-type]
+    class NarrowerAdvice(SchedulerAdvice):
+        weights: list[Narrower]  # type: ignore[assignment]
+
+    request = _agent_request((10.0, 90.0))
+    wide = mlpm.compiled_section_decider(adapter.SECTION_MODELS)  # type: ignore[arg-type]
+    narrow = mlpm.compiled_section_decider(adapter.section_model_checks(NarrowerAdvice, Narrower))  # type: ignore[arg-type]
     assert wide is not None and narrow is not None
-    decided = wide(request.interfaces, request.subflow_histories)
+    decided = wide(request.interfaces, request.subflow_histories, "")
     assert decided is not None and max(w.weight for w in decided.weights) > 0.5
-    assert narrow(request.interfaces, request.subflow_histories) is None
+    assert narrow(request.interfaces, request.subflow_histories, "") is None
     with pytest.raises(ValueError):
-        mlpm.compiled_model_decider(mlpm.WeightModel(SubflowWeight, (0.0, float("nan")), (0.0, 1.0)), **args)
+        mlpm.compiled_section_decider(mlpm.SectionModels(SchedulerAdvice, SubflowWeight, (0.0, math.nan), (0.0, 1.0)))
 
 
-def test_a_compiled_decider_checks_its_arguments_once_and_decides_as_the_python_engine() -> None:
-    """``compiled_decider`` (a batch's items of one priority share it): bad arguments are refused when it is made,
-    and its decision's numbers are the Python engine's (``decide(native=False)``), bit for bit."""
-    for bad in ({"window": 0}, {"horizon_s": float("nan")}, {"gain": 0.0}):
-        with pytest.raises(ValueError):
-            mlpm.compiled_decider(**bad)
-    t = (1.0e12, 1.0e12 + 500.0, 1.0e12 + 1000.0, 1.0e12 + 1500.0)
-    subflows = [
-        ("wlan0", (t, (20.0, 22.0, 21.0, 25.0), 1000.0), (t, (2e7, 2.1e7, 1.9e7, 2e7), 1000.0), 20.0),
-        ("wwan0", (t, (48.0, 45.0, 50.0, 47.0), 1000.0), (t, (5e6, 6e6, 5.5e6, 5e6), 1000.0), None),
-    ]
-    args = {"priority": mlpm.Priority.LATENCY, "window": 3, "horizon_s": 2.0, "gain": 4.0}
-    decided = mlpm.compiled_decider(**args)(subflows)
-    histories = [
-        mlpm.SubflowHistory(name, mlpm.Columns(*r), mlpm.Columns(*tp), current) for name, r, tp, current in subflows
-    ]
-    want = mlpm.decide(histories, **args, native=False)
-    assert decided is not None
-    assert repr([(w, s) for w, s, _, _ in decided.scored]) == repr([(s.weight, s.score) for s in want.subflows])
-    assert (subflows[decided.prioritised][0], decided.reason) == (want.prioritised_subflow, want.reason)
+def test_the_reason_carries_the_short_window_note_and_the_kernels_advisory() -> None:
+    """Two samples per feature (fewer than a trend needs) on a stock kernel: the built section's reason is the Python
+    engine's, with the short-window note and the advisory."""
+    request = _agent_request((10.0, 90.0), samples=2, kernel={"mptcp_schedulers": ["default"]})
+    priority = mlpm.PROFILE_PRIORITY[request.application_profile]
+    _, models = adapter._deciders(priority, COMPILED)
+    assert models is not None
+    got = models(request.interfaces, request.subflow_histories, adapter._advisory(request))
+    assert got is not None
+    assert "fewer than 3 samples" in got.reason and got.reason.endswith("(apply low weights as backup)")
+    assert repr(got) == repr(adapter.scheduler_advice(request, PYTHON))

@@ -212,6 +212,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_message, m)?)?;
     m.add_class::<request::HistoryModel>()?;
     m.add_class::<request::InterfaceModel>()?;
-    m.add_class::<section::MlpmWeights>()?;
+    m.add_class::<section::MlpmSection>()?;
     Ok(())
 }

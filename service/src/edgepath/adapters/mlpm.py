@@ -28,19 +28,29 @@ from edgepath.settings import Settings
 BATCH_SLICE = 32
 
 
-def weight_model_checks(model: type[ep_types.SubflowWeight] = ep_types.SubflowWeight) -> mlpm.WeightModel | None:
-    """What the compiled decision checks before it builds a ``model`` instance of a subflow's weight
-    (:func:`~edgepath.engines.mlpm.compiled_model_decider`), read from the model's own core schema, so the checks
-    have one source: the bounds of ``weight`` and ``score``. None where the model holds anything the build would not
-    make (another field, order or type, a constraint on another field, a validator, private attributes, extras kept,
-    NaN refused): then every section's weights are validated by pydantic."""
-    if not constructible(model, set()) or model.model_config.get("allow_inf_nan") is False:
+def section_model_checks(
+    section: type[ep_types.SchedulerAdvice] = ep_types.SchedulerAdvice,
+    weight: type[ep_types.SubflowWeight] = ep_types.SubflowWeight,
+) -> mlpm.SectionModels | None:
+    """What the compiled decision checks before it builds the ``section`` and ``weight`` models' instances
+    (:func:`~edgepath.engines.mlpm.compiled_section_decider`), read from the models' own core schemas, so the checks
+    have one source: the bounds of a weight's ``weight`` and ``score``. None where a model holds anything the build
+    would not make (another field, order or type, a constraint on another field, a validator, private attributes,
+    extras kept, NaN refused): then every section is validated by pydantic."""
+    builder = mlpm.SECTION_BUILDER
+    if builder is None or not all(
+        constructible(m, set()) and m.model_config.get("allow_inf_nan") is not False for m in (section, weight)
+    ):
         return None
-    fields = fields_schema(model.__pydantic_core_schema__)
-    native_fields = getattr(mlpm.WEIGHT_BUILDER, "FIELDS", None)
-    if fields is None or native_fields is None or list(fields["fields"]) != list(native_fields):
+    weight_fields, section_fields = (
+        fields_schema(weight.__pydantic_core_schema__),
+        fields_schema(section.__pydantic_core_schema__),
+    )
+    if weight_fields is None or list(weight_fields["fields"]) != list(builder.WEIGHT_FIELDS):
         return None
-    schemas = {name: f["schema"] for name, f in fields["fields"].items()}
+    if section_fields is None or list(section_fields["fields"]) != list(builder.SECTION_FIELDS):
+        return None
+    schemas = {name: f["schema"] for name, f in weight_fields["fields"].items()}
     if schemas.pop("interface") != {"type": "str"}:
         return None
     bounds = []
@@ -55,12 +65,28 @@ def weight_model_checks(model: type[ep_types.SubflowWeight] = ep_types.SubflowWe
         inner = {"type": "int"} if kind == "int" else {"type": "nullable", "schema": {"type": "float"}}
         if schema != {"type": "default", "schema": inner, "default": default}:
             return None
-    return mlpm.WeightModel(model, bounds[0], bounds[1])
+    schemas = {name: f["schema"] for name, f in section_fields["fields"].items()}
+    weights = schemas.pop("weights")
+    if set(weights) != {"type", "items_schema"} or weights["type"] != "list":
+        return None
+    if weights["items_schema"].get("type") != "model" or weights["items_schema"].get("cls") is not weight:
+        return None
+    plain = {
+        "prioritised_subflow": {"type": "str"},
+        "priority": {"type": "str"},
+        "features_used": {"type": "list", "items_schema": {"type": "str"}},
+        "horizon_s": {"type": "float"},
+        "bias": {"type": "float"},
+        "reason": {"type": "str"},
+    }
+    if schemas != plain:
+        return None
+    return mlpm.SectionModels(section, weight, bounds[0], bounds[1])
 
 
-#: The compiled decision's model of a subflow's weight (:func:`weight_model_checks`); None where the compiled build
-#: lacks it or the model holds checks it would not make.
-WEIGHT_MODEL: mlpm.WeightModel | None = weight_model_checks()
+#: The compiled decision's models of the section and its weights (:func:`section_model_checks`); None where the
+#: compiled build lacks it or the models hold checks it would not make.
+SECTION_MODELS: mlpm.SectionModels | None = section_model_checks()
 
 
 def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> ep_types.SchedulerAdvice:
@@ -86,19 +112,30 @@ def scheduler_advice(request: ep_types.RecommendRequest, settings: Settings) -> 
 
 
 _ColumnDecider = Callable[[Sequence[mlpm.CompiledSubflow]], mlpm.CompiledDecision | None]
-_ModelDecider = Callable[
-    [Sequence[ep_types.InterfaceContext], Sequence[ep_types.SubflowHistory]], mlpm.CompiledWeights | None
-]
 
 
-def _deciders(priority: mlpm.Priority, settings: Settings) -> tuple[_ColumnDecider, _ModelDecider | None]:
+#: (priority, window, horizon_s, gain, bias, id(fitted)) → (fitted, :func:`_deciders`' pair): one per priority and
+#: settings, not one per call (issue 16: making them was ~3 µs of a unary Recommend's MLPM section). The entry holds
+#: ``fitted``, so its id is not reused while cached.
+_DECIDERS: dict[tuple[object, ...], tuple[object, tuple[_ColumnDecider, mlpm.SectionDecider | None]]] = {}
+
+
+def _deciders(priority: mlpm.Priority, settings: Settings) -> tuple[_ColumnDecider, mlpm.SectionDecider | None]:
     """The compiled engine's deciders for ``priority`` under ``settings``: on the plain values
-    (:func:`~edgepath.engines.mlpm.compiled_decider`) and on the request's models with the weights built
-    (:func:`~edgepath.engines.mlpm.compiled_model_decider`; None where it is not installed or
-    :data:`WEIGHT_MODEL` is None)."""
-    args = _engine_args(priority, settings)
-    models = None if WEIGHT_MODEL is None else mlpm.compiled_model_decider(WEIGHT_MODEL, **args)
-    return mlpm.compiled_decider(**args), models
+    (:func:`~edgepath.engines.mlpm.compiled_decider`) and on the request's models with the section built
+    (:func:`~edgepath.engines.mlpm.compiled_section_decider`; None where it is not installed or
+    :data:`SECTION_MODELS` is None). Raises ``ValueError`` as they do, for settings they refuse."""
+    m = settings.mlpm
+    fitted = _fitted(priority, settings)
+    key = (priority, m.window, m.horizon_s, m.gain, m.bias, id(fitted))
+    hit = _DECIDERS.get(key)
+    if hit is None:
+        if len(_DECIDERS) >= 256:
+            _DECIDERS.clear()
+        args = _engine_args(priority, settings)
+        section = None if SECTION_MODELS is None else mlpm.compiled_section_decider(SECTION_MODELS, **args)
+        hit = _DECIDERS[key] = (fitted, (mlpm.compiled_decider(**args), section))
+    return hit[1]
 
 
 def _engine_args(priority: mlpm.Priority, settings: Settings) -> dict[str, Any]:
@@ -119,18 +156,16 @@ def _compiled_section(
     priority: mlpm.Priority,
     settings: Settings,
     decide: _ColumnDecider,
-    decide_models: _ModelDecider | None = None,
+    decide_section: mlpm.SectionDecider | None = None,
 ) -> ep_types.SchedulerAdvice | None:
     """:func:`scheduler_advice` by the compiled engine (:func:`_deciders` of ``priority`` and ``settings``; the same
-    numbers bit for bit): on the request's models with the weights built where ``decide_models`` decides, else on
-    its plain values put straight into the section without the engine's objects (~10 µs less per decision than
-    the engine's objects, issue 16); None where it is not installed or hands the decision back."""
-    if decide_models is not None:
-        m = decide_models(request.interfaces, request.subflow_histories)
-        if m is not None:
-            prioritised = request.interfaces[m.prioritised].name
-            horizon_s = settings.mlpm.horizon_s
-            return _section(request, m.weights, prioritised, priority, m.features_used, horizon_s, m.bias, m.reason)
+    numbers bit for bit): the section built from the request's models where ``decide_section`` decides, else the
+    plain values of ``decide`` put straight into the section without the engine's objects (~10 µs less per decision
+    than the engine's objects, issue 16); None where it is not installed or hands the decision back."""
+    if decide_section is not None:
+        section = decide_section(request.interfaces, request.subflow_histories, _advisory(request))
+        if section is not None:
+            return section  # type: ignore[no-any-return]
     d = decide(subflow_columns(request))
     if d is None:
         return None
@@ -224,6 +259,15 @@ def _weight(
     }
 
 
+def _advisory(request: ep_types.RecommendRequest) -> str:
+    """The kernel's advisory appended to the section's reason: where the device's kernel reports only the
+    ``default`` MPTCP scheduler (a stock kernel), the weights can act only as backup flags; else ""."""
+    k = request.kernel
+    if k is not None and k.mptcp_schedulers and {x.lower() for x in k.mptcp_schedulers} <= {"default"}:
+        return "; advisory: the kernel has only the default MPTCP scheduler (apply low weights as backup)"
+    return ""
+
+
 def _section(
     request: ep_types.RecommendRequest,
     weights: list[object],
@@ -236,9 +280,7 @@ def _section(
 ) -> ep_types.SchedulerAdvice:
     """The section from a decision's values (``weights``: per subflow a dict of ``SubflowWeight``'s fields or the
     model itself), with the kernel's advisory. Raises as :func:`scheduler_advice`."""
-    k = request.kernel
-    if k is not None and k.mptcp_schedulers and {x.lower() for x in k.mptcp_schedulers} <= {"default"}:
-        reason += "; advisory: the kernel has only the default MPTCP scheduler (apply low weights as backup)"
+    reason += _advisory(request)
     # one validation of the nested values (service_output: ~3.5 µs less than a model per weight, issue 16)
     return ep_types.service_output(
         ep_types.SchedulerAdvice,

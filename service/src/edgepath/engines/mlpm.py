@@ -57,6 +57,7 @@ usable feature the weights are uniform; the ``reason`` says why.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -75,14 +76,14 @@ try:  # the compiled engine (service/native, the edgepath-native package): the s
     from edgepath_native import mlpm_decide as _native_decide
 except ImportError:  # not installed (no Rust toolchain where it was set up): the Python engine decides alone
     _native_decide = None  # type: ignore[assignment]
-try:  # the compiled decision from a request's models, with its weights built (Session 52)
-    from edgepath_native import MlpmWeights as _NativeWeights
+try:  # the compiled decision from a request's models, its section built (Session 52)
+    from edgepath_native import MlpmSection as _NativeSection
 except ImportError:  # not installed, or a build from before it: the plain values' path below decides
-    _NativeWeights = None  # type: ignore[assignment,misc]
+    _NativeSection = None  # type: ignore[assignment,misc]
 
-#: The compiled builder's class (``edgepath_native.MlpmWeights``: its ``FIELDS``, the weight model's fields it fills),
-#: or None where it is not installed.
-WEIGHT_BUILDER: Any = _NativeWeights
+#: The compiled section builder's class (``edgepath_native.MlpmSection``: its ``WEIGHT_FIELDS`` and
+#: ``SECTION_FIELDS``, the models' fields it fills), or None where it is not installed.
+SECTION_BUILDER: Any = _NativeSection
 
 #: Whether the compiled MLPM engine (``edgepath_native``, built from service/native) is installed. Where it is,
 #: :func:`decide` and :func:`decide_batch` hand it every decision whose features all come as :class:`Columns` of
@@ -924,35 +925,28 @@ def _compiled(
     )
 
 
-class WeightModel(NamedTuple):
-    """A caller's model of one subflow's weight, as :func:`compiled_model_decider` builds it: ``cls`` (a pydantic
-    model with ``MlpmWeights.FIELDS`` as its fields, in that order: ``edgepath.types.SubflowWeight``'s) and the
-    inclusive bounds its ``weight`` and ``score`` declare (finite)."""
+class SectionModels(NamedTuple):
+    """A caller's models of a decision, as :func:`compiled_section_decider` builds them: ``section`` (a pydantic model
+    with ``SECTION_BUILDER.SECTION_FIELDS`` as its fields, in that order: ``edgepath.types.SchedulerAdvice``'s),
+    ``weight`` (one subflow's, with ``SECTION_BUILDER.WEIGHT_FIELDS``: ``SubflowWeight``'s) and the inclusive bounds
+    a weight's ``weight`` and ``score`` declare (finite)."""
 
-    cls: type
-    weight: tuple[float, float]
-    score: tuple[float, float]
-
-
-class CompiledWeights(NamedTuple):
-    """A :func:`compiled_model_decider`'s decision: ``weights``, one instance of the caller's :class:`WeightModel`
-    per interface in order (its weight clamped to [0, 1], its forecasts floored as :class:`SubflowScore`'s);
-    ``prioritised``, the prioritised subflow's index; the rest as :class:`SchedulerWeights`."""
-
-    weights: list[Any]
-    prioritised: int
-    features_used: tuple[str, ...]
-    bias: float
-    reason: str
+    section: type
+    weight: type
+    weight_bounds: tuple[float, float]
+    score_bounds: tuple[float, float]
 
 
-#: (priority, window, horizon_s, gain, b, id(fitted), weight model) → (fitted, the compiled decider), for
-#: :func:`compiled_model_decider`: one per priority and settings, not one per call. The entry holds ``fitted``.
-_MODEL_DECIDERS: dict[tuple[Any, ...], tuple[object, Any]] = {}
+#: (priority, window, horizon_s, gain, b, id(fitted), models) → (fitted, the compiled decider), for
+#: :func:`compiled_section_decider`: one per priority and settings, not one per call. The entry holds ``fitted``.
+_SECTION_DECIDERS: dict[tuple[Any, ...], tuple[object, Any]] = {}
+
+#: A :func:`compiled_section_decider`'s decider: ``(interfaces, histories, advisory)`` → the section, or None.
+SectionDecider = Callable[[Sequence[InterfaceContext], Sequence[SubflowHistoryModel], str], Any]
 
 
-def compiled_model_decider(
-    weight_model: WeightModel,
+def compiled_section_decider(
+    models: SectionModels,
     *,
     priority: Priority = Priority.BALANCED,
     window: int = DEFAULT_WINDOW,
@@ -960,59 +954,52 @@ def compiled_model_decider(
     gain: float = DEFAULT_GAIN,
     bias: float | None = None,
     fitted: FittedClassifier | None = None,
-) -> Callable[[Sequence[InterfaceContext], Sequence[SubflowHistoryModel]], CompiledWeights | None] | None:
-    """:func:`decide` by the compiled engine straight from a request's models (``edgepath_native.MlpmWeights``;
-    service/native/src/section.rs), its weights built as ``weight_model`` instances: the numbers of
-    :func:`compiled_decider` bit for bit, without the plain values in between (issue 16: the columns' tuples, a dict
-    per weight and pydantic's check of them were ~5 µs of a decision's ~19 in MLPM's section).
+) -> SectionDecider | None:
+    """:func:`decide` by the compiled engine straight from a request's models, its decision built as the caller's
+    ``models`` (``edgepath_native.MlpmSection``; service/native/src/section.rs): the numbers of
+    :func:`compiled_decider` bit for bit and this module's reason text, without the plain values in between (issue 16:
+    the columns' tuples, a dict per weight and pydantic's check of the section were ~9 µs of a decision's ~19 in the
+    service's MLPM section).
 
-    The decider takes ``interfaces`` (shape (k,), each ``name`` and ``rtt_ms`` in ms) and ``histories`` (the
-    request's ``SubflowHistory`` models; an interface's is the last of its name), as one request holds them; the
-    subflows are the interfaces, in order, each with its own history's columns (ms timestamps, 1000 per s) or
-    none. It returns None where the compiled build is absent from the decision: a history in the sample-object
-    form, anything :func:`compiled_decider` would hand back, a weight or score outside ``weight_model``'s bounds
-    (NaN included); the caller then decides by :func:`compiled_decider` or :func:`decide`, which give the same
-    numbers and let the model refuse a bad one. This function returns None where the compiled build is not installed.
+    The decider takes ``interfaces`` (shape (k,), each ``name`` and ``rtt_ms`` in ms), ``histories`` (the request's
+    ``SubflowHistory`` models; an interface's is the last of its name) and an ``advisory`` appended to the reason
+    ("" for none); the subflows are the interfaces, in order, each with its own history's columns (ms timestamps,
+    1000 per s) or none. Its section holds one weight per interface (clamped to [0, 1]), the prioritised subflow's
+    name, the priority, the features used, ``horizon_s``, the bias and the reason, as :class:`SchedulerWeights`. It
+    returns None where the compiled build is absent from the decision: a history in the sample-object form, anything
+    :func:`compiled_decider` would hand back, a weight or score outside the models' bounds (NaN included); the caller
+    then decides by :func:`compiled_decider` or :func:`decide`, which give the same numbers and let the model refuse a
+    bad one. This function returns None where the compiled build is not installed.
 
     Raises
     ------
     ValueError
-        As :func:`decide`, when the arguments are checked; ``weight_model``'s bounds not finite or not ordered.
+        As :func:`decide`, when the arguments are checked; bounds in ``models`` not finite or not ordered.
     """
-    if _NativeWeights is None:
+    if _NativeSection is None:
         return None
     b = _checked(window, horizon_s, gain, bias)
-    key = (priority, window, horizon_s, gain, b, id(fitted), weight_model)
-    hit = _MODEL_DECIDERS.get(key)
+    key = (priority, window, horizon_s, gain, b, id(fitted), models)
+    hit = _SECTION_DECIDERS.get(key)
     if hit is None:
-        if len(_MODEL_DECIDERS) >= 256:
-            _MODEL_DECIDERS.clear()
-        native = _NativeWeights(
+        if len(_SECTION_DECIDERS) >= 256:
+            _SECTION_DECIDERS.clear()
+        both, rtt, tput = (True, True), (True, False), (False, True)  # the builder's order
+        texts = (
+            priority.value,
+            (_REASONS[priority, *both], _REASONS[priority, *rtt], _REASONS[priority, *tput]),
+            (list(_FEATURE_SETS[both][0]), list(_FEATURE_SETS[rtt][0]), list(_FEATURE_SETS[tput][0])),
+            functools.partial(_reason, priority),
+        )
+        native = _NativeSection(
             window,
             horizon_s,
             _native_classifiers(priority, gain, b, fitted),
-            weight_model.cls,
-            object.__new__,
-            weight_model.weight,
-            weight_model.score,
+            texts,
+            (models.weight, models.section, object.__new__),
+            (models.weight_bounds, models.score_bounds),
         )
-
-        def decide(
-            interfaces: Sequence[InterfaceContext], histories: Sequence[SubflowHistoryModel]
-        ) -> CompiledWeights | None:
-            decided = native.decide(interfaces, histories)
-            if decided is None:
-                return None
-            weights, best, use_rtt, use_tput, bias_used, short = decided
-            return CompiledWeights(
-                weights,
-                best,
-                _FEATURE_SETS[use_rtt, use_tput][0],
-                bias_used,
-                _reason(priority, use_rtt, use_tput, [weights[i].interface for i in short]),
-            )
-
-        hit = _MODEL_DECIDERS[key] = (fitted, decide)
+        hit = _SECTION_DECIDERS[key] = (fitted, native.decide)
     return hit[1]  # type: ignore[no-any-return]
 
 
