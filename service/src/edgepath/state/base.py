@@ -18,12 +18,52 @@ Records
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+_T = TypeVar("_T")
 
 
+def dict_init(cls: type[_T]) -> type[_T]:
+    """A frozen dataclass whose ``__init__`` sets the instance's ``__dict__`` in one step, with the signature and
+    defaults of the one ``dataclasses`` generates, which sets each field by ``object.__setattr__``: ~3.1 µs for
+    :class:`DecisionRecord`'s 16 fields against ~0.6 (issue 16; one record per decision, and one per outcome read).
+    The instance is the same (fields in order in ``__dict__``, which :mod:`edgepath.state.codec` relies on), and
+    still frozen.
+
+    Raises
+    ------
+    TypeError
+        ``cls`` is not a frozen dataclass of plain defaults: a ``default_factory``, a field not in ``__init__``, a
+        ``__post_init__`` or ``__slots__``, which this ``__init__`` would skip.
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if params is None or not params.frozen or hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__:
+        raise TypeError(f"{cls.__name__}: dict_init takes a frozen dataclass without __post_init__ or __slots__")
+    if any(f.default_factory is not dataclasses.MISSING or not f.init for f in fields):
+        raise TypeError(f"{cls.__name__}: dict_init takes fields of plain defaults, all in __init__")
+    namespace: dict[str, Any] = {"_set": object.__setattr__}
+    args = []
+    for f in fields:
+        if f.default is dataclasses.MISSING:
+            args.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            args.append(f"{f.name}=_default_{f.name}")
+    values = ", ".join(f"{f.name!r}: {f.name}" for f in fields)
+    exec(f"def __init__(self, {', '.join(args)}):\n    _set(self, '__dict__', {{{values}}})\n", namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {**{f.name: f.type for f in fields}, "return": None}  # as the dataclass's own
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@dict_init
 @dataclass(frozen=True)
 class DecisionRecord:
     """A logged primary-path decision.
