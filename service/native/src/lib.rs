@@ -33,6 +33,7 @@ type PyDecision = (
     Vec<usize>,
 );
 
+/// No samples: what Python's None columns give the engine (here and in `section`).
 const EMPTY: mlpm::Columns<'static> = mlpm::Columns {
     t: &[],
     values: &[],

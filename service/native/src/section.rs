@@ -197,8 +197,8 @@ impl MlpmSection {
             let own = history_strs.iter().rposition(|h| *h == name).map(|k| &read[k]);
             views.push(mlpm::Subflow {
                 interface: name,
-                rtt_ms: own.map_or(NONE, |c| ms_columns(&c.rtt)),
-                throughput_bps: own.map_or(NONE, |c| ms_columns(&c.tput)),
+                rtt_ms: own.map_or(crate::EMPTY, |c| ms_columns(&c.rtt)),
+                throughput_bps: own.map_or(crate::EMPTY, |c| ms_columns(&c.tput)),
                 current_rtt_ms: *current,
             });
         }
@@ -292,13 +292,6 @@ fn copied<'py>(template: &Bound<'py, PySet>) -> PyResult<Bound<'py, PySet>> {
             .map(|s| s.cast_into_unchecked::<PySet>())
     }
 }
-
-/// No samples: what the adapter's `None` columns give the engine.
-const NONE: mlpm::Columns<'static> = mlpm::Columns {
-    t: &[],
-    values: &[],
-    t_units_per_s: 1.0,
-};
 
 /// A history's columns as the adapter hands them to the engine: times in ms (1000 per s), possibly empty.
 fn ms_columns((t, values): &(Vec<f64>, Vec<f64>)) -> mlpm::Columns<'_> {

@@ -169,7 +169,7 @@ def _compiled_section(
     d = decide(subflow_columns(request))
     if d is None:
         return None
-    weights: list[object] = [
+    weights = [
         _weight(iface.name, weight, score, r, t)
         for iface, (weight, score, r, t) in zip(request.interfaces, d.scored, strict=True)
     ]
@@ -234,7 +234,7 @@ def subflow_columns(request: ep_types.RecommendRequest) -> list[mlpm.CompiledSub
 
 def advice_section(request: ep_types.RecommendRequest, d: mlpm.SchedulerWeights) -> ep_types.SchedulerAdvice:
     """The ``scheduler`` section of ``d``, MLPM's decision for ``request``. Raises as :func:`scheduler_advice`."""
-    weights: list[object] = [_weight(s.interface, s.weight, s.score, s.rtt_ms, s.throughput_bps) for s in d.subflows]
+    weights = [_weight(s.interface, s.weight, s.score, s.rtt_ms, s.throughput_bps) for s in d.subflows]
     return _section(request, weights, d.prioritised_subflow, d.priority, d.features_used, d.horizon_s, d.bias, d.reason)
 
 
@@ -270,7 +270,7 @@ def _advisory(request: ep_types.RecommendRequest) -> str:
 
 def _section(
     request: ep_types.RecommendRequest,
-    weights: list[object],
+    weights: list[dict[str, object]],
     prioritised: str,
     priority: mlpm.Priority,
     features_used: Sequence[str],
@@ -278,8 +278,8 @@ def _section(
     bias: float,
     reason: str,
 ) -> ep_types.SchedulerAdvice:
-    """The section from a decision's values (``weights``: per subflow a dict of ``SubflowWeight``'s fields or the
-    model itself), with the kernel's advisory. Raises as :func:`scheduler_advice`."""
+    """The section from a decision's values, with the kernel's advisory (:func:`_advisory`). Raises as
+    :func:`scheduler_advice`."""
     reason += _advisory(request)
     # one validation of the nested values (service_output: ~3.5 µs less than a model per weight, issue 16)
     return ep_types.service_output(

@@ -937,10 +937,6 @@ class SectionModels(NamedTuple):
     score_bounds: tuple[float, float]
 
 
-#: (priority, window, horizon_s, gain, b, id(fitted), models) → (fitted, the compiled decider), for
-#: :func:`compiled_section_decider`: one per priority and settings, not one per call. The entry holds ``fitted``.
-_SECTION_DECIDERS: dict[tuple[Any, ...], tuple[object, Any]] = {}
-
 #: A :func:`compiled_section_decider`'s decider: ``(interfaces, histories, advisory)`` → the section, or None.
 SectionDecider = Callable[[Sequence[InterfaceContext], Sequence[SubflowHistoryModel], str], Any]
 
@@ -969,7 +965,8 @@ def compiled_section_decider(
     returns None where the compiled build is absent from the decision: a history in the sample-object form, anything
     :func:`compiled_decider` would hand back, a weight or score outside the models' bounds (NaN included); the caller
     then decides by :func:`compiled_decider` or :func:`decide`, which give the same numbers and let the model refuse a
-    bad one. This function returns None where the compiled build is not installed.
+    bad one. This function returns None where the compiled build is not installed. Making the decider costs a few µs:
+    make it once per priority and settings (the service's adapter caches it).
 
     Raises
     ------
@@ -979,28 +976,22 @@ def compiled_section_decider(
     if _NativeSection is None:
         return None
     b = _checked(window, horizon_s, gain, bias)
-    key = (priority, window, horizon_s, gain, b, id(fitted), models)
-    hit = _SECTION_DECIDERS.get(key)
-    if hit is None:
-        if len(_SECTION_DECIDERS) >= 256:
-            _SECTION_DECIDERS.clear()
-        both, rtt, tput = (True, True), (True, False), (False, True)  # the builder's order
-        texts = (
-            priority.value,
-            (_REASONS[priority, *both], _REASONS[priority, *rtt], _REASONS[priority, *tput]),
-            (list(_FEATURE_SETS[both][0]), list(_FEATURE_SETS[rtt][0]), list(_FEATURE_SETS[tput][0])),
-            functools.partial(_reason, priority),
-        )
-        native = _NativeSection(
-            window,
-            horizon_s,
-            _native_classifiers(priority, gain, b, fitted),
-            texts,
-            (models.weight, models.section, object.__new__),
-            (models.weight_bounds, models.score_bounds),
-        )
-        hit = _SECTION_DECIDERS[key] = (fitted, native.decide)
-    return hit[1]  # type: ignore[no-any-return]
+    both, rtt, tput = (True, True), (True, False), (False, True)  # the builder's order
+    texts = (
+        priority.value,
+        (_REASONS[priority, *both], _REASONS[priority, *rtt], _REASONS[priority, *tput]),
+        (list(_FEATURE_SETS[both][0]), list(_FEATURE_SETS[rtt][0]), list(_FEATURE_SETS[tput][0])),
+        functools.partial(_reason, priority),
+    )
+    native = _NativeSection(
+        window,
+        horizon_s,
+        _native_classifiers(priority, gain, b, fitted),
+        texts,
+        (models.weight, models.section, object.__new__),
+        (models.weight_bounds, models.score_bounds),
+    )
+    return native.decide  # type: ignore[no-any-return]
 
 
 def _decide_native(
