@@ -259,3 +259,20 @@ def test_the_reason_carries_the_short_window_note_and_the_kernels_advisory() -> 
     assert got is not None
     assert "fewer than 3 samples" in got.reason and got.reason.endswith("(apply low weights as backup)")
     assert repr(got) == repr(adapter.scheduler_advice(request, PYTHON))
+
+
+def test_what_is_not_a_requests_models_is_handed_back_not_raised() -> None:
+    """The decider reads attributes of the request's models; anything else (a tuple for a list, an object without an
+    attribute it reads, a column of ints) is handed back (None) for the plain values' path, never an exception."""
+    from types import SimpleNamespace
+
+    request = _agent_request((10.0, 90.0))
+    _, models = adapter._deciders(mlpm.PROFILE_PRIORITY[request.application_profile], COMPILED)
+    assert models is not None
+    interfaces, histories = list(request.interfaces), list(request.subflow_histories)
+    assert models(interfaces, histories, "") is not None
+    no_rtt = [SimpleNamespace(name=i.name) for i in interfaces]
+    partial = [SimpleNamespace(interface=h.interface, rtt_samples=[], throughput_samples=[]) for h in histories]
+    ints = [h.model_copy(update={"rtt_ms": [int(v) for v in h.rtt_ms]}) for h in histories]
+    for args in ((tuple(interfaces), histories), (no_rtt, histories), (interfaces, partial), (interfaces, ints)):
+        assert models(*args, "") is None

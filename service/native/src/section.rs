@@ -170,7 +170,7 @@ impl MlpmSection {
         };
         let mut read: Vec<HistoryColumns> = Vec::with_capacity(history_names.len());
         for h in histories.iter() {
-            match history_columns(&h)? {
+            match history_columns(&h) {
                 Some(c) => read.push(c),
                 None => return Ok(None),
             }
@@ -180,7 +180,10 @@ impl MlpmSection {
         };
         let mut current_rtt: Vec<Option<f64>> = Vec::with_capacity(interface_names.len());
         for i in interfaces.iter() {
-            match i.getattr(intern!(py, "rtt_ms"))?.extract::<Option<f64>>() {
+            match i
+                .getattr(intern!(py, "rtt_ms"))
+                .and_then(|v| v.extract::<Option<f64>>())
+            {
                 Ok(v) => current_rtt.push(v),
                 Err(_) => return Ok(None),
             }
@@ -314,30 +317,24 @@ fn names<'py>(items: &Bound<'py, PyList>, attr: &Bound<'py, PyString>) -> Option
         .collect()
 }
 
-/// A `SubflowHistory`'s columns, or None where it holds sample objects or a column that is not a list of floats.
-fn history_columns(h: &Bound<'_, PyAny>) -> PyResult<Option<HistoryColumns>> {
+/// A `SubflowHistory`'s columns, or None where it holds sample objects, lacks an attribute, or has a column that is
+/// not a list of floats.
+fn history_columns(h: &Bound<'_, PyAny>) -> Option<HistoryColumns> {
     let py = h.py();
     for samples in [intern!(py, "rtt_samples"), intern!(py, "throughput_samples")] {
-        if !h.getattr(samples)?.cast::<PyList>().is_ok_and(|l| l.is_empty()) {
-            return Ok(None);
+        if !h.getattr(samples).ok()?.cast::<PyList>().is_ok_and(|l| l.is_empty()) {
+            return None;
         }
     }
-    let column = |name: &Bound<'_, PyString>| -> PyResult<Option<Vec<f64>>> {
-        let value = h.getattr(name)?;
-        Ok(value.cast::<PyList>().ok().and_then(|l| floats(l)))
-    };
-    let (Some(rtt_t), Some(rtt), Some(tput_t), Some(tput)) = (
-        column(intern!(py, "rtt_t_ms"))?,
-        column(intern!(py, "rtt_ms"))?,
-        column(intern!(py, "throughput_t_ms"))?,
-        column(intern!(py, "throughput_bps"))?,
-    ) else {
-        return Ok(None);
-    };
-    Ok(Some(HistoryColumns {
-        rtt: (rtt_t, rtt),
-        tput: (tput_t, tput),
-    }))
+    let column =
+        |name: &Bound<'_, PyString>| -> Option<Vec<f64>> { floats(h.getattr(name).ok()?.cast::<PyList>().ok()?) };
+    Some(HistoryColumns {
+        rtt: (column(intern!(py, "rtt_t_ms"))?, column(intern!(py, "rtt_ms"))?),
+        tput: (
+            column(intern!(py, "throughput_t_ms"))?,
+            column(intern!(py, "throughput_bps"))?,
+        ),
+    })
 }
 
 /// A list of Python floats as `f64`s, read in place (the pydantic model holds its columns as lists of `float`):
