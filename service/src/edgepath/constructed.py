@@ -1,10 +1,10 @@
 """Models the compiled code builds itself, as pydantic's ``BaseModel.model_construct`` builds them (issue 16).
 
 ``edgepath_native`` builds some models' instances without pydantic where it has made the model's own checks first:
-a request's histories and interfaces in the gRPC decoding (:mod:`edgepath.grpc.convert`), MLPM's per-subflow weights
-(:mod:`edgepath.engines.mlpm`). Whether a model may be built that way, and which checks the build must make, is read
-from the model itself (its core schema and decorators), so each check has one source; a model that holds anything the
-build would not reproduce is left to pydantic.
+a request's histories and interfaces in the gRPC decoding (:mod:`edgepath.grpc.convert`), MLPM's scheduler section
+and its weights (:mod:`edgepath.adapters.mlpm`). Whether a model may be built that way, and which checks the build
+must make, is read from the model itself (its core schema and decorators), so each check has one source; a model that
+holds anything the build would not reproduce is left to pydantic.
 """
 
 from __future__ import annotations
