@@ -36,8 +36,10 @@ pub const WEIGHT_FIELDS: [&str; 11] = [
 /// A classifier from Python: `(w, b)` of Eq. 2.
 pub type PyClassifier = (Vec<f64>, f64);
 
-/// One history's columns as read from its model: RTT `(t_ms, rtt_ms)` and throughput `(t_ms, throughput_bps)`.
-struct HistoryColumns {
+/// One history as read from its model: its interface's name, RTT `(t_ms, rtt_ms)` and throughput
+/// `(t_ms, throughput_bps)` columns.
+struct HistoryColumns<'py> {
+    name: Bound<'py, PyString>,
     rtt: (Vec<f64>, Vec<f64>),
     tput: (Vec<f64>, Vec<f64>),
 }
@@ -165,39 +167,25 @@ impl MlpmSection {
         let (Ok(interfaces), Ok(histories)) = (interfaces.cast::<PyList>(), histories.cast::<PyList>()) else {
             return Ok(None);
         };
-        let Some(history_names) = names(histories, intern!(py, "interface")) else {
+        let Some(read) = histories
+            .iter()
+            .map(|h| history_columns(&h))
+            .collect::<Option<Vec<_>>>()
+        else {
             return Ok(None);
         };
-        let mut read: Vec<HistoryColumns> = Vec::with_capacity(history_names.len());
-        for h in histories.iter() {
-            match history_columns(&h) {
-                Some(c) => read.push(c),
-                None => return Ok(None),
-            }
-        }
-        let Some(interface_names) = names(interfaces, intern!(py, "name")) else {
+        let Some(subflows) = interfaces.iter().map(|i| interface(&i)).collect::<Option<Vec<_>>>() else {
             return Ok(None);
         };
-        let mut current_rtt: Vec<Option<f64>> = Vec::with_capacity(interface_names.len());
-        for i in interfaces.iter() {
-            match i
-                .getattr(intern!(py, "rtt_ms"))
-                .and_then(|v| v.extract::<Option<f64>>())
-            {
-                Ok(v) => current_rtt.push(v),
-                Err(_) => return Ok(None),
-            }
-        }
-        let history_strs: Vec<&str> = match history_names.iter().map(|n| n.to_str()).collect() {
-            Ok(v) => v,
-            Err(_) => return Ok(None),
+        let Ok(history_names) = read.iter().map(|h| h.name.to_str()).collect::<PyResult<Vec<&str>>>() else {
+            return Ok(None);
         };
-        let mut views: Vec<mlpm::Subflow<'_>> = Vec::with_capacity(interface_names.len());
-        for (name, current) in interface_names.iter().zip(&current_rtt) {
+        let mut views: Vec<mlpm::Subflow<'_>> = Vec::with_capacity(subflows.len());
+        for (name, current) in &subflows {
             let Ok(name) = name.to_str() else {
                 return Ok(None);
             };
-            let own = history_strs.iter().rposition(|h| *h == name).map(|k| &read[k]);
+            let own = history_names.iter().rposition(|h| *h == name).map(|k| &read[k]);
             views.push(mlpm::Subflow {
                 interface: name,
                 rtt_ms: own.map_or(crate::EMPTY, |c| ms_columns(&c.rtt)),
@@ -209,7 +197,7 @@ impl MlpmSection {
             return Ok(None);
         };
         let weights = PyList::empty(py);
-        for (s, name) in d.subflows.iter().zip(&interface_names) {
+        for (s, (name, _)) in d.subflows.iter().zip(&subflows) {
             // Python's min(max(weight, 0.0), 1.0) exactly: each bound replaces the value only past it (-0.0 and NaN
             // stay as they are)
             let weight = s.weight.clamp(0.0, 1.0);
@@ -226,7 +214,7 @@ impl MlpmSection {
         let mut reason = if d.short.is_empty() {
             self.reasons[set].bind(py).clone()
         } else {
-            let short = PyList::new(py, d.short.iter().map(|&k| &interface_names[k]))?;
+            let short = PyList::new(py, d.short.iter().map(|&k| &subflows[k].0))?;
             self.short_reason
                 .bind(py)
                 .call1((d.use_rtt, d.use_tput, short))?
@@ -239,7 +227,7 @@ impl MlpmSection {
         let values = PyDict::new(py);
         let k = &self.section_keys;
         values.set_item(k[0].bind(py), weights)?;
-        values.set_item(k[1].bind(py), &interface_names[d.prioritised])?;
+        values.set_item(k[1].bind(py), &subflows[d.prioritised].0)?;
         values.set_item(k[2].bind(py), self.priority.bind(py))?;
         values.set_item(k[3].bind(py), features)?;
         values.set_item(k[4].bind(py), self.horizon_s)?;
@@ -309,18 +297,20 @@ fn within(v: f64, (lo, hi): (f64, f64)) -> bool {
     v >= lo && v <= hi
 }
 
-/// Each item's `attr` as a Python string, or None where one is not a string.
-fn names<'py>(items: &Bound<'py, PyList>, attr: &Bound<'py, PyString>) -> Option<Vec<Bound<'py, PyString>>> {
-    items
-        .iter()
-        .map(|item| item.getattr(attr).ok()?.cast_into::<PyString>().ok())
-        .collect()
+/// An `InterfaceContext`'s name and current RTT (ms), or None where it lacks either or they are not a string and a
+/// float or None.
+fn interface<'py>(i: &Bound<'py, PyAny>) -> Option<(Bound<'py, PyString>, Option<f64>)> {
+    let py = i.py();
+    let name = i.getattr(intern!(py, "name")).ok()?.cast_into::<PyString>().ok()?;
+    let rtt_ms = i.getattr(intern!(py, "rtt_ms")).ok()?.extract::<Option<f64>>().ok()?;
+    Some((name, rtt_ms))
 }
 
-/// A `SubflowHistory`'s columns, or None where it holds sample objects, lacks an attribute, or has a column that is
-/// not a list of floats.
-fn history_columns(h: &Bound<'_, PyAny>) -> Option<HistoryColumns> {
+/// A `SubflowHistory`'s interface name and columns, or None where it holds sample objects, lacks an attribute, or has
+/// a name that is not a string or a column that is not a list of floats.
+fn history_columns<'py>(h: &Bound<'py, PyAny>) -> Option<HistoryColumns<'py>> {
     let py = h.py();
+    let name = h.getattr(intern!(py, "interface")).ok()?.cast_into::<PyString>().ok()?;
     for samples in [intern!(py, "rtt_samples"), intern!(py, "throughput_samples")] {
         if !h.getattr(samples).ok()?.cast::<PyList>().is_ok_and(|l| l.is_empty()) {
             return None;
@@ -329,6 +319,7 @@ fn history_columns(h: &Bound<'_, PyAny>) -> Option<HistoryColumns> {
     let column =
         |name: &Bound<'_, PyString>| -> Option<Vec<f64>> { floats(h.getattr(name).ok()?.cast::<PyList>().ok()?) };
     Some(HistoryColumns {
+        name,
         rtt: (column(intern!(py, "rtt_t_ms"))?, column(intern!(py, "rtt_ms"))?),
         tput: (
             column(intern!(py, "throughput_t_ms"))?,
