@@ -26,13 +26,14 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import secrets
 import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ log = logging.getLogger("edgepath.security")
 TOKEN_PREFIX = "ept_"
 _MAX_CREDENTIAL_LEN = 4096
 _DEVICE_ID_MAX = 128
+_PRINCIPALS_KEPT = 65_536
 
 
 def hash_token(token: str) -> str:
@@ -102,12 +104,28 @@ def parse_tokens(text: str) -> list[TokenEntry]:
 class TokenFile:
     """The hashed-token file: ``{"version": 1, "tokens": [{"sha256", "device_id", "admin", "created_unix"}]}``.
 
-    Written atomically with mode 0600. Reloaded when its modification time
-    changes, so ``edgepath tokens add`` takes effect without a restart.
+    Written atomically with mode 0600. Reloaded when its modification time changes, so ``edgepath tokens add``
+    and ``revoke`` take effect without a restart: a lookup looks at the modification time at most once per
+    ``recheck_s`` seconds (1 s by default: a revoked token is refused at most that long after the file changed).
+    Looking at it on every lookup, a ``stat`` of the file, was 2.3–2.6 µs of a call's ~7 µs authentication in a
+    loop and ~18 µs of ~30 µs in the serving process (issue 16).
+
+    Parameters
+    ----------
+    path:
+        The tokens file (it may not exist yet: no tokens).
+    recheck_s:
+        Seconds between two looks at the file's modification time on lookup (0: every lookup); writes through
+        this object (:meth:`add`, :meth:`revoke`) and :meth:`entries` are seen at once.
+    clock:
+        Monotonic seconds (:func:`time.monotonic`; tests pass their own).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, recheck_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
+        self.recheck_s = recheck_s
+        self._clock = clock
+        self._next_check = -math.inf
         self._lock = threading.Lock()
         self._mtime_ns: int | None = None
         self._by_hash: dict[str, TokenEntry] = {}
@@ -119,13 +137,17 @@ class TokenFile:
         return list(self._by_hash.values())
 
     def lookup(self, token: str) -> TokenEntry | None:
-        """The entry whose digest matches ``token``, or None."""
-        self._maybe_reload()
+        """The entry whose digest matches ``token``, or None (the file reloaded first when it changed and
+        ``recheck_s`` has passed since the last look)."""
+        now = self._clock()
+        if now >= self._next_check:
+            self._next_check = now + self.recheck_s
+            self._maybe_reload()
         return self._by_hash.get(hash_token(token))
 
     def _maybe_reload(self) -> None:
         try:
-            mtime = self.path.stat().st_mtime_ns
+            mtime = os.stat(self.path).st_mtime_ns
         except FileNotFoundError:
             with self._lock:
                 self._by_hash, self._mtime_ns = {}, None
@@ -160,6 +182,7 @@ class TokenFile:
             Path(tmp).unlink(missing_ok=True)
             raise
         self._mtime_ns = None
+        self._next_check = -math.inf  # this object's own writes are seen by the next lookup
 
     def add(self, device_id: str, *, admin: bool = False) -> str:
         """Create a token for ``device_id``; returns the token (the only time it exists in clear).
@@ -227,6 +250,8 @@ class Authenticator:
         self.jwt_key = jwt_key
         self.admin_ids = frozenset(admin_ids)
         self.mtls = mtls
+        # One immutable Principal per identity and admin flag (a pydantic model, ~1.2 µs to build per call)
+        self._principals: dict[tuple[str, bool], Principal] = {}
 
     @property
     def required(self) -> bool:
@@ -234,7 +259,16 @@ class Authenticator:
         return self.tokens is not None or bool(self.jwt_key) or self.mtls
 
     def principal(self, identity: str, *, admin: bool = False) -> Principal:
-        return Principal(device_id=identity, is_admin=admin or identity in self.admin_ids)
+        """The principal of a verified ``identity`` (an admin when ``admin`` or named in ``admin_ids``). Principals
+        are immutable; one is kept per identity and flag, for the 65,536 seen first (identities come from verified
+        credentials only), and made anew beyond those."""
+        key = (identity, admin)
+        principal = self._principals.get(key)
+        if principal is None:
+            principal = Principal(device_id=identity, is_admin=admin or identity in self.admin_ids)
+            if len(self._principals) < _PRINCIPALS_KEPT:
+                self._principals[key] = principal
+        return principal
 
     def from_bearer(self, token: str) -> Principal:
         """Verify a bearer token (device token or JWT).
