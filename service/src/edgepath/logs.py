@@ -10,6 +10,7 @@ python-json-logger; the fields are ``time``, ``level``, ``logger``, ``message``,
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import IO
 
@@ -17,6 +18,18 @@ from asgi_correlation_id.log_filters import CorrelationIdFilter
 from pythonjsonlogger.json import JsonFormatter
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(correlation_id)s]: %(message)s"
+
+# RFC 9562 §5.4 (RFC 4122 §4.4): a version-4 UUID is 122 random bits with the version nibble 0100 (bits 76-79 of the
+# 128-bit number) and the variant bits 10 (bits 62-63).
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def new_request_id() -> str:
+    """A request id for a call that brought none: a random version-4 UUID as 32 lowercase hex digits, the form of
+    ``uuid.uuid4().hex`` (same bits, same source, :func:`os.urandom`) at ~1.2 µs instead of ~2.9: every REST
+    request and gRPC call without an ``x-request-id`` gets one (issue 16)."""
+    return "%032x" % (int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET)
 
 
 def configure_logging(level: str = "INFO", log_format: str = "text", stream: IO[str] | None = None) -> logging.Handler:

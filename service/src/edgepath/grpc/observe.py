@@ -25,7 +25,6 @@ import collections
 import inspect
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +33,8 @@ from asgi_correlation_id.context import correlation_id
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+
+from edgepath.logs import new_request_id
 
 REQUEST_ID_KEY = "x-request-id"
 log = logging.getLogger("edgepath.grpc")
@@ -88,13 +89,14 @@ def with_call_trailers(context: grpc.aio.ServicerContext, trailing: Sequence[tup
 
 
 def request_id_of(metadata: Sequence[Any] | None) -> str:
-    """The caller's ``x-request-id`` when it is 1-128 characters of ``[A-Za-z0-9-_.:/+=]``, else a new uuid4 hex."""
+    """The caller's ``x-request-id`` when it is 1-128 characters of ``[A-Za-z0-9-_.:/+=]``, else a new one
+    (:func:`edgepath.logs.new_request_id`: a uuid4 as 32 hex digits)."""
     for item in metadata or ():
         key, value = (item.key, item.value) if hasattr(item, "key") else item
         if key == REQUEST_ID_KEY and isinstance(value, str) and 0 < len(value) <= 128:
             if all(c in _REQUEST_ID_OK for c in value):
                 return value
-    return uuid.uuid4().hex
+    return new_request_id()
 
 
 def cancelled_as(context: grpc.aio.ServicerContext) -> str:

@@ -50,6 +50,7 @@ from starlette.routing import Match
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
+from edgepath.logs import new_request_id
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
@@ -588,7 +589,11 @@ def create_app(
     )
     # Outermost: every answer (a shed one too) carries the request's x-request-id.
     app.add_middleware(
-        CorrelationIdMiddleware, header_name=REQUEST_ID_HEADER, validator=valid_request_id, transformer=None
+        CorrelationIdMiddleware,
+        header_name=REQUEST_ID_HEADER,
+        generator=new_request_id,
+        validator=valid_request_id,
+        transformer=None,
     )
     # Per-request count, status and latency, outermost: shed 503s and 413s count.
     app.add_middleware(RequestMetrics, metrics=plane.metrics)
