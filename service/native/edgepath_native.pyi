@@ -21,13 +21,23 @@ def mlpm_decide(
     samples of a known feature. None where the Python engine must decide (columns out of time order or not
     finite, no feature known for every subflow, an ``fsum`` overflow)."""
 
-def context_features(
-    interfaces: Sequence[tuple[int, tuple[float | None, ...]]],
-) -> tuple[bytearray, list[int | None]] | None:
-    """The primary-path bandit's context features (``edgepath.engines.features.context_features``): per interface
-    its slot (index into ``SLOTS``) and its measurements in :func:`feature_layout`'s order. Returns the vector's
-    native-endian float64 bytes and the representative interface's index per slot; None where the Python encoder
-    must decide (a slot outside ``SLOTS``, a ``10 ** (SINR / 10)`` overflow)."""
+class ModelFeatures:
+    """The primary-path bandit's context features (``edgepath.engines.features.context_features``) read from
+    interface objects (``edgepath.types.InterfaceContext``): each one's ``access_type`` (its slot: the identical
+    member of ``slots``, ``SLOTS`` in order) and its measurements (:func:`feature_layout`'s second list, by
+    attribute: None, or a number taken as ``float``). Raises ``ValueError`` unless ``slots`` has one member per
+    slot."""
+
+    def __init__(self, slots: Sequence[Any]) -> None: ...
+    def encode(self, interfaces: Sequence[Any]) -> tuple[bytearray, list[Any | None], tuple[Any, ...]] | None:
+        """The vector's native-endian float64 bytes, the representative interface per slot (the objects given) and
+        the arm set (the ``slots`` members offered, in order); None to hand the context back (an access type outside
+        ``slots``, an attribute missing or not a number, a ``10 ** (SINR / 10)`` overflow)."""
+    def encode_batch(
+        self, contexts: list[Sequence[Any]]
+    ) -> tuple[bytearray, list[list[Any | None]], list[tuple[Any, ...]]] | None:
+        """``encode`` of each context: the ``(n, N_FEATURES)`` row-major matrix's bytes, the representatives and the
+        arm set of each; None where any context is handed back."""
 
 def feature_layout() -> tuple[list[str], list[str]]:
     """The vector's column names (``FEATURE_NAMES``) and the measurements read per interface, in order."""

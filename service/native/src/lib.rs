@@ -6,8 +6,9 @@
 //! decide alone, with the same results.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
+pub mod encoder;
 pub mod features;
 pub mod mlpm;
 pub mod reply;
@@ -95,40 +96,7 @@ fn mlpm_decide(
     ))
 }
 
-/// One interface from Python: its slot (index into `SLOTS`: WiFi, LTE, NR, Ethernet) and its measurements in
-/// `features::ATTRS` order (dBm, Mbit/s, MHz, dB, ms, fraction as `InterfaceContext`; None: not reported).
-type PyInterface = (usize, [Option<f64>; 14]);
-/// Features to Python: the vector's bytes and the representative per slot.
-type PyFeatures<'py> = (Bound<'py, PyByteArray>, [Option<usize>; 4]);
-
-/// The primary-path bandit's context features (`edgepath.engines.features.context_features`).
-///
-/// `interfaces`: shape (n,), each `(slot, measurements)`. Returns the vector as the native-endian bytes of
-/// `N_FEATURES` float64 (a `bytearray`, for `numpy.frombuffer`) and the representative interface's index per slot
-/// (None: no interface of that slot); None where the Python encoder must decide (a slot index outside `SLOTS`, a
-/// `10 ** (SINR / 10)` overflow).
-#[pyfunction]
-fn context_features<'py>(py: Python<'py>, interfaces: Vec<PyInterface>) -> PyResult<Option<PyFeatures<'py>>> {
-    if interfaces.iter().any(|(slot, _)| *slot >= features::SLOTS.len()) {
-        return Ok(None);
-    }
-    let views: Vec<features::Interface> = interfaces
-        .iter()
-        .map(|&(slot, measured)| features::Interface { slot, measured })
-        .collect();
-    let Some((x, reps)) = features::context_features(&views) else {
-        return Ok(None);
-    };
-    let bytes = PyByteArray::new_with(py, x.len() * 8, |buf: &mut [u8]| {
-        for (chunk, v) in buf.chunks_exact_mut(8).zip(&x) {
-            chunk.copy_from_slice(&v.to_ne_bytes());
-        }
-        Ok(())
-    })?;
-    Ok(Some((bytes, reps)))
-}
-
-/// The column names of `context_features`' vector (`FEATURE_NAMES`), and the measurements it reads per interface
+/// The column names of the context encoder's vector (`FEATURE_NAMES`, [`encoder::ModelFeatures`]), and the measurements it reads per interface
 /// in the order it takes them (`ATTRS`).
 #[pyfunction]
 fn feature_layout() -> (Vec<String>, Vec<&'static str>) {
@@ -205,7 +173,6 @@ fn encode_message<'py>(
 #[pymodule]
 fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mlpm_decide, m)?)?;
-    m.add_function(wrap_pyfunction!(context_features, m)?)?;
     m.add_function(wrap_pyfunction!(feature_layout, m)?)?;
     m.add_function(wrap_pyfunction!(recommend_fields, m)?)?;
     m.add_function(wrap_pyfunction!(recommend_batch_fields, m)?)?;
@@ -214,5 +181,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<request::HistoryModel>()?;
     m.add_class::<request::InterfaceModel>()?;
     m.add_class::<section::MlpmSection>()?;
+    m.add_class::<encoder::ModelFeatures>()?;
     Ok(())
 }

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from edgepath.engines import features
+from edgepath.engines.primary_path import arm_set
 from edgepath.types import AccessType, InterfaceContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,13 +60,66 @@ def test_the_layouts_agree() -> None:
 def test_the_compiled_encoder_encodes_as_the_python_encoder(interfaces: list[InterfaceContext]) -> None:
     encoded = features.native_features(interfaces)
     assert encoded is not None  # validated contexts are never handed back
-    got, reps = encoded
+    got, reps, arms = encoded
     want = features.context_features(interfaces, native=False)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert got.tobytes() == want.tobytes()
     want_reps = [features.representative(interfaces, slot) for slot in features.SLOTS]
     assert all(a is b for a, b in zip(reps, want_reps, strict=True))  # the very interface objects
+    assert arms == arm_set(interfaces) and all(a is b for a, b in zip(arms, arm_set(interfaces), strict=True))
     assert features.context_features(interfaces).tobytes() == want.tobytes()  # the default path
+
+
+@settings(max_examples=100, deadline=None)
+@given(contexts=st.lists(_interfaces(), min_size=1, max_size=8))
+def test_a_batch_is_encoded_row_by_row_as_one_context(contexts: list[list[InterfaceContext]]) -> None:
+    encoded = features.native_features_batch(contexts)
+    assert encoded is not None
+    X, reps, arms = encoded
+    assert X.shape == (len(contexts), features.N_FEATURES) and X.dtype == np.float64 and X.flags.c_contiguous
+    for i, interfaces in enumerate(contexts):
+        one = features.native_features(interfaces)
+        assert one is not None
+        assert X[i].tobytes() == one[0].tobytes() == features.context_features(interfaces, native=False).tobytes()
+        assert all(a is b for a, b in zip(reps[i], one[1], strict=True)) and arms[i] == one[2]
+
+
+class _Interface:
+    """An object with an interface's attributes, not the model (what the encoder must still read, or hand back)."""
+
+    def __init__(self, **values: Any) -> None:
+        self.name = "if0"
+        for attr in features._native_layout()[1]:
+            setattr(self, attr, None)
+        self.__dict__.update(values)
+
+
+def test_what_the_encoder_cannot_read_is_handed_back() -> None:
+    """Any object with the attributes is read as the model is; an access type outside ``SLOTS``, a missing
+    attribute or a value that is not a number hand the whole context (and a batch holding it) back, for the
+    Python encoder to raise on or encode as before."""
+    plain = _Interface(access_type=AccessType.WIFI, wifi_rssi_dbm=-61.5, cqi=None)
+    model = InterfaceContext(name="if0", access_type=AccessType.WIFI, wifi_rssi_dbm=-61.5)
+    encoded = features.native_features([plain])
+    assert encoded is not None and encoded[0].tobytes() == features.context_features([model], native=False).tobytes()
+    with_int = features.native_features([_Interface(access_type=AccessType.LTE, rsrp_dbm=-95, cqi=11)])
+    as_float = features.native_features([_Interface(access_type=AccessType.LTE, rsrp_dbm=-95.0, cqi=11.0)])
+    assert with_int is not None and as_float is not None and with_int[0].tobytes() == as_float[0].tobytes()
+    missing = _Interface(access_type=AccessType.LTE)
+    del missing.rsrq_db
+    unknown = [
+        [_Interface(access_type="WIFI", wifi_rssi_dbm=-50.0)],  # the value, not the member: no slot by identity
+        [missing],
+        [_Interface(access_type=AccessType.NR, sinr_db="12")],
+        [_Interface(access_type=AccessType.WIFI), object()],
+    ]
+    for interfaces in unknown:
+        assert features.native_features(interfaces) is None
+        assert features.native_features_batch([[plain], interfaces]) is None
+    # the default path then gives what the reference gives (its getters read a missing attribute as not reported)
+    assert (
+        features.context_features([missing]).tobytes() == features.context_features([missing], native=False).tobytes()
+    )
 
 
 def test_an_overflowing_power_is_handed_back_to_the_python_encoder() -> None:

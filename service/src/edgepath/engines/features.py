@@ -71,10 +71,10 @@ import numpy as np
 from edgepath.types import AccessType, InterfaceContext
 
 try:  # the compiled encoder (service/native, the edgepath-native package): the same vector, bit for bit, faster
-    from edgepath_native import context_features as _native_features
+    from edgepath_native import ModelFeatures as _ModelFeatures
     from edgepath_native import feature_layout as _native_layout
 except ImportError:  # not installed (no Rust toolchain where it was set up): the Python encoder alone
-    _native_features = None  # type: ignore[assignment]
+    _ModelFeatures = None  # type: ignore[assignment,misc]
     _native_layout = None  # type: ignore[assignment]
 
 SLOTS: tuple[AccessType, ...] = (AccessType.WIFI, AccessType.LTE, AccessType.NR, AccessType.ETHERNET)
@@ -194,8 +194,10 @@ _NATIVE_LAYOUT = _native_layout() if _native_layout is not None else None
 NATIVE_AVAILABLE = _NATIVE_LAYOUT is not None and tuple(_NATIVE_LAYOUT[0]) == FEATURE_NAMES
 #: Position of each access type in :data:`SLOTS`.
 SLOT_INDEX: dict[AccessType, int] = {slot: i for i, slot in enumerate(SLOTS)}
-#: An interface's measurements in the compiled encoder's order (None: it is not installed or lays out otherwise).
-_MEASURED = operator.attrgetter(*_NATIVE_LAYOUT[1]) if NATIVE_AVAILABLE and _NATIVE_LAYOUT else None
+#: The compiled encoder over interface objects (None: it is not installed or lays out otherwise). It reads each
+#: interface's access type (by identity with :data:`SLOTS`' members) and measurements itself (issue 16: building
+#: their tuples in Python cost ~2 µs of a context's ~5).
+_ENCODER = _ModelFeatures(SLOTS) if NATIVE_AVAILABLE and _ModelFeatures is not None else None
 
 
 def representative(interfaces: Sequence[InterfaceContext], access_type: AccessType) -> InterfaceContext | None:
@@ -260,17 +262,35 @@ def context_features(interfaces: Sequence[InterfaceContext], native: bool = True
 
 def native_features(
     interfaces: Sequence[InterfaceContext],
-) -> tuple[np.ndarray, list[InterfaceContext | None]] | None:
+) -> tuple[np.ndarray, list[InterfaceContext | None], tuple[AccessType, ...]] | None:
     """:func:`context_features` by the compiled encoder, with the representative interface of each slot of :data:`SLOTS`
-    (:func:`representative`; None: the device has none): None where it is not available (:data:`NATIVE_AVAILABLE`) or
-    hands the context back (a ``10 ** (SINR / 10)`` overflow, which validation rules out), for this module to encode."""
-    if _MEASURED is None:
+    (:func:`representative`; None: the device has none) and the arm set, the access types of :data:`SLOTS` the
+    device offers in order (``edgepath.engines.primary_path.arm_set``). None where it is not available
+    (:data:`NATIVE_AVAILABLE`) or hands the context back (a ``10 ** (SINR / 10)`` overflow, which validation rules
+    out; an access type outside :data:`SLOTS`, an interface without a measurement's attribute or with a value that
+    is not a number, which the model rules out), for this module to encode or raise on."""
+    if _ENCODER is None:
         return None
-    encoded = _native_features([(SLOT_INDEX[i.access_type], _MEASURED(i)) for i in interfaces])
+    encoded = _ENCODER.encode(interfaces)
     if encoded is None:
         return None
-    buffer, reps = encoded
-    return np.frombuffer(buffer, dtype=np.float64), [None if r is None else interfaces[r] for r in reps]
+    buffer, reps, arms = encoded
+    return np.frombuffer(buffer, dtype=np.float64), reps, arms
+
+
+def native_features_batch(
+    contexts: Sequence[Sequence[InterfaceContext]],
+) -> tuple[np.ndarray, list[list[InterfaceContext | None]], list[tuple[AccessType, ...]]] | None:
+    """:func:`native_features` of every context at once: the ``(n, N_FEATURES)`` matrix (row i the vector of
+    context i, bit for bit), each context's representatives per slot and its arm set. None where the compiled
+    encoder is not available or hands any context back (the caller encodes them all)."""
+    if _ENCODER is None:
+        return None
+    encoded = _ENCODER.encode_batch(contexts if isinstance(contexts, list) else list(contexts))
+    if encoded is None:
+        return None
+    buffer, reps, arms = encoded
+    return np.frombuffer(buffer, dtype=np.float64).reshape(len(contexts), N_FEATURES), reps, arms
 
 
 def _representatives(interfaces: Sequence[InterfaceContext]) -> dict[AccessType, InterfaceContext]:

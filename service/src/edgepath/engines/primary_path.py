@@ -121,7 +121,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 from sklearn.linear_model import SGDClassifier
@@ -135,6 +135,7 @@ from edgepath.engines.features import (
     context_features,
     context_features_batch,
     native_features,
+    native_features_batch,
     representative,
 )
 from edgepath.engines.features import NATIVE_AVAILABLE as FEATURES_NATIVE
@@ -740,17 +741,17 @@ def arm_set(interfaces: Sequence[InterfaceContext]) -> ArmSet:
 
 def _features_batch(
     contexts: Sequence[Sequence[InterfaceContext]], native: bool
-) -> tuple[np.ndarray, list[list[InterfaceContext | None]]]:
-    """The features of ``contexts`` (shape ``(n, N_FEATURES)``) and each one's representative per slot of
-    :data:`SLOTS` (None: not offered): by the compiled encoder where installed and ``native``, unless it hands a
-    context back; else :func:`~edgepath.engines.features.context_features_batch`."""
+) -> tuple[np.ndarray, list[list[InterfaceContext | None]], list[ArmSet]]:
+    """The features of ``contexts`` (shape ``(n, N_FEATURES)``), each one's representative per slot of
+    :data:`SLOTS` (None: not offered) and its arm set (:func:`arm_set`): by the compiled encoder where installed and
+    ``native``, unless it hands a context back; else :func:`~edgepath.engines.features.context_features_batch`."""
     if native and FEATURES_NATIVE and contexts:
-        encoded = [native_features(c) for c in contexts]
-        if all(e is not None for e in encoded):
-            done = cast(list[tuple[np.ndarray, list[InterfaceContext | None]]], encoded)
-            return np.vstack([x for x, _ in done]), [reps for _, reps in done]
+        encoded = native_features_batch(contexts)
+        if encoded is not None:
+            return encoded
     X, by_access = context_features_batch(contexts)
-    return X, [[r.get(slot) for slot in SLOTS] for r in by_access]
+    reps = [[r.get(slot) for slot in SLOTS] for r in by_access]
+    return X, reps, [tuple(s for s, r in zip(SLOTS, rep, strict=True) if r is not None) for rep in reps]
 
 
 def _finite(v: float | None) -> bool:
@@ -909,13 +910,12 @@ class PrimaryPathBandit:
         ArmChoice
             The chosen arm, its interface, its propensity in (0, 1] and the features used.
         """
-        arms = arm_set(interfaces)
         encoded = native_features(interfaces) if native and FEATURES_NATIVE else None
         if encoded is not None:
-            x, reps = encoded
+            x, reps, arms = encoded
             return self._decide(arms, x, lambda access: reps[SLOT_INDEX[access]])
         x = context_features(interfaces, native=False)
-        return self.decide_features(interfaces, arms, x)
+        return self.decide_features(interfaces, arm_set(interfaces), x)
 
     def decide_features(self, interfaces: Sequence[InterfaceContext], arms: ArmSet, x: np.ndarray) -> ArmChoice:
         """:meth:`decide` with the arm set and features already computed (``x`` shape ``(N_FEATURES,)``)."""
@@ -954,9 +954,8 @@ class PrimaryPathBandit:
         SGD-oracle policies). Each arm set's policy consumes its own random generator in the same order as
         ``n`` calls of :meth:`decide` would, so the choices and exact propensities are those of the single path.
         """
-        X, reps = _features_batch(contexts, native)
+        X, reps, arm_sets = _features_batch(contexts, native)
         n = len(contexts)
-        arm_sets: list[ArmSet] = [tuple(s for s, r in zip(SLOTS, rep, strict=True) if r is not None) for rep in reps]
         index = np.zeros(n, dtype=np.int64)
         probability = np.ones(n)
         groups: dict[ArmSet, list[int]] = {}
