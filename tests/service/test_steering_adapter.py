@@ -118,3 +118,43 @@ def test_decisions_are_equal_when_they_steer_alike_whatever_was_predicted(field:
     other_prediction = dataclasses.replace(d, prediction=steering.Prediction(rtt_ms=1.0, loss=0.0, throughput_bps=1.0))
     assert other_prediction == d and hash(other_prediction) == hash(d)
     assert dataclasses.replace(d, **{field: value}) != d
+
+
+def test_the_rule_cache_is_bounded_and_a_dropped_rule_is_built_again() -> None:
+    """``cache_size`` rules are kept; a further one drops the oldest, which is built again (equal) when asked."""
+    adapter = SteeringAdapter(SETTINGS, cache_size=2)
+    standby, both = _input(_request(50e6, 1e6)), _input(_request(50e6, 50e6))
+    other_primary = _input(_request(50e6, 1e6), interface="wwan0")
+    first = adapter._advice(standby, [])
+    adapter._advice(both, [])
+    assert adapter._advice(standby, []) is first  # still kept
+    adapter._advice(other_primary, [])  # a third rule: the oldest (standby's) is dropped
+    assert len(adapter._by_rule_key) == 2
+    again = adapter._advice(standby, [])
+    assert again is not first and again == first == _fresh(standby)
+
+
+async def test_a_devices_access_types_are_written_when_they_change_and_sorted_by_name() -> None:
+    adapter = SteeringAdapter(SETTINGS)
+    adapter._recorded_max = 2
+    store = MemoryStore()
+    written: list[tuple[str, tuple[str, ...]]] = []
+
+    async def record(device_id: str, access_types: tuple[str, ...]) -> None:
+        written.append((device_id, access_types))
+
+    store.record_device_accesses = record  # type: ignore[method-assign]
+    decision = dataclasses.replace(_input(_request(50e6, 1e6)), store=store)
+    await adapter._record_accesses(decision)
+    await adapter._record_accesses(decision)  # unchanged: not written again
+    assert written == [("d-1", ("LTE", "WIFI"))]
+    wifi_only = dataclasses.replace(decision, record=dataclasses.replace(decision.record, arms=("WIFI",)))
+    await adapter._record_accesses(wifi_only)
+    assert written[-1] == ("d-1", ("WIFI",))
+    for device in ("d-2", "d-3"):  # past the bound the oldest device is dropped, then written again when seen
+        await adapter._record_accesses(
+            dataclasses.replace(decision, request=decision.request.model_copy(update={"device_id": device}))
+        )
+    assert "d-1" not in adapter._recorded and len(adapter._recorded) == 2
+    await adapter._record_accesses(decision)
+    assert written[-1] == ("d-1", ("LTE", "WIFI"))
