@@ -123,10 +123,19 @@ def wire_schema() -> bytes:
     """The schema the decoding was generated from (proto/edgepath/v1/edgepath.proto): an encoded
     ``FileDescriptorSet``."""
 
-def encode_message(name: str, obj: Any, enums: Mapping[str, Mapping[Any, int]]) -> bytes:
+def encode_message(name: str, obj: Any, enums: Mapping[str, Mapping[Any, int]], memo: WireMemo | None = None) -> bytes:
     """Message ``name`` (its full name in the schema, e.g. ``edgepath.v1.RecommendBatchResponse``) encoded from
     ``obj`` as ``edgepath.grpc.convert``'s converters would build it and protobuf serialise it: each field read from
     the attribute of its name (None leaves it unset; an iterable for a repeated field), an enum member through
-    ``enums[<enum full name>]`` (member → wire value). Raises ``TypeError`` (a value of the wrong type, a missing
-    attribute) or ``KeyError`` (an enum member missing from its table, a message the schema lacks), naming the
-    field."""
+    ``enums[<enum full name>]`` (member → wire value). ``memo``: the bytes of the message types it names are kept
+    and reused by object identity. Raises ``TypeError`` (a value of the wrong type, a missing attribute) or
+    ``KeyError`` (an enum member missing from its table, a message the schema lacks), naming the field."""
+
+class WireMemo:
+    """The encoded bytes of the objects of the message types ``messages`` (full names; ``KeyError`` for one the
+    schema lacks), kept by identity (a weak reference per entry, answered only while it gives the very object) for
+    the next replies that carry the same object, ``maxsize`` at most, the oldest dropped first. For immutable,
+    shared objects only: a kept object changed afterwards is answered with its old bytes."""
+
+    def __init__(self, messages: Sequence[str], maxsize: int) -> None: ...
+    def __len__(self) -> int: ...

@@ -212,3 +212,109 @@ def test_the_services_replies_encode_to_the_converters_bytes(native_engines: boo
             convert.recommendation_wire(rec, s, native=False)
             == convert.recommendation_to_proto(rec, s).SerializeToString()
         )
+
+
+# --- the memo of shared section objects (WireMemo) -------------------------------------------------------------------
+STEERING = pb.SteeringAdvice.DESCRIPTOR.full_name
+REC = pb.Recommendation.DESCRIPTOR.full_name
+
+
+class _Section:
+    """A section as any object with its message's attributes (weak references allowed, as a model's)."""
+
+    def __init__(self, msg: Any) -> None:
+        self.__dict__.update(vars(mirror(msg)))
+
+
+def _steering(reason: str) -> pb.SteeringAdvice:
+    rule = pb.SteeringRule(rule_precedence=255, steering_mode="ACTIVE_STANDBY", reason=reason)
+    return pb.SteeringAdvice(rules=[rule], source="TS 23.501")
+
+
+def _reply(steering: Any) -> SimpleNamespace:
+    rec = mirror(pb.Recommendation(decision_id="d1", model_version=3))
+    rec.steering = steering
+    return rec
+
+
+def _wire(rec: Any, memo: Any) -> bytes:
+    out: bytes = edgepath_native.encode_message(REC, rec, convert._ENUM_NUMBERS, memo)
+    return out
+
+
+def test_a_kept_section_is_answered_with_its_bytes_and_only_for_that_object() -> None:
+    memo = edgepath_native.WireMemo([STEERING], 16)
+    first = _Section(_steering("standby"))
+    want = pb.Recommendation(decision_id="d1", model_version=3, steering=_steering("standby")).SerializeToString()
+    assert _wire(_reply(first), memo) == want and len(memo) == 1
+    assert _wire(_reply(first), memo) == want and len(memo) == 1  # the kept bytes
+    # What the memo documents: bytes are kept by identity, so a changed object keeps its old bytes (the adapters'
+    # sections are frozen) ...
+    first.rules[0].reason = "changed"
+    assert _wire(_reply(first), memo) == want
+    # ... and another object, even with equal fields, is encoded on its own
+    other = _Section(_steering("priority"))
+    assert (
+        _wire(_reply(other), memo)
+        == pb.Recommendation(decision_id="d1", model_version=3, steering=_steering("priority")).SerializeToString()
+    )
+    assert len(memo) == 2
+    with pytest.raises(KeyError):
+        edgepath_native.WireMemo(["edgepath.v1.NoSuchMessage"], 4)
+
+
+def test_a_dead_sections_id_is_never_answered_with_its_bytes() -> None:
+    """An entry answers only while its weak reference gives the very object: sections made one after the other
+    reuse the freed ids (CPython's allocator), and each is encoded with its own fields."""
+    memo = edgepath_native.WireMemo([STEERING], 64)
+    reused = 0
+    seen: set[int] = set()
+    for k in range(50):
+        attrs = vars(mirror(_steering(f"rule {k}")))
+        section = _Section.__new__(_Section)  # made last: it takes the block the previous one freed
+        section.__dict__.update(attrs)
+        reused += id(section) in seen
+        seen.add(id(section))
+        want = pb.Recommendation(decision_id="d1", model_version=3, steering=_steering(f"rule {k}"))
+        assert _wire(_reply(section), memo) == want.SerializeToString()
+        del section
+    assert reused > 0, "no id was reused: the case this test is for did not occur"
+
+
+class _NoWeakref:
+    __slots__ = ("rules", "source")
+
+
+def test_the_memo_is_bounded_and_objects_without_weak_references_are_encoded_each_time() -> None:
+    memo = edgepath_native.WireMemo([STEERING], 2)
+    kept = [_Section(_steering(f"r{k}")) for k in range(3)]
+    for section in kept:
+        _wire(_reply(section), memo)
+    assert len(memo) == 2  # the oldest dropped
+    plain = _NoWeakref()
+    plain.rules, plain.source = [mirror(pb.SteeringRule(rule_precedence=1, reason="x"))], "s"
+    want = pb.Recommendation(
+        decision_id="d1",
+        model_version=3,
+        steering=pb.SteeringAdvice(rules=[pb.SteeringRule(rule_precedence=1, reason="x")], source="s"),
+    ).SerializeToString()
+    assert _wire(_reply(plain), memo) == want and len(memo) == 2
+    plain.rules[0].reason = "y"  # not kept: its change shows
+    assert _wire(_reply(plain), memo) != want
+
+
+def test_the_services_shared_sections_are_kept_and_their_replies_unchanged() -> None:
+    """The service's memo keeps its steering and congestion sections (shared by the adapters) and writes the
+    converters' bytes, replay after replay."""
+    service = Service.build(Settings(store_url="memory://"))
+    requests = _requests()
+
+    async def decide() -> list[Any]:
+        return await service.plane.recommend_batch([(Principal(device_id=r.device_id), r) for r in requests])
+
+    recs = asyncio.run(decide())
+    shared = [cacheable_context(r) for r in requests]
+    for _ in range(2):
+        for rec, s in zip(recs, shared, strict=True):
+            assert convert.recommendation_wire(rec, s, native=True) == convert.recommendation_wire(rec, s, native=False)
+    assert convert._WIRE_MEMO is not None and len(convert._WIRE_MEMO) >= 2

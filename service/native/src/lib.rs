@@ -160,14 +160,17 @@ fn wire_schema(py: Python<'_>) -> Bound<'_, PyBytes> {
 /// from the attribute of its name (None leaves it unset; a list for a repeated field); an enum member through
 /// `enums[<enum full name>]` (member → wire value). Raises `TypeError` (a value of the wrong type, a missing
 /// attribute) or `KeyError` (an enum member missing from its table, a message the schema lacks), naming the field.
+/// `memo`: where given, the bytes of the messages it names are kept and reused by object identity ([`reply::WireMemo`]).
 #[pyfunction]
+#[pyo3(signature = (name, obj, enums, memo=None))]
 fn encode_message<'py>(
     py: Python<'py>,
     name: &str,
     obj: &Bound<'py, PyAny>,
     enums: &Bound<'py, PyDict>,
+    memo: Option<PyRef<'py, reply::WireMemo>>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    Ok(PyBytes::new(py, &reply::encode(name, obj, enums)?))
+    Ok(PyBytes::new(py, &reply::encode(name, obj, enums, memo.as_deref())?))
 }
 
 #[pymodule]
@@ -182,5 +185,6 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<request::InterfaceModel>()?;
     m.add_class::<section::MlpmSection>()?;
     m.add_class::<encoder::ModelFeatures>()?;
+    m.add_class::<reply::WireMemo>()?;
     Ok(())
 }

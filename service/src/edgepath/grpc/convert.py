@@ -54,9 +54,11 @@ try:  # the compiled decoding's models (request.rs: HistoryModel, InterfaceModel
 except ImportError:
     _NativeHistoryModel = _NativeInterfaceModel = None  # type: ignore[misc,assignment]
 try:  # the compiled encoding of replies (service/native/src/reply.rs): the same bytes, built faster
+    from edgepath_native import WireMemo as _NativeWireMemo
     from edgepath_native import encode_message as _native_encode
 except ImportError:  # not installed, or a build from before it existed: this module's converters alone
     _native_encode = None  # type: ignore[assignment]
+    _NativeWireMemo = None  # type: ignore[assignment,misc]
 
 # Enum spellings: derived once from the proto descriptors (edgepath.grpc.enums), never hand-written.
 ACCESS_FROM_PROTO: dict[int, AccessType] = enums.from_proto_map(AccessType, pb.AccessType)
@@ -387,6 +389,15 @@ _ENUM_NUMBERS: dict[str, dict[Any, int]] = {
 }
 _BATCH_RESPONSE = pb.RecommendBatchResponse.DESCRIPTOR.full_name
 _RECOMMENDATION = pb.Recommendation.DESCRIPTOR.full_name
+#: The bytes of the section objects the engine adapters share between replies (the same frozen object per distinct
+#: steering rule and per congestion context, as :class:`_ProtoMemo` keeps their messages), kept by identity by the
+#: compiled encoding (``WireMemo``: weak references, 4,096 at most): their encoding was ~65 % of a Recommend's
+#: (issue 16). The MLPM section is made per request for an agent's context and is encoded each time.
+_WIRE_MEMO = (
+    _NativeWireMemo([pb.SteeringAdvice.DESCRIPTOR.full_name, pb.CongestionAdvice.DESCRIPTOR.full_name], 4096)
+    if NATIVE_ENCODING and _NativeWireMemo is not None
+    else None
+)
 
 
 def recommendation_batch_wire(batch: RecommendBatch, shared: Sequence[bool], native: bool = True) -> bytes:
@@ -404,7 +415,7 @@ def recommendation_batch_wire(batch: RecommendBatch, shared: Sequence[bool], nat
         A section holds a value its proto field cannot carry (the service's bug; the message names the field).
     """
     if native and NATIVE_ENCODING:
-        return _native_encode(_BATCH_RESPONSE, batch, _ENUM_NUMBERS)  # type: ignore[no-any-return]
+        return _native_encode(_BATCH_RESPONSE, batch, _ENUM_NUMBERS, _WIRE_MEMO)  # type: ignore[no-any-return]
     return recommendation_batch_to_proto(batch, shared).SerializeToString()
 
 
@@ -414,7 +425,7 @@ def recommendation_wire(rec: Recommendation, shared: bool = True, native: bool =
     (:func:`recommendation_batch_wire`'s), else :func:`recommendation_to_proto` serialised. Raises as
     :func:`recommendation_batch_wire`."""
     if native and NATIVE_ENCODING:
-        return _native_encode(_RECOMMENDATION, rec, _ENUM_NUMBERS)  # type: ignore[no-any-return]
+        return _native_encode(_RECOMMENDATION, rec, _ENUM_NUMBERS, _WIRE_MEMO)  # type: ignore[no-any-return]
     return recommendation_to_proto(rec, shared).SerializeToString()
 
 
