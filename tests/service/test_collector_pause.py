@@ -186,7 +186,7 @@ class Window:
         if transport == "rest":
             from edgepath.rest import app as module
 
-            decode, encode = "parse_body", "json_response"
+            decode, encode = "parse_body", "recommendation_response"
         else:
             from edgepath.grpc import convert as module
 

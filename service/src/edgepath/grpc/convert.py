@@ -11,8 +11,6 @@ from the model); pydantic takes those as they are and validates the rest.
 
 from __future__ import annotations
 
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -23,6 +21,7 @@ from pydantic import BaseModel
 from edgepath.constructed import constructible, fields_schema
 from edgepath.errors import InvalidInput
 from edgepath.grpc import enums
+from edgepath.memo import IdentityMemo
 from edgepath.types import (
     IFNAME_PATTERN,
     AccessType,
@@ -458,43 +457,9 @@ def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
     return OutcomeReport.model_validate(d)
 
 
-class _ProtoMemo:
-    """Proto form of the immutable section objects the engine adapters share, converted once per object.
-
-    The MLPM, congestion and steering adapters hand out the *same* frozen object for the same context from
-    their per-context caches (issue 16), so its proto form is kept by identity (bounded, oldest out first).
-    The memo's messages are only ever copied into a reply (a proto constructor copies sub-messages), never
-    handed out.
-
-    An entry holds its object by weak reference and goes when the object does (``weakref.KeyedRef``, as
-    ``WeakValueDictionary`` does): a section made for one request only (a context with subflow histories) is not
-    kept alive by the memo. Holding them strongly kept ~28 tracked objects per request alive (4,096 entries per
-    memo: ~110,000 objects), and the full collections that walked them took ~56 ms each (a ``gc.callbacks`` probe
-    on agent-shaped contexts, issue 16).
-    """
-
-    def __init__(self, convert: Any, maxsize: int = 4096) -> None:
-        self.convert, self.maxsize = convert, maxsize
-        self.cache: OrderedDict[int, tuple[weakref.KeyedRef, Any]] = OrderedDict()
-
-    def __call__(self, obj: Any) -> Any:
-        if obj is None:
-            return None
-        key = id(obj)
-        hit = self.cache.get(key)
-        if hit is not None and hit[0]() is obj:
-            return hit[1]
-        msg = self.convert(obj)
-        self.cache[key] = (weakref.KeyedRef(obj, self._forget, key), msg)
-        if len(self.cache) > self.maxsize:
-            self.cache.popitem(last=False)
-        return msg
-
-    def _forget(self, ref: weakref.KeyedRef) -> None:
-        """Weak-reference callback: the object died; its entry goes (unless the id already names a newer one)."""
-        entry = self.cache.get(ref.key)
-        if entry is not None and entry[0] is ref:
-            del self.cache[ref.key]
+#: Proto form of the shared section objects, converted once per object (:class:`~edgepath.memo.IdentityMemo`; its
+#: messages are only ever copied into a reply, a proto constructor copies sub-messages, never handed out).
+_ProtoMemo = IdentityMemo
 
 
 def recommendation_to_proto(rec: Recommendation, shared: bool = True) -> pb.Recommendation:

@@ -51,6 +51,7 @@ from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
 from edgepath.logs import new_request_id
+from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
@@ -142,6 +143,48 @@ def parse_body(raw: bytes, model: type[M]) -> M:
 def json_response(model: BaseModel, status_code: int = 200) -> Response:
     """``model`` serialised by pydantic-core (``None`` members included, as the OpenAPI schema says)."""
     return Response(model.model_dump_json(), status_code=status_code, media_type=_JSON)
+
+
+def _fragment(model: BaseModel) -> orjson.Fragment:
+    return orjson.Fragment(model.model_dump_json())
+
+
+#: The JSON of the sections the engine adapters share between replies (one frozen object per distinct steering rule
+#: and per congestion context), made once per object (:class:`~edgepath.memo.IdentityMemo`): their serialisation was
+#: ~60 % of a recommendation's (steering ~6.2 µs, congestion ~2.7 of ~14.9; issue 16).
+_SHARED_SECTIONS: dict[str, IdentityMemo[orjson.Fragment]] = {
+    "congestion": IdentityMemo(_fragment),
+    "steering": IdentityMemo(_fragment),
+}
+
+
+def recommendation_json(rec: Recommendation) -> orjson.Fragment:
+    """``rec.model_dump_json()``, byte for byte, with the shared sections' JSON kept per object
+    (:data:`_SHARED_SECTIONS`): the members in the model's order, each other section and the primary path by
+    pydantic-core, the plain members by orjson (strings and integers: the same bytes). A reply with a section the
+    model does not declare (an extra member) is serialised by pydantic-core whole."""
+    if rec.__pydantic_extra__:
+        return orjson.Fragment(rec.model_dump_json())
+    members: dict[str, Any] = {}
+    for name, value in rec.__dict__.items():
+        memo = _SHARED_SECTIONS.get(name)
+        if memo is not None:
+            members[name] = memo(value)
+        elif isinstance(value, BaseModel):
+            members[name] = _fragment(value)
+        else:
+            members[name] = value
+    return orjson.Fragment(orjson.dumps(members))
+
+
+def recommendation_response(recs: Recommendation | Sequence[Recommendation]) -> Response:
+    """A ``Recommendation`` (``/v1/recommendations``) or a ``RecommendBatch`` of ``recs``
+    (``/v1/recommendations/batch``) as :func:`json_response` writes it (:func:`recommendation_json`)."""
+    if isinstance(recs, Recommendation):
+        body = orjson.dumps(recommendation_json(recs))
+    else:
+        body = orjson.dumps({"recommendations": [recommendation_json(r) for r in recs]})
+    return Response(body, media_type=_JSON)
 
 
 def json_body(content: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -407,7 +450,7 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     async def recommend(request: Request) -> Response:
         """Radio context in, recommendation (primary path, decision record) out."""
         body = parse_body(await request.body(), RecommendRequest)
-        return json_response(await plane.recommend(await gate.device(request, body.device_id), body))
+        return recommendation_response(await plane.recommend(await gate.device(request, body.device_id), body))
 
     @router.post(
         "/v1/recommendations/batch",
@@ -426,7 +469,7 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
             body = parse_body(raw, RecommendBatchRequest)
             principals = await gate.devices(request, [r.device_id for r in body.requests])
             recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
-            return json_response(RecommendBatch(recommendations=recs))
+            return recommendation_response(recs)
 
     @router.post(
         "/v1/outcomes",
