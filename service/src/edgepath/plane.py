@@ -21,7 +21,6 @@ import base64
 import dataclasses
 import enum
 import functools
-import json
 import logging
 import secrets
 import time
@@ -71,10 +70,11 @@ def _raw_context(request: RecommendRequest) -> str:
 
 
 def _logged(decision: DecisionRecord, report: OutcomeReport, reward: int) -> LoggedDecision:
-    """The decision-log entry of a decision joined with its first outcome."""
+    """The decision-log entry of a decision joined with its first outcome (its context read back by orjson, which
+    :func:`_raw_context` wrote it with: ~0.6 µs against ~3 for ``json.loads``, per outcome; issue 16)."""
     try:
-        context = tuple(json.loads(decision.context)) if decision.context else ()
-    except ValueError:
+        context = tuple(orjson.loads(decision.context)) if decision.context else ()
+    except ValueError:  # orjson.JSONDecodeError is one
         context = ()
     return LoggedDecision(
         decision_id=decision.decision_id,
