@@ -19,6 +19,7 @@ from typing import Any
 
 from edgepath.main import Service
 from edgepath.settings import Settings
+from edgepath.types import RecommendRequest
 
 
 @dataclass
@@ -91,3 +92,41 @@ def running_service(**overrides: Any) -> Iterator[RunningService]:
     finally:
         box["loop"].call_soon_threadsafe(svc.stop)
         thread.join(30)
+
+
+def reply_requests() -> list[RecommendRequest]:
+    """Requests whose replies fill every section somewhere, for the reply encodings' tests: agent contexts (radio
+    readings, subflow histories, kernel lists), a gateway's (sections), a content request, a single-arm device."""
+    wlan = {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0, "rtt_ms": 18.0}
+    lte = {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9}
+    history = {"interface": "wlan0", "rtt_t_ms": [0.0, 500.0, 1000.0, 1500.0], "rtt_ms": [20.0, 22.0, 25.0, 24.0]}
+    history |= {"throughput_t_ms": [0.0, 500.0, 1000.0], "throughput_bps": [2e7, 2.2e7, 1.9e7]}
+    content = {
+        "expected_size_bytes": 50_000_000,
+        "candidates": [
+            {
+                "address": "203.0.113.10",
+                "dns_interface": "wlan0",
+                "paths": [{"interface": "wlan0", "rtt_ms_samples": [21.0, 23.5], "loss": 0.01}],
+            },
+            {
+                "address": "198.51.100.7",
+                "dns_interface": "wwan0",
+                "paths": [{"interface": "wwan0", "rtt_ms_samples": [48.0], "bandwidth_bps": 3e7}],
+            },
+        ],
+    }
+    bodies: list[dict[str, Any]] = [
+        {"device_id": "phone-1", "interfaces": [wlan, lte]},
+        {"device_id": "phone-2", "interfaces": [wlan, lte], "subflow_histories": [history]},
+        {
+            "device_id": "laptop-3",
+            "interfaces": [wlan, lte],
+            "application_profile": "STREAMING",
+            "kernel": {"available_congestion_controls": ["reno", "cubic", "bbr"], "mptcp_schedulers": ["default"]},
+        },
+        {"device_id": "cpe-4", "interfaces": [wlan, lte], "sections": ["primary_path", "steering"]},
+        {"device_id": "tv-5", "interfaces": [wlan, lte], "application_profile": "BULK", "content": content},
+        {"device_id": "phone-6", "interfaces": [lte]},
+    ]
+    return [RecommendRequest.model_validate(b) for b in bodies]

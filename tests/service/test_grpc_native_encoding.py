@@ -20,12 +20,13 @@ from edgepath.adapters.base import cacheable_context
 from edgepath.grpc import convert
 from edgepath.main import Service
 from edgepath.settings import Settings
-from edgepath.types import AccessType, Principal, RecommendBatch, RecommendRequest
+from edgepath.types import AccessType, Principal, RecommendBatch
 from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from native_twin import messages, require_compiled
+from service_harness import reply_requests
 
 require_compiled(convert.NATIVE_ENCODING, "the compiled reply encoding")
 
@@ -153,47 +154,10 @@ def test_a_member_missing_an_attribute_is_an_error_naming_the_field() -> None:
         encode(reply)
 
 
-def _requests() -> list[RecommendRequest]:
-    """Agent contexts (radio readings, subflow histories, kernel lists), a gateway's (sections), a content request."""
-    wlan = {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0, "rtt_ms": 18.0}
-    lte = {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9}
-    history = {"interface": "wlan0", "rtt_t_ms": [0.0, 500.0, 1000.0, 1500.0], "rtt_ms": [20.0, 22.0, 25.0, 24.0]}
-    history |= {"throughput_t_ms": [0.0, 500.0, 1000.0], "throughput_bps": [2e7, 2.2e7, 1.9e7]}
-    content = {
-        "expected_size_bytes": 50_000_000,
-        "candidates": [
-            {
-                "address": "203.0.113.10",
-                "dns_interface": "wlan0",
-                "paths": [{"interface": "wlan0", "rtt_ms_samples": [21.0, 23.5], "loss": 0.01}],
-            },
-            {
-                "address": "198.51.100.7",
-                "dns_interface": "wwan0",
-                "paths": [{"interface": "wwan0", "rtt_ms_samples": [48.0], "bandwidth_bps": 3e7}],
-            },
-        ],
-    }
-    bodies: list[dict[str, Any]] = [
-        {"device_id": "phone-1", "interfaces": [wlan, lte]},
-        {"device_id": "phone-2", "interfaces": [wlan, lte], "subflow_histories": [history]},
-        {
-            "device_id": "laptop-3",
-            "interfaces": [wlan, lte],
-            "application_profile": "STREAMING",
-            "kernel": {"available_congestion_controls": ["reno", "cubic", "bbr"], "mptcp_schedulers": ["default"]},
-        },
-        {"device_id": "cpe-4", "interfaces": [wlan, lte], "sections": ["primary_path", "steering"]},
-        {"device_id": "tv-5", "interfaces": [wlan, lte], "application_profile": "BULK", "content": content},
-        {"device_id": "phone-6", "interfaces": [lte]},
-    ]
-    return [RecommendRequest.model_validate(b) for b in bodies]
-
-
 @pytest.mark.parametrize("native_engines", [True, False], ids=["compiled engines", "python engines"])
 def test_the_services_replies_encode_to_the_converters_bytes(native_engines: bool) -> None:
     service = Service.build(Settings(store_url="memory://", native_engines=native_engines))
-    requests = _requests()
+    requests = reply_requests()
 
     async def decide() -> list[Any]:
         return await service.plane.recommend_batch([(Principal(device_id=r.device_id), r) for r in requests])
@@ -307,7 +271,7 @@ def test_the_services_shared_sections_are_kept_and_their_replies_unchanged() -> 
     """The service's memo keeps its steering and congestion sections (shared by the adapters) and writes the
     converters' bytes, replay after replay."""
     service = Service.build(Settings(store_url="memory://"))
-    requests = _requests()
+    requests = reply_requests()
 
     async def decide() -> list[Any]:
         return await service.plane.recommend_batch([(Principal(device_id=r.device_id), r) for r in requests])

@@ -8,7 +8,8 @@ from edgepath.adapters.base import cacheable_context
 from edgepath.adapters.congestion import congestion_advice
 from edgepath.adapters.mlpm import scheduler_advice
 from edgepath.grpc import convert
-from edgepath.grpc.convert import _ProtoMemo, scheduler_to_proto
+from edgepath.grpc.convert import scheduler_to_proto
+from edgepath.memo import IdentityMemo
 from edgepath.settings import Settings
 from edgepath.types import (
     AccessType,
@@ -43,7 +44,7 @@ def test_a_shared_section_is_converted_once() -> None:
         calls.append(section)
         return object()
 
-    memo = _ProtoMemo(convert)
+    memo = IdentityMemo(convert)
     shared = congestion_advice(_request(20.0))  # cached per (profile, kernel): the same object every time
     assert memo(shared) is memo(shared) is memo(congestion_advice(_request(30.0)))
     assert calls == [shared]
@@ -53,7 +54,7 @@ def test_a_shared_section_is_converted_once() -> None:
 def test_the_memo_keeps_no_section_alive() -> None:
     """A section made for one request (a context with subflow histories) leaves the memo when the reply is done:
     holding it kept ~28 tracked objects per request for the garbage collector to walk."""
-    memo = _ProtoMemo(scheduler_to_proto)
+    memo = IdentityMemo(scheduler_to_proto)
     settings = Settings()
     kept = scheduler_advice(_request(20.0), settings)
     for rtt in range(50):

@@ -11,12 +11,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from cachetools import LRUCache
-
 from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter, cacheable_context
 from edgepath.constructed import constructible, fields_schema
 from edgepath.engines import mlpm
+from edgepath.memo import bounded_put
 from edgepath.settings import Settings
 
 #: Requests with histories a batch decides together before the event loop's other calls get a turn
@@ -300,7 +299,7 @@ class MlpmAdapter(EngineAdapter):
     """``scheduler`` in every recommendation that asks for it (settings ``mlpm_*``; ``RecommendRequest.sections``).
 
     A request without ``subflow_histories`` is decided on its interfaces' names and ``rtt_ms``, its
-    profile and its kernel's schedulers alone: those answers are cached per context (bounded LRU;
+    profile and its kernel's schedulers alone: those answers are cached per context (bounded;
     issue 16), requests with histories are always computed.
     """
 
@@ -308,7 +307,8 @@ class MlpmAdapter(EngineAdapter):
 
     def __init__(self, settings: Settings, cache_size: int = 4096) -> None:
         self.settings = settings
-        self._cache: LRUCache[tuple[object, ...], ep_types.SchedulerAdvice] = LRUCache(maxsize=cache_size)
+        self._cache: dict[tuple[object, ...], ep_types.SchedulerAdvice] = {}  # bounded by memo.bounded_put
+        self._cache_size = cache_size
 
     async def recommend(self, decision: DecisionInput) -> ep_types.SchedulerAdvice:
         return self.advice(decision.request)
@@ -339,5 +339,6 @@ class MlpmAdapter(EngineAdapter):
         )
         advice = self._cache.get(key)
         if advice is None:
-            advice = self._cache[key] = scheduler_advice(request, self.settings)
+            advice = scheduler_advice(request, self.settings)
+            bounded_put(self._cache, key, advice, self._cache_size)
         return advice

@@ -28,6 +28,7 @@ from edgepath import types as ep_types
 from edgepath.adapters.base import DecisionInput, EngineAdapter
 from edgepath.adapters.mlpm import scheduler_advice
 from edgepath.engines import steering
+from edgepath.memo import bounded_put
 from edgepath.settings import Settings
 from edgepath.state.base import MtsSession
 
@@ -244,9 +245,8 @@ class SteeringAdapter(EngineAdapter):
     def __init__(self, settings: Settings, cache_size: int = 4096) -> None:
         self.settings = settings
         self.config = steering.SteeringConfig(rtt_threshold_ms=settings.reward_latency_ms)
-        # Plain dicts bounded by dropping their oldest entry: a lookup is a dict's, where cachetools' LRU bookkeeping
-        # cost ~0.8 µs per lookup, two per decision (issue 16). A dropped device's access types are written again;
-        # a dropped rule is built again.
+        # Plain dicts bounded by :func:`~edgepath.memo.bounded_put` (two lookups per decision): a dropped device's
+        # access types are written again, a dropped rule is built again.
         self._recorded: dict[str, tuple[tuple[str, ...], float]] = {}
         self._recorded_max = 100_000
         self._by_rule_key: dict[tuple[object, ...], ep_types.SteeringAdvice] = {}
@@ -274,7 +274,7 @@ class SteeringAdapter(EngineAdapter):
         now = time.monotonic()
         if last is None or last[0] != accesses or now - last[1] > ACCESS_REFRESH_S:
             await decision.store.record_device_accesses(device_id, accesses)
-            _bounded_put(self._recorded, device_id, (accesses, now), self._recorded_max)
+            bounded_put(self._recorded, device_id, (accesses, now), self._recorded_max)
 
     def _advice(self, decision: DecisionInput, sessions: list[MtsSession]) -> ep_types.SteeringAdvice:
         request = decision.request
@@ -292,15 +292,8 @@ class SteeringAdapter(EngineAdapter):
         advice = self._by_rule_key.get(rule_key)
         if advice is None:
             advice = default_advice(default_decision(request, primary, scheduler, self.config))
-            _bounded_put(self._by_rule_key, rule_key, advice, self._cache_size)
+            bounded_put(self._by_rule_key, rule_key, advice, self._cache_size)
         return advice
-
-
-def _bounded_put(cache: dict[Any, Any], key: Any, value: Any, max_entries: int) -> None:
-    """``cache[key] = value``, first dropping the oldest entry (insertion order) of a ``cache`` that is full."""
-    if key not in cache and len(cache) >= max_entries:
-        del cache[next(iter(cache))]
-    cache[key] = value
 
 
 @functools.cache

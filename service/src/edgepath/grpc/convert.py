@@ -389,9 +389,9 @@ _ENUM_NUMBERS: dict[str, dict[Any, int]] = {
 _BATCH_RESPONSE = pb.RecommendBatchResponse.DESCRIPTOR.full_name
 _RECOMMENDATION = pb.Recommendation.DESCRIPTOR.full_name
 #: The bytes of the section objects the engine adapters share between replies (the same frozen object per distinct
-#: steering rule and per congestion context, as :class:`_ProtoMemo` keeps their messages), kept by identity by the
-#: compiled encoding (``WireMemo``: weak references, 4,096 at most): their encoding was ~65 % of a Recommend's
-#: (issue 16). The MLPM section is made per request for an agent's context and is encoded each time.
+#: steering rule and per congestion context, whose messages :data:`_STEERING_PB` and :data:`_CONGESTION_PB` keep),
+#: kept by identity by the compiled encoding (``WireMemo``: weak references, 4,096 at most): their encoding was ~65 %
+#: of a Recommend's (issue 16). The MLPM section is made per request for an agent's context and is encoded each time.
 _WIRE_MEMO = (
     _NativeWireMemo([pb.SteeringAdvice.DESCRIPTOR.full_name, pb.CongestionAdvice.DESCRIPTOR.full_name], 4096)
     if NATIVE_ENCODING and _NativeWireMemo is not None
@@ -455,11 +455,6 @@ def outcome_report(msg: pb.OutcomeRequest) -> OutcomeReport:
     if msg.HasField("congestion_measurement"):  # issue 20
         d["congestion_measurement"] = congestion_measurement_dict(msg.congestion_measurement)
     return OutcomeReport.model_validate(d)
-
-
-#: Proto form of the shared section objects, converted once per object (:class:`~edgepath.memo.IdentityMemo`; its
-#: messages are only ever copied into a reply, a proto constructor copies sub-messages, never handed out).
-_ProtoMemo = IdentityMemo
 
 
 def recommendation_to_proto(rec: Recommendation, shared: bool = True) -> pb.Recommendation:
@@ -642,6 +637,8 @@ def steering_to_proto(s: SteeringAdvice | None) -> pb.SteeringAdvice | None:
 
 
 # issue 16: shared section objects are converted once (see _ProtoMemo)
-_SCHEDULER_PB = _ProtoMemo(scheduler_to_proto)
-_CONGESTION_PB = _ProtoMemo(congestion_to_proto)
-_STEERING_PB = _ProtoMemo(steering_to_proto)
+# Proto form of the shared section objects, converted once per object (their messages are only ever copied into a
+# reply, a proto constructor copies sub-messages, never handed out).
+_SCHEDULER_PB = IdentityMemo(scheduler_to_proto)
+_CONGESTION_PB = IdentityMemo(congestion_to_proto)
+_STEERING_PB = IdentityMemo(steering_to_proto)

@@ -251,7 +251,7 @@ class Authenticator:
         self.admin_ids = frozenset(admin_ids)
         self.mtls = mtls
         # One immutable Principal per identity and admin flag (a pydantic model, ~1.2 µs to build per call)
-        self._principals: dict[tuple[str, bool], Principal] = {}
+        self._principal = functools.lru_cache(maxsize=_PRINCIPALS_KEPT)(self._new_principal)
 
     @property
     def required(self) -> bool:
@@ -260,15 +260,11 @@ class Authenticator:
 
     def principal(self, identity: str, *, admin: bool = False) -> Principal:
         """The principal of a verified ``identity`` (an admin when ``admin`` or named in ``admin_ids``). Principals
-        are immutable; one is kept per identity and flag, for the 65,536 seen first (identities come from verified
-        credentials only), and made anew beyond those."""
-        key = (identity, admin)
-        principal = self._principals.get(key)
-        if principal is None:
-            principal = Principal(device_id=identity, is_admin=admin or identity in self.admin_ids)
-            if len(self._principals) < _PRINCIPALS_KEPT:
-                self._principals[key] = principal
-        return principal
+        are immutable; one is kept per identity and flag, for the 65,536 used last (as :func:`declared_principal`)."""
+        return self._principal(identity, admin)
+
+    def _new_principal(self, identity: str, admin: bool) -> Principal:
+        return Principal(device_id=identity, is_admin=admin or identity in self.admin_ids)
 
     def from_bearer(self, token: str) -> Principal:
         """Verify a bearer token (device token or JWT).
