@@ -21,6 +21,22 @@ def mlpm_decide(
     samples of a known feature. None where the Python engine must decide (columns out of time order or not
     finite, no feature known for every subflow, an ``fsum`` overflow)."""
 
+def ridge_decide(
+    coef: Any,
+    intercept: Any,
+    x: Any,
+    egreedy: bool,
+    epsilon: float,
+    gamma: float,
+    floor: float,
+    draw: float,
+) -> tuple[int, float] | None:
+    """The single decision of a fitted ridge policy (``edgepath.engines.linear_bandit.LinearBandit.decide``):
+    SquareCB with ``gamma`` = γ_t, or ε-greedy (``egreedy``) with ``epsilon``; ``floor`` the propensity floor;
+    ``draw`` the policy generator's uniform number in [0, 1). ``coef`` (K, d), ``intercept`` (K,) and ``x`` (d,)
+    are float64 buffers. ``(arm index, exact propensity)``, or None where the Python engine decides with the same
+    draw (an estimate not finite, an ``fsum`` overflow, shapes that disagree, an argument not a float64 buffer)."""
+
 class ModelFeatures:
     """The primary-path bandit's context features (``edgepath.engines.features.context_features``) read from
     interface objects (``edgepath.types.InterfaceContext``): each one's ``access_type`` (its slot: the identical

@@ -5,6 +5,7 @@
 //! when the package is installed and `EDGEPATH_NATIVE_ENGINES` is not `false`; without it the Python engines
 //! decide alone, with the same results.
 
+use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
@@ -13,6 +14,7 @@ pub mod features;
 pub mod mlpm;
 pub mod reply;
 pub mod request;
+pub mod ridge;
 pub mod section;
 
 /// A feature's columns from Python: `(t, values, t_units_per_s)`, or None for no samples.
@@ -173,6 +175,47 @@ fn encode_message<'py>(
     Ok(PyBytes::new(py, &reply::encode(name, obj, enums, memo.as_deref())?))
 }
 
+/// A float64 array's values in C order with its shape; `None` for anything else (another type or item size).
+fn float_array(py: Python<'_>, obj: &Bound<'_, PyAny>) -> Option<(Vec<f64>, Vec<usize>)> {
+    let buffer = PyBuffer::<f64>::get(obj).ok()?;
+    let values = buffer.to_vec(py).ok()?;
+    Some((values, buffer.shape().to_vec()))
+}
+
+/// The single decision of a fitted ridge policy (`edgepath.engines.linear_bandit.LinearBandit.decide`,
+/// [`ridge::decide`]): SquareCB with `gamma` = γ_t, or ε-greedy (`egreedy`) with `epsilon`; `floor` the
+/// propensity floor; `draw` the policy generator's uniform number in [0, 1). `coef` (K, d), `intercept` (K,) and
+/// `x` (d,) are float64 arrays (numpy's or any buffer). Returns `(arm index, exact propensity)`, or None where the
+/// Python engine decides with the same draw (an estimate not finite, an `fsum` overflow, shapes that disagree, an
+/// argument that is not a float64 buffer).
+#[pyfunction]
+#[pyo3(signature = (coef, intercept, x, egreedy, epsilon, gamma, floor, draw))]
+#[allow(clippy::too_many_arguments)]
+fn ridge_decide(
+    py: Python<'_>,
+    coef: &Bound<'_, PyAny>,
+    intercept: &Bound<'_, PyAny>,
+    x: &Bound<'_, PyAny>,
+    egreedy: bool,
+    epsilon: f64,
+    gamma: f64,
+    floor: f64,
+    draw: f64,
+) -> Option<(usize, f64)> {
+    let (coef, shape) = float_array(py, coef)?;
+    let (intercept, _) = float_array(py, intercept)?;
+    let (x, _) = float_array(py, x)?;
+    if shape != [intercept.len(), x.len()] {
+        return None;
+    }
+    let rule = if egreedy {
+        ridge::Rule::EGreedy { epsilon }
+    } else {
+        ridge::Rule::SquareCb { gamma }
+    };
+    ridge::decide(&coef, &intercept, &x, rule, floor, draw)
+}
+
 #[pymodule]
 fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mlpm_decide, m)?)?;
@@ -181,6 +224,7 @@ fn edgepath_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(recommend_batch_fields, m)?)?;
     m.add_function(wrap_pyfunction!(wire_schema, m)?)?;
     m.add_function(wrap_pyfunction!(encode_message, m)?)?;
+    m.add_function(wrap_pyfunction!(ridge_decide, m)?)?;
     m.add_class::<request::HistoryModel>()?;
     m.add_class::<request::InterfaceModel>()?;
     m.add_class::<section::MlpmSection>()?;

@@ -13,7 +13,7 @@ from edgepath.adapters.congestion import CongestionAdapter
 from edgepath.adapters.mlpm import MlpmAdapter
 from edgepath.adapters.ssmp import SsmpAdapter
 from edgepath.adapters.steering import SteeringAdapter
-from edgepath.engines import features, mlpm
+from edgepath.engines import features, linear_bandit, mlpm
 from edgepath.settings import Settings
 
 ENGINES: tuple[EngineFactory, ...] = (
@@ -40,8 +40,13 @@ def build_engines(settings: Settings, factories: Sequence[EngineFactory] | None 
 
 
 #: The compiled twins (service/native, ``edgepath_native``) and whether each is installed: ``features``, the
-#: primary-path bandit's context encoder; ``mlpm``, the scheduler section's engine.
-COMPILED: dict[str, bool] = {"features": features.NATIVE_AVAILABLE, "mlpm": mlpm.NATIVE_AVAILABLE}
+#: primary-path bandit's context encoder; ``ridge``, the ridge SquareCB and ε-greedy rules' single decision;
+#: ``mlpm``, the scheduler section's engine.
+COMPILED: dict[str, bool] = {
+    "features": features.NATIVE_AVAILABLE,
+    "ridge": linear_bandit.NATIVE_AVAILABLE,
+    "mlpm": mlpm.NATIVE_AVAILABLE,
+}
 
 
 def compiled_engines(settings: Settings) -> tuple[str, ...]:

@@ -276,8 +276,9 @@ class RidgePolicy:
     def is_fitted(self) -> bool:
         return self.model.is_fitted
 
-    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
-        return self.model.decide(x, floor)
+    def decide(self, x: np.ndarray, floor: float = 0.0, native: bool = False) -> tuple[int, float]:
+        """``native``: the compiled single decision where the rule has one (:meth:`LinearBandit.decide`)."""
+        return self.model.decide(x, floor, native)
 
     def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
         return self.model.probabilities(x, floor)
@@ -305,8 +306,9 @@ class RidgePolicy:
 class ActiveExplorerPolicy(PaperActiveExplorer):
     """The paper's ActiveExplorer as a registry policy (Bernoulli reward)."""
 
-    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
-        """The paper's Algorithm 1 (``floor`` not used: its published rule is kept; module docstring)."""
+    def decide(self, x: np.ndarray, floor: float = 0.0, native: bool = False) -> tuple[int, float]:
+        """The paper's Algorithm 1 (``floor`` not used: its published rule is kept; module docstring; ``native``
+        not used: no compiled form)."""
         return super().decide(x)
 
     def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
@@ -427,8 +429,9 @@ class LibraryPolicy:
         out[greedy] += 1.0 - p if rule == "epsilon" else 1.0
         return out
 
-    def decide(self, x: np.ndarray, floor: float = 0.0) -> tuple[int, float]:
-        """Arm and its exact probability under the published rule (``floor`` not used, as :meth:`probabilities`)."""
+    def decide(self, x: np.ndarray, floor: float = 0.0, native: bool = False) -> tuple[int, float]:
+        """Arm and its exact probability under the published rule (``floor`` not used, as :meth:`probabilities`;
+        ``native`` not used: no compiled form)."""
         snap = self._snapshot()
         if snap is not None:
             return self._fast_decide(x, snap)
@@ -902,8 +905,10 @@ class PrimaryPathBandit:
             Validated interfaces of the request (at least one).
         native:
             Encode the context with the compiled encoder where it is installed
-            (:func:`~edgepath.engines.features.native_features`: the same vector, bit for bit); False: the Python
-            encoder.
+            (:func:`~edgepath.engines.features.native_features`: the same vector, bit for bit), and let the
+            compiled single decision draw the arm where the policy has one (the ridge SquareCB and ε-greedy
+            rules, :meth:`~edgepath.engines.linear_bandit.LinearBandit.decide`: the same arm and propensity, bit
+            for bit); False: the Python encoder and rules.
 
         Returns
         -------
@@ -913,21 +918,27 @@ class PrimaryPathBandit:
         encoded = native_features(interfaces) if native and FEATURES_NATIVE else None
         if encoded is not None:
             x, reps, arms = encoded
-            return self._decide(arms, x, lambda access: reps[SLOT_INDEX[access]])
+            return self._decide(arms, x, lambda access: reps[SLOT_INDEX[access]], native)
         x = context_features(interfaces, native=False)
-        return self.decide_features(interfaces, arm_set(interfaces), x)
+        return self.decide_features(interfaces, arm_set(interfaces), x, native)
 
-    def decide_features(self, interfaces: Sequence[InterfaceContext], arms: ArmSet, x: np.ndarray) -> ArmChoice:
+    def decide_features(
+        self, interfaces: Sequence[InterfaceContext], arms: ArmSet, x: np.ndarray, native: bool = False
+    ) -> ArmChoice:
         """:meth:`decide` with the arm set and features already computed (``x`` shape ``(N_FEATURES,)``)."""
-        return self._decide(arms, x, lambda access: representative(interfaces, access))
+        return self._decide(arms, x, lambda access: representative(interfaces, access), native)
 
     def _decide(
-        self, arms: ArmSet, x: np.ndarray, representative_of: Callable[[AccessType], InterfaceContext | None]
+        self,
+        arms: ArmSet,
+        x: np.ndarray,
+        representative_of: Callable[[AccessType], InterfaceContext | None],
+        native: bool,
     ) -> ArmChoice:
         if len(arms) == 1:
             index, probability = 0, 1.0
         else:
-            index, probability = self._policy(arms).decide(x, self.config.propensity_floor)
+            index, probability = self._policy(arms).decide(x, self.config.propensity_floor, native)
             self.decisions_unsynced[arms] = self.decisions_unsynced.get(arms, 0) + 1
         chosen = arms[index]
         iface = representative_of(chosen)
