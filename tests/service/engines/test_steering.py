@@ -14,6 +14,7 @@ from edgepath.engines.steering import (
     SteeringConfig,
     SteeringDecision,
     SteeringMode,
+    _grouped_rule_key,
     decide,
     default_rule_key,
     unmet_requirements,
@@ -236,6 +237,17 @@ def test_equal_rule_keys_are_equal_decisions_and_unequal_keys_unequal_ones(
             assert (keys[i] == keys[j]) == (decisions[i] == decisions[j]), (cases[i], cases[j])
 
 
+@settings(max_examples=300, deadline=None)
+@given(case=_weighted_paths())
+def test_the_two_path_key_is_the_grouped_key(case: tuple[list[tuple[str, AccessType, float | None]], str]) -> None:
+    """A device of two interfaces on two accesses (WiFi and cellular, the common one) gets its key without the
+    grouping (issue 16: ~2 µs less per decision), the key the grouping gives."""
+    paths, primary = case
+    config = SteeringConfig(rtt_threshold_ms=150.0)
+    assert default_rule_key(paths, primary, config) == _grouped_rule_key(paths, primary, config)
+    assert default_rule_key(paths, "eth9", config) is None
+
+
 @pytest.mark.parametrize(
     ("a", "b"),
     [
@@ -246,6 +258,10 @@ def test_equal_rule_keys_are_equal_decisions_and_unequal_keys_unequal_ones(
         ),
         # one name, two access types (two devices): two rules, alone or beside another access
         ([("wlan0", AccessType.WIFI, 0.5)], [("wlan0", AccessType.ETHERNET, 0.5)]),
+        (
+            [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.LTE, 0.5)],
+            [("wlan0", AccessType.ETHERNET, 0.5), ("wwan0", AccessType.LTE, 0.5)],
+        ),
         (
             [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.LTE, 0.5)],
             [("wlan0", AccessType.WIFI, 0.5), ("wwan0", AccessType.NR, 0.5)],
