@@ -19,8 +19,10 @@ Stages (explicit ``perf_counter_ns`` timers around the very functions the transp
 call, each iteration one real paired context of ``loadtest/workload.py``):
 
 Recommend: transport decode, authentication, rate limit, validation, feature encoding, bandit (the
-policy's decide minus the feature encoding), decision record write, each engine adapter's section
-(MLPM ``scheduler``, ``congestion``, SSMP ``server_selection``, ...), metrics, encode.
+policy's decide minus the feature encoding), decision record (as the plane makes it: its id, the raw context, the
+link speeds), decision record write, each engine adapter's section
+(MLPM ``scheduler``, ``congestion``, SSMP ``server_selection``, ...), metrics, encode (REST: the route's writer,
+``recommendation_response``, where the revision has it).
 ReportOutcome: transport decode, authentication, rate limit, validation, decision read (+ outcome cap token), reward,
 outcome guard, outcome claim (store write), engine learning, metrics, encode.
 
@@ -217,6 +219,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """:func:`run` with its token file's directory *tmp* (removed by the caller)."""
     import workload
+    from edgepath import plane as plane_module
     from edgepath import types as ep_types
     from edgepath.adapters.base import cacheable_context
     from edgepath.adapters.registry import compiled_engines
@@ -226,6 +229,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     from edgepath.grpc.server import PathServicer
     from edgepath.main import Service
     from edgepath.plane import new_decision_id
+    from edgepath.rest import app as rest_app
     from edgepath.rest.app import create_app, json_response, parse_body
     from edgepath.security import build_security
     from edgepath.security.auth import TokenFile
@@ -272,6 +276,7 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     # (grpc.server.takes_wire_bytes); a revision from before on PYTHONPATH takes messages
     reads_bytes = getattr(servicer.Recommend, "takes_wire_bytes", False)
     served = observed_methods(servicer, plane)
+    make_record = getattr(plane_module, "_decision_record", None)  # the plane's own record builder (Session 51 on)
     rec_t = {"rest": Timers(), "grpc": Timers()}
     out_t = {"rest": Timers(), "grpc": Timers()}
 
@@ -298,20 +303,26 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         choice = serving.model.decide(request.interfaces)
         t.add("bandit", time.perf_counter_ns() - t0 - t.samples["feature encoding"][-1])
         now = time.time()
-        arms = tuple(a.value for a in choice.arms)
-        record = DecisionRecord(
-            decision_id=new_decision_id(),
-            device_id=request.device_id,
-            model_version=serving.version,
-            policy=serving.model.policy_name,
-            arms=arms,
-            arm_index=choice.arm_index,
-            interface=choice.interface,
-            propensity=choice.propensity,
-            features=tuple(float(v) for v in choice.features),
-            decided_at=now,
-            link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
-        )
+        if make_record is not None:  # as the plane makes it (its id, the raw context, the link speeds)
+            policy = serving.model.policy_name
+            record = t.time(
+                "decision record", lambda: make_record(new_decision_id(), request, choice, serving.version, policy, now)
+            )
+        else:  # a revision without the plane's record function
+            arms = tuple(a.value for a in choice.arms)
+            record = DecisionRecord(
+                decision_id=new_decision_id(),
+                device_id=request.device_id,
+                model_version=serving.version,
+                policy=serving.model.policy_name,
+                arms=arms,
+                arm_index=choice.arm_index,
+                interface=choice.interface,
+                propensity=choice.propensity,
+                features=tuple(float(v) for v in choice.features),
+                decided_at=now,
+                link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
+            )
         await t.atime("decision record write", plane.store.put_decision(record, settings.decision_ttl_s))
         from edgepath.adapters.base import DecisionInput
 
@@ -342,7 +353,8 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             **{k: v for k, v in sections.items() if not request.sections or k in request.sections},  # as shown
         )
         if transport == "rest":
-            t.time("encode", lambda: json_response(rec))
+            # as served: the route's writer with the shared sections' JSON kept (Session 53), where the revision has it
+            t.time("encode", lambda: getattr(rest_app, "recommendation_response", json_response)(rec))
         else:
             shared = cacheable_context(request)
             if reads_bytes:  # the reply's wire bytes, by the compiled encoding where installed (as served)
