@@ -131,8 +131,8 @@ pub fn feature_names() -> Vec<String> {
     names
 }
 
-/// Python's `max(a, b)`: `a` unless `b > a`.
-fn py_max(a: f64, b: f64) -> f64 {
+/// Python's `max(a, b)`: `a` unless `b > a` (so `max(-0.0, 0.0)` is `-0.0`, as in Python).
+pub(crate) fn py_max(a: f64, b: f64) -> f64 {
     if b > a {
         b
     } else {
@@ -141,7 +141,7 @@ fn py_max(a: f64, b: f64) -> f64 {
 }
 
 /// Python's `min(a, b)`: `a` unless `b < a`.
-fn py_min(a: f64, b: f64) -> f64 {
+pub(crate) fn py_min(a: f64, b: f64) -> f64 {
     if b < a {
         b
     } else {

@@ -8,6 +8,7 @@
 //! Where the Python engine would take another branch (an estimate not finite, an `fsum` overflow) the functions
 //! here give `None` and the caller decides in Python with the same draw.
 
+use crate::features::{py_max, py_min};
 use crate::mlpm::fsum;
 
 /// An exploration rule with a single decision here.
@@ -17,24 +18,6 @@ pub enum Rule {
     SquareCb { gamma: f64 },
     /// `p = ε/K + (1 − ε)·1[a = argmax μ]`.
     EGreedy { epsilon: f64 },
-}
-
-/// Python's `max(a, b)`: `a` unless `b > a` (so `max(-0.0, 0.0)` is `-0.0`, as in Python).
-fn py_max(a: f64, b: f64) -> f64 {
-    if b > a {
-        b
-    } else {
-        a
-    }
-}
-
-/// Python's `min(a, b)`: `a` unless `b < a`.
-fn py_min(a: f64, b: f64) -> f64 {
-    if b < a {
-        b
-    } else {
-        a
-    }
 }
 
 /// The arms' estimated rewards for features `x` (shape (d,)): `μ_a = fsum(coef[a,0]·x_0, …, coef[a,d−1]·x_{d−1},
