@@ -636,9 +636,8 @@ def steering_to_proto(s: SteeringAdvice | None) -> pb.SteeringAdvice | None:
     return pb.SteeringAdvice(**d)
 
 
-# issue 16: shared section objects are converted once (see _ProtoMemo)
-# Proto form of the shared section objects, converted once per object (their messages are only ever copied into a
-# reply, a proto constructor copies sub-messages, never handed out).
+# issue 16: the proto form of the shared section objects, converted once per object (IdentityMemo; their messages are
+# only ever copied into a reply, a proto constructor copies sub-messages, never handed out).
 _SCHEDULER_PB = IdentityMemo(scheduler_to_proto)
 _CONGESTION_PB = IdentityMemo(congestion_to_proto)
 _STEERING_PB = IdentityMemo(steering_to_proto)
