@@ -5,7 +5,7 @@ Usage::
 
     .venv/bin/python loadtest/cpu_per_call.py [--store memory://|redis|redis://HOST:PORT/DB] [--transport grpc|rest]
         [--duration-s 4] [--rounds 2] [--history-samples 20] [--history-variants 16]
-        [--history-form columns|objects]
+        [--history-form columns|objects] [--floor]
 
 Starts ``edgepath serve`` (rate limits lifted, as the bench does) and the bench's echo server, drives each with 16
 in-flight Recommend calls, and prints per round the calls/s, the **server process's CPU µs per call** (user +
@@ -16,6 +16,11 @@ Unlike decisions/s, the CPU per call does not depend on how the 2 cores are shar
 server, so it says how much more a decision costs than a bare call of the same framework (issue 16: what holds the
 ratio). Contexts carry the agent's subflow histories as in the bench (``--history-samples 0``: radio readings only,
 every run before 2026-11-26). Linux only (``/proc``).
+
+``--floor`` adds a third server to every round, ``edgepath serve`` with its decision plane canned
+(``loadtest/canned_plane.py``: each device's later calls get its first reply back at once; the request's decoding and
+validation, authentication, rate limit, call observer and the reply's encoding run as served): what the service's
+call costs when its decisions cost nothing, the part of the gap to the echo that no work in the plane can remove.
 
 ``--store redis`` starts a throw-away ``redis-server`` on loopback (``loadtest/topology.py``) and serves as a
 replica of the chart's topology without the trainer (``--no-trainer``: the trainer is another process there); a
@@ -56,13 +61,23 @@ SERVE_ENV = {
 }
 
 
+#: ``edgepath serve`` as installed, and through :mod:`canned_plane` (``--floor``: the plane answers canned replies).
+EDGEPATH = (str(bench.VENV_BIN / "edgepath"),)
+CANNED_PLANE = (sys.executable, str(HERE / "canned_plane.py"))
+
+
 def serve(
-    tmp: Path, name: str, store_url: str, serve_args: list[str], env: dict[str, str]
+    tmp: Path,
+    name: str,
+    store_url: str,
+    serve_args: list[str],
+    env: dict[str, str],
+    command: tuple[str, ...] = EDGEPATH,
 ) -> tuple[Any, dict[str, int]]:
-    """``edgepath serve`` on loopback with ephemeral ports (ready file ``tmp/<name>.json``, log ``tmp/<name>.log``,
+    """``<command> serve`` on loopback with ephemeral ports (ready file ``tmp/<name>.json``, log ``tmp/<name>.log``,
     ``env`` on top of this process's): its process and ports (``bench.start``)."""
     return bench.start(
-        [str(bench.VENV_BIN / "edgepath"), "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
+        [*command, "serve", "--host", "127.0.0.1", "--grpc-port", "0", "--http-port", "0",
          "--ready-file", str(tmp / f"{name}.json"), "--log-level", "WARNING", "--store", store_url, *serve_args],
         tmp / f"{name}.json", tmp / f"{name}.log", env,
     )  # fmt: skip
@@ -134,6 +149,11 @@ def main() -> int:
     p.add_argument("--duration-s", type=float, default=4.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--serve-arg", action="append", default=[], help="extra `edgepath serve` argument (repeatable)")
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure the service with its plane canned (loadtest/canned_plane.py): the transport's floor",
+    )
     workload.add_history_arguments(p, variants=16)  # as the bench's
     workload.add_sections_argument(p)
     args = p.parse_args()
@@ -162,10 +182,12 @@ def run(
     store_url: str,
     serve_args: list[str],
 ) -> int:
-    """Start the service and the echo, print the rounds (module docstring), stop both."""
-    service, service_ports = serve(tmp, "service", store_url, serve_args, env)
-    echo = None
+    """Start the service, the echo and (``--floor``) the service with its plane canned, print the rounds (module
+    docstring), stop them all."""
+    started: list[Any] = []  # the processes to stop, whatever happens
     try:
+        service, service_ports = serve(tmp, "service", store_url, serve_args, env)
+        started.append(service)
         (tmp / "canned.json").write_text(
             json.dumps(asyncio.run(bench.capture_canned(service_ports, pool[0], contexts.sections)))
         )
@@ -174,20 +196,25 @@ def run(
              "--canned", str(tmp / "canned.json")],
             tmp / "echo.json", tmp / "echo.log", {},
         )  # fmt: skip
+        started.append(echo)
+        servers = [("echo", echo, echo_ports), ("service", service, service_ports)]
+        if args.floor:  # on Redis the same throw-away server as the service's (measured one at a time)
+            floor, floor_ports = serve(tmp, "floor", store_url, serve_args, env, CANNED_PLANE)
+            started.append(floor)
+            servers.append(("floor", floor, floor_ports))
         print(
             "server   calls/s  server CPU µs/call  generator CPU µs/call  of the server's: " + "  ".join(THREAD_GROUPS)
         )
         for _ in range(args.rounds):
-            for name, ports, proc in (("echo", echo_ports, echo), ("service", service_ports, service)):
+            for name, proc, ports in servers:
                 rps, server_us, gen_us, *by_thread = asyncio.run(
                     measure(args.transport, ports, proc.pid, pool, args.duration_s, contexts)
                 )
                 split = "  ".join(f"{us:{len(g)}.1f}" for us, g in zip(by_thread, THREAD_GROUPS, strict=True))
                 print(f"{name:8s} {rps:8.0f}  {server_us:18.1f}  {gen_us:21.1f}  {' ' * 16}{split}", flush=True)
     finally:
-        if echo is not None:
-            bench.stop(echo)
-        bench.stop(service)
+        for proc in reversed(started):
+            bench.stop(proc)
     return 0
 
 

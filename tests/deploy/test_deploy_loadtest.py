@@ -498,20 +498,22 @@ def test_batch_interference_over_grpc_counts_every_call_against_a_real_server(
         assert over["server_cores"] and not set(over["server_cores"]) & set(over["generator_cores"])
 
 
-@pytest.mark.parametrize("store", ["memory://", "redis"])
-def test_cpu_per_call_prints_the_echo_and_the_service_per_round(store: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("store", "floor"), [("memory://", ("--floor",)), ("redis", ())])
+def test_cpu_per_call_prints_the_echo_and_the_service_per_round(
+    store: str, floor: tuple[str, ...], tmp_path: Path
+) -> None:
     """``loadtest/cpu_per_call.py``: one round against the echo and the service (``redis``: a throw-away
-    redis-server it starts and stops itself); every row is a positive rate and CPU time, never a speed target, and
-    the server's CPU split by thread group, whose event loop (the main thread) has CPU time of its own and whose
-    groups add up to the process's total (within the kernel's per-thread rounding: each thread's time is kept in
-    clock ticks, 10 ms, against a half-second round)."""
+    redis-server it starts and stops itself), with ``--floor`` the service with its plane canned as well; every row
+    is a positive rate and CPU time, never a speed target, and the server's CPU split by thread group, whose event
+    loop (the main thread) has CPU time of its own and whose groups add up to the process's total (within the
+    kernel's per-thread rounding: each thread's time is kept in clock ticks, 10 ms, against a half-second round)."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
-    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2")
+    one_round = ("--store", store, "--rounds", "1", "--duration-s", "0.5", "--history-variants", "2", *floor)
     proc = _run_script("cpu_per_call.py", tmp_path, *one_round)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service"))]
-    assert [r[0] for r in rows] == ["echo", "service"], proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(("echo", "service", "floor"))]
+    assert [r[0] for r in rows] == ["echo", "service", *(["floor"] if floor else [])], proc.stdout
     assert all(len(r) == 7 for r in rows), rows
     assert all(float(x) > 0 for r in rows for x in r[1:5]), rows
     for r in rows:
@@ -536,6 +538,34 @@ def test_cpu_ab_measures_two_checkouts_at_once(store: str, mix: tuple[str, ...],
     assert all(float(x) > 0 for x in rows[0][1:]), rows
     assert "median this/base CPU per call" in proc.stdout
     assert not _left_running(str(tmp_path))
+
+
+def test_the_canned_plane_decides_once_per_device_and_repeats_that_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``loadtest/canned_plane.py`` (``cpu_per_call.py --floor``): a device's first Recommend is decided by the plane
+    and logged, its later ones get that reply back without a new decision; another device gets a decision of its
+    own. The class's method is restored after the test (monkeypatch)."""
+    import canned_plane
+    from edgepath.main import Service
+    from edgepath.plane import DecisionPlane
+    from edgepath.settings import Settings
+    from edgepath.types import Principal, RecommendRequest
+
+    monkeypatch.setattr(DecisionPlane, "recommend", DecisionPlane.recommend)
+    canned_plane.can_the_plane()
+    plane = Service.build(Settings()).plane
+    situations = workload.situations(3)
+
+    async def decide(device: str, k: int) -> Any:
+        request = RecommendRequest.model_validate(workload.recommend_body(situations[k], device, 20, k))
+        return await plane.recommend(Principal(device_id=device), request)
+
+    async def scenario() -> list[Any]:
+        return [await decide("dev-a", 0), await decide("dev-a", 1), await decide("dev-b", 2), await decide("dev-a", 2)]
+
+    a0, a1, b0, a2 = asyncio.run(scenario())
+    assert a1 is a0 and a2 is a0 and b0 is not a0 and b0.decision_id != a0.decision_id
+    logged = [asyncio.run(plane.store.get_decision(r.decision_id)) for r in (a0, b0)]
+    assert [d.device_id for d in logged] == ["dev-a", "dev-b"]
 
 
 def test_cpu_ab_refuses_a_base_without_the_package(tmp_path: Path) -> None:
