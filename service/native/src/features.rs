@@ -10,6 +10,8 @@
 
 use std::hint::black_box;
 
+use crate::pyfloat::{py_max, py_min};
+
 /// The measurements of one interface this module reads, in this order (`InterfaceContext`'s field names).
 pub const ATTRS: [&str; 14] = [
     "wifi_rssi_dbm",
@@ -129,24 +131,6 @@ pub fn feature_names() -> Vec<String> {
         }
     }
     names
-}
-
-/// Python's `max(a, b)`: `a` unless `b > a` (so `max(-0.0, 0.0)` is `-0.0`, as in Python).
-pub(crate) fn py_max(a: f64, b: f64) -> f64 {
-    if b > a {
-        b
-    } else {
-        a
-    }
-}
-
-/// Python's `min(a, b)`: `a` unless `b < a`.
-pub(crate) fn py_min(a: f64, b: f64) -> f64 {
-    if b < a {
-        b
-    } else {
-        a
-    }
 }
 
 /// Python's `10.0 ** y` for finite or NaN `y`: `None` where Python raises `OverflowError` (an infinite result).

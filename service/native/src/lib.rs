@@ -12,6 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 pub mod encoder;
 pub mod features;
 pub mod mlpm;
+pub mod pyfloat;
 pub mod reply;
 pub mod request;
 pub mod ridge;

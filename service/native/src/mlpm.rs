@@ -10,6 +10,8 @@
 //! (columns out of time order, no feature known for every subflow, an `fsum` overflow) returns `None`, and the
 //! Python engine decides. `tests/service/engines/test_mlpm_native.py` holds the two to the same bits.
 
+use crate::pyfloat::{py_max, py_min};
+
 /// Below this many samples the slope is not estimated (defined as 0): `MIN_SAMPLES_FOR_TREND`.
 pub const MIN_SAMPLES_FOR_TREND: usize = 3;
 /// RTT values and forecasts are floored here, ms: `RTT_FLOOR_MS`.
@@ -81,24 +83,6 @@ fn sum(xs: &[f64]) -> f64 {
         total += x;
     }
     total
-}
-
-/// Python's `max(x, floor)`: `x` unless `floor > x`.
-fn py_max(x: f64, floor: f64) -> f64 {
-    if floor > x {
-        floor
-    } else {
-        x
-    }
-}
-
-/// Python's `min(x, y)`: `x` unless `y < x`.
-fn py_min(x: f64, y: f64) -> f64 {
-    if y < x {
-        y
-    } else {
-        x
-    }
 }
 
 /// Python's `max(xs)` / `min(xs)` of a non-empty slice (the first kept unless a later one is strictly beyond it).

@@ -8,8 +8,8 @@
 //! Where the Python engine would take another branch (an estimate not finite, an `fsum` overflow) the functions
 //! here give `None` and the caller decides in Python with the same draw.
 
-use crate::features::{py_max, py_min};
 use crate::mlpm::fsum;
+use crate::pyfloat::{py_max, py_min};
 
 /// An exploration rule with a single decision here.
 #[derive(Clone, Copy, Debug, PartialEq)]
