@@ -619,3 +619,40 @@ def test_breakdown_times_every_stage_and_every_engine_inside_a_batch(tmp_path: P
     assert {s.split()[1] for s in engines} == {"scheduler", "congestion", "server_selection", "steering"}
     assert engines["engine scheduler (within the plane's decide)"] > 0
     assert sum(engines.values()) <= batch["plane batch decide (incl. bandit)"]
+
+
+#: The loadtest commands a user runs as they are (``loadtest/soak --help``: README "Reliability"), each with a
+#: ``#!/usr/bin/env python3`` line and the executable bit.
+LOADTEST_COMMANDS = sorted(p.name for p in (ROOT / "loadtest").iterdir() if p.is_file() and os.access(p, os.X_OK))
+
+
+def test_every_loadtest_command_is_executable_and_has_a_python_shebang() -> None:
+    """A script a README command runs directly must be executable; a Python file with a ``#!`` line is one
+    (``canned_plane.py`` is the exception: ``cpu_per_call.py`` runs it with its own interpreter, never directly)."""
+    scripts = {
+        p.name
+        for p in (ROOT / "loadtest").iterdir()
+        if p.is_file() and p.read_bytes().startswith(b"#!") and p.name != "canned_plane.py"
+    }
+    assert scripts <= set(LOADTEST_COMMANDS), f"not executable: {sorted(scripts - set(LOADTEST_COMMANDS))}"
+    assert {"bench", "soak", "cpu_per_call.py", "breakdown.py"} <= set(LOADTEST_COMMANDS)
+
+
+@pytest.mark.parametrize("command", LOADTEST_COMMANDS)
+def test_each_loadtest_command_runs_in_the_project_venv_from_the_system_python(command: str) -> None:
+    """``loadtest/<command> --help`` from a shell whose ``python3`` is the system's (no EdgePath, no numpy in it):
+    each command re-executes itself in the project's ``.venv`` before its first import of a dependency, so its
+    usage prints instead of a ``ModuleNotFoundError`` (a newcomer's ``loadtest/soak --help`` failed so)."""
+    system_python = Path("/usr/bin/python3")
+    if not system_python.exists():
+        pytest.skip("no /usr/bin/python3 to stand for a shell's python3 outside the venv")
+    done = subprocess.run(
+        [str(ROOT / "loadtest" / command), "--help"],
+        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "LC_ALL": "C.UTF-8"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage:" in done.stdout
