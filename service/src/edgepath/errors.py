@@ -20,7 +20,7 @@ Exception tree::
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -128,3 +128,31 @@ def field_path(loc: Sequence[Any]) -> str:
         else:
             out += f".{part}" if out else str(part)
     return out
+
+
+#: pydantic-core error types whose ``msg`` is a prefix (``"Value error, "``, ``"Assertion failed, "``) before the text
+#: of the exception a validator of the service raised, which pydantic keeps as ``ctx["error"]``.
+_VALIDATOR_RAISED = frozenset({"value_error", "assertion_error"})
+
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """The message of one pydantic error entry as callers are told it: a validator's own ``ValueError`` /
+    ``AssertionError`` as the service wrote it (``duplicate interface name 'wlan0'``, from the entry's
+    ``ctx["error"]``, without pydantic's ``"Value error, "`` / ``"Assertion failed, "``), pydantic's own message
+    otherwise (``Input should be less than or equal to 0``). An entry without context
+    (``errors(include_context=False)``) keeps pydantic's message as it is. Both transports word invalid fields with
+    it (HTTP problem ``message`` and ``errors``, gRPC ``BadRequest`` field violations).
+    """
+    msg = str(error.get("msg", "invalid request"))
+    ctx = error.get("ctx")
+    if error.get("type") in _VALIDATOR_RAISED and isinstance(ctx, Mapping) and "error" in ctx:
+        # an exception raised without a message leaves only pydantic's prefix: "Assertion failed"
+        return str(ctx["error"]) or msg.rstrip(", ")
+    return msg
+
+
+def field_violations(errors: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """``(field, message)`` of each entry of a pydantic ``ValidationError.errors()``, in order: the field as
+    :func:`field_path` names it (``""`` for an error of the whole request), the message as :func:`error_message`
+    words it."""
+    return [(field_path(e.get("loc", ())), error_message(e)) for e in errors]

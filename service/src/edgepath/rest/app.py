@@ -6,7 +6,8 @@ Routes: ``POST /v1/recommendations``, ``POST /v1/recommendations/batch``, ``POST
 
 Every error is RFC 9457 ``application/problem+json`` (:mod:`edgepath.rest.problem`) with the status from
 :data:`HTTP_STATUS`: a body that is not JSON is 400, a value out of its rules 422 naming the field; the
-members clients read before (``error``, ``field``, ``message``) are kept as extension members. Each
+members clients read before (``error``, ``field``, ``message``) are kept as extension members, and a problem
+naming a field lists it in ``errors`` whoever raised it (pydantic or an :class:`~edgepath.errors.EdgePathError`). Each
 operation's OpenAPI entry declares exactly the error statuses it can answer (:func:`error_statuses`).
 Every request carries an ``x-request-id`` (the caller's, or a generated one), echoed in the answer, in
 problem bodies and in the JSON logs (:mod:`edgepath.logs`). ``/docs`` and ``/redoc`` serve their
@@ -49,13 +50,13 @@ from starlette.routing import Match
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable, field_path
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable
 from edgepath.logs import new_request_id
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
-from edgepath.rest.problem import declare_problems, instance_uri, problem_body, problem_bytes
+from edgepath.rest.problem import BODY, declare_problems, field_problems, instance_uri, problem_body, problem_bytes
 from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, declared_callers
 from edgepath.security.asgi import BodySizeLimit
@@ -137,7 +138,8 @@ def parse_body(raw: bytes, model: type[M]) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False, include_context=False)) from None
+        # with context: a validator's own message is read from it (edgepath.errors.error_message)
+        raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
 def json_response(model: BaseModel, status_code: int = 200) -> Response:
@@ -606,19 +608,20 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        """422 naming every invalid field; 400 when the body is not JSON at all (RFC 9110 §15.5.1)."""
+        """422 naming every invalid field; 400 when the body is not JSON at all (RFC 9110 §15.5.1). The first
+        entry of ``errors`` is the problem's ``field`` and ``message`` (``body`` for the body as a whole)."""
         errors = exc.errors()
-        first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        problems = field_problems(errors) or [{"field": BODY, "message": "invalid request"}]
         malformed = any(e.get("type") == "json_invalid" for e in errors)
         status = 400 if malformed else 422
         body = problem_body(
             status,
-            str(first.get("msg", "invalid request")),
+            problems[0]["message"],
             kind=ErrorKind.INVALID_INPUT.value,
-            field=field_path(first.get("loc", ())) or ("body" if malformed else None),
+            field=problems[0]["field"],
             instance=instance_uri(request),
             request_id=correlation_id.get(),
-            errors=[{"field": field_path(e.get("loc", ())), "message": str(e.get("msg"))} for e in errors],
+            errors=problems,
         )
         return problem_response(status, body)
 

@@ -15,7 +15,8 @@ identifier) and ``sessionId`` (in every response; the resource's id, also in ``L
 
 Errors are RFC 9457 (formerly 7807) ``ProblemDetails`` (``application/problem+json``) with the status of
 :data:`MTS_STATUS`; an invalid request is 400 and its ``detail`` starts with the field path
-(``qosD.maxLatency: …``), also given as the extension member ``field``. With authentication
+(``qosD.maxLatency: …``), also given as the extension member ``field`` (and every invalid field in ``errors``,
+as on the ``/v1`` routes). With authentication
 configured only admin principals (the MEC platform) may call the API (403 otherwise).
 Not implemented: ``app_name`` query filtering (EdgePath does not learn application names;
 the parameter is accepted and ignored), ETag preconditions (412).
@@ -40,9 +41,17 @@ from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
 from edgepath.engines.steering import MTS_MODE_INTENT
-from edgepath.errors import EdgePathError, ErrorKind, field_path
+from edgepath.errors import EdgePathError, ErrorKind
 from edgepath.plane import DecisionPlane
-from edgepath.rest.problem import PROBLEM_JSON, instance_uri, problem_body, problem_response, reason
+from edgepath.rest.problem import (
+    BODY,
+    PROBLEM_JSON,
+    field_problems,
+    instance_uri,
+    problem_body,
+    problem_response,
+    reason,
+)
 from edgepath.security import EdgeSecurity
 from edgepath.state.base import MtsSession
 from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, AccessType
@@ -90,13 +99,28 @@ class MtsProblem(Exception):
 
 
 def problem(
-    status: int, title: str, detail: str, field: str | None = None, *, kind: str | None = None, path: str | None = None
+    status: int,
+    title: str,
+    detail: str,
+    field: str | None = None,
+    *,
+    kind: str | None = None,
+    path: str | None = None,
+    errors: list[dict[str, str]] | None = None,
 ) -> Response:
     """RFC 9457 body (MEC 015 ProblemDetails; the service's :class:`~edgepath.rest.problem.Problem`) with
-    ``field`` (and ``error``, ``request_id``) as extension members; ``detail`` starts with the field path."""
+    ``field`` (and ``error``, ``errors``, ``request_id``) as extension members; ``detail`` starts with the field
+    path. ``errors`` (:func:`~edgepath.rest.problem.field_problems`) defaults to ``field`` alone."""
     message = detail.removeprefix(f"{field}: ") if field else detail
     body = problem_body(
-        status, message, kind=kind, field=field, instance=path, title=title, request_id=correlation_id.get()
+        status,
+        message,
+        kind=kind,
+        field=field,
+        instance=path,
+        title=title,
+        request_id=correlation_id.get(),
+        errors=errors,
     )
     body["detail"] = detail
     if field is None:
@@ -115,12 +139,10 @@ class MtsRoute(APIRoute):
             try:
                 return await handler(request)
             except RequestValidationError as exc:
-                errors = exc.errors()
-                first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-                loc = [p for p in first.get("loc", ()) if p not in ("body", "path", "query")]
-                field = "body" if first.get("type") == "json_invalid" else field_path(loc) or "body"
+                errors = field_problems(exc.errors()) or [{"field": BODY, "message": "invalid"}]
+                field, message = errors[0]["field"], errors[0]["message"]
                 return problem(
-                    400, "Bad Request", f"{field}: {first.get('msg', 'invalid')}", field, kind=_INVALID, path=path
+                    400, "Bad Request", f"{field}: {message}", field, kind=_INVALID, path=path, errors=errors
                 )
             except MtsProblem as exc:
                 kind = _INVALID if exc.status == 400 else None

@@ -7,9 +7,13 @@ same shape), ``/readyz`` while degraded, the body-size bound (413) and load shed
 URI without its query), plus EdgePath's extension members (RFC 9457 §3.2), kept from the envelope clients read before:
 
 - ``error``: the :class:`~edgepath.errors.ErrorKind` value (``invalid_input``, ``rate_limited``, ...);
-- ``field``: the offending request field (``interfaces[0].rsrp_dbm``), or null;
+- ``field``: the offending request field (``interfaces[0].rsrp_dbm``; ``body`` for the body as a whole: not JSON,
+  or a rule across its members), or null;
 - ``message``: the explanation without the field prefix (``detail`` is ``"<field>: <message>"``);
-- ``errors``: every invalid field of a 422 (``[{"field", "message"}]``);
+- ``errors``: present whenever ``field`` is, whatever found the fault (pydantic, the decision plane, the security
+  layer; any status): ``[{"field", "message"}]``, the first entry ``field`` and ``message`` themselves, then every
+  other invalid field of a 422 or 400. A validator's own message reads as written, without pydantic's
+  ``"Value error, "`` (:func:`edgepath.errors.error_message`, gRPC's field violations word them the same);
 - ``request_id``: the request's ``x-request-id`` (also echoed as a header).
 
 :func:`declare_problems` writes the statuses each operation can answer into the OpenAPI document, each
@@ -19,6 +23,7 @@ provokes every one and checks it is declared).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
@@ -27,14 +32,18 @@ import orjson
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgepath.errors import field_violations
+
 PROBLEM_JSON = "application/problem+json"
+#: The ``field`` of a problem with the request body as a whole: not JSON, or a rule across its members.
+BODY = "body"
 #: Characters a URI path may carry unescaped (RFC 3986 §3.3 pchar and "/"; "%" is escaped again).
 URI_PATH_SAFE = "/:@!$&'()*+,;=-._~"
 PROBLEM_SCHEMA = "Problem"
 
 
 class FieldProblem(BaseModel):
-    """One invalid request field of a 422: its path and what is wrong with it."""
+    """One request field a problem names: its path and what is wrong with it."""
 
     field: str
     message: str
@@ -53,7 +62,10 @@ class Problem(BaseModel):
     error: str | None = Field(default=None, description="EdgePath error kind (``invalid_input``, ``rate_limited``, …)")
     field: str | None = Field(default=None, description="Offending request field, e.g. ``interfaces[0].rsrp_dbm``")
     message: str | None = Field(default=None, description="The explanation without the field prefix")
-    errors: list[FieldProblem] | None = Field(default=None, description="Every invalid field (422)")
+    errors: list[FieldProblem] | None = Field(
+        default=None,
+        description="Present with ``field``: that field and message first, then every other invalid field (400, 422)",
+    )
     request_id: str | None = Field(default=None, description="The request's x-request-id")
 
 
@@ -81,7 +93,13 @@ def problem_body(
     title: str | None = None,
     **extensions: Any,
 ) -> dict[str, Any]:
-    """The problem object of one error as a dict (``None`` extension members omitted except ``field``)."""
+    """The problem object of one error as a dict (``None`` extension members omitted except ``field``).
+
+    A problem naming a ``field`` carries ``errors``: the caller's list (:func:`field_problems`, ``field`` and
+    ``message`` its first entry), else that one field and message.
+    """
+    if field and extensions.get("errors") is None:
+        extensions["errors"] = [{"field": field, "message": message}]
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": title or reason(status),
@@ -95,6 +113,16 @@ def problem_body(
         body["instance"] = instance
     body.update({k: v for k, v in extensions.items() if v is not None})
     return body
+
+
+def field_problems(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The ``errors`` member of a validation problem: ``{"field", "message"}`` of each pydantic error entry
+    (:func:`edgepath.errors.field_violations`: the validator's own message), the body as a whole named ``body``
+    (a body that is not JSON, a model validator of the request itself)."""
+    return [
+        {"field": BODY if e.get("type") == "json_invalid" else field or BODY, "message": message}
+        for e, (field, message) in zip(errors, field_violations(errors), strict=True)
+    ]
 
 
 def instance_uri(request: Any) -> str:
