@@ -7,19 +7,38 @@ a non-JSON body or with JSON of the wrong shape, one that holds every request pa
 a TCP server that answers gRPC with garbage bytes, and a closed port. Each step must keep the last good
 configuration (routes unchanged, both default routes present), never raise, and retry with tenacity's
 jittered backoff (the misbehaving server sees every attempt).
+
+The outcome probe failing is a fault of its own: the real iperf3 client (where installed) and the built-in
+meter are pointed at a closed loopback port, so the step's probe raises for real (``IperfFailed``,
+``ConnectionRefusedError``). The step must keep what it applied, report no outcome, and the daemon go on.
 """
 
 from __future__ import annotations
 
+import logging
+import shutil
 import socketserver
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
-from edgepath_agent.client import ServiceError, check_recommendation, connect, connect_failover, is_transient
-from test_agent_daemon import dead_url, make_agent
+from edgepath_agent.applier import Applier, DryRunBackend, Journal
+from edgepath_agent.client import (
+    FailoverClient,
+    ServiceError,
+    check_recommendation,
+    connect,
+    connect_failover,
+    is_transient,
+)
+from edgepath_agent.collector import StaticCollector, TraceCollector
+from edgepath_agent.daemon import Agent, AgentConfig
+from edgepath_agent.meter import TransferServer
+from edgepath_agent.status import format_status, read_status
+from test_agent_daemon import ADDRS, RADIO, ROUTES, dead_url, make_agent
 
 RELEASE = threading.Event()
 
@@ -126,3 +145,84 @@ def test_garbage_classification() -> None:
         with pytest.raises(ServiceError, match="not JSON") as caught:
             connect(url, 0.5).recommend({"device_id": "x", "interfaces": []})
     assert is_transient(caught.value)
+
+
+def probe_agent(url: str, tmp_path: Path, probe: str, probe_tool: str) -> tuple[Agent, DryRunBackend]:
+    """An agent whose outcome probe is the real one (``probe``/``probe_tool``), not an injected ``measure``."""
+    config = AgentConfig(
+        device_id="dev-probe",
+        service=[url],
+        interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
+        attempts=1,
+        interval_s=0.01,
+        probe=probe,
+        probe_tool=probe_tool,  # type: ignore[arg-type]
+        probe_bytes=64 * 1024,
+        status_file=tmp_path / "status.json",
+        journal=tmp_path / "journal.json",
+    )
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(), config.applier_config(), allowed_cc=("reno", "cubic"))
+    trace = TraceCollector()
+    trace.set(RADIO)
+    client = FailoverClient([connect(url, 2.0)], attempts=1)
+    return Agent(config, client, applier, [trace, StaticCollector(config.interfaces)]), backend
+
+
+PROBE_TOOLS = [
+    "builtin",
+    pytest.param("iperf3", marks=pytest.mark.skipif(shutil.which("iperf3") is None, reason="no iperf3 client on PATH")),
+]
+
+
+@pytest.mark.parametrize("probe_tool", PROBE_TOOLS)
+def test_unreachable_probe_server_reports_no_outcome_and_the_daemon_goes_on(
+    service, tmp_path: Path, caplog: pytest.LogCaptureFixture, probe_tool: str
+) -> None:
+    probe = dead_url("tcp").removeprefix("tcp://")  # nothing listens there: the probe's connect is refused
+    agent, backend = probe_agent(service.grpc_url, tmp_path, probe, probe_tool)
+    with caplog.at_level(logging.WARNING, logger="edgepath_agent.daemon"):
+        result = agent.step()  # must not raise
+
+    decision_id = result.recommendation.decision_id if result.recommendation else None
+    assert decision_id and not result.kept_last and result.error is None
+    assert result.measurement is None and result.outcome is None and result.ack is None
+    assert result.probe_error and "Connection refused" in result.probe_error
+    # The recommendation stays applied, exactly as after a step that measured.
+    assert result.applied is not None and agent.applier.last == result.applied
+    assert min(backend.state.default_routes, key=lambda r: r.metric).dev == result.applied.primary
+    # No outcome was made up: nothing sent, nothing queued, and the service has none for that decision.
+    assert agent.last_outcome is None and not agent.pending
+    ack = agent.client.report_outcome({"device_id": "dev-probe", "decision_id": decision_id, "throughput_bps": 1e6})
+    assert ack.accepted and not ack.duplicate
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"probe {probe} failed" in m and decision_id in m and "Connection refused" in m for m in warnings), (
+        warnings
+    )
+    assert agent.status_record()["probe"]["failures"] == 1
+
+    steps = agent.run(threading.Event(), max_steps=2)  # the daemon loop carries on past failed probes
+    assert steps == 2
+    record = read_status(tmp_path / "status.json")
+    assert record is not None and record["step"] == 2
+    assert record["probe"]["failures"] == 3 and "Connection refused" in record["probe"]["last_error"]
+    assert record["last_outcome"] is None
+    assert f"  last error:   {record['probe']['last_error']} (3 failed since start)" in format_status(record)
+    agent.close(restore=True)
+    assert backend.state.canonical() == ROUTES.canonical()
+
+
+def test_probe_that_answers_again_clears_the_error_and_reports_outcomes(service, tmp_path: Path) -> None:
+    agent, _ = probe_agent(service.grpc_url, tmp_path, dead_url("tcp").removeprefix("tcp://"), "builtin")
+    failed = agent.step()
+    assert failed.probe_error and failed.outcome is None and agent.probe_failures == 1
+    with TransferServer("127.0.0.1", 0) as server:
+        agent.config.probe = f"127.0.0.1:{server.port}"
+        measured = agent.step()
+    assert measured.probe_error is None and measured.measurement is not None
+    assert measured.measurement.bytes == 64 * 1024
+    assert measured.ack is not None and measured.ack.accepted
+    assert measured.ack.decision_id == (measured.recommendation.decision_id if measured.recommendation else None)
+    probe_status = agent.status_record()["probe"]
+    assert probe_status["last_error"] is None and probe_status["failures"] == 1
+    agent.close(restore=True)

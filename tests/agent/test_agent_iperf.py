@@ -130,6 +130,7 @@ def test_cli_names_the_missing_iperf3_and_exits_2(tmp_path, monkeypatch):
     from edgepath_agent.cli import app
 
     monkeypatch.setattr(daemon, "detect_iperf3", lambda: None)
+    monkeypatch.setattr(daemon, "interface_exists", lambda _name, _netns=None: True)  # wlan0: a device's name
     argv = ["run", "--dry-run", "--steps", "1", "--probe", "192.0.2.10:5201", "--journal", str(tmp_path / "j.json"),
             "--service", "grpc://127.0.0.1:9", "--interface", "wlan0=WIFI"]  # fmt: skip
     result = CliRunner().invoke(app, argv)

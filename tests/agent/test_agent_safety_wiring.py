@@ -36,7 +36,7 @@ from edgepath_agent.applier import (
 from edgepath_agent.applier.backend import run_checked
 from edgepath_agent.cli import app
 from edgepath_agent.client import connect, connect_failover
-from edgepath_agent.daemon import Agent, AgentConfig, load_config
+from edgepath_agent.daemon import Agent, AgentConfig, InterfaceMissing, check_interfaces, load_config
 from edgepath_agent.safety import UnsafeDecision
 from typer.testing import CliRunner
 
@@ -190,6 +190,34 @@ def test_run_refuses_a_key_file_readable_by_others(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "chmod 600" in _plain(result.output)
     assert not (tmp_path / "j.json").exists()
+
+
+def test_check_interfaces_names_the_ones_this_device_lacks() -> None:
+    """Real look-ups (``if_nametoindex``): ``lo`` exists on every Linux machine, the ``ep-no*`` names nowhere."""
+    check_interfaces(AgentConfig(interfaces={"lo": "ETHERNET"}))  # present: no error
+    with pytest.raises(InterfaceMissing) as missing:
+        check_interfaces(AgentConfig(interfaces={"lo": "ETHERNET", "ep-nowifi0": "WIFI", "ep-nolte0": "LTE"}))
+    message = str(missing.value)
+    assert message.startswith("interfaces ep-nowifi0, ep-nolte0 do not exist on this device (it has: ")
+    assert "lo" in message.split("it has: ")[1] and "--interface NAME=ACCESS" in message
+    with pytest.raises(InterfaceMissing, match=r"^interface ep-nolte0 does not exist on this device"):
+        check_interfaces(AgentConfig(interfaces={"ep-nolte0": "LTE"}))
+    # With netns the names are looked up in that namespace; one that can't be entered is refused as well.
+    with pytest.raises(InterfaceMissing, match="cannot look up the interfaces in network namespace ep-no-such-ns"):
+        check_interfaces(AgentConfig(interfaces={"lo": "ETHERNET"}, netns="ep-no-such-ns"))
+
+
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "real"])
+def test_run_refuses_interfaces_this_device_lacks(tmp_path: Path, dry_run: bool) -> None:
+    journal = tmp_path / "j.json"
+    argv = ["run", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
+            "--interface", "ep-nowifi0=WIFI", "--interface", "ep-nolte0=LTE", "--interface", "lo=ETHERNET"]  # fmt: skip
+    result = CliRunner().invoke(app, argv + (["--dry-run"] if dry_run else []), env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    errors = [line for line in _plain(result.output).splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, result.output  # one plain "Error: …" line; only the missing interfaces are named
+    assert errors[0].startswith("Error: interfaces ep-nowifi0, ep-nolte0 do not exist on this device (it has: ")
+    assert not journal.exists()  # refused before anything was journalled or changed
 
 
 def test_credentials_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:

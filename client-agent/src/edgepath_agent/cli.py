@@ -151,11 +151,15 @@ def run(
         Optional[str], typer.Option(help="json, text or auto (JSON when stderr is the journal; default)")
     ] = None,
 ) -> None:
-    """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore)."""
+    """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore).
+
+    Exits 2 ("Error: …") on bad settings, a managed interface this device does not have (dry runs
+    too), a missing iperf3 or an unavailable laminar flag; 3 when another manager owns the interfaces.
+    """
     from pydantic import ValidationError
 
     from edgepath_agent.collector import parse_interface_map
-    from edgepath_agent.daemon import LaminarUnavailable, load_config, run_daemon
+    from edgepath_agent.daemon import InterfaceMissing, LaminarUnavailable, load_config, run_daemon
     from edgepath_agent.iperf import IperfMissing
     from edgepath_agent.journal_log import setup_logging
     from edgepath_agent.netmanager import NetworkConflict
@@ -187,7 +191,7 @@ def run(
         raise typer.BadParameter(str(exc)) from exc
     try:
         done = run_daemon(cfg, max_steps=steps)
-    except (IperfMissing, LaminarUnavailable) as exc:
+    except (IperfMissing, LaminarUnavailable, InterfaceMissing) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from exc
     except NetworkConflict as exc:

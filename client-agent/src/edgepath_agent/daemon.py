@@ -15,7 +15,11 @@ One :meth:`Agent.step`:
 4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
    configured, otherwise passively from the primary interface's byte counters
    (``/sys/class/net/IF/statistics/rx_bytes`` over the step) with RTT/loss from
-   TCP_INFO of live connections;
+   TCP_INFO of live connections. A probe that fails (iperf3 or the built-in meter cannot reach
+   ``probe``, or it times out) is logged as a warning naming the probe target and the reason; that
+   step then reports no outcome (none is made up), the failure is counted in the status record
+   (``probe.failures``, ``probe.last_error``) and the next step runs as usual, the applied
+   configuration staying in place;
 5. **report** it; outcomes that can't be delivered are kept (bounded queue) and
    re-sent later — the service ignores duplicates, so nothing is counted twice. A transfer
    the built-in meter measured with Łuczak et al.'s metrics (its server's ``paper_metrics``
@@ -339,7 +343,12 @@ def _is_loopback(host: str) -> bool:
 
 @dataclass
 class StepResult:
-    """What one step did."""
+    """What one step did.
+
+    ``error``: why the step kept the last applied configuration (service unreachable, recommendation
+    refused); ``probe_error``: why the probe measured nothing after the recommendation was applied
+    (``measurement`` and ``outcome`` are then ``None``).
+    """
 
     request: dict[str, Any]
     recommendation: Recommendation | None
@@ -349,6 +358,7 @@ class StepResult:
     ack: OutcomeAck | None
     kept_last: bool
     error: str | None = None
+    probe_error: str | None = None
 
 
 def rx_bytes(ifname: str, sys_class_net: Path = Path("/sys/class/net")) -> int | None:
@@ -374,7 +384,9 @@ class Agent:
         Context sources in priority order.
     measure
         ``primary interface → TransferResult or None``; defaults to the probe transfer
-        (when ``config.probe``) or the passive counter meter.
+        (when ``config.probe``) or the passive counter meter. An ``OSError`` it raises
+        (:class:`~edgepath_agent.iperf.IperfFailed`, a refused connection, a socket timeout)
+        is a failed probe: :meth:`step` logs and counts it and reports no outcome.
     guard
         Upstream-connectivity guard of the primary path (:mod:`edgepath_agent.upstream`);
         by default built from ``upstream_*`` settings (none when ``upstream_check`` is off
@@ -407,6 +419,9 @@ class Agent:
         self.service_reachable: bool | None = None
         self.service_error: str | None = None
         self.service_ok_unix_ms: int | None = None
+        #: Why the last probe failed (``None`` once one runs without error), and how many probes failed so far.
+        self.probe_error: str | None = None
+        self.probe_failures = 0
         self.steps_done = 0
         self._status_warned = False
         #: The primary the service asked for last; the guard may hold another one while it has no upstream.
@@ -559,7 +574,22 @@ class Agent:
         return TransferResult(got, now - mark[2], 8.0 * got / (now - mark[2]), "", False)
 
     def step(self, primary: str | None = None) -> StepResult:
-        """One round. ``primary`` forces a fixed policy (no service call, no outcome report)."""
+        """One round. ``primary`` forces a fixed policy (no service call, no outcome report).
+
+        A probe that fails (``measure`` raises ``OSError``, e.g. :class:`~edgepath_agent.iperf.IperfFailed`
+        when the iperf3 server is unreachable) does not end the step: it is logged as a warning naming
+        the probe target and the reason, counted (``probe_failures``, ``probe_error``; the status
+        record's ``probe`` block), and the step returns with ``probe_error`` set and no measurement
+        or outcome; the configuration it applied stays, as after a step that measured.
+
+        Raises
+        ------
+        ServiceError
+            When the service refuses the request (not transient; a transient failure keeps the last
+            applied configuration instead).
+        ApplyError
+            When applying the recommendation fails (the caller restores the previous state).
+        """
         request = self.context()
         if self.ssmp is not None and primary is None:
             request = self.ssmp.with_content(request)
@@ -588,8 +618,14 @@ class Agent:
         self.last_recommendation = rec
         self.override_reason = override
         measured, server_transfer = self.ssmp.measure(rec) if self.ssmp is not None else (None, None)
+        probe_error = None
         if measured is None:
-            measured = self.measure(applied.primary)
+            try:
+                measured = self.measure(applied.primary)
+            except OSError as exc:  # IperfFailed, refused/unreachable, socket timeouts: no outcome this step
+                probe_error = self._probe_failed(exc, rec.decision_id, applied.primary)
+            else:
+                self.probe_error = None
         if measured is not None:
             self._remember(applied.primary, measured)
         outcome = ack = None
@@ -603,7 +639,22 @@ class Agent:
             if cc is not None:  # issue 20: the transfer's congestion metrics and the algorithm that carried it
                 outcome["congestion_measurement"] = cc.as_json()
             ack = self._report(outcome)
-        return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False)
+        return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False, probe_error=probe_error)
+
+    def _probe_failed(self, exc: OSError, decision_id: str | None, primary: str) -> str:
+        """Log and count a failed probe; returns the reason."""
+        target = self.config.probe or f"passive meter on {primary}"
+        reason = str(exc) or type(exc).__name__
+        self.probe_error = reason
+        self.probe_failures += 1
+        log.warning(
+            "probe %s failed, no outcome for decision %s: %s",
+            target,
+            decision_id or "-",
+            reason,
+            extra={"decision_id": decision_id, "interface": primary, "probe": target, "error": reason},
+        )
+        return reason
 
     def cc_in_effect(self, applied: str | None) -> str | None:
         """This device's congestion control now: what the applier set (``net.ipv4.tcp_congestion_control``), else
@@ -666,6 +717,8 @@ class Agent:
                 "tool": "iperf3" if self.iperf3 is not None else ("builtin" if self.config.probe else "passive"),
                 "mptcp_mode": self.iperf3.mode if self.iperf3 is not None else None,
                 "version": self.iperf3.version if self.iperf3 is not None else None,
+                "last_error": self.probe_error,
+                "failures": self.probe_failures,
             },
             "recommendation": None if rec is None else rec.summary(),
             "applied": None
@@ -963,6 +1016,87 @@ def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> 
     raise NetworkConflict(f"refusing to start: {conflict}")
 
 
+class InterfaceMissing(ValueError):
+    """Managed interfaces that this device (or the network namespace ``netns``) does not have."""
+
+
+def interface_exists(name: str, netns: str | None = None) -> bool:
+    """Whether network interface ``name`` exists here (in network namespace ``netns`` when given).
+
+    Resolved with ``if_nametoindex(3)``, as ``ip link show dev NAME`` does (alternative names count);
+    inside ``netns`` through :func:`~edgepath_agent.testbed.netns.call_in_netns`.
+
+    Raises
+    ------
+    OSError
+        When ``netns`` cannot be entered (no such namespace, no ``CAP_SYS_ADMIN``).
+    """
+
+    def lookup() -> bool:
+        try:
+            socket.if_nametoindex(name)
+        except (OSError, ValueError):  # ENODEV; a name too long or with a NUL byte is no interface either
+            return False
+        return True
+
+    if netns is None:
+        return lookup()
+    from edgepath_agent.testbed.netns import call_in_netns
+
+    return call_in_netns(netns, lookup)
+
+
+def _interface_names(netns: str | None) -> list[str]:
+    """This device's interface names (for the hint of :class:`InterfaceMissing`); empty when unreadable."""
+    try:
+        if netns is None:
+            return sorted(name for _, name in socket.if_nameindex())
+        from edgepath_agent.testbed.netns import call_in_netns
+
+        return sorted(name for _, name in call_in_netns(netns, socket.if_nameindex))
+    except OSError:
+        return []
+
+
+def check_interfaces(config: AgentConfig, exists: Callable[[str, str | None], bool] | None = None) -> None:
+    """Refuse to start with managed interfaces (``config.interfaces``) that this device does not have.
+
+    Applies to a dry run too: it shows what the agent would do on this device, and an interface
+    the device lacks can be neither probed, measured nor given routes. With ``netns`` the names
+    are looked up in that network namespace.
+
+    Parameters
+    ----------
+    config
+        Agent settings (``interfaces``, ``netns``).
+    exists
+        ``(name, netns) → bool``; default :func:`interface_exists`, looked up at call time (a test
+        seam: tests that run the agent with made-up names replace ``daemon.interface_exists``).
+
+    Raises
+    ------
+    InterfaceMissing
+        Naming every configured interface that does not exist (and the interfaces that do), or
+        when ``netns`` cannot be entered to look.
+    """
+    exists = exists or interface_exists
+    where = f"in network namespace {config.netns}" if config.netns else "on this device"
+    try:
+        missing = [name for name in config.interfaces if not exists(name, config.netns)]
+    except OSError as exc:
+        raise InterfaceMissing(f"cannot look up the interfaces {where}: {exc}") from exc
+    if not missing:
+        return
+    names = ", ".join(missing)
+    present = _interface_names(config.netns)
+    raise InterfaceMissing(
+        f"{'interface' if len(missing) == 1 else 'interfaces'} {names} "
+        f"{'does' if len(missing) == 1 else 'do'} not exist {where}"
+        + (f" (it has: {', '.join(present)})" if present else "")
+        + "; give this device's interfaces with --interface NAME=ACCESS or [interfaces] in the settings file"
+    )
+
+
 def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
     """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done.
 
@@ -970,8 +1104,12 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
     ------
     NetworkConflict
         Before touching anything, when another manager owns the interfaces (:func:`ensure_sole_manager`).
+    InterfaceMissing
+        Before touching anything (a dry run too), when a managed interface does not exist on this
+        device (:func:`check_interfaces`).
     """
     ensure_sole_manager(config)
+    check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)
     stop = threading.Event()
     previous: dict[int, Any] = {}
@@ -1031,4 +1169,5 @@ def describe(result: StepResult) -> Mapping[str, Any]:
         "completion_s": m.completion_s if m else None,
         "reward": result.ack.reward if result.ack else None,
         "error": result.error,
+        "probe_error": result.probe_error,
     }

@@ -39,6 +39,7 @@ CONTEXT_FIELDS = (
     "reason",
     "error",
     "service",
+    "probe",
     "throughput_bps",
 )
 

@@ -18,6 +18,10 @@ Record (JSON object; times are Unix epoch milliseconds):
 ``last_outcome``: ``decision_id``, ``throughput_bps``, ``latency_ms``, ``loss``,
     ``sent_unix_ms``, ``delivered`` (false: queued for re-sending), ``reward``; or ``null``
 ``pending_outcomes``: outcomes queued while the service was unreachable
+``probe``: ``target`` (``HOST:PORT`` or null), ``tool`` (``iperf3``, ``builtin`` or ``passive``),
+    ``mptcp_mode``, ``version`` (iperf3's), ``last_error`` (why the last probe failed, e.g. its
+    server refused the connection; null once a probe runs without error), ``failures`` (probes that
+    failed since the agent started; no outcome was reported for those steps)
 ``connectivity``: per-interface result of the last upstream probe (see daemon.py)
 """
 
@@ -158,6 +162,8 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None) -> 
         if probe.get("mptcp_mode"):
             how = f"{how} ({probe.get('version') or 'iperf3'}, MPTCP: {probe['mptcp_mode']})"
         lines.append(f"probe:          {how}{' -> ' + probe['target'] if probe.get('target') else ''}")
+        if probe.get("last_error"):
+            lines.append(f"  last error:   {probe['last_error']} ({probe.get('failures', '?')} failed since start)")
     for name, probe in sorted((record.get("connectivity") or {}).items()):
         lines.append(f"upstream {name}: {'ok' if probe.get('ok') else 'NO CONNECTIVITY'} ({probe.get('detail', '')})")
     return "\n".join(lines)
