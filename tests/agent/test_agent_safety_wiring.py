@@ -38,6 +38,7 @@ from edgepath_agent.cli import app
 from edgepath_agent.client import connect, connect_failover
 from edgepath_agent.daemon import Agent, AgentConfig, InterfaceMissing, check_interfaces, load_config
 from edgepath_agent.safety import UnsafeDecision
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 WLAN = Route(dev="wlan0", gateway="10.1.1.1", metric=100)
@@ -218,6 +219,28 @@ def test_run_refuses_interfaces_this_device_lacks(tmp_path: Path, dry_run: bool)
     assert len(errors) == 1, result.output  # one plain "Error: …" line; only the missing interfaces are named
     assert errors[0].startswith("Error: interfaces ep-nowifi0, ep-nolte0 do not exist on this device (it has: ")
     assert not journal.exists()  # refused before anything was journalled or changed
+
+
+@pytest.mark.parametrize("setting", ["probe", "upstream_target", "content"])
+@pytest.mark.parametrize("value", ["10.0.0.1", "probe.example:0", ":5201", "host:iperf", "2001:db8::1"])
+def test_host_port_settings_are_refused_where_given_naming_the_setting(setting: str, value: str) -> None:
+    """A ``probe`` without its port used to pass the settings and end the daemon with a ``ValueError`` at its first
+    measurement (``int("")``); every ``HOST:PORT`` setting is now checked when the settings are read."""
+    with pytest.raises(ValidationError, match=rf"{setting}\n.*expected HOST:PORT"):
+        AgentConfig(**{setting: value})
+    assert getattr(AgentConfig(**{setting: "[2001:db8::1]:5201"}), setting) == "[2001:db8::1]:5201"
+
+
+def test_run_refuses_a_probe_without_its_port(tmp_path: Path) -> None:
+    """Through the command line: one plain ``Error:`` line naming ``probe``, exit 2, before anything starts."""
+    journal = tmp_path / "j.json"
+    argv = ["run", "--dry-run", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
+            "--interface", "lo=ETHERNET", "--probe", "127.0.0.1"]  # fmt: skip
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    errors = [line for line in _plain(result.output).splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "probe" in errors[0] and "HOST:PORT" in errors[0], result.output
+    assert not journal.exists()
 
 
 def test_credentials_precedence_cli_over_file_over_defaults(tmp_path: Path) -> None:

@@ -41,6 +41,21 @@ def require_extra(module: str, command: str) -> ModuleType:
         raise typer.Exit(2) from exc
 
 
+def settings_error(exc: Exception) -> str:
+    """One line for a settings error: each invalid setting of a pydantic ``ValidationError`` as ``name: reason``
+    (a validator's own message without pydantic's ``"Value error, "``), joined by ``; ``; any other error as is."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    parts = []
+    for e in errors():
+        ctx = e.get("ctx") or {}
+        reason = ctx["error"] if e.get("type") == "value_error" and "error" in ctx else e.get("msg", "invalid")
+        name = ".".join(str(p) for p in e.get("loc", ())) or "settings"
+        parts.append(f"{name}: {reason}")
+    return "; ".join(parts)
+
+
 def _version(value: bool) -> None:
     if value:
         from edgepath_agent import __version__
@@ -188,7 +203,7 @@ def run(
         setup_logging(cfg.log_level, cfg.log_format)
         cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
     except (ValidationError, ValueError, PermissionError, FileNotFoundError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter(settings_error(exc)) from exc
     try:
         done = run_daemon(cfg, max_steps=steps)
     except (IperfMissing, LaminarUnavailable, InterfaceMissing) as exc:
@@ -220,7 +235,7 @@ def status(
     try:
         cfg = load_config(config, status_file=status_file)
     except (ValidationError, ValueError, OSError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter(settings_error(exc)) from exc
     path = cfg.status_file
     record = read_status(path) if path is not None else None
     ok = record is not None

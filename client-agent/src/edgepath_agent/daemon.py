@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -253,6 +253,15 @@ class AgentConfig(BaseSettings):
     content_dns: dict[str, str] = Field(
         default_factory=dict, description="Interface → IPv4 address of its network's DNS server (SSMP)"
     )
+
+    @field_validator("probe", "upstream_target", "content")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        """``HOST:PORT`` settings are checked where they are given, naming the setting: a ``probe`` without its
+        port used to end the daemon at its first measurement (:func:`~edgepath_agent.upstream.parse_target`)."""
+        if value is not None:
+            parse_target(value)
+        return value
 
     def credentials(self) -> ClientCredentials | None:
         """TLS/token settings for the service client, ``None`` when none are configured.
@@ -560,10 +569,10 @@ class Agent:
 
     def _default_measure(self, primary: str) -> TransferResult | None:
         if self.config.probe:
-            host, _, port = self.config.probe.rpartition(":")
+            host, port = parse_target(self.config.probe)
             if self.iperf3 is not None:
-                return iperf3_transfer(self.iperf3, host, int(port), self.config.probe_bytes, netns=self.config.netns)
-            return transfer(host, int(port), self.config.probe_bytes)
+                return iperf3_transfer(self.iperf3, host, port, self.config.probe_bytes, netns=self.config.netns)
+            return transfer(host, port, self.config.probe_bytes)
         # Passive: bytes received on the primary interface since the previous step.
         now = time.monotonic()
         count = rx_bytes(primary)

@@ -83,11 +83,13 @@ def parse_target(value: str) -> tuple[str, int]:
     Raises
     ------
     ValueError
-        Without a port or with a port outside 1–65535.
+        Without a port, with a port outside 1–65535, or an IPv6 address without its brackets
+        (``2001:db8::1`` is refused, ``[2001:db8::1]:5201`` is one).
     """
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"upstream_target {value!r}: expected HOST:PORT")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or (":" in host and not bracketed):
+        raise ValueError(f"{value!r}: expected HOST:PORT (port 1–65535; [ADDR]:PORT for IPv6)")
     return host.strip("[]"), int(port)
 
 
