@@ -102,6 +102,9 @@ async def test_degraded_state_is_reported_and_decisions_go_on(
             return resp.status_code == 503 and resp.json()["degraded"] is True
 
         await wait_for(degraded)
+        problem = await http.get("/readyz", headers={"x-request-id": "probe-1"})
+        assert problem.headers["content-type"] == "application/problem+json"
+        assert problem.json()["request_id"] == "probe-1"  # as in every other problem body
 
         async def not_serving() -> bool:
             return await status("edgepath.v1.PathService") == health_pb2.HealthCheckResponse.NOT_SERVING

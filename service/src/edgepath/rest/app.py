@@ -533,7 +533,14 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane, metrics
             if draining
             else "state store unreachable; deciding with the last model"
         )
-        problem = problem_body(503, message, kind=ErrorKind.UNAVAILABLE.value, instance=instance_uri(request), **body)
+        problem = problem_body(
+            503,
+            message,
+            kind=ErrorKind.UNAVAILABLE.value,
+            instance=instance_uri(request),
+            request_id=correlation_id.get(),
+            **body,
+        )
         return problem_response(503, problem, {"Retry-After": "1"})
 
     if not metrics:
