@@ -109,7 +109,7 @@ def serve(
         Optional[Path], typer.Option(help="CA of device certificates: gRPC requires client certificates (mTLS)")
     ] = None,
     model: Annotated[
-        Optional[Path], typer.Option(help="Start from this offline-trained artefact (e.g. models/primary-path-v1)")
+        Optional[Path], typer.Option(help="Start from this offline-trained artefact (e.g. models/primary-path-v2)")
     ] = None,
     workers: Annotated[
         int,
@@ -198,7 +198,8 @@ def serve(
         task = asyncio.create_task(service.run())
         started = asyncio.create_task(service.wait_started())
         done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
+        if task in done:  # did not start (PortUnavailable) or stopped at once
+            started.cancel()
             await task
             return
         if ready_file is not None:
@@ -216,9 +217,12 @@ def serve(
         watchdog.daemon = True  # a normal exit is not delayed by it
         watchdog.start()
 
-    from edgepath.main import run_event_loop
+    from edgepath.main import PortUnavailable, run_event_loop
 
-    run_event_loop(run())
+    try:
+        run_event_loop(run())
+    except PortUnavailable as exc:  # a port in use (another `edgepath serve`?): one line, exit 2, nothing running
+        raise typer.BadParameter(str(exc)) from exc
 
 
 def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> None:
@@ -228,7 +232,7 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
     import multiprocessing
     import socket
 
-    from edgepath.main import serve_worker
+    from edgepath.main import PortUnavailable, check_port_free, serve_worker
 
     def free(port: int) -> int:
         if port:
@@ -237,6 +241,11 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
             sock.bind((settings.host, 0))
             return int(sock.getsockname()[1])
 
+    try:  # the workers share the ports (SO_REUSEPORT) with each other only, not with a process already on them
+        check_port_free("gRPC", settings.host, settings.grpc_port)
+        check_port_free("HTTP", settings.host, settings.http_port)
+    except PortUnavailable as exc:
+        raise typer.BadParameter(str(exc)) from exc
     settings = settings.model_copy(
         update={"grpc_port": free(settings.grpc_port), "http_port": free(settings.http_port)}
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import gc
 import logging
 import os
@@ -99,17 +100,81 @@ def tune_serving_process(settings: Settings) -> None:
     sys.setswitchinterval(settings.gil_switch_interval_ms / 1000.0)
 
 
-def reuse_port_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` with SO_REUSEPORT: several worker processes bind the same port and
-    the kernel spreads new connections over them (gRPC's server sets the option itself)."""
+class PortUnavailable(Exception):
+    """A server's port could not be bound at start-up (in use by another process, or not allowed); nothing of
+    the service was left running. ``edgepath serve`` reports it as a one-line usage error (exit status 2)."""
+
+    def __init__(self, server: str, host: str, port: int, cause: OSError) -> None:
+        self.server, self.host, self.port, self.cause = server, host, port, cause
+        option = "--grpc-port" if server == "gRPC" else "--http-port"
+        if cause.errno == errno.EADDRINUSE:
+            reason = f"is in use (another process listens on it): stop that process or choose another {option}"
+        else:
+            reason = f"cannot be bound: {cause.strerror or cause}"
+        super().__init__(f"{server} port {port} on {host} {reason}")
+
+
+def bound_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port``, not yet listening.
+
+    SO_REUSEADDR (connections of an earlier process left in TIME_WAIT do not block the port; a socket that
+    listens on it still does); SO_REUSEPORT only with ``reuse_port``: several worker processes bind the same port
+    and the kernel spreads new connections over them. Without it the port is this socket's alone.
+
+    Raises
+    ------
+    OSError
+        ``EADDRINUSE`` when another socket listens on the port (one with SO_REUSEPORT too, unless ``reuse_port``).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.setblocking(False)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
     return sock
+
+
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A non-blocking listening TCP socket on ``host:port`` (:func:`bound_socket`), for uvicorn's ``sockets``.
+
+    Raises
+    ------
+    OSError
+        From :func:`bound_socket`.
+    """
+    sock = bound_socket(host, port, reuse_port=reuse_port)
+    try:
+        sock.listen(2048)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def check_port_free(server: str, host: str, port: int) -> None:
+    """Refuse a port another process listens on before anything binds it for serving (a bind without
+    SO_REUSEPORT, closed at once). Port 0 (any free port) always passes.
+
+    gRPC core says only "failed to bind" (and logs a line of its own) when its exclusive bind fails: this names
+    the cause. It does not reserve the port: the bind that serves is the guarantee.
+
+    Raises
+    ------
+    PortUnavailable
+        Naming ``server`` ("gRPC" or "HTTP"), the host and the port.
+    """
+    if not port:
+        return
+    try:
+        bound_socket(host, port).close()
+    except OSError as exc:
+        raise PortUnavailable(server, host, port, exc) from exc
 
 
 def serve_worker(settings: Settings, ready: Any) -> None:
@@ -373,60 +438,88 @@ class Service:
         await self._started.wait()
 
     async def run(self) -> None:
-        """Serve gRPC and REST until :meth:`stop` (or a signal); ports 0 pick free ones."""
+        """Serve gRPC and REST until :meth:`stop` (or a signal); ports 0 pick free ones.
+
+        Raises
+        ------
+        PortUnavailable
+            When the gRPC or the HTTP port cannot be bound (in use by another process: a second ``edgepath serve``
+            on the same ports); nothing is left running then.
+        """
         s = self.settings
-        if self.follower is not None:  # a (re)started replica serves the published model from its first decision
+        # Both ports before anything starts, each this process's alone unless worker processes share them
+        # (SO_REUSEPORT, `serve --workers N`): gRPC core's default SO_REUSEPORT let a second `edgepath serve` on the
+        # same gRPC port start, and the kernel then split the calls between two services, each with its own state.
+        if not self.reuse_port:
+            check_port_free("gRPC", s.host, s.grpc_port)
+        try:  # bound here and handed to uvicorn: a port in use is an OSError now, not uvicorn's exit later
+            http_socket = listening_socket(s.host, s.http_port, reuse_port=self.reuse_port)
+        except OSError as exc:
+            raise PortUnavailable("HTTP", s.host, s.http_port, exc) from exc
+        grpc_server: Any = None
+        try:
+            if self.follower is not None:  # a (re)started replica serves the published model from its first decision
+                try:
+                    await asyncio.wait_for(self.follower.check(), timeout=10.0)
+                except Exception as exc:  # Redis down at start: serve the initial model, the follower catches up
+                    log.warning(
+                        "could not load the published model at start (%r); serving v%d",
+                        exc,
+                        self.registry.current.version,
+                    )
+            self.security = build_security(s, self.backend, guard=self.plane.guard)
+            # explicit overload: both transports shed past capacity (issue 16)
+            admission = Admission(max_inflight=s.admission_max_inflight, max_lag_ms=s.admission_max_lag_ms)
+            self.metrics.admission_busy.set_function(lambda: admission.busy)
+            self.metrics.admission_loop_lag_seconds.set_function(lambda: admission.lag_s)
+            if s.otel_tracing and self.tracer_provider is None:  # off by default (issue 22)
+                from edgepath.tracing import build_tracer_provider
+
+                self.tracer_provider = build_tracer_provider()
             try:
-                await asyncio.wait_for(self.follower.check(), timeout=10.0)
-            except Exception as exc:  # Redis down at start: serve the initial model, the follower catches up
-                log.warning(
-                    "could not load the published model at start (%r); serving v%d", exc, self.registry.current.version
+                grpc_server, health_servicer, self.grpc_port = create_server(
+                    self.plane,
+                    f"{s.host}:{s.grpc_port}",
+                    self.security,
+                    grpc_server_credentials(s),
+                    admission,
+                    max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
+                    max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),
+                    tracer_provider=self.tracer_provider,
+                    max_pending_calls=s.grpc_max_pending_calls,
+                    reuse_port=self.reuse_port,
                 )
-        self.security = build_security(s, self.backend, guard=self.plane.guard)
-        # explicit overload: both transports shed past capacity (issue 16)
-        admission = Admission(max_inflight=s.admission_max_inflight, max_lag_ms=s.admission_max_lag_ms)
-        self.metrics.admission_busy.set_function(lambda: admission.busy)
-        self.metrics.admission_loop_lag_seconds.set_function(lambda: admission.lag_s)
-        if s.otel_tracing and self.tracer_provider is None:  # off by default (issue 22)
-            from edgepath.tracing import build_tracer_provider
+            except OSError as exc:  # taken since check_port_free
+                raise PortUnavailable("gRPC", s.host, s.grpc_port, exc) from exc
+            await grpc_server.start()
+            await set_serving(health_servicer, True)
 
-            self.tracer_provider = build_tracer_provider()
-        grpc_server, health_servicer, self.grpc_port = create_server(
-            self.plane,
-            f"{s.host}:{s.grpc_port}",
-            self.security,
-            grpc_server_credentials(s),
-            admission,
-            max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
-            max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),
-            tracer_provider=self.tracer_provider,
-            max_pending_calls=s.grpc_max_pending_calls,
-        )
-        await grpc_server.start()
-        await set_serving(health_servicer, True)
-
-        config = uvicorn.Config(
-            create_app(
-                self.plane, self.security, admission, self.tracer_provider, serve_metrics=s.metrics_port is None
-            ),
-            host=s.host,
-            port=s.http_port,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            http=http_protocol(),
-            timeout_graceful_shutdown=max(1, int(s.drain_grace_s + 0.999)),
-            **uvicorn_ssl_options(s),
-        )
-        http_server = uvicorn.Server(config)
-        http_server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        sockets = [reuse_port_socket(s.host, s.http_port)] if self.reuse_port else None
-        http_task = asyncio.create_task(http_server.serve(sockets=sockets), name="http")
-        while not http_server.started:
-            if http_task.done():
-                await http_task  # re-raise the bind error
-                raise RuntimeError("HTTP server exited before starting")
-            await asyncio.sleep(0.01)
+            config = uvicorn.Config(
+                create_app(
+                    self.plane, self.security, admission, self.tracer_provider, serve_metrics=s.metrics_port is None
+                ),
+                host=s.host,
+                port=s.http_port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+                http=http_protocol(),
+                timeout_graceful_shutdown=max(1, int(s.drain_grace_s + 0.999)),
+                **uvicorn_ssl_options(s),
+            )
+            http_server = uvicorn.Server(config)
+            http_server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]), name="http")
+            while not http_server.started:
+                if http_task.done():
+                    await http_task  # re-raise what stopped it
+                    raise RuntimeError("HTTP server exited before starting")
+                await asyncio.sleep(0.01)
+        except BaseException:  # nothing left half-started: the process may go on (tests) or exit cleanly
+            http_socket.close()
+            if grpc_server is not None:
+                await grpc_server.stop(None)
+            raise
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
 
         metrics_server = None

@@ -385,6 +385,7 @@ def create_server(
     max_connection_age_grace_ms: int | None = None,
     tracer_provider: Any = None,
     max_pending_calls: int | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """Build (not start) the gRPC server on ``address`` ("host:port"; port 0 = any free).
 
@@ -408,12 +409,22 @@ def create_server(
     (random early detection), beyond it always. Its refusal is ``CANCELLED`` with no retry hint (gRPC core's own
     answer, before any EdgePath code runs), not the ``RESOURCE_EXHAUSTED`` of ``admission``.
 
+    The port is bound here, this server's alone: gRPC core's default (``grpc.so_reuseport`` 1, SO_REUSEPORT) would
+    let a second server bind a port one already listens on, and the kernel would split the connections between
+    them. ``reuse_port`` keeps SO_REUSEPORT for worker processes that share the port on purpose.
+
     Returns the server, its health servicer (to flip serving status) and the bound port.
+
+    Raises
+    ------
+    OSError
+        When the address cannot be bound (gRPC core does not say why: in use, not allowed, not an address here).
     """
     max_bytes = security.max_message_bytes if security is not None else DEFAULT_MAX_MESSAGE_BYTES
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", max_bytes),
         ("grpc.max_send_message_length", max_bytes),
+        ("grpc.so_reuseport", 1 if reuse_port else 0),  # GRPC_ARG_ALLOW_REUSEPORT (gRPC core's default: 1)
     ]
     if max_connection_age_ms is not None:
         options.append(("grpc.max_connection_age_ms", max_connection_age_ms))
@@ -446,10 +457,15 @@ def create_server(
         observer,
         parse_in_handler=False,
     )
-    if credentials is not None:
-        port = server.add_secure_port(address, credentials)
-    else:
-        port = server.add_insecure_port(address)
+    try:
+        if credentials is not None:
+            port = server.add_secure_port(address, credentials)
+        else:
+            port = server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpcio's "Failed to bind to address ..." (older versions returned port 0)
+        raise OSError(f"gRPC server could not bind {address}: {exc}") from exc
+    if not port:
+        raise OSError(f"gRPC server could not bind {address}")
     return server, health_servicer, port
 
 
