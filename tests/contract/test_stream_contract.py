@@ -30,6 +30,8 @@ from edgepath.types import RecommendRequest
 from edgepath_agent.wire import edgepath_pb2 as pb
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from service_harness import RunningService, running_service
 
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "primary-path-v2"
@@ -170,6 +172,37 @@ def test_an_invalid_message_ends_the_stream_as_recommend_refuses_it(service: Run
     assert error.details() == single.details()
     assert trailing(error)["message-index"] == "1"
     assert decisions(service) == before + 1, "nothing after the invalid message is decided"
+    # Recommend's rich details too: the field violations of a google.rpc.BadRequest (the stream had none before)
+    violations = bad_request_fields(single)
+    assert [field for field, _ in violations] == ["interfaces[0].wifi_rssi_dbm"]
+    assert bad_request_fields(error) == violations
+
+
+def test_a_validators_own_message_reads_the_same_over_rest_grpc_and_the_stream(service: RunningService) -> None:
+    """A rule of the service's own (two interfaces of one name) is worded as the service wrote it on every path:
+    REST's problem ``errors``, Recommend's and RecommendStream's ``BadRequest``, without pydantic's
+    ``"Value error, "``."""
+    twice = context("phone-1")
+    twice["interfaces"].append(copy.deepcopy(twice["interfaces"][0]))
+    rest = httpx.post(f"{service.http_url}/v1/recommendations", json=twice, timeout=10.0).json()
+    single = unary(service.grpc_port, twice)
+    _, streamed = stream(service.grpc_port, [twice])
+    assert rest["errors"] == [{"field": "interfaces", "message": "duplicate interface name 'wlan0'"}]
+    for error in (single, streamed):
+        assert isinstance(error, grpc.RpcError) and error.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert error.details() == "interfaces: duplicate interface name 'wlan0'"
+        assert bad_request_fields(error) == [("interfaces", "duplicate interface name 'wlan0'")]
+
+
+def bad_request_fields(error: Any) -> list[tuple[str, str]]:
+    """The ``(field, description)`` pairs of the ``google.rpc.BadRequest`` a failed call carries (none: [])."""
+    status = rpc_status.from_call(error)
+    out: list[tuple[str, str]] = []
+    for detail in status.details if status is not None else ():
+        bad_request = error_details_pb2.BadRequest()
+        if detail.Unpack(bad_request):
+            out += [(v.field, v.description) for v in bad_request.field_violations]
+    return out
 
 
 def test_malformed_bytes_end_the_stream_with_invalid_argument(service: RunningService) -> None:

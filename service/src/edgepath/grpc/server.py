@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from edgepath.adapters.base import cacheable_context
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_path
+from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_violations
 from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
@@ -50,8 +50,11 @@ GRPC_STATUS: dict[ErrorKind, grpc.StatusCode] = {
 
 
 def validation_message(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    return f"{field_path(first['loc'])}: {first['msg']}"
+    """``"<field>: <message>"`` of the first invalid field (the message alone for the request as a whole), worded
+    as REST words it (:func:`edgepath.errors.field_violations`: a validator's own message without pydantic's
+    ``"Value error, "``)."""
+    field, message = field_violations(exc.errors())[0]
+    return f"{field}: {message}" if field else message
 
 
 async def abort_invalid(
@@ -59,7 +62,7 @@ async def abort_invalid(
 ) -> None:
     """Abort with INVALID_ARGUMENT naming the first invalid field, every one in a ``google.rpc.BadRequest``
     (``extra_trailing`` is added to the call's trailing metadata)."""
-    violations = [(field_path(e["loc"]), str(e["msg"])) for e in exc.errors()]
+    violations = field_violations(exc.errors())
     status = rich_status(
         grpc.StatusCode.INVALID_ARGUMENT,
         validation_message(exc),
@@ -341,12 +344,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
                         await self.security.admit(principal)
                     req = convert.recommend_request(request, self.plane.settings.native_engines)
                     rec = await self.plane.recommend(principal, req)
-                except ValidationError as exc:
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        validation_message(exc),
-                        trailing_metadata=with_call_trailers(context, where),
-                    )
+                except ValidationError as exc:  # Recommend's status and BadRequest details, and the message index
+                    await abort_invalid(context, exc, where)
                 except EdgePathError as exc:
                     await abort_with(context, exc, where)
                 reply = convert.recommendation_wire(rec, cacheable_context(req), self.plane.settings.native_engines)
