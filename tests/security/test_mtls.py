@@ -95,3 +95,14 @@ def test_rest_over_https_with_bearer_token(tls_service: Any, pki: Any) -> None:
         assert http.post("/v1/recommendations", json=context_body("dev-rest")).status_code == 401
     with pytest.raises(httpx.TransportError):  # plain HTTP on the TLS port: no HTTP answer
         httpx.get(f"http://127.0.0.1:{tls_service.http_port}/healthz", timeout=5.0).raise_for_status()
+
+
+def test_the_start_up_line_says_what_a_caller_must_present(tls_service: Any) -> None:
+    """The serving line an operator reads first: HTTPS (it said ``http://`` under TLS), client certificates on
+    gRPC, authentication and the profile, where ``/metrics`` is, and where training runs."""
+    line = tls_service.service.describe()
+    assert f"HTTP https://127.0.0.1:{tls_service.http_port}" in line
+    assert f"metrics https://127.0.0.1:{tls_service.http_port}/metrics" in line
+    assert "TLS, client certificates required on gRPC, authentication on (profile prod)" in line
+    assert "store memory://, trainer in this process" in line
+    assert "http://" not in line

@@ -50,7 +50,7 @@ from edgepath.security import EdgeSecurity, build_outcome_guard, build_security
 from edgepath.security.tls import grpc_server_credentials, uvicorn_ssl_options
 from edgepath.settings import Settings
 from edgepath.state.backend import MemoryBackend, StateBackend
-from edgepath.state.base import StateStore
+from edgepath.state.base import StateStore, display_url
 from edgepath.state.memory import MemoryStore
 from edgepath.training.online import ModelRegistry, OnlineTrainer, ProcessRefitter
 
@@ -548,19 +548,7 @@ class Service:
                 loop.add_signal_handler(sig, self.stop)
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
-        log.info(
-            "EdgePath serving: gRPC %s:%d, HTTP http://%s:%d (policy %s; compiled engines: %s; %s)",
-            s.host,
-            self.grpc_port,
-            s.host,
-            self.http_port,
-            s.policy,
-            ", ".join(compiled_engines(s)) or "none, the Python engines decide",
-            "; ".join(
-                f"compiled gRPC {part}: {'yes' if ok and s.native_engines else 'no'}"
-                for part, ok in COMPILED_WIRE.items()
-            ),
-        )
+        log.info("EdgePath serving: %s", self.describe())
         self._started.set()
         try:
             await self._stop.wait()
@@ -568,6 +556,41 @@ class Service:
             await self._drain(
                 health_servicer, background, role_task, http_server, http_task, grpc_server, metrics_server
             )
+
+    def describe(self) -> str:
+        """What this process serves, as its start-up line says it: the ports with their scheme (``https`` with TLS),
+        whether TLS, client certificates and authentication are on, where ``/metrics`` is, the store (its password
+        hidden, :func:`~edgepath.state.base.display_url`), where training runs, the model and the compiled parts."""
+        s = self.settings
+        scheme = "https" if s.tls_enabled else "http"
+        tls = "TLS off"
+        if s.tls_enabled:
+            tls = "TLS, client certificates required on gRPC" if s.tls_client_ca_file is not None else "TLS"
+        metrics = (
+            f"metrics {scheme if s.metrics_port is None else 'http'}://{s.host}:"
+            f"{self.http_port if s.metrics_port is None else self.metrics_port}/metrics"
+        )
+        if self.trainer is not None and s.trainer is not False:
+            training = "trainer in this process"
+        elif self.trainer_role is not None:
+            training = "trainer: competes for the store's trainer lock"
+        else:
+            training = "no trainer here (edgepath train trains)"
+        serving = self.registry.current
+        return "; ".join(
+            [
+                f"gRPC {s.host}:{self.grpc_port}, HTTP {scheme}://{s.host}:{self.http_port}, {metrics}",
+                f"{tls}, authentication {'on' if s.auth_enabled else 'off'} (profile {s.profile})",
+                f"store {display_url(s.store_url)}, {training}",
+                f"model v{serving.version} (policy {serving.model.policy_name})",
+                f"tracing {'on' if s.otel_tracing else 'off'}",
+                "compiled engines: " + (", ".join(compiled_engines(s)) or "none, the Python engines decide"),
+                *(
+                    f"compiled gRPC {part}: {'yes' if ok and s.native_engines else 'no'}"
+                    for part, ok in COMPILED_WIRE.items()
+                ),
+            ]
+        )
 
     async def _drain(
         self,

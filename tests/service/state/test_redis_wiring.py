@@ -12,6 +12,7 @@ import httpx
 import pytest
 from edgepath.main import Service, build_store, hmac_key_bytes
 from edgepath.settings import Settings
+from edgepath.state.base import display_url
 from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
 from edgepath.training.snapshots import DEV_HMAC_KEY
@@ -146,3 +147,14 @@ async def test_a_decision_and_its_outcome_take_one_and_two_round_trips(
         assert [e.decision_id for e in logged] == [rec.decision_id]
     finally:
         await store.close()
+
+
+def test_a_store_urls_password_never_reaches_a_log_line() -> None:
+    """The chart composes ``redis://:$(REDIS_PASSWORD)@…`` from its Secret: what the service prints of a store URL
+    hides the password and keeps the rest (``display_url``)."""
+    assert display_url("redis://:s3cret@redis:6379/0") == "redis://:***@redis:6379/0"
+    assert display_url("rediss://edge:p%40ss@redis.ns.svc:6380/2?ssl_cert_reqs=none") == (
+        "rediss://edge:***@redis.ns.svc:6380/2?ssl_cert_reqs=none"
+    )
+    assert display_url("redis://redis:6379/0") == "redis://redis:6379/0"
+    assert display_url("memory://") == "memory://"

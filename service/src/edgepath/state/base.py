@@ -23,6 +23,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 _T = TypeVar("_T")
 
@@ -404,3 +405,22 @@ class StateStore(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+
+
+def display_url(url: str) -> str:
+    """``url`` fit for logs and status: a password in it (``redis://:SECRET@redis:6379/0``, as the chart composes
+    the store URL from its Secret) replaced by ``***``; anything else as given.
+
+    >>> display_url("redis://:s3cret@redis:6379/0")
+    'redis://:***@redis:6379/0'
+    >>> display_url("redis://user:s3cret@redis/1")
+    'redis://user:***@redis/1'
+    >>> display_url("memory://")
+    'memory://'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
