@@ -34,10 +34,11 @@ def test_public_address_with_tokens_is_allowed_in_dev(tmp_path: Path) -> None:
 def test_prod_requires_auth_and_tls(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.json"
     TokenFile(tokens).add("dev-a")
-    with pytest.raises(ValidationError, match="prod requires"):
+    with pytest.raises(ValidationError, match=r"prod requires authentication \(.*\) and TLS \(.*\), which is not"):
         Settings(profile="prod")
-    with pytest.raises(ValidationError, match="prod requires"):
-        Settings(profile="prod", auth_tokens_file=tokens)  # auth but no TLS
+    with pytest.raises(ValidationError, match=r"prod requires TLS \(tls_cert_file \+ tls_key_file\), which") as caught:
+        Settings(profile="prod", auth_tokens_file=tokens)  # auth but no TLS: only what is missing is named
+    assert "authentication" not in str(caught.value)
     ok = Settings(profile="prod", auth_tokens_file=tokens, tls_cert_file=tmp_path / "c", tls_key_file=tmp_path / "k")
     assert ok.tls_enabled and ok.auth_enabled
 
@@ -77,7 +78,7 @@ def test_cli_refuses_prod_without_tls(tmp_path: Path) -> None:
     TokenFile(tokens).add("dev-a")
     proc = _serve("--profile", "prod", "--auth-tokens-file", str(tokens))
     assert proc.returncode == 2
-    assert "prod requires authentication" in _error_line(proc)
+    assert "prod requires TLS (tls_cert_file + tls_key_file), which is not configured" in _error_line(proc)
 
 
 def test_cli_tokens_add_prints_once_and_stores_hash(tmp_path: Path) -> None:

@@ -447,10 +447,15 @@ class Settings(BaseSettings):
                 "EDGEPATH_AUTH_JWT_KEY, EDGEPATH_TLS_CLIENT_CA_FILE); see SECURITY.md"
             )
         if self.profile == "prod" and not (self.auth_enabled and self.tls_enabled):
-            raise ValueError(
-                "profile prod requires authentication (auth_tokens_file, auth_jwt_key or tls_client_ca_file) "
-                "and TLS (tls_cert_file + tls_key_file); see SECURITY.md"
-            )
+            missing = [
+                *(
+                    []
+                    if self.auth_enabled
+                    else ["authentication (auth_tokens_file, auth_jwt_key or tls_client_ca_file)"]
+                ),
+                *([] if self.tls_enabled else ["TLS (tls_cert_file + tls_key_file)"]),
+            ]
+            raise ValueError(f"profile prod requires {' and '.join(missing)}, which is not configured; see SECURITY.md")
         return self
 
     # --- end security -----------------------------------------------------------------------------------------
