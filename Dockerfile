@@ -2,9 +2,11 @@
 #
 # Build:  docker build -t edgepath:0.1.0 .
 # Run:    docker run --read-only --tmpfs /tmp -p 50051:50051 -p 8080:8080 edgepath:0.1.0
+# Push:   nobody publishes this image: tag it for your registry, push it, and set the Helm chart's
+#         image.registry / image.repository (the chart's default, edgepath:0.1.0, names no registry).
 #
 # The build steps live in docker/build-steps.sh, which CI also runs outside Docker
-# (tests/deploy/test_image.py), so they are proven without a Docker engine.
+# (tests/deploy/test_deploy_image.py), so they are proven without a Docker engine.
 # The runtime stage runs as a non-root user and writes nothing outside /tmp
 # (an emptyDir in the Helm chart), so it works with a read-only root filesystem.
 

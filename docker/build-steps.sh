@@ -7,7 +7,7 @@
 #                                         the health check script is in place
 #
 # Run from the build context root (the Dockerfile's WORKDIR, or a copy of the repository). The Dockerfile
-# runs `build` in its builder stage and `verify` right after; tests/deploy/test_image.py runs both outside
+# runs `build` in its builder stage and `verify` right after; tests/deploy/test_deploy_image.py runs both outside
 # Docker into a temporary PREFIX, so the steps are proven on machines without a Docker engine.
 # Only PREFIX, the context's generated wire/ folders and service/native/target are written. Needs python3.11 (or
 # $PYTHON), pip access to the package index, a C/C++ compiler (contextualbandits has no wheel) with OpenMP
@@ -71,7 +71,8 @@ build() {
   "$prefix/venv/bin/python" -m compileall -q "$prefix/venv/lib" >/dev/null || true
   rm -f "$constraints"
   install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
-  # Shipped model artefacts (warm start: EDGEPATH_MODEL_PATH=$prefix/models/<name>).
+  # Shipped model artefacts (warm start: EDGEPATH_MODEL_PATH=$prefix/models/<name>). Unsigned (no model.hmac):
+  # profile prod refuses them until signed with the deployment's HMAC key (the chart's settings.modelPath).
   if [ -d models ]; then
     rm -rf "$prefix/models"
     cp -r models "$prefix/models"

@@ -6,8 +6,10 @@ of the local process for ``edgepath.v1.PathService`` on ``EDGEPATH_GRPC_PORT``
 (default 50051), over TLS when ``EDGEPATH_TLS_CERT_FILE`` is set.
 
 Options: ``--host`` (default 127.0.0.1), ``--grpc-port``, ``--http-port``,
-``--mode grpc|http|all`` (``http`` = ``GET /healthz``; ``all`` = gRPC health,
-``/healthz`` and ``/readyz``), ``--recommend`` (one ``POST /v1/recommendations``
+``--mode grpc|http|rest|all`` (``http`` = ``GET /healthz``; ``rest`` = ``/healthz``
+and ``/readyz``; ``all`` = gRPC health, ``/healthz`` and ``/readyz``; with gRPC mTLS
+the chart's probes and ``helm test`` use ``http``/``rest``: they hold no client
+certificate), ``--recommend`` (one ``POST /v1/recommendations``
 with a two-interface context; 200, or 401/403 when authentication is required),
 ``--ca-file`` (trust this CA, or the system's roots when the file is absent;
 enables TLS) and ``--server-name`` (name the certificate must carry). Exit status
@@ -89,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--grpc-port", type=int, default=int(os.environ.get("EDGEPATH_GRPC_PORT", "50051")))
     p.add_argument("--http-port", type=int, default=int(os.environ.get("EDGEPATH_HTTP_PORT", "8080")))
-    p.add_argument("--mode", choices=("grpc", "http", "all"), default=os.environ.get("EDGEPATH_HEALTHCHECK", "grpc"))
+    p.add_argument(
+        "--mode", choices=("grpc", "http", "rest", "all"), default=os.environ.get("EDGEPATH_HEALTHCHECK", "grpc")
+    )
     p.add_argument("--recommend", action="store_true")
     p.add_argument("--ca-file", default=None)
     p.add_argument("--server-name", default=None)
@@ -105,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = check_grpc(args.host, args.grpc_port, ca_file, args.server_name)
         if problem:
             problems.append(problem)
-    if args.mode in ("http", "all"):
-        for path in ("/healthz", "/readyz") if args.mode == "all" else ("/healthz",):
+    if args.mode in ("http", "rest", "all"):
+        for path in ("/healthz",) if args.mode == "http" else ("/healthz", "/readyz"):
             status, text = check_http(base, path, ctx)
             if status != 200:
                 problems.append(f"GET {path}: {status} {text[:200]}")

@@ -366,6 +366,41 @@ def test_helm_test_hook_calls_the_service(render: Any) -> None:
     assert "--host=ep-edgepath" in cmd and "--recommend" in cmd and "--mode=all" in cmd
 
 
+def _mode(cmd: list[str]) -> str:
+    (mode,) = [a.removeprefix("--mode=") for a in cmd if a.startswith("--mode=")]
+    return mode
+
+
+def test_helm_test_skips_the_grpc_check_under_mtls_as_the_liveness_probe_does(render: Any) -> None:
+    """With ``tls.clientAuth`` the gRPC port wants a client certificate the chart does not have for its probes or its
+    test pod (the handshake fails: UNAVAILABLE "Socket closed"): the liveness probe asks /healthz, and the test pod
+    asks /healthz and /readyz over HTTPS (as the startup and readiness probes do) and still makes one Recommend."""
+    objects = render("external-redis-values.yaml")  # tls.clientAuth: true
+    assert one(objects, "ConfigMap", "-settings")["data"]["EDGEPATH_TLS_CLIENT_CA_FILE"]
+    assert _mode(_probes(objects)["livenessProbe"]["exec"]["command"]) == "http"
+    cmd = one(objects, "Pod", "-test")["spec"]["containers"][0]["command"]
+    assert _mode(cmd) == "rest", "no gRPC call without a client certificate"
+    assert "--recommend" in cmd and "--ca-file=/etc/edgepath/tls/ca.crt" in cmd
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_pod_of_the_image_pulls_it_as_the_deciders_do(render: Any, value_set: str) -> None:
+    """The trainer and the ``helm test`` pod pull the same image as the deciders, with the same pull secrets and
+    service account (a registry's pull secret may be linked to it), so a private registry serves them all."""
+    objects = render(value_set)
+    deciders = one(objects, "Deployment", "ep-edgepath")["spec"]["template"]["spec"]
+    image = deciders["containers"][0]["image"]
+    pods = [(name, spec) for name, spec in pod_specs(objects) if spec["containers"][0]["image"] == image]
+    assert "Pod/ep-edgepath-test" in {name for name, _ in pods}, "the helm test pod runs the service image"
+    for name, spec in pods:
+        assert spec.get("imagePullSecrets") == deciders.get("imagePullSecrets"), name
+        assert spec.get("serviceAccountName") == deciders["serviceAccountName"], name
+        assert spec["containers"][0]["imagePullPolicy"] == deciders["containers"][0]["imagePullPolicy"], name
+    redis = by_kind(objects, "StatefulSet")
+    for sts in redis:
+        assert sts["spec"]["template"]["spec"].get("imagePullSecrets") == deciders.get("imagePullSecrets")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -412,10 +447,14 @@ def test_schema_describes_every_value() -> None:
         assert node.get("description"), key
 
 
-def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(render: Any, tmp_path: Path) -> None:
-    """With the chart's generated certificate, a prod-profile service (TLS + JWT auth) passes the rendered
-    liveness exec probe and the ``helm test`` command (run from the repository's docker/healthcheck.py)."""
-    objects = render("defaults")
+@pytest.mark.parametrize("client_auth", [False, True], ids=["tls", "mtls"])
+def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
+    render: Any, tmp_path: Path, client_auth: bool
+) -> None:
+    """With the chart's generated certificate, a prod-profile service (TLS + JWT auth, or gRPC mTLS with
+    ``tls.clientAuth``) passes the rendered liveness exec probe and the ``helm test`` command (run from the
+    repository's docker/healthcheck.py)."""
+    objects = render("defaults", "--set", "tls.clientAuth=true") if client_auth else render("defaults")
     tls = {k: base64.b64decode(v) for k, v in one(objects, "Secret", "-tls")["data"].items()}
     for name, data in tls.items():
         (tmp_path / name).write_bytes(data)
@@ -424,8 +463,13 @@ def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(render
         "EDGEPATH_PROFILE": "prod",
         "EDGEPATH_TLS_CERT_FILE": str(tmp_path / "tls.crt"),
         "EDGEPATH_TLS_KEY_FILE": str(tmp_path / "tls.key"),
-        "EDGEPATH_AUTH_JWT_KEY": base64.b64decode(one(objects, "Secret", "-secrets")["data"]["jwt-key"]).decode(),
     }
+    if client_auth:  # the gRPC port requires a client certificate signed by ca.crt (the ConfigMap's setting)
+        assert one(objects, "ConfigMap", "-settings")["data"]["EDGEPATH_TLS_CLIENT_CA_FILE"].endswith("/ca.crt")
+        env["EDGEPATH_TLS_CLIENT_CA_FILE"] = str(tmp_path / "ca.crt")
+    else:
+        secret = one(objects, "Secret", "-secrets")["data"]
+        env["EDGEPATH_AUTH_JWT_KEY"] = base64.b64decode(secret["jwt-key"]).decode()
     image_paths = {
         "/opt/edgepath/venv/bin/python": sys.executable,
         "/opt/edgepath/healthcheck.py": str(ROOT / "docker" / "healthcheck.py"),
@@ -446,11 +490,20 @@ def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(render
     live = _probes(objects)["livenessProbe"]["exec"]["command"]
     helm_test = one(objects, "Pod", "-test")["spec"]["containers"][0]["command"]
     with served(tmp_path, env=env) as ports:
-        port_env = {**os.environ, "EDGEPATH_GRPC_PORT": str(ports["grpc_port"])}
+        # the pod's EDGEPATH_*_PORT come from the ConfigMap
+        port_env = {
+            **os.environ,
+            "EDGEPATH_GRPC_PORT": str(ports["grpc_port"]),
+            "EDGEPATH_HTTP_PORT": str(ports["http_port"]),
+        }
         probe = subprocess.run(local(live, ports), env=port_env, capture_output=True, text=True, timeout=60)
         assert probe.returncode == 0, probe.stderr
         check = subprocess.run(local(helm_test, ports), capture_output=True, text=True, timeout=60)
         assert check.returncode == 0, check.stderr
+        if client_auth:  # why the test pod leaves gRPC out under mTLS: without a client certificate it fails
+            with_grpc = [re.sub(r"^--mode=.*", "--mode=all", a) for a in local(helm_test, ports)]
+            grpc_check = subprocess.run(with_grpc, capture_output=True, text=True, timeout=60)
+            assert grpc_check.returncode == 1 and "UNAVAILABLE" in grpc_check.stderr, grpc_check.stderr
         # Plaintext is refused: the probe really went through TLS.
         plain = subprocess.run(
             [sys.executable, str(ROOT / "docker" / "healthcheck.py"), f"--grpc-port={ports['grpc_port']}"],
@@ -551,6 +604,128 @@ def test_generated_keys_are_refused_without_a_cluster(helm_bin: str, args: list[
     assert again.stdout == first, "with every key given, renders are identical (stable for GitOps)"
 
 
+#: What the chart's defaults generate, as the refusal names each.
+_GENERATED = {
+    "secrets.hmacKey": "the model-snapshot HMAC key (secrets.hmacKey)",
+    "secrets.jwtKey": "the device JWT key (secrets.jwtKey)",
+    "redis.auth.password": "the Redis password (redis.auth.password)",
+    "tls.existingSecret": "the TLS CA and server certificate (tls.existingSecret)",
+}
+
+
+def test_one_refusal_names_every_missing_value(helm_bin: str) -> None:
+    """`helm template` of the defaults misses four values: one render names them all (it took four renders, one
+    per value), and value combinations the chart refuses are named in the same message, each in its own words."""
+
+    def refusal(*args: str) -> str:
+        proc = subprocess.run(
+            [helm_bin, "template", "ep", str(CHART), *args], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert proc.returncode != 0, proc.stdout[:500]
+        assert proc.stderr.count("Error:") == 1, proc.stderr
+        return proc.stderr
+
+    err = refusal()
+    assert err.count("refusing to generate") == 1, err
+    for what in _GENERATED.values():
+        assert what in err, f"{what} not named in: {err}"
+    assert "secrets.renderWithoutCluster=generate" in err and "existingSecret" in err
+
+    err = refusal("--set", "tls.enabled=false", "--set", "redis.enabled=false")
+    for message in (
+        "trainer.enabled needs a shared store",
+        "more than one replica needs a shared store",
+        "settings.profile=prod requires tls.enabled=true",
+        "refusing to generate " + _GENERATED["secrets.hmacKey"] + " and " + _GENERATED["secrets.jwtKey"],
+    ):
+        assert message in err, f"{message!r} not in: {err}"
+    assert _GENERATED["redis.auth.password"] not in err and _GENERATED["tls.existingSecret"] not in err, (
+        "only what would really be generated is named"
+    )
+
+
+def _notes(helm_bin: str, tmp_path: Path, *args: str) -> str:
+    """The chart's NOTES.txt as `helm install` prints it (rendered offline: `helm template` leaves NOTES out, so a
+    copy of the chart renders the same text through `tpl` into a ConfigMap)."""
+    import shutil
+
+    chart = tmp_path / "edgepath"
+    shutil.copytree(CHART, chart)
+    (chart / "notes-under-test.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "zz-notes-under-test.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-under-test\ndata:\n"
+        '  notes: {{ tpl (.Files.Get "notes-under-test.txt") . | quote }}\n'
+    )
+    proc = subprocess.run(
+        [
+            helm_bin,
+            "template",
+            "ep",
+            str(chart),
+            "--namespace",
+            "edge",
+            f"--kube-version={KUBE_VERSION}",
+            "--show-only",
+            "templates/zz-notes-under-test.yaml",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return str(yaml.safe_load(proc.stdout)["data"]["notes"])
+
+
+def test_notes_tell_the_operator_what_the_defaults_leave_to_them(helm_bin: str, tmp_path: Path) -> None:
+    """NOTES.txt says that nobody publishes the default image, that /metrics stays closed to Prometheus until
+    networkPolicy.metricsScrapers names it, and that a warm-start model under prod must be HMAC-signed."""
+    notes = _notes(helm_bin, tmp_path / "defaults", *values_args("defaults"))
+    assert "edgepath:0.1.0" in notes and "image.registry" in notes and "docker build" in notes
+    assert "networkPolicy.metricsScrapers" in notes and "GET /metrics (port 9090) is closed" in notes
+    assert "ep-edgepath.edge.svc:9090/metrics" in notes, "metrics are on a port of their own, not the REST port"
+    assert "/metrics" not in next(line for line in notes.splitlines() if line.strip().startswith("REST"))
+    assert "model.hmac" not in notes, "no model configured: nothing to sign"
+    monitoring = _notes(helm_bin, tmp_path / "monitoring", *values_args("monitoring-networkpolicy-values.yaml"))
+    assert "networkPolicy.metricsScrapers" not in monitoring, "scrapers named: nothing to say"
+    gitops = _notes(helm_bin, tmp_path / "gitops", *values_args("platform-gitops-values.yaml"))
+    assert "image.registry" not in gitops, "global.imageRegistry set: nothing to say"
+    warm = _notes(
+        helm_bin, tmp_path / "warm", *values_args("defaults"), "--set", "settings.modelPath=/opt/edgepath/models/x"
+    )
+    assert "model.hmac" in warm and "train-offline" in warm and "--sign" in warm
+    dev = _notes(helm_bin, tmp_path / "dev", *values_args("single-replica-dev-values.yaml"))
+    assert "model.hmac" not in dev, "the dev profile loads unsigned artefacts"
+
+
+def test_metrics_stay_closed_by_default_and_open_to_the_named_scrapers(render: Any) -> None:
+    def metrics_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        rules = one(objects, "NetworkPolicy", "ep-edgepath")["spec"]["ingress"]
+        return [r for r in rules if any(p["port"] == "metrics" for p in r["ports"])]
+
+    assert not metrics_rules(render("defaults")), "a secure default: /metrics is not open to every pod"
+    (rule,) = metrics_rules(render("monitoring-networkpolicy-values.yaml"))
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+def test_warm_start_examples_name_a_shipped_model_of_the_chart_policy(render: Any) -> None:
+    """The modelPath of the dev value set and the examples in values.yaml and the schema name an artefact the image
+    ships (docker/build-steps.sh copies models/ to /opt/edgepath/models) trained for the chart's policy."""
+    from edgepath.training.artefact import load_artefact
+
+    config = one(render("single-replica-dev-values.yaml"), "ConfigMap", "-settings")["data"]
+    policy = config["EDGEPATH_POLICY"]
+    named = [config["EDGEPATH_MODEL_PATH"]]
+    for text in ((CHART / "values.yaml").read_text(), (CHART / "values.schema.json").read_text()):
+        named += re.findall(r"/opt/edgepath/models/[A-Za-z0-9_-]+", text)
+    assert len(named) >= 3
+    for path in named:
+        assert path.startswith("/opt/edgepath/models/"), path
+        artefact = load_artefact(ROOT / "models" / Path(path).name)  # checks SHA256SUMS; unsigned
+        assert artefact.bandit.policy_name == policy, f"{path} is a {artefact.bandit.policy_name} model"
+
+
 def test_platform_values_reach_the_pods(render: Any) -> None:
     objects = render("platform-gitops-values.yaml")
     for o in objects:
@@ -559,6 +734,9 @@ def test_platform_values_reach_the_pods(render: Any) -> None:
     spec = deploy["spec"]["template"]["spec"]
     assert spec["priorityClassName"] == "edge-critical"
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    test_pod = one(objects, "Pod", "-test")["spec"]
+    assert test_pod["imagePullSecrets"] == [{"name": "regcred"}], "the helm test pod pulls from the same registry"
+    assert test_pod["containers"][0]["image"] == spec["containers"][0]["image"]
     names = [c["name"] for c in spec["containers"]]
     assert names == ["edgepath", "log-shipper"], "sidecars run beside the service"
     main = spec["containers"][0]

@@ -72,6 +72,25 @@ def test_dockerfile_contract() -> None:
     assert any(i == "ENV" and "REQUIRE_NATIVE=1" in a for i, a in _instructions("builder"))
 
 
+def test_files_named_by_the_image_sources_exist() -> None:
+    """The Dockerfile and docker/ name repository files in their comments (a renamed test left them pointing at
+    ``tests/deploy/test_image.py``): each named file exists."""
+    named = re.compile(r"\b(?:tests|docker|service|proto|scripts|charts)/[A-Za-z0-9_./-]*\.(?:py|sh|toml|yaml|txt)\b")
+    checked = 0
+    for source in [DOCKERFILE, *sorted(p for p in (ROOT / "docker").iterdir() if p.is_file())]:
+        for rel in named.findall(source.read_text()):
+            assert (ROOT / rel).is_file(), f"{source.relative_to(ROOT)} names {rel}, which does not exist"
+            checked += 1
+    assert checked >= 3
+
+
+def test_the_image_ships_the_models_the_chart_names() -> None:
+    """The builder COPYs models/ and build-steps.sh installs it as /opt/edgepath/models, the chart's model paths."""
+    assert any(i == "COPY" and a.split()[0].rstrip("/") == "models" for i, a in _instructions("builder"))
+    assert 'cp -r models "$prefix/models"' in (ROOT / "docker" / "build-steps.sh").read_text()
+    assert (ROOT / "models" / "primary-path-v2" / "model.pkl").is_file()
+
+
 def _runtime_env(prefix: Path, scratch: Path) -> dict[str, str]:
     """The runtime stage's ENV, with /opt/edgepath → prefix and /tmp → scratch."""
     env: dict[str, str] = {}
@@ -212,6 +231,16 @@ def test_build_steps_outside_docker_give_a_working_read_only_non_root_service(wo
             check=False,
         )
         assert full.returncode == 0, full.stderr
+        # The helm test under gRPC mTLS (tls.clientAuth): REST only, /healthz and /readyz, and the Recommend.
+        rest = subprocess.run(
+            [*health, "--mode=rest", "--recommend"],
+            env=check_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert rest.returncode == 0, rest.stderr
         # Nothing written into the (read-only) install; scratch holds only the ready file.
         assert not list(prefix.rglob("*.tmp"))
         assert sorted(p.name for p in scratch.iterdir() if not p.name.startswith(".")) == ["ready.json"]

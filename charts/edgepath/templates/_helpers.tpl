@@ -94,12 +94,49 @@ helm lint and Argo CD `lookup` returns an empty map. */}}
 {{- if (lookup "v1" "Secret" .Release.Namespace "") }}true{{- end }}
 {{- end }}
 
-{{/* Refuse to generate a key (call with (list . "what")) where it could not be kept across renders. */}}
-{{- define "edgepath.requireStableGeneration" -}}
+{{/* The refusal to generate keys (call with (list . "what" ...)) where they could not be kept across renders;
+empty when generating is fine (a cluster to read them back from, or renderWithoutCluster=generate). */}}
+{{- define "edgepath.generationRefusal" -}}
 {{- $ctx := index . 0 }}
-{{- if and (ne $ctx.Values.secrets.renderWithoutCluster "generate") (not (include "edgepath.clusterReachable" $ctx)) }}
-{{- fail (printf "refusing to generate %s without a cluster: helm template, helm lint and Argo CD cannot read the previous value back (lookup returns nothing), so it would change on every render. Give it in values or an existing Secret (secrets.existingSecret, tls.existingSecret, redis.auth.existingSecret — the GitOps path), or set secrets.renderWithoutCluster=generate for a throwaway render" (index . 1)) }}
+{{- $what := rest . }}
+{{- if and $what (ne $ctx.Values.secrets.renderWithoutCluster "generate") (not (include "edgepath.clusterReachable" $ctx)) }}
+{{- $n := len $what }}
+{{- $names := ternary (first $what) (printf "%s and %s" (initial $what | join ", ") (last $what)) (eq $n 1) }}
+{{- if eq $n 1 }}
+{{- printf "refusing to generate %s without a cluster: helm template, helm lint and Argo CD cannot read the previous value back (lookup returns nothing), so it would change on every render. Give it in values or an existing Secret (secrets.existingSecret, tls.existingSecret, redis.auth.existingSecret — the GitOps path), or set secrets.renderWithoutCluster=generate for a throwaway render" $names }}
+{{- else }}
+{{- printf "refusing to generate %s without a cluster: helm template, helm lint and Argo CD cannot read the previous values back (lookup returns nothing), so they would change on every render. Give them in values or existing Secrets (secrets.existingSecret, tls.existingSecret, redis.auth.existingSecret — the GitOps path), or set secrets.renderWithoutCluster=generate for a throwaway render" $names }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Refuse to generate a key (call with (list . "what")) where it could not be kept across renders. The
+templates that generate call edgepath.validate first, which names every such key at once; this is a backstop. */}}
+{{- define "edgepath.requireStableGeneration" -}}
+{{- with (include "edgepath.generationRefusal" .) }}
+{{- fail . }}
+{{- end }}
+{{- end }}
+
+{{/* What the chart would generate (call with .): the keys secret.yaml and tls-secret.yaml make up when neither
+values nor an existing Secret give them, as edgepath.generationRefusal names them. */}}
+{{- define "edgepath.keysToGenerate" -}}
+{{- $what := list }}
+{{- if not .Values.secrets.existingSecret }}
+{{- if not .Values.secrets.hmacKey }}
+{{- $what = append $what "the model-snapshot HMAC key (secrets.hmacKey)" }}
+{{- end }}
+{{- if not (or .Values.secrets.jwtKey .Values.secrets.tokensJson .Values.tls.clientAuth) }}
+{{- $what = append $what "the device JWT key (secrets.jwtKey)" }}
+{{- end }}
+{{- if and (include "edgepath.redisAuth" .) (not .Values.redis.auth.existingSecret) (not .Values.redis.auth.password) }}
+{{- $what = append $what "the Redis password (redis.auth.password)" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- $what = append $what "the TLS CA and server certificate (tls.existingSecret)" }}
+{{- end }}
+{{- toJson $what }}
 {{- end }}
 
 {{/* True (non-empty) when the chart's Redis runs with requirepass. */}}
@@ -176,29 +213,40 @@ seccompProfile:
   type: RuntimeDefault
 {{- end }}
 
-{{/* Refuse value combinations that cannot work, with a clear message. */}}
+{{/* Refuse value combinations that cannot work, and keys that would be generated where they cannot be kept:
+one message naming every problem, each in its own words (not one per render). Called by every template that
+could otherwise fail first (configmap.yaml, secret.yaml, tls-secret.yaml). */}}
 {{- define "edgepath.validate" -}}
+{{- $problems := list }}
 {{- if not (include "edgepath.sharedStore" .) }}
 {{- if .Values.trainer.enabled }}
-{{- fail "trainer.enabled needs a shared store: set redis.enabled=true or redis.url (the in-process store trains inside the one replica)" }}
+{{- $problems = append $problems "trainer.enabled needs a shared store: set redis.enabled=true or redis.url (the in-process store trains inside the one replica)" }}
 {{- end }}
 {{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
-{{- fail "more than one replica needs a shared store: set redis.enabled=true or redis.url, or replicaCount=1 and autoscaling.enabled=false" }}
+{{- $problems = append $problems "more than one replica needs a shared store: set redis.enabled=true or redis.url, or replicaCount=1 and autoscaling.enabled=false" }}
 {{- end }}
 {{- end }}
 {{- if and .Values.redis.enabled .Values.redis.url }}
-{{- fail "set either redis.enabled (the chart's Redis) or redis.url (an existing Redis), not both" }}
+{{- $problems = append $problems "set either redis.enabled (the chart's Redis) or redis.url (an existing Redis), not both" }}
 {{- end }}
 {{- if and (eq .Values.settings.profile "prod") (not .Values.tls.enabled) }}
-{{- fail "settings.profile=prod requires tls.enabled=true (the service refuses to start without TLS in prod)" }}
+{{- $problems = append $problems "settings.profile=prod requires tls.enabled=true (the service refuses to start without TLS in prod)" }}
 {{- end }}
 {{- if and .Values.tls.clientAuth (not .Values.tls.enabled) }}
-{{- fail "tls.clientAuth (mTLS) needs tls.enabled=true" }}
+{{- $problems = append $problems "tls.clientAuth (mTLS) needs tls.enabled=true" }}
 {{- end }}
 {{- $d := .Values.drain }}
 {{- $drain := add $d.preStopSleepSeconds $d.readinessDelaySeconds $d.graceSeconds $d.flushSeconds }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (int $drain) }}
-{{- fail (printf "terminationGracePeriodSeconds (%d) is shorter than the drain (preStop + readiness delay + grace + flush = %d s): the kubelet would SIGKILL in-flight calls" (int .Values.terminationGracePeriodSeconds) (int $drain)) }}
+{{- $problems = append $problems (printf "terminationGracePeriodSeconds (%d) is shorter than the drain (preStop + readiness delay + grace + flush = %d s): the kubelet would SIGKILL in-flight calls" (int .Values.terminationGracePeriodSeconds) (int $drain)) }}
+{{- end }}
+{{- with (include "edgepath.generationRefusal" (prepend (include "edgepath.keysToGenerate" . | fromJsonArray) .)) }}
+{{- $problems = append $problems . }}
+{{- end }}
+{{- if eq (len $problems) 1 }}
+{{- fail (first $problems) }}
+{{- else if $problems }}
+{{- fail (printf "%d problems with the values:\n- %s" (len $problems) (join "\n- " $problems)) }}
 {{- end }}
 {{- end }}
 
