@@ -72,7 +72,8 @@ build() {
   rm -f "$constraints"
   install -m 0755 docker/healthcheck.py "$prefix/healthcheck.py"
   # Shipped model artefacts (warm start: EDGEPATH_MODEL_PATH=$prefix/models/<name>). Unsigned (no model.hmac):
-  # profile prod refuses them until signed with the deployment's HMAC key (the chart's settings.modelPath).
+  # profile prod refuses them until signed with the deployment's HMAC key (edgepath sign-model; the chart's
+  # settings.modelPath).
   if [ -d models ]; then
     rm -rf "$prefix/models"
     cp -r models "$prefix/models"

@@ -694,7 +694,7 @@ def test_notes_tell_the_operator_what_the_defaults_leave_to_them(helm_bin: str, 
     warm = _notes(
         helm_bin, tmp_path / "warm", *values_args("defaults"), "--set", "settings.modelPath=/opt/edgepath/models/x"
     )
-    assert "model.hmac" in warm and "train-offline" in warm and "--sign" in warm
+    assert "model.hmac" in warm and "edgepath sign-model models/primary-path-v2 --out" in warm
     dev = _notes(helm_bin, tmp_path / "dev", *values_args("single-replica-dev-values.yaml"))
     assert "model.hmac" not in dev, "the dev profile loads unsigned artefacts"
 

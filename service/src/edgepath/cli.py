@@ -612,6 +612,29 @@ def _sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@app.command("sign-model")
+def sign_model(
+    model: Annotated[Path, typer.Argument(help="Model artefact directory (e.g. models/primary-path-v2)")],
+    out: Annotated[Optional[Path], typer.Option(help="Sign a copy here (default: sign the artefact in place)")] = None,
+) -> None:
+    """Sign a model artefact with EDGEPATH_HMAC_KEY (writes model.hmac) so profile prod can warm-start from it.
+
+    The artefact's SHA256SUMS is checked first; the signed artefact is verified with the key. Use the key the
+    deciders and the trainer get (the chart's hmac-key Secret). Exits 2 naming the problem when the key is unset or
+    the artefact is missing or corrupted.
+    """
+    from edgepath.training.artefact import ArtefactError, sign_artefact
+
+    key = os.environ.get("EDGEPATH_HMAC_KEY", "").encode()
+    if not key:
+        raise typer.BadParameter("EDGEPATH_HMAC_KEY is not set: export the release's model-signing key first")
+    try:
+        signed = sign_artefact(model, key, out)
+    except ArtefactError as exc:
+        raise typer.BadParameter(str(exc), param_hint="MODEL") from exc
+    typer.echo(f"signed {signed} (model.hmac)")
+
+
 @app.command("train-offline")
 def train_offline_cmd(
     ctx: typer.Context,

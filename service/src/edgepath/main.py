@@ -236,8 +236,13 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
         directory = Path(settings.model_path)
         directory = directory.parent if directory.is_file() else directory
         signed = (directory / HMAC_FILE).is_file()
-        if settings.profile == "prod" and not (key and signed):
-            raise ArtefactError("profile prod loads only HMAC-signed model artefacts (set EDGEPATH_HMAC_KEY)")
+        if settings.profile == "prod" and not key:
+            raise ArtefactError("profile prod loads only HMAC-signed model artefacts: set EDGEPATH_HMAC_KEY")
+        if settings.profile == "prod" and not signed:
+            raise ArtefactError(
+                f"profile prod loads only HMAC-signed model artefacts and {directory} has no {HMAC_FILE}: sign a copy "
+                f"with this release's key, EDGEPATH_HMAC_KEY=… edgepath sign-model {directory} --out SIGNED_DIR"
+            )
         bandit = load_artefact(directory, key if (key and signed) else None).bandit
         if bandit.policy_name != settings.policy:
             log.warning("model %s was trained for policy %s; serving it as such", directory, bandit.policy_name)

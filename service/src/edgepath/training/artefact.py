@@ -14,7 +14,9 @@ compares with ``SHA256SUMS`` (and, when a key is given, checks ``model.hmac``
 with :func:`hmac.compare_digest`) and only then unpickles. A checksum detects
 corruption (truncated copy, bit rot, a hand edit); it does not authenticate:
 whoever can write the directory can rewrite the sums. Authenticity needs the
-HMAC key (``EDGEPATH_MODEL_HMAC_KEY`` / ``--model-hmac-key``).
+HMAC key (``EDGEPATH_HMAC_KEY``): ``edgepath train-offline --sign`` signs what it trains, and
+``edgepath sign-model`` (:func:`sign_artefact`) signs an artefact already written, e.g. a shipped one, so the
+``prod`` profile (which loads only signed artefacts) can warm-start from it.
 
 Check it by hand with ``cd models/primary-path-v1 && sha256sum -c SHA256SUMS``.
 """
@@ -25,6 +27,7 @@ import hashlib
 import hmac
 import json
 import pickle
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +137,32 @@ def verify_artefact(path: Path | str, hmac_key: bytes | None = None) -> Path:
         if not hmac.compare_digest(sig_path.read_text().strip(), want):
             raise ArtefactError(f"model artefact {directory}: HMAC signature does not match; refusing to load it")
     return directory
+
+
+def sign_artefact(path: Path | str, hmac_key: bytes, out: Path | str | None = None) -> Path:
+    """Sign an artefact with ``hmac_key`` (``model.hmac``: hex HMAC-SHA256 of ``model.pkl``, as
+    :func:`save_artefact` writes it); returns the signed directory.
+
+    The artefact's ``SHA256SUMS`` is checked first: a corrupted model is never signed. With ``out`` the artefact's
+    files are copied there and the copy is signed (a shipped model stays as it is); without it, in place. The
+    result is verified with the key before it is returned.
+
+    Raises
+    ------
+    ArtefactError
+        When ``hmac_key`` is empty, or the artefact is missing or corrupted (naming the file).
+    """
+    if not hmac_key:
+        raise ArtefactError("signing a model artefact needs an HMAC key (EDGEPATH_HMAC_KEY)")
+    directory = verify_artefact(path)
+    target = directory if out is None else Path(out)
+    if target.resolve() != directory.resolve():
+        target.mkdir(parents=True, exist_ok=True)
+        for name in (MODEL_FILE, CARD_JSON, CARD_MD, SUMS_FILE):
+            if (directory / name).is_file():
+                shutil.copy2(directory / name, target / name)
+    (target / HMAC_FILE).write_text(_hmac((target / MODEL_FILE).read_bytes(), hmac_key) + "\n")
+    return verify_artefact(target, hmac_key)
 
 
 def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
