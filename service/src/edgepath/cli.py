@@ -93,8 +93,9 @@ def serve(
         Optional[bool],
         typer.Option(
             "--trainer/--no-trainer",
-            help="Train in this process (default: yes with memory://, where --no-trainer serves a fixed model and "
-            "keeps no outcomes for training; with redis:// compete for the trainer lock)",
+            help="Train in this process. Default: yes with memory:// (--no-trainer serves a fixed model and keeps no "
+            "outcomes for training); no with redis://, where `edgepath train` trains and --trainer makes this "
+            "replica compete for the store's trainer lock",
         ),
     ] = None,
     profile: Annotated[

@@ -520,7 +520,7 @@ class Settings(BaseSettings):
 
     # --- warm start (issue 8): see edgepath.training.artefact ---
     model_path: Path | None = Field(
-        None, description="Offline-trained primary-path artefact (models/primary-path-v1) to start from"
+        None, description="Offline-trained primary-path artefact (models/primary-path-v2) to start from"
     )
     # --- end warm start ---
 
