@@ -50,11 +50,13 @@ def shared_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def serve(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+def serve(
+    *args: str, timeout_s: float = 60.0, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``edgepath serve ARGS`` on 127.0.0.1 as a process of its own (stderr not a terminal: plain errors). One that
     is still running after ``timeout_s`` (it started instead of refusing) is killed with its process group (its
     ``--workers`` too) and fails the test."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPATH_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPATH_")} | (env_extra or {})
     argv = [str(EDGEPATH), "serve", "--host", "127.0.0.1", *args]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                           start_new_session=True) as proc:  # fmt: skip
@@ -106,6 +108,18 @@ def test_serve_refuses_a_grpc_port_even_when_its_listener_allows_sharing() -> No
 
 def test_serve_on_a_busy_http_port_is_one_line_and_exit_2(busy_port: int) -> None:
     refused(serve("--grpc-port", "0", "--http-port", str(busy_port)), "HTTP", busy_port)
+
+
+def test_serve_on_a_busy_metrics_port_is_one_line_and_exit_2(busy_port: int) -> None:
+    """``metrics_port`` starts after both servers: a port in use there gave ~75 lines of tracebacks and exit 1."""
+    out = serve("--grpc-port", "0", "--http-port", "0", env_extra={"EDGEPATH_METRICS_PORT": str(busy_port)})
+    assert out.returncode == 2, out.stderr
+    errors = [line for line in out.stderr.splitlines() if line.startswith("Error: ")]
+    assert errors == [
+        f"Error: Invalid value: metrics port {busy_port} on 127.0.0.1 is in use (another process listens on it): "
+        "stop that process or choose another metrics_port (EDGEPATH_METRICS_PORT)"
+    ], out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_workers_refuse_ports_another_worker_group_listens_on(shared_port: int) -> None:

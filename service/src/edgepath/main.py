@@ -106,7 +106,7 @@ class PortUnavailable(Exception):
 
     def __init__(self, server: str, host: str, port: int, cause: OSError) -> None:
         self.server, self.host, self.port, self.cause = server, host, port, cause
-        option = "--grpc-port" if server == "gRPC" else "--http-port"
+        option = {"gRPC": "--grpc-port", "HTTP": "--http-port"}.get(server, "metrics_port (EDGEPATH_METRICS_PORT)")
         if cause.errno == errno.EADDRINUSE:
             reason = f"is in use (another process listens on it): stop that process or choose another {option}"
         else:
@@ -167,7 +167,7 @@ def check_port_free(server: str, host: str, port: int) -> None:
     Raises
     ------
     PortUnavailable
-        Naming ``server`` ("gRPC" or "HTTP"), the host and the port.
+        Naming ``server`` ("gRPC", "HTTP" or "metrics"), the host and the port.
     """
     if not port:
         return
@@ -457,6 +457,8 @@ class Service:
         # same gRPC port start, and the kernel then split the calls between two services, each with its own state.
         if not self.reuse_port:
             check_port_free("gRPC", s.host, s.grpc_port)
+        if s.metrics_port:  # started last, after both servers: a port in use would surface as tracebacks then
+            check_port_free("metrics", s.host, s.metrics_port)
         try:  # bound here and handed to uvicorn: a port in use is an OSError now, not uvicorn's exit later
             http_socket = listening_socket(s.host, s.http_port, reuse_port=self.reuse_port)
         except OSError as exc:
