@@ -35,6 +35,13 @@ At least once to the trainer, exactly once into the model
     (:mod:`edgepath.training.snapshots`), so a crash either loses the refit *and* keeps the entries
     pending, or keeps both: no outcome is lost and none is counted twice.
 
+A Redis that comes back empty
+    A Redis restarted without its data (``--save ''``, no append-only file) has neither the stream nor the
+    group. The group is created once per store object, so every stream command of the trainer would then fail
+    (``XREADGROUP``, ``XAUTOCLAIM``, ``XPENDING``: ``NOGROUP``; ``XINFO CONSUMERS``: ``no such key``). Each of
+    them recreates the group (``XGROUP CREATE … 0 MKSTREAM``: what the replicas appended since is read too),
+    logs one warning and is retried once (:meth:`RedisStore._with_group`).
+
 Degraded mode (Redis unreachable)
 ---------------------------------
 The first command that fails with a connection error or times out (``socket_timeout_s``) switches the
@@ -69,7 +76,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -109,6 +116,17 @@ log = logging.getLogger(__name__)
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
 GROUP = "trainers"
+
+T = TypeVar("T")
+
+
+def group_missing(exc: ResponseError) -> bool:
+    """True when ``exc`` says the outcome stream or its consumer group does not exist: ``NOGROUP …`` (``XREADGROUP``,
+    ``XAUTOCLAIM``, ``XPENDING``, ``XINFO`` on a stream without the group) or ``no such key`` (``XINFO CONSUMERS`` on a
+    missing stream), as a Redis that restarted without its data answers."""
+    text = str(exc)
+    return text.startswith("NOGROUP") or text.lower().startswith("no such key")
+
 
 # KEYS: decision, marker, stream, decision log; ARGV: marker ttl (ms), outcome JSON, and optionally the decision-log
 # entry's JSON, the log's approximate maximum length and its approximate minimum id (the retention cut-off): a NEW
@@ -263,6 +281,7 @@ class RedisStore:
             self._replay(self._journal.adopt_orphans())
 
         self._group_ready = False
+        self.group_recreations = 0  # consumer groups recreated after Redis came back empty
         self._inflight: set[str] = set()
         self._pending_cursor: dict[str, str] = {}
         self._autoclaim_cursor = "0-0"
@@ -523,6 +542,42 @@ class RedisStore:
                 raise
         self._group_ready = True
 
+    def _group_lost(self, exc: ResponseError) -> None:
+        """Redis has no outcome stream or no consumer group (it came back empty): forget what this process knew of
+        them (the group, its pending cursors, the entries in flight: none of them exists any more)."""
+        log.warning(
+            "outcome stream %s has no consumer group %s (%s): the state store came back empty (restarted without "
+            "its data?); recreating the group",
+            self.stream,
+            GROUP,
+            exc,
+        )
+        self.group_recreations += 1
+        self._group_ready = False
+        self.forget_inflight()
+
+    async def _with_group(self, command: Callable[[], Awaitable[T]]) -> T:
+        """``await command()`` (stream commands on the group) with the group in place: created first if this store
+        has not done so, and recreated, then ``command`` retried once, when Redis answers that the stream or the group
+        does not exist (:func:`group_missing`).
+
+        Raises
+        ------
+        redis.exceptions.ResponseError
+            Another error of a command, or the group missing again on the retry.
+        redis.exceptions.ConnectionError, redis.exceptions.TimeoutError
+            When Redis is unreachable.
+        """
+        await self._ensure_group()
+        try:
+            return await command()
+        except ResponseError as exc:
+            if not group_missing(exc):
+                raise
+            self._group_lost(exc)
+        await self._ensure_group()
+        return await command()
+
     async def _decode_entries(self, entries: list[Any]) -> list[tuple[str, OutcomeRecord]]:
         out: list[tuple[str, OutcomeRecord]] = []
         poison: list[str] = []
@@ -547,12 +602,18 @@ class RedisStore:
     async def read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
         """Own pending entries first (after a restart), then reclaimed ones (XAUTOCLAIM), then new ones.
 
+        A Redis that came back empty gets its consumer group again (one warning) and is read from its first entry.
+
         Raises
         ------
         redis.exceptions.ConnectionError, redis.exceptions.TimeoutError
             When Redis is unreachable (the trainer retries; nothing is acknowledged).
+        redis.exceptions.ResponseError
+            Any other error reply (the group missing again right after it was recreated included).
         """
-        await self._ensure_group()
+        return await self._with_group(lambda: self._read_outcomes(consumer, count, block_ms))
+
+    async def _read_outcomes(self, consumer: str, count: int, block_ms: int) -> list[tuple[str, OutcomeRecord]]:
         cursor = self._pending_cursor.get(consumer, "0")
         if cursor != "done":
             resp: Any = await self._reader.xreadgroup(GROUP, consumer, {self.stream: cursor}, count=count)
@@ -614,9 +675,19 @@ class RedisStore:
         """Delete consumers (other than ``keep``) with nothing pending, idle longer than ``claim_idle_ms``.
 
         Dead trainers leave their names in the group; their pending entries are reclaimed first
-        (``XAUTOCLAIM``), after which this removes the empty names. Returns how many were deleted.
+        (``XAUTOCLAIM``), after which this removes the empty names. Returns how many were deleted. A Redis that
+        came back empty gets its consumer group again (one warning; nothing to prune then).
+
+        Raises
+        ------
+        redis.exceptions.ConnectionError, redis.exceptions.TimeoutError
+            When Redis is unreachable.
+        redis.exceptions.ResponseError
+            Any other error reply.
         """
-        await self._ensure_group()
+        return await self._with_group(lambda: self._prune_consumers(keep))
+
+    async def _prune_consumers(self, keep: str) -> int:
         deleted = 0
         for info in await self.redis.xinfo_consumers(self.stream, GROUP):
             name = info["name"].decode() if isinstance(info["name"], bytes) else str(info["name"])
@@ -626,9 +697,9 @@ class RedisStore:
         return deleted
 
     async def pending_count(self) -> int:
-        """Outcomes delivered to some consumer and not yet acknowledged."""
-        await self._ensure_group()
-        info = await self.redis.xpending(self.stream, GROUP)
+        """Outcomes delivered to some consumer and not yet acknowledged (0 after Redis came back empty: the group is
+        recreated). Raises as :meth:`prune_consumers`."""
+        info: Any = await self._with_group(lambda: self.redis.xpending(self.stream, GROUP))
         return int(info["pending"])
 
     async def stream_length(self) -> int:

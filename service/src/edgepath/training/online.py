@@ -48,6 +48,90 @@ class PublishConflictError(Exception):
     """The shared model moved past this trainer's version; nothing was published or acknowledged."""
 
 
+#: Seconds between two log lines of a :class:`FailureLog` while its operation keeps failing.
+FAILURE_LOG_EVERY_S = 5.0
+
+
+class FailureLog:
+    """The log of an operation retried in a loop (a trainer step, a trainer term), without a flood while it fails.
+
+    A store outage made the trainer log a ~57-line traceback per second. With this log the first failure of a run
+    of failures is logged at ERROR with its traceback; each later one adds to a count, logged as one ERROR line
+    without a traceback at most once every ``every_s`` (the failures so far, for how long, the last error); the
+    first success after failures logs one INFO line and starts over. Only the :mod:`logging` module's own calls
+    (``exc_info``): no handler or filter is installed, so what the process's logging configuration does with the
+    records (JSON logs, levels) is unchanged.
+
+    Parameters
+    ----------
+    logger:
+        Where the lines go.
+    what:
+        The operation, as the lines name it (``"trainer step"``).
+    every_s:
+        At most one line per this many seconds while the failures go on (≥ 0, finite; 0: a line per failure,
+        still without the traceback after the first).
+    clock:
+        Monotonic seconds (``time.monotonic``).
+
+    Raises
+    ------
+    ValueError
+        ``every_s`` negative or not finite.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        what: str,
+        every_s: float = FAILURE_LOG_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not (math.isfinite(every_s) and every_s >= 0.0):
+            raise ValueError("every_s must be finite and >= 0")
+        self.logger = logger
+        self.what = what
+        self.every_s = every_s
+        self.clock = clock
+        self.failures = 0  # in the current run of failures (0: the last attempt succeeded)
+        self.total_failures = 0  # over the log's life
+        self._first_at = 0.0
+        self._logged_at = 0.0
+
+    @property
+    def failing(self) -> bool:
+        """True between a failure and the next success."""
+        return self.failures > 0
+
+    def failed(self, exc: BaseException, consequence: str) -> None:
+        """Record a failure with ``exc``; ``consequence`` (what happens now, e.g. ``"keeping model version 3"``)
+        ends its line. Logs the first of a run with its traceback, later ones as a throttled one-line count."""
+        now = self.clock()
+        self.failures += 1
+        self.total_failures += 1
+        if self.failures == 1:
+            self._first_at = self._logged_at = now
+            self.logger.error("%s failed; %s", self.what, consequence, exc_info=exc)
+        elif now - self._logged_at >= self.every_s:
+            self._logged_at = now
+            self.logger.error(
+                "%s still failing: %d failures in %.1f s (last: %r); %s",
+                self.what,
+                self.failures,
+                now - self._first_at,
+                exc,
+                consequence,
+            )
+
+    def succeeded(self) -> None:
+        """Record a success: after failures, one INFO line (how many, for how long); otherwise nothing."""
+        if self.failures:
+            self.logger.info(
+                "%s works again after %d failures in %.1f s", self.what, self.failures, self.clock() - self._first_at
+            )
+            self.failures = 0
+
+
 #: ``publisher(model, version, entry_ids) -> version``: publish and acknowledge atomically.
 Publisher = Callable[[PrimaryPathBandit, int, list[str]], Awaitable[int]]
 
@@ -279,11 +363,17 @@ class OnlineTrainer:
         snapshots one load; the model lags its outcomes by up to the interval more.
     clock:
         Monotonic seconds (``time.monotonic``), for the interval.
+    retry_s:
+        After a failed step (store unreachable, ...) the loop started by :meth:`start` waits this long, s, and
+        steps again, with the last model serving meanwhile (> 0, finite). The failures are logged by
+        :attr:`failures` (a :class:`FailureLog`: the first with its traceback, then a count every few seconds,
+        one line when a step succeeds again).
 
     Raises
     ------
     ValueError
-        ``batch_size`` or ``catch_up_batches`` below 1, or ``min_publish_interval_s`` negative or not finite.
+        ``batch_size`` or ``catch_up_batches`` below 1, ``min_publish_interval_s`` negative or not finite, or
+        ``retry_s`` not positive and finite.
     """
 
     def __init__(
@@ -297,6 +387,7 @@ class OnlineTrainer:
         catch_up_batches: int = 20,
         min_publish_interval_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        retry_s: float = 1.0,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -304,6 +395,10 @@ class OnlineTrainer:
             raise ValueError("catch_up_batches must be >= 1")
         if not (math.isfinite(min_publish_interval_s) and min_publish_interval_s >= 0.0):
             raise ValueError("min_publish_interval_s must be finite and >= 0")
+        if not (math.isfinite(retry_s) and retry_s > 0.0):
+            raise ValueError("retry_s must be finite and > 0")
+        self.retry_s = retry_s
+        self.failures = FailureLog(log, "trainer step")
         self.catch_up_batches = catch_up_batches
         self.min_publish_interval_s = min_publish_interval_s
         self.clock = clock
@@ -337,9 +432,12 @@ class OnlineTrainer:
                 await self.step(block_ms=1000)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # keep serving with the last model; retry next round
-                log.exception("trainer step failed; keeping model version %d", self.registry.current.version)
-                await asyncio.sleep(1.0)
+            except Exception as exc:  # keep serving with the last model; retry next round
+                self.failures.failed(exc, f"keeping model version {self.registry.current.version}")
+                # Pacing of the retry while the store fails (a service loop, not a test wait).
+                await asyncio.sleep(self.retry_s)
+            else:
+                self.failures.succeeded()
 
     async def step(self, block_ms: int = 0) -> bool:
         """Read outcomes and refit if a full batch is buffered (with the batches already waiting behind it, up to

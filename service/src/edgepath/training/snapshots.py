@@ -30,6 +30,13 @@ Hot swap
 :class:`SnapshotFollower` (in every replica) subscribes to the channel's notifications and, on one — or every
 ``poll_s`` as a fallback if a message was missed — compares the stored version with the serving one
 and loads a newer snapshot (verify, unpickle in a worker thread, swap the registry reference).
+
+A store that went back
+----------------------
+The stored version only goes up (the publication script's fencing check), so a stored version below one the
+store held before means the store lost its data (a Redis restarted without persistence). The follower then
+logs one warning naming both versions and puts the snapshot it serves back into the store, as the trainer
+signed it (:meth:`SnapshotFollower.check` explains why).
 """
 
 from __future__ import annotations
@@ -99,9 +106,13 @@ def loads_verified(key: bytes, version: int, meta: bytes, blob: bytes, signature
 
 @dataclass(frozen=True)
 class LoadedSnapshot:
+    """A verified, unpickled snapshot; ``record`` is the stored record it came from (signature verified), which
+    :meth:`SnapshotStore.restore` can store again unchanged."""
+
     version: int
     model: PrimaryPathBandit
     meta: dict[str, Any]
+    record: SnapshotRecord | None = None
 
 
 class SnapshotStore:
@@ -165,13 +176,26 @@ class SnapshotStore:
             model = await asyncio.to_thread(loads_verified, self.key, version, meta, record.blob, record.signature)
             if not isinstance(model, PrimaryPathBandit):
                 raise SnapshotRejectedError("wrong_type", f"model snapshot v{version} is a {type(model).__name__}")
-            return LoadedSnapshot(version, model, json.loads(meta))
+            return LoadedSnapshot(version, model, json.loads(meta), record)
         except SnapshotRejectedError as exc:
             self._reject(exc.reason, str(exc))
             raise
         except Exception as exc:  # signed but not loadable here (e.g. incompatible library versions)
             self._reject("unreadable", f"model snapshot unreadable: {exc!r}")
             raise SnapshotRejectedError("unreadable", str(exc)) from exc
+
+    async def restore(self, record: SnapshotRecord) -> bool:
+        """Store ``record`` again exactly as it was stored and signed (one :meth:`load` returned, with its signature
+        verified: nothing is signed here), if its version is above the stored one; acknowledges nothing. Returns True
+        when it was stored, False when the store already holds that version or a newer one (nothing changed).
+
+        Raises
+        ------
+        edgepath.state.backend.StoreUnreachable
+            The store cannot be reached.
+        """
+        published, _ = await self.channel.publish(record, [])
+        return published
 
     def _reject(self, reason: str, message: str) -> None:
         log.error("refusing model snapshot (%s): %s", reason, message)
@@ -196,7 +220,12 @@ class SnapshotFollower:
         self.poll_s = poll_s
         self.swaps = 0
         self.last_swap_delay_s: float | None = None
+        self.store_resets = 0  # times the stored version was seen going back below this replica's
+        self.restores = 0  # snapshots this follower put back into a store that had lost them
         self._rejected_version = -1
+        self._store_seen = 0  # the highest version seen stored
+        self._serving_record: SnapshotRecord | None = None  # the stored record of the snapshot last swapped in
+        self._reset_warned = False  # warned about the store being below this replica (until it is not any more)
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
 
@@ -215,9 +244,39 @@ class SnapshotFollower:
             await stop_task(task)  # re-sends a cancellation that redis-py's wait_for may drop (edgepath.tasks)
 
     async def check(self) -> bool:
-        """Load and swap in a newer snapshot if one is published. Returns True when it swapped."""
+        """Load and swap in a newer snapshot if one is published. Returns True when it swapped.
+
+        A stored version below this replica's, when the store held a higher one before, is a store that lost its data
+        (versions only go up otherwise). Then this replica logs one WARNING naming both versions (again only after the
+        store has caught up and gone back once more), keeps serving its model, and puts the snapshot it serves back
+        into the store: the very record it loaded, as the trainer signed it (:meth:`SnapshotStore.restore`; nothing is
+        signed here, and the publication's fencing check lets it in only above the stored version).
+
+        Why restore rather than adopt or ignore: adopting the store's lower version would throw away what the model
+        learned before the loss, and a trainer started afresh would number its models below the replicas'. Only
+        ignoring it (the replicas' old behaviour, silent) left replicas serving one model while the store held
+        another, until the store's new line overtook theirs and replaced everything learned before. Restored, the
+        store holds the model the fleet serves again, and a trainer continues from it (a trainer that publishes a
+        lower version after the restore conflicts and re-synchronises to it). The cost: what a trainer trained into a
+        lower version before the restore is dropped from the model, and an operator cannot start a model over by
+        deleting the model keys while replicas that serve the old one run. A replica serving a version it did not load
+        from the store (the trainer role's own publications) has no record to restore: it only warns, and its trainer
+        role republishes the model (:class:`~edgepath.training.leader.TrainerRole`).
+
+        Raises
+        ------
+        edgepath.state.backend.StoreUnreachable
+            The store cannot be reached.
+        """
         latest = await self.snapshots.latest_version()
-        if latest <= self.registry.current.version or latest == self._rejected_version:
+        current = self.registry.current
+        if latest < current.version and latest < self._store_seen:
+            await self._store_went_back(latest, current.version)
+            return False
+        self._store_seen = max(self._store_seen, latest)
+        if latest >= current.version:
+            self._reset_warned = False
+        if latest <= current.version or latest == self._rejected_version:
             return False
         try:
             loaded = await self.snapshots.load()
@@ -229,6 +288,7 @@ class SnapshotFollower:
         # Keep this replica's exploration schedule (decayed ε/p, counters): the trainer's copy decides nothing.
         loaded.model.carry_exploration_from(self.registry.current.model)
         await self.registry.publish(loaded.model, loaded.version)
+        self._serving_record = loaded.record
         self.swaps += 1
         published_at = loaded.meta.get("published_at")
         if isinstance(published_at, int | float):
@@ -237,6 +297,27 @@ class SnapshotFollower:
             "hot-swapped to model version %d (%.3f s after publication)", loaded.version, self.last_swap_delay_s or 0.0
         )
         return True
+
+    async def _store_went_back(self, stored: int, serving: int) -> None:
+        """The store holds ``stored``, below this replica's ``serving`` version and below what it held before: warn
+        once, and restore the serving snapshot's record if this replica has it (see :meth:`check`)."""
+        record = self._serving_record
+        restorable = record is not None and record.version == serving
+        if not self._reset_warned:
+            self._reset_warned = True
+            self.store_resets += 1
+            log.warning(
+                "the state store's model version went back to %d, below version %d served here (the store lost its "
+                "data: a Redis restarted without persistence?); keeping version %d%s",
+                stored,
+                serving,
+                serving,
+                " and storing its snapshot again" if restorable else " until the store's version passes it",
+            )
+        if record is not None and restorable and await self.snapshots.restore(record):
+            self.restores += 1
+            self._store_seen = max(self._store_seen, record.version)
+            log.info("model snapshot version %d stored again", record.version)
 
     async def _run(self) -> None:
         wake_s = min(self.poll_s, 0.5)  # how often the loop looks at the stop flag
