@@ -330,7 +330,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBa
             pipeline_idle_hold_iterations=settings.redis_pipeline_idle_hold_iterations,
         )
         return RedisBackend(store)
-    raise ValueError(f"unknown store URL {url!r}: use memory:// or redis://HOST:PORT/DB")
+    raise ValueError(f"unknown store URL {display_url(url)!r}: use memory:// or redis://HOST:PORT/DB")
 
 
 def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStore:
@@ -543,6 +543,7 @@ class Service:
             self.follower.start()
         if self.trainer_role is not None:
             role_task = asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role")
+            role_task.add_done_callback(self._role_ended)
         if self.exploration is not None:
             background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
@@ -563,6 +564,15 @@ class Service:
             await self._drain(
                 health_servicer, background, role_task, http_server, http_task, grpc_server, metrics_server
             )
+
+    def _role_ended(self, task: asyncio.Task[None]) -> None:
+        """The trainer role's task ended: expected only after :meth:`stop`; otherwise say so at once (this replica
+        no longer trains), not at shutdown (``TrainerRole.run`` ends only when stopped, but nothing else would
+        notice if it did)."""
+        if self._stop.is_set() or task.cancelled():
+            return
+        exc = task.exception()
+        log.error("trainer role ended while serving: this replica no longer trains (%r)", exc, exc_info=exc)
 
     def describe(self) -> str:
         """What this process serves, as its start-up line says it: the ports with their scheme (``https`` with TLS),

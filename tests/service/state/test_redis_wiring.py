@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -158,3 +159,30 @@ def test_a_store_urls_password_never_reaches_a_log_line() -> None:
     )
     assert display_url("redis://redis:6379/0") == "redis://redis:6379/0"
     assert display_url("memory://") == "memory://"
+    store = RedisStore("redis://:s3cret@127.0.0.1:1/0")  # what its degraded / recovered log lines name
+    assert store.url == "redis://:***@127.0.0.1:1/0"
+
+
+def test_a_trainer_role_that_ends_while_serving_is_logged_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """``serve --trainer``: the role's task ending before ``stop()`` means this replica no longer trains; it is
+    said at once at ERROR (an audit found training stopped with nothing logged until SIGTERM)."""
+    svc = Service.build(Settings())
+
+    async def died() -> None:
+        raise RuntimeError("server:ResponseError")
+
+    async def run() -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(died())
+        await asyncio.wait([task])
+        return task
+
+    task = asyncio.run(run())
+    with caplog.at_level(logging.ERROR, logger="edgepath.main"):
+        svc._role_ended(task)
+    assert [r.getMessage() for r in caplog.records] == [
+        "trainer role ended while serving: this replica no longer trains (RuntimeError('server:ResponseError'))"
+    ]
+    caplog.clear()
+    svc.stop()
+    svc._role_ended(task)  # ended because the service stops: nothing to say
+    assert caplog.records == []

@@ -99,6 +99,7 @@ from edgepath.state.base import (
     OutcomeRow,
     PathEstimate,
     ServerScore,
+    display_url,
 )  # PathEstimate, ServerScore: issue 4
 from edgepath.state.codec import (
     TtlIndex,
@@ -237,7 +238,7 @@ class RedisStore:
     ) -> None:
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
-        self.url = url
+        self.url = display_url(url)  # for logs: a password in the URL (the chart composes one) never reaches them
         self.redis: Redis = Redis.from_url(url, socket_timeout=socket_timeout_s, **common)
         # Blocking stream reads need a longer read timeout than ordinary commands.
         self._reader: Redis = Redis.from_url(url, socket_timeout=socket_timeout_s + MAX_BLOCK_MS / 1000, **common)
