@@ -109,6 +109,28 @@ def test_replay_without_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -
     assert info.value.exit_code == 2
 
 
+def test_replay_names_the_missing_extra_before_any_missing_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``edgepath-agent replay`` without the extra: exit 2 naming the extra at once, not ``--service`` missing,
+    then ``--report``, then the extra; ``--help`` still prints the options."""
+    from edgepath_agent import cli
+    from typer.testing import CliRunner
+
+    real = cli.importlib.import_module
+
+    def no_pandas(name: str):
+        if name == "edgepath_agent.replay":
+            raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
+        return real(name)
+
+    monkeypatch.setattr(cli.importlib, "import_module", no_pandas)
+    result = CliRunner().invoke(cli.app, ["replay"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    assert "edgepath-agent[replay]" in result.output and "pandas is not installed" in result.output
+    assert "Missing option" not in result.output
+    helped = CliRunner().invoke(cli.app, ["replay", "--help"], env={"COLUMNS": "200"})
+    assert helped.exit_code == 0 and "--service" in helped.output
+
+
 # --- the wheel, built from a clean clone's files, in a fresh venv --------------------------------------------
 
 

@@ -14,7 +14,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Optional
 
+import click
 import typer
+from typer.core import TyperCommand
 
 app = typer.Typer(
     help="EdgePath device agent.",
@@ -39,6 +41,17 @@ def require_extra(module: str, command: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         typer.echo(f"{command} needs the replay extra ({exc.name} is not installed): {EXTRA_HINT}", err=True)
         raise typer.Exit(2) from exc
+
+
+class NeedsReplayExtra(TyperCommand):
+    """A command of the ``replay`` extra: without the extra, any call but ``--help`` exits 2 naming it before its
+    options are read (a newcomer met each missing option in turn before learning the extra was missing)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not {"--help", "-h"} & set(args):
+            for module in ("edgepath_agent.replay", "tqdm"):
+                require_extra(module, ctx.command_path)
+        return super().parse_args(ctx, args)
 
 
 def settings_error(exc: Exception) -> str:
@@ -73,7 +86,7 @@ def _root(
     """EdgePath device agent: run, status, rollback (and replay with the replay extra)."""
 
 
-@app.command()
+@app.command(cls=NeedsReplayExtra)
 def replay(
     wifi: Annotated[Path, typer.Option(help="WiFi tests CSV (mobilebandwidth format)", exists=True, dir_okay=False)],
     cellular: Annotated[
