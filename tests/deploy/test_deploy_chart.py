@@ -401,6 +401,23 @@ def test_every_pod_of_the_image_pulls_it_as_the_deciders_do(render: Any, value_s
         assert sts["spec"]["template"]["spec"].get("imagePullSecrets") == deciders.get("imagePullSecrets")
 
 
+def test_the_helm_test_pod_goes_where_the_deciders_may(render: Any) -> None:
+    """On a cluster whose nodes are all tainted (or labelled for the edge) the test pod needs the deciders' node
+    selector and tolerations, or it is never scheduled; not their affinity (its anti-affinity to the deciders would
+    keep it off a one-node cluster)."""
+    objects = render(
+        "defaults",
+        "--set", "nodeSelector.edge=mec",
+        "--set", "tolerations[0].key=edge", "--set", "tolerations[0].operator=Exists",
+        "--set", "tolerations[0].effect=NoSchedule",
+    )  # fmt: skip
+    deciders = one(objects, "Deployment", "ep-edgepath")["spec"]["template"]["spec"]
+    test_pod = one(objects, "Pod", "-test")["spec"]
+    assert test_pod["nodeSelector"] == deciders["nodeSelector"] == {"edge": "mec"}
+    assert test_pod["tolerations"] == deciders["tolerations"]
+    assert "affinity" not in test_pod
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
