@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 15.0) -> Any:
+    """Poll the async ``condition`` every 20 ms until it is truthy and return its value; ``TimeoutError`` after
+    ``timeout_s`` (a bound on a wait for a state, never a sleep for timing)."""
+    async with asyncio.timeout(timeout_s):
+        while True:
+            value = await condition()
+            if value:
+                return value
+            await asyncio.sleep(0.02)
 
 
 def wait_until(condition: Callable[[], Any], timeout_s: float, interval_s: float = 0.02, what: str = "") -> Any:

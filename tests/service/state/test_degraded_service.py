@@ -8,7 +8,7 @@ reported meanwhile is buffered and reaches the outcome stream once Redis is back
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from state.redis_helpers import REDIS_SERVER, RedisServer
+from state.redis_helpers import REDIS_SERVER, RedisServer, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -32,15 +32,6 @@ CONTEXT: dict[str, Any] = {
         {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "sinr_db": 8.0, "cqi": 9},
     ],
 }
-
-
-async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 15.0) -> Any:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            value = await condition()
-            if value:
-                return value
-            await asyncio.sleep(0.05)
 
 
 def service_settings(server: RedisServer, tmp_path: Path) -> Settings:

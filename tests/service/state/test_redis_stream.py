@@ -7,8 +7,7 @@ port (connections refused).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +19,9 @@ from edgepath.state.redis import RedisStore
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome
+from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome, wait_for
 
 pytestmark = pytest.mark.redis
-
-
-async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 10.0) -> Any:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            value = await condition()
-            if value:
-                return value
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture

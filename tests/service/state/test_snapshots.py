@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +19,10 @@ from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConfli
 from edgepath.training.snapshots import SnapshotFollower, SnapshotRejectedError, SnapshotStore, dumps, sign
 from edgepath.types import AccessType
 
-from state.redis_helpers import RedisServer, decision, outcome
+from state.redis_helpers import RedisServer, decision, outcome, wait_for
 
 pytestmark = pytest.mark.redis
 KEY = b"test-key-0123456789"
-
-
-async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 10.0) -> Any:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            value = await condition()
-            if value:
-                return value
-            await asyncio.sleep(0.01)
 
 
 def trained_bandit(n: int = 60, seed: int = 0) -> PrimaryPathBandit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from edgepath.state.codec import decode_decision, encode_record, row_outcome
 from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
 
-from state.redis_helpers import decision, outcome
+from state.redis_helpers import decision, outcome, wait_for
 
 KINDS = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
 
@@ -53,15 +53,6 @@ async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     h = Harness(request.param, request)
     yield h
     await h.close()
-
-
-async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 5.0) -> Any:
-    async with asyncio.timeout(timeout_s):
-        while True:
-            value = await condition()
-            if value:
-                return value
-            await asyncio.sleep(0.02)
 
 
 async def test_is_a_state_store(harness: Harness) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +29,11 @@ from edgepath.training.online import FAILURE_LOG_EVERY_S, FailureLog, ModelRegis
 from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
 from edgepath.types import AccessType
 
-from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome
+from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome, wait_for
 
 pytestmark = pytest.mark.redis
 KEY = b"test-key-0123456789"
 EMPTY_STORE = "came back empty"  # the store's one line when it recreates the consumer group
-
-
-async def wait_for(condition: Callable[[], Awaitable[Any]], timeout_s: float = 15.0) -> Any:
-    """Poll the async ``condition`` until it is truthy; ``TimeoutError`` after ``timeout_s``."""
-    async with asyncio.timeout(timeout_s):
-        while True:
-            value = await condition()
-            if value:
-                return value
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture
