@@ -56,7 +56,7 @@ def test_serve_says_which_engines_are_compiled(tmp_path: Path, native: str) -> N
     engines = named or "none, the Python engines decide"
     want = (
         f"compiled engines: {engines}; compiled gRPC request decoding: {wire['request decoding']}; "
-        f"compiled gRPC reply encoding: {wire['reply encoding']})"
+        f"compiled gRPC reply encoding: {wire['reply encoding']}\n"
     )
     assert want in (tmp_path / "serve.log").read_text()
 
