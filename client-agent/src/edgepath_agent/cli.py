@@ -182,12 +182,21 @@ def run(
     """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore).
 
     Exits 2 ("Error: …") on bad settings, a managed interface this device does not have (dry runs
-    too), a missing iperf3 or an unavailable laminar flag; 3 when another manager owns the interfaces.
+    too), a missing iperf3 or ip (iproute2), an unavailable laminar flag, or when the service refuses
+    this device's credentials (after restoring the state, as on SIGTERM); 3 when another manager owns
+    the interfaces.
     """
     from pydantic import ValidationError
 
     from edgepath_agent.collector import parse_interface_map
-    from edgepath_agent.daemon import InterfaceMissing, LaminarUnavailable, load_config, run_daemon
+    from edgepath_agent.daemon import (
+        CredentialsRefused,
+        InterfaceMissing,
+        IpMissing,
+        LaminarUnavailable,
+        load_config,
+        run_daemon,
+    )
     from edgepath_agent.iperf import IperfMissing
     from edgepath_agent.journal_log import setup_logging
     from edgepath_agent.netmanager import NetworkConflict
@@ -219,7 +228,7 @@ def run(
         raise typer.BadParameter(settings_error(exc)) from exc
     try:
         done = run_daemon(cfg, max_steps=steps)
-    except (IperfMissing, LaminarUnavailable, InterfaceMissing) as exc:
+    except (IperfMissing, IpMissing, LaminarUnavailable, InterfaceMissing, CredentialsRefused) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from exc
     except NetworkConflict as exc:
@@ -238,12 +247,15 @@ def status(
 ) -> None:
     """Current recommendation, applied state, service reachability and last outcome of the running agent.
 
-    Exit code 0 when a record exists (and, with --check, a service URL answers), 1 otherwise.
+    Exit code 0 when a record exists and the process that wrote it is still running (and, with
+    --check, a service URL answers); 1 otherwise: no record, the agent that wrote it has exited
+    ("agent: not running (last record by pid N, …)"; with --json, "running": false), or no service
+    URL answers.
     """
     from pydantic import ValidationError
 
     from edgepath_agent.daemon import load_config
-    from edgepath_agent.status import format_status, probe_service, read_status
+    from edgepath_agent.status import format_status, pid_alive, probe_service, read_status
 
     try:
         cfg = load_config(config, status_file=status_file)
@@ -252,8 +264,14 @@ def status(
     path = cfg.status_file
     record = read_status(path) if path is not None else None
     ok = record is not None
+    running = None
     if record is None:
         record = {"service": {"urls": list(cfg.service)}}
+    else:
+        running = pid_alive(record.get("pid"))
+        if running is not None:
+            record["running"] = running
+        ok = running is not False
     if check:  # the running agent's URLs when it wrote a record, else the configured ones
         urls = (record.get("service") or {}).get("urls") or list(cfg.service)
         probes = {url: probe_service(url, timeout_s) for url in urls}
@@ -263,7 +281,7 @@ def status(
         typer.echo(json.dumps(record, indent=2, sort_keys=True))
     else:
         if "updated_unix_ms" in record:
-            typer.echo(format_status(record))
+            typer.echo(format_status(record, running=running))
         else:
             typer.echo(f"agent:          no status record at {path} (is `edgepath-agent run` running?)")
         for url, probe in record.get("service_check", {}).items():
@@ -279,12 +297,23 @@ def rollback(
     netns: Annotated[Optional[str], typer.Option(help="Network namespace the agent worked in")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
 ) -> None:
-    """Restore the network state the journal recorded before the agent's first change."""
+    """Restore the network state the journal recorded before the agent's first change.
+
+    Exit code 0 when restored (or nothing to restore); 1 when a restore step failed (the journal is
+    kept: retry); 2 ("Error: …") when the journal cannot be read (run as the agent's user or root).
+    """
     from edgepath_agent.applier import ApplyError
     from edgepath_agent.daemon import rollback as do_rollback
 
     try:
         steps = do_rollback(journal, netns=netns, dry_run=dry_run)
+    except PermissionError as exc:
+        typer.echo(
+            f"Error: no access to the journal {journal} ({exc.strerror or exc}): run rollback as the agent's "
+            "user (edgepath-agent) or as root",
+            err=True,
+        )
+        raise typer.Exit(2) from exc
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc

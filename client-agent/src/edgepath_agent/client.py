@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import urlparse
+from urllib.parse import ParseResult, urlparse
 
 import grpc
 import httpx
@@ -161,14 +161,34 @@ def connect(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | N
     PermissionError
         The private key file is readable by group/others.
     """
-    parsed = urlparse(url)
+    parsed = check_service_url(url)
     if parsed.scheme in ("grpc", "grpcs"):
-        if not parsed.port:
-            raise ValueError(f"{url!r}: grpc URL needs a port, e.g. grpc://127.0.0.1:50051")
         target = f"{parsed.hostname}:{parsed.port}"
         return GrpcServiceClient(target, timeout_s, credentials, tls=parsed.scheme == "grpcs")
+    return RestServiceClient(url, timeout_s, credentials)
+
+
+def check_service_url(url: str) -> ParseResult:
+    """``url`` parsed, when :func:`connect` can make a client of it (also the check of the ``service`` setting).
+
+    Raises
+    ------
+    ValueError
+        For any scheme but ``grpc``, ``grpcs``, ``http``, ``https``, or a gRPC URL without a port.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme in ("grpc", "grpcs"):
+        try:
+            port = parsed.port
+        except ValueError:  # a port that is not a number or out of range
+            port = None
+        if not parsed.hostname or not port:
+            raise ValueError(f"{url!r}: grpc URL needs HOST:PORT, e.g. grpc://127.0.0.1:50051")
+        return parsed
     if parsed.scheme in ("http", "https"):
-        return RestServiceClient(url, timeout_s, credentials)
+        if not parsed.hostname:
+            raise ValueError(f"{url!r}: needs a host, e.g. http://127.0.0.1:8080")
+        return parsed
     raise ValueError(f"{url!r}: use grpc://, grpcs://, http:// or https://HOST:PORT")
 
 

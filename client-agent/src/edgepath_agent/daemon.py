@@ -38,6 +38,7 @@ import importlib.util
 import ipaddress
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -70,7 +71,7 @@ from edgepath_agent.applier import (
     Journal,
     RejectedRecommendation,
 )
-from edgepath_agent.client import ServiceClient, ServiceError, connect_failover, is_transient
+from edgepath_agent.client import ServiceClient, ServiceError, check_service_url, connect_failover, is_transient
 from edgepath_agent.collector import (
     Collector,
     DiagPathCollector,
@@ -263,6 +264,16 @@ class AgentConfig(BaseSettings):
             parse_target(value)
         return value
 
+    @field_validator("service")
+    @classmethod
+    def _service_urls(cls, value: list[str]) -> list[str]:
+        """Service URLs are checked where they are given, naming the setting: a mistyped scheme (``grcp://``,
+        ``htp://``, none) used to end the daemon with a traceback when it built its client
+        (:func:`~edgepath_agent.client.check_service_url`, the check :func:`~edgepath_agent.client.connect` uses)."""
+        for url in value:
+            check_service_url(url)
+        return value
+
     def credentials(self) -> ClientCredentials | None:
         """TLS/token settings for the service client, ``None`` when none are configured.
 
@@ -284,7 +295,7 @@ class AgentConfig(BaseSettings):
             raise ValueError("give token or token_file, not both")
         token = self.token
         if self.token_file is not None:
-            token = check_key_file(self.token_file).read_text().strip()
+            token = check_key_file(self.token_file, "token_file").read_text().strip()
             if not token:
                 raise ValueError(f"token_file: {self.token_file} is empty")
         return ClientCredentials(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token)
@@ -368,6 +379,15 @@ class StepResult:
     kept_last: bool
     error: str | None = None
     probe_error: str | None = None
+
+
+#: Refusals of who this device is (gRPC status names, HTTP statuses): configuration errors, not worth a retry.
+CREDENTIAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", 401, 403})
+
+
+class CredentialsRefused(RuntimeError):
+    """The service refused this device's credentials (token, certificate or ``device_id``); the message names
+    the refusal and the settings to check. :func:`run_daemon` restores the state as on a normal stop first."""
 
 
 def rx_bytes(ifname: str, sys_class_net: Path = Path("/sys/class/net")) -> int | None:
@@ -593,9 +613,11 @@ class Agent:
 
         Raises
         ------
-        ServiceError
-            When the service refuses the request (not transient; a transient failure keeps the last
-            applied configuration instead).
+        CredentialsRefused
+            When the service refuses this device's credentials (``UNAUTHENTICATED``/``PERMISSION_DENIED``,
+            HTTP 401/403): a configuration error no later step heals. Any other refusal (e.g. ``INVALID_ARGUMENT``
+            for one bad reading) is logged at ERROR and, like a transient failure, keeps the last applied
+            configuration (``kept_last``, ``error``).
         ApplyError
             When applying the recommendation fails (the caller restores the previous state).
         """
@@ -611,8 +633,16 @@ class Agent:
                 rec = self.client.recommend(request)
             except ServiceError as exc:
                 self._service_answered(False, str(exc))
+                self._raise_if_credentials_refused(exc)
                 if not is_transient(exc):
-                    raise
+                    log.error(
+                        "service refused the request (%s): keeping the last applied configuration",
+                        exc,
+                        extra={"error": str(exc)},
+                    )
+                    return StepResult(
+                        request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc)
+                    )
                 log.warning(
                     "service unreachable (%s): keeping the last applied configuration", exc, extra={"error": str(exc)}
                 )
@@ -675,6 +705,14 @@ class Agent:
                 return c.capabilities.current_cc
         return None
 
+    def _raise_if_credentials_refused(self, exc: ServiceError) -> None:
+        """Raise :class:`CredentialsRefused` when ``exc`` is the service refusing who this device is."""
+        if exc.code in CREDENTIAL_CODES:
+            raise CredentialsRefused(
+                f"the service refused this device's credentials ({exc}): check token_file (or token, "
+                f"cert_file/key_file) and device_id ({self.config.device_id!r}; default: the host name)"
+            ) from exc
+
     def _service_answered(self, ok: bool, error: str | None = None) -> None:
         self.service_reachable = ok
         self.service_error = error
@@ -686,6 +724,7 @@ class Agent:
         try:
             ack = self.client.report_outcome(outcome)
         except ServiceError as exc:
+            self._raise_if_credentials_refused(exc)
             if not is_transient(exc):
                 log.error(
                     "outcome for %s refused: %s",
@@ -767,6 +806,7 @@ class Agent:
             try:
                 self.client.report_outcome(outcome)
             except ServiceError as exc:
+                self._raise_if_credentials_refused(exc)
                 if is_transient(exc):
                     break
                 log.error("queued outcome for %s refused: %s", outcome.get("decision_id"), exc)
@@ -776,6 +816,9 @@ class Agent:
 
     def run(self, stop: threading.Event, max_steps: int | None = None) -> int:
         """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done.
+
+        After the last of ``max_steps`` it returns at once (its status record written), without waiting
+        another ``interval_s``.
 
         Under systemd (Type=notify) it reports READY=1 before the first step, a STATUS=
         line after each, and pings the watchdog (WATCHDOG=1) at half of ``WatchdogSec=``
@@ -809,11 +852,17 @@ class Agent:
                     "apply failed, restoring the previous state: %s", exc, extra={"error": str(exc), "step": steps}
                 )
                 self.applier.rollback()
+            except CredentialsRefused:
+                self.write_status()  # `status` shows the refusal (service block) after the agent has exited
+                sd_notify("STOPPING=1")
+                raise
             steps += 1
             self.steps_done = steps
             self.write_status()
             primary = self.applier.last.primary if self.applier.last else "-"
             sd_notify(f"STATUS=step {steps}: primary {primary}, service reachable: {self.service_reachable}")
+            if max_steps is not None and steps >= max_steps:
+                break  # the last step of max_steps: no interval to wait for before stopping
             self._wait(stop, watchdog)
         sd_notify("STOPPING=1")
         return steps
@@ -1025,6 +1074,31 @@ def ensure_sole_manager(config: AgentConfig, bus_address: str | None = None) -> 
     raise NetworkConflict(f"refusing to start: {conflict}")
 
 
+class IpMissing(RuntimeError):
+    """No ``ip`` (iproute2) binary on ``PATH`` where the configured backend or ``netns`` needs it."""
+
+
+def require_ip(config: AgentConfig, which: Callable[[str], str | None] = shutil.which) -> None:
+    """Refuse to start without ``ip`` where the agent runs it: the command and dry-run backends read and change
+    routes and MPTCP endpoints with ``ip`` (a dry run reads the current state with it), and ``netns`` enters the
+    namespace with ``ip netns exec``.
+
+    Raises
+    ------
+    IpMissing
+        Naming iproute2 and the alternative.
+    """
+    if config.backend not in ("command", "dry-run") and config.netns is None:
+        return
+    if which("ip") is not None:
+        return
+    why = f"backend = {config.backend}" if config.backend in ("command", "dry-run") else f"netns = {config.netns}"
+    raise IpMissing(
+        f"{why} runs ip(8) but no ip binary is on PATH: install iproute2 (apt install iproute2, dnf install "
+        "iproute)" + (", or set backend = netlink" if config.backend == "command" and config.netns is None else "")
+    )
+
+
 class InterfaceMissing(ValueError):
     """Managed interfaces that this device (or the network namespace ``netns``) does not have."""
 
@@ -1116,7 +1190,12 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
     InterfaceMissing
         Before touching anything (a dry run too), when a managed interface does not exist on this
         device (:func:`check_interfaces`).
+    IpMissing
+        Before touching anything (a dry run too), when the backend needs ``ip`` and none is on ``PATH``.
+    CredentialsRefused
+        When the service refuses this device's credentials; the state is restored first, as on SIGTERM.
     """
+    require_ip(config)
     ensure_sole_manager(config)
     check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)

@@ -271,15 +271,20 @@ def safe_decision(
     return SafeDecision(primary, weights, cc, address, _steering_plan(rec, own), prioritised)
 
 
-def check_key_file(path: Path | str) -> Path:
-    """``path`` if it is a regular file readable by its owner only; else raise :class:`PermissionError`."""
+def check_key_file(path: Path | str, setting: str = "key_file") -> Path:
+    """``path`` if it is a regular file readable by its owner only; else raise :class:`PermissionError`.
+
+    ``setting``: the setting that names the file (``key_file``, the device's private key; ``token_file``, its
+    bearer token), named in the message.
+    """
     p = Path(path)
+    what = {"key_file": "private key", "token_file": "bearer token"}.get(setting, "secret")
     st = p.stat()
     if not stat.S_ISREG(st.st_mode):
-        raise PermissionError(f"{p}: private key must be a regular file")
+        raise PermissionError(f"{setting} {p}: the {what} must be a regular file")
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise PermissionError(
-            f"{p}: private key is accessible by group/others (mode {st.st_mode & 0o777:o}); chmod 600"
+            f"{setting} {p}: the {what} is accessible by group/others (mode {st.st_mode & 0o777:o}); chmod 600 {p}"
         )
     return p
 

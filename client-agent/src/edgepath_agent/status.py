@@ -117,11 +117,40 @@ def probe_service(url: str, timeout_s: float = 2.0) -> tuple[bool, str]:
     return False, f"unsupported scheme in {url!r}"
 
 
-def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None) -> str:
-    """Human-readable lines for ``record`` (the ``status`` command's default output)."""
+def pid_alive(pid: Any) -> bool | None:
+    """Whether process ``pid`` exists here (``kill(pid, 0)``); ``None`` when ``pid`` is not a process id.
+
+    A process of another user (``PermissionError``) is alive: the agent runs as its own user.
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return None
+    return True
+
+
+def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, running: bool | None = None) -> str:
+    """Human-readable lines for ``record`` (the ``status`` command's default output).
+
+    ``running``: ``False`` when the record's process has exited (:func:`pid_alive`); the first line then says
+    the agent is not running and whose record it is.
+    """
     now_unix_ms = now_ms() if now_unix_ms is None else now_unix_ms
     age_s = (now_unix_ms - int(record.get("updated_unix_ms", now_unix_ms))) / 1000.0
-    lines = [f"agent:          pid {record.get('pid')}, device {record.get('device_id')}, updated {age_s:.0f} s ago"]
+    if running is False:
+        first = (
+            f"agent:          not running (last record by pid {record.get('pid')}, device "
+            f"{record.get('device_id')}, updated {age_s:.0f} s ago)"
+        )
+    else:
+        first = f"agent:          pid {record.get('pid')}, device {record.get('device_id')}, updated {age_s:.0f} s ago"
+    lines = [first]
     svc = record.get("service") or {}
     reach = "reachable" if svc.get("reachable") else "UNREACHABLE"
     lines.append(

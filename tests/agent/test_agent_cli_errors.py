@@ -1,0 +1,296 @@
+"""User-facing failures of `edgepath-agent run`, `status` and `rollback`: one plain ``Error:`` line and a documented
+exit code instead of a traceback (a packager's audit).
+
+Everything runs for real: the command line (typer's CliRunner or a subprocess of the installed script), a real
+service on loopback (with bearer-token authentication where credentials are refused), the dry-run backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edgepath.security.auth import TokenFile
+from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
+from edgepath_agent.cli import app
+from edgepath_agent.client import FailoverClient, connect
+from edgepath_agent.collector import StaticCollector, TraceCollector
+from edgepath_agent.daemon import Agent, AgentConfig, CredentialsRefused
+from edgepath_agent.safety import ClientCredentials
+from pydantic import ValidationError
+from service_harness import running_service
+from typer.testing import CliRunner
+
+AGENT = Path(sys.executable).with_name("edgepath-agent")
+ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
+needs_mptcp = pytest.mark.skipif(
+    not Path("/proc/sys/net/mptcp").is_dir(), reason="the dry run reads `ip mptcp` state: kernel without MPTCP"
+)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _errors(output: str) -> list[str]:
+    return [line for line in _plain(output).splitlines() if line.startswith("Error: ")]
+
+
+def _dry_run(tmp_path: Path, service: str, *extra: str) -> list[str]:
+    return ["run", "--dry-run", "--steps", "1", "--service", service, "--interface", "lo=ETHERNET",
+            "--journal", str(tmp_path / "j.json"), *extra]  # fmt: skip
+
+
+# 1. service URLs are checked where the settings are read
+
+
+@pytest.mark.parametrize("url", ["grcp://127.0.0.1:57051", "htp://127.0.0.1:8080", "127.0.0.1:57051", "grpc://host"])
+def test_run_refuses_a_mistyped_service_url_with_one_error_line(tmp_path: Path, url: str) -> None:
+    """It used to pass the settings and end in ``ValueError`` (traceback, exit 1) when the client was built."""
+    result = CliRunner().invoke(app, _dry_run(tmp_path, url), env=ENV)
+    assert result.exit_code == 2, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "service" in errors[0] and "grpc://" in errors[0], result.output
+    assert "Traceback" not in result.output and not (tmp_path / "j.json").exists()
+    with pytest.raises(ValidationError, match=r"service\n"):
+        AgentConfig(service=["grpc://127.0.0.1:50051", url])
+    assert AgentConfig(service=["grpcs://h:1", "https://h", "http://127.0.0.1:8080"]).service[0] == "grpcs://h:1"
+
+
+# 2. credentials the service refuses end `run` with exit 2; other refusals keep the last configuration
+
+
+@pytest.fixture(scope="module")
+def auth_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
+    tokens = TokenFile(tmp_path_factory.mktemp("tok") / "tokens.json")
+    token = tokens.add("agent-1")
+    with running_service(auth_tokens_file=tokens.path) as svc:
+        yield svc, token
+
+
+@needs_mptcp
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+@pytest.mark.parametrize(
+    ("token", "device", "code"),
+    [(None, "agent-1", "UNAUTHENTICATED"), ("wrong", "agent-1", "UNAUTHENTICATED"), ("good", "other", "PERMISSION")],
+    ids=["no-token", "wrong-token", "other-device"],
+)
+def test_run_exits_2_when_the_service_refuses_the_credentials(
+    auth_service: tuple[Any, str], tmp_path: Path, scheme: str, token: str | None, device: str, code: str
+) -> None:
+    svc, good = auth_service
+    url = svc.grpc_url if scheme == "grpc" else svc.http_url
+    extra = ["--device-id", device]
+    if token is not None:
+        token_file = tmp_path / "token"
+        token_file.write_text((good if token == "good" else token) + "\n")
+        os.chmod(token_file, 0o600)
+        extra += ["--token-file", str(token_file)]
+    status_file = tmp_path / "status.json"
+    env = {**ENV, "EDGEPATH_AGENT_STATUS_FILE": str(status_file), "EDGEPATH_AGENT_ATTEMPTS": "1"}
+    result = CliRunner().invoke(app, _dry_run(tmp_path, url, *extra), env=env)
+    assert result.exit_code == 2, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    assert errors[0].startswith("Error: the service refused this device's credentials (")
+    assert "token_file" in errors[0] and f"device_id ('{device}'" in errors[0], errors[0]
+    if scheme == "grpc":
+        assert code in errors[0]
+    record = json.loads(status_file.read_text())  # written before leaving: `status` shows why
+    assert record["service"]["reachable"] is False and record["service"]["last_error"]
+
+
+ROUTES = NetState(
+    limits=(("add_addr_accepted", 0), ("subflows", 0)),
+    default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0", "10.1.2.1", 200)),
+    sysctls=(("net.ipv4.tcp_congestion_control", "reno"),),
+)
+ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
+RADIO = {"wlan0": {"wifi_rssi_dbm": -80.0, "link_speed_mbps": 6.0}, "wwan0": {"rsrp_dbm": -85.0, "sinr_db": 18.0}}
+
+
+def _agent(url: str, tmp_path: Path, token: str | None) -> tuple[Agent, DryRunBackend, TraceCollector]:
+    config = AgentConfig(
+        device_id="agent-1", service=[url], interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, attempts=1,
+        interval_s=0.01, status_file=tmp_path / "status.json", upstream_check=False,
+    )  # fmt: skip
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(tmp_path / "journal.json"), config.applier_config(), allowed_cc=("reno",))
+    trace = TraceCollector()
+    trace.set(RADIO)
+    creds = ClientCredentials(token=token) if token else None
+    client = FailoverClient([connect(url, 2.0, creds)], attempts=1, backoff_initial_s=0.01)
+    agent = Agent(config, client, applier, [trace, StaticCollector(config.interfaces)], measure=lambda _: None)
+    return agent, backend, trace
+
+
+@pytest.mark.parametrize("scheme", ["grpc", "http"])
+def test_refused_credentials_stop_the_loop_and_close_restores_the_state(
+    auth_service: tuple[Any, str], tmp_path: Path, scheme: str
+) -> None:
+    """A step that changed the state, then the credentials are refused: `run` leaves its loop with
+    :class:`CredentialsRefused` and ``close`` (run_daemon's restore path, as on SIGTERM) restores the state."""
+    svc, good = auth_service
+    url = svc.grpc_url if scheme == "grpc" else svc.http_url
+    agent, backend, _ = _agent(url, tmp_path, good)
+    assert not agent.step().kept_last and backend.state != ROUTES  # the agent changed the (simulated) state
+    agent.client.close()
+    agent.client = FailoverClient([connect(url, 2.0, ClientCredentials(token="revoked"))], attempts=1)
+    try:
+        with pytest.raises(CredentialsRefused, match="refused this device's credentials"):
+            agent.run(threading.Event(), max_steps=5)
+    finally:
+        agent.close()
+    assert backend.state == ROUTES and not (tmp_path / "journal.json").exists()
+
+
+def test_an_invalid_argument_refusal_keeps_the_last_configuration_and_goes_on(
+    service: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad radio reading refused by the service (``INVALID_ARGUMENT``) concerns one context: logged at ERROR,
+    the step keeps the last configuration, and the next step (with a good reading) decides again."""
+    agent, backend, trace = _agent(service.grpc_url, tmp_path, None)
+    try:
+        first = agent.step()
+        assert not first.kept_last
+        state = backend.state
+        trace.set({**RADIO, "wlan0": {**RADIO["wlan0"], "loss": 7.0}})  # a loss ratio > 1: refused by the service
+        with caplog.at_level(logging.ERROR, logger="edgepath_agent.daemon"):
+            refused = agent.step()
+        assert refused.kept_last and refused.error and "INVALID_ARGUMENT" in refused.error
+        assert backend.state == state and refused.applied == first.applied
+        assert any(r.levelno == logging.ERROR and "INVALID_ARGUMENT" in r.getMessage() for r in caplog.records)
+        trace.set(RADIO)
+        assert not agent.step().kept_last
+    finally:
+        agent.close()
+
+
+# 3. no `ip` on PATH
+
+
+def test_run_without_ip_exits_2_naming_iproute2(tmp_path: Path) -> None:
+    """It used to end in ``FileNotFoundError: 'ip'`` (traceback, exit 1), even with ``--dry-run``."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    argv = _dry_run(tmp_path, "grpc://127.0.0.1:9", "--probe-tool", "builtin")
+    result = CliRunner().invoke(app, argv, env={**ENV, "PATH": str(empty)})
+    assert result.exit_code == 2, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "iproute2" in errors[0] and "no ip binary is on PATH" in errors[0], result.output
+    assert not (tmp_path / "j.json").exists()
+
+
+# 4. rollback without access to the journal
+
+
+@contextmanager
+def _without_access(path: Path) -> Iterator[None]:
+    """``path`` unreadable to this process: as root, drop the effective uid to nobody (the real uid stays root,
+    so it comes back); otherwise mode 000."""
+    if os.geteuid() == 0:
+        os.seteuid(65534)
+        try:
+            yield
+        finally:
+            os.seteuid(0)
+    else:
+        os.chmod(path, 0)
+        try:
+            yield
+        finally:
+            os.chmod(path, 0o600)
+
+
+def test_rollback_without_access_to_the_journal_is_one_error_line(tmp_path: Path) -> None:
+    importlib.import_module("edgepath_agent.applier.networkmanager")  # imported before the uid changes
+
+    journal = tmp_path / "journal.json"
+    journal.write_text(json.dumps({"snapshot": None}))
+    os.chmod(journal, 0o600)
+    with _without_access(journal):
+        result = CliRunner().invoke(app, ["rollback", "--journal", str(journal)], env=ENV)
+    assert result.exit_code == 2, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and str(journal) in errors[0] and "agent's user" in errors[0], result.output
+    assert "root" in errors[0] and "Traceback" not in result.output
+
+
+# 5. --steps N exits right after the last step
+
+
+@needs_mptcp
+def test_run_steps_exits_after_the_last_step_without_waiting_an_interval(service: Any, tmp_path: Path) -> None:
+    """With ``--interval-s 3600`` the old loop waited an hour after its one step; the timeout bounds that."""
+    status_file = tmp_path / "status.json"
+    argv = [str(AGENT), *_dry_run(tmp_path, service.http_url, "--interval-s", "3600", "--probe-tool", "builtin")]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "EDGEPATH_AGENT_STATUS_FILE": str(status_file), "EDGEPATH_AGENT_UPSTREAM_CHECK": "false"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stopped after 1 step(s); state restored: True" in done.stdout
+    assert json.loads(status_file.read_text())["step"] == 1
+
+
+# 6. the token file's permission message names the token file
+
+
+def test_a_token_file_readable_by_others_is_named_as_such(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("tok\n")
+    os.chmod(token_file, 0o640)
+    with pytest.raises(PermissionError) as refused:
+        AgentConfig(token_file=token_file).credentials()
+    message = str(refused.value)
+    assert message.startswith(f"token_file {token_file}: the bearer token is accessible by group/others (mode 640)")
+    assert "private key" not in message and message.endswith(f"chmod 600 {token_file}")
+    result = CliRunner().invoke(app, _dry_run(tmp_path, "grpc://127.0.0.1:9", "--token-file", str(token_file)), env=ENV)
+    assert result.exit_code == 2
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "token_file" in errors[0] and "private key" not in errors[0], result.output
+    key = tmp_path / "device.key"
+    key.write_text("key")
+    os.chmod(key, 0o644)
+    cert = tmp_path / "device.crt"
+    cert.write_text("cert")
+    with pytest.raises(PermissionError, match=r"^key_file .*: the private key is accessible"):
+        AgentConfig(cert_file=cert, key_file=key).credentials()
+
+
+# 7. status of an agent that has exited
+
+
+def _record(pid: int) -> dict[str, Any]:
+    return {"updated_unix_ms": 1, "pid": pid, "device_id": "dev-1", "step": 3, "service": {"urls": ["grpc://h:1"]}}
+
+
+def test_status_of_an_agent_that_has_exited_says_not_running_and_exits_1(tmp_path: Path) -> None:
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(exited.stdout)  # reaped: no process has this id (until the kernel reuses it)
+    status_file = tmp_path / "status.json"
+    status_file.write_text(json.dumps(_record(pid)))
+    shown = CliRunner().invoke(app, ["status", "--status-file", str(status_file)], env=ENV)
+    assert shown.exit_code == 1, shown.output
+    first = shown.output.splitlines()[0]
+    assert first.startswith(f"agent:          not running (last record by pid {pid}, device dev-1, updated "), first
+    as_json = CliRunner().invoke(app, ["status", "--status-file", str(status_file), "--json"], env=ENV)
+    assert as_json.exit_code == 1 and json.loads(as_json.output)["running"] is False
+    # A live process (this one) is running: exit 0 as before.
+    status_file.write_text(json.dumps(_record(os.getpid())))
+    shown = CliRunner().invoke(app, ["status", "--status-file", str(status_file)], env=ENV)
+    assert shown.exit_code == 0 and shown.output.startswith(f"agent:          pid {os.getpid()}, device dev-1")
