@@ -279,6 +279,11 @@ class BoostedDirectModel:
     low by 0.008 (15% of the value), the trees' by 0.0002. DR's bias is the product of the reward model's and the
     propensities' errors (Dudík, Langford & Li, ICML 2011, Theorem 1), and its variance grows with the residuals the
     weights multiply (ibid., Theorem 2): a better reward model shrinks what the rare heavy rows must carry.
+
+    Fits and predictions run on one OpenMP thread (threadpoolctl): the trees are the same bit for bit (checked on the
+    test's log), a 6,000-row fit took 0.62 s against 0.86 s on this 2-core machine's every core, and OpenMP's spinning
+    threads on cores that other processes keep busy (an edge node's service, or two test suites at once) made the
+    same fit take over 60 s in one run.
     """
 
     models: tuple[Any, ...]  # per arm: a fitted regressor, or a float (constant prediction)
@@ -286,21 +291,28 @@ class BoostedDirectModel:
     @classmethod
     def fit(cls, log: BanditLog, seed: int = 0) -> BoostedDirectModel:
         from sklearn.ensemble import HistGradientBoostingRegressor
+        from threadpoolctl import threadpool_limits
 
         overall = float(log.reward.mean()) if len(log) else 0.0
         models: list[Any] = []
-        for a in range(len(ARMS)):
-            rows = log.actions == a
-            if rows.sum() < 2:
-                models.append(overall)
-                continue
-            model = HistGradientBoostingRegressor(random_state=seed, early_stopping=False)
-            models.append(model.fit(log.X[rows], log.reward[rows]))
+        with threadpool_limits(limits=1, user_api="openmp"):
+            for a in range(len(ARMS)):
+                rows = log.actions == a
+                if rows.sum() < 2:
+                    models.append(overall)
+                    continue
+                model = HistGradientBoostingRegressor(random_state=seed, early_stopping=False)
+                models.append(model.fit(log.X[rows], log.reward[rows]))
         return cls(tuple(models))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """q̂ ``(n, K)``."""
-        return np.column_stack([np.full(X.shape[0], m) if isinstance(m, float) else m.predict(X) for m in self.models])
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="openmp"):
+            return np.column_stack(
+                [np.full(X.shape[0], m) if isinstance(m, float) else m.predict(X) for m in self.models]
+            )
 
 
 DR_FOLDS = 1
