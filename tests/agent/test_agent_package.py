@@ -92,8 +92,9 @@ def test_runtime_imports_no_replay_dependencies(tmp_path: Path) -> None:
     assert results["status --status-file " + str(tmp_path / "absent.json")][0] == 1  # no agent running: exit 1
 
 
-def test_replay_without_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    import typer
+@pytest.fixture
+def without_replay_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's CLI as installed without the replay extra: importing ``edgepath_agent.replay`` fails on pandas."""
     from edgepath_agent import cli
 
     real = cli.importlib.import_module
@@ -104,25 +105,25 @@ def test_replay_without_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -
         return real(name)
 
     monkeypatch.setattr(cli.importlib, "import_module", no_pandas)
+
+
+@pytest.mark.usefixtures("without_replay_extra")
+def test_replay_without_extra_names_the_extra() -> None:
+    import typer
+    from edgepath_agent import cli
+
     with pytest.raises(typer.Exit) as info:
         cli.require_extra("edgepath_agent.replay", "replay")
     assert info.value.exit_code == 2
 
 
-def test_replay_names_the_missing_extra_before_any_missing_option(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("without_replay_extra")
+def test_replay_names_the_missing_extra_before_any_missing_option() -> None:
     """``edgepath-agent replay`` without the extra: exit 2 naming the extra at once, not ``--service`` missing,
     then ``--report``, then the extra; ``--help`` still prints the options."""
     from edgepath_agent import cli
     from typer.testing import CliRunner
 
-    real = cli.importlib.import_module
-
-    def no_pandas(name: str):
-        if name == "edgepath_agent.replay":
-            raise ModuleNotFoundError("No module named 'pandas'", name="pandas")
-        return real(name)
-
-    monkeypatch.setattr(cli.importlib, "import_module", no_pandas)
     result = CliRunner().invoke(cli.app, ["replay"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
     assert "edgepath-agent[replay]" in result.output and "pandas is not installed" in result.output
