@@ -22,6 +22,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -167,6 +169,32 @@ def build_wheel(src: Path, out: Path) -> Path:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (wheel,) = out.glob("edgepath_agent-*.whl")
     return wheel
+
+
+def test_wheel_and_sdist_carry_the_license(tmp_path: Path) -> None:
+    """The Apache-2.0 text travels with both distributions (``License-File``, PEP 639). Its paths cannot leave
+    client-agent/, so client-agent/LICENSE is a copy of the repository's, which must not drift from it."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout to know what a clean clone holds")
+    text = (ROOT / "LICENSE").read_bytes()
+    src = clean_clone_files(tmp_path / "clone")
+    wheel = build_wheel(src, tmp_path / "dist")
+    info = wheel.name.split("-py3")[0] + ".dist-info"
+    with zipfile.ZipFile(wheel) as whl:
+        assert whl.read(f"{info}/licenses/LICENSE") == text, whl.namelist()
+        assert "License-File: LICENSE" in whl.read(f"{info}/METADATA").decode().splitlines()
+    sdist_argv = [
+        sys.executable,
+        "-c",
+        "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))",
+    ]
+    proc = subprocess.run([*sdist_argv, str(tmp_path / "sdist")], cwd=src, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    name = proc.stdout.split()[-1]
+    with tarfile.open(tmp_path / "sdist" / name) as sdist:
+        member = sdist.extractfile(f"{name.removesuffix('.tar.gz')}/LICENSE")
+        assert member is not None and member.read() == text
+    assert (AGENT / "LICENSE").read_bytes() == text, "client-agent/LICENSE differs from LICENSE: copy it again"
 
 
 def install_into_fresh_venv(wheel: Path, venv: Path) -> str:
