@@ -16,6 +16,7 @@ from edgepath_agent.applier import (
     Applier,
     ApplierConfig,
     ApplyError,
+    CommandBackend,
     DryRunBackend,
     Endpoint,
     Journal,
@@ -242,6 +243,36 @@ def test_dry_run_prints_commands():
     text = out.getvalue()
     assert "would run: ip netns exec dev1 ip -4 route add default via 10.1.2.1 dev wwan0" in text
     assert "ip mptcp endpoint add 10.1.1.2 id 8 dev wlan0 subflow" in text
+
+
+def test_a_dry_run_seeded_from_a_namespace_prints_commands_for_that_namespace():
+    """``run``/``rollback --netns NAME --dry-run`` seed the dry run from a command backend in NAME: the printed
+    commands must carry ``ip netns exec NAME`` too (rollback's printed none; copied, they ran in the wrong
+    namespace). The real namespace: tests/agent/netns/test_agent_dry_run_netns.py."""
+    read: list[list[str]] = []
+    routes = [{"dst": "default", "gateway": "10.1.2.1", "dev": "wwan0", "metric": 10},
+              {"dst": "default", "gateway": "10.1.1.1", "dev": "wlan0", "metric": 20}]  # fmt: skip
+
+    def kernel(argv):  # what `ip`/`sysctl` print in the namespace
+        read.append(list(argv))
+        cmd = " ".join(argv[4:])
+        if "route show default" in cmd:
+            return json.dumps(routes)
+        if "addr show" in cmd:
+            return json.dumps([{"ifname": n, "addr_info": [{"local": a[0]}]} for n, a in ADDRS.items()])
+        return {"ip mptcp limits show": "add_addr_accepted 0 subflows 0", "sysctl -n " + CC_SYSCTL: "reno"}.get(
+            cmd, "[]"
+        )
+
+    out = io.StringIO()
+    backend = DryRunBackend.from_backend(CommandBackend(netns="ep-dev-1", runner=kernel), [CC_SYSCTL], out=out)
+    assert read and all(argv[:4] == ["ip", "netns", "exec", "ep-dev-1"] for argv in read)
+    journal = Journal()
+    journal.snapshot = NetState(default_routes=(WLAN, Route(dev="wwan0", gateway="10.1.2.1", metric=200)))
+    Applier(backend, journal, ApplierConfig(manage_cc=False)).rollback()  # as `rollback --dry-run` does
+    lines = out.getvalue().splitlines()
+    assert lines and all(line.startswith("would run: ip netns exec ep-dev-1 ip -4 route ") for line in lines), lines
+    assert "would run: ip netns exec ep-dev-1 ip -4 route add default via 10.1.1.1 dev wlan0 metric 100" in lines
 
 
 # ---------------------------------------------------------------- ATSSS steering rule (issue 19)

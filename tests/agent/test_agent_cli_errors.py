@@ -26,7 +26,7 @@ from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Ro
 from edgepath_agent.cli import app
 from edgepath_agent.client import FailoverClient, connect
 from edgepath_agent.collector import StaticCollector, TraceCollector
-from edgepath_agent.daemon import Agent, AgentConfig, CredentialsRefused
+from edgepath_agent.daemon import Agent, AgentConfig, CredentialsRefused, unknown_env_settings
 from edgepath_agent.safety import ClientCredentials
 from pydantic import ValidationError
 from service_harness import running_service
@@ -294,3 +294,40 @@ def test_status_of_an_agent_that_has_exited_says_not_running_and_exits_1(tmp_pat
     status_file.write_text(json.dumps(_record(os.getpid())))
     shown = CliRunner().invoke(app, ["status", "--status-file", str(status_file)], env=ENV)
     assert shown.exit_code == 0 and shown.output.startswith(f"agent:          pid {os.getpid()}, device dev-1")
+
+
+# 6. a misspelt EDGEPATH_AGENT_* variable is named at start, with the setting it probably meant
+
+
+def test_unknown_env_settings_name_the_closest_setting() -> None:
+    environ = {
+        "EDGEPATH_AGENT_INTERFCES": '{"lo": "ETHERNET"}',
+        "edgepath_agent_probe_tol": "builtin",  # the prefix is matched without regard to case, as settings are
+        "EDGEPATH_AGENT_ZZZZQQQ": "1",
+        "EDGEPATH_AGENT_INTERVAL_S": "5",  # valid
+        "edgepath_agent_status_file": "/tmp/s.json",  # valid (case-insensitive)
+        "EDGEPATH_SERVICE_PORT": "1",  # another prefix
+    }
+    assert unknown_env_settings(environ) == [
+        ("EDGEPATH_AGENT_INTERFCES", "EDGEPATH_AGENT_INTERFACES"),
+        ("EDGEPATH_AGENT_ZZZZQQQ", None),
+        ("edgepath_agent_probe_tol", "EDGEPATH_AGENT_PROBE_TOOL"),
+    ]
+    assert unknown_env_settings({"EDGEPATH_AGENT_INTERFACES": "{}"}) == []
+
+
+def test_run_warns_once_about_a_misspelt_environment_variable(tmp_path: Path) -> None:
+    """The variable was ignored without a word: the agent then managed the default interfaces (wlan0, wwan0)."""
+    argv = ["run", "--dry-run", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--interface", "ep-nowifi0=WIFI",
+            "--journal", str(tmp_path / "j.json"), "--log-format", "text"]  # fmt: skip
+    env = {**ENV, "EDGEPATH_AGENT_INTERFCES": '{"lo": "ETHERNET"}', "EDGEPATH_AGENT_ATTEMPTS": "1"}
+    result = CliRunner().invoke(app, argv, env=env)
+    warned = [line for line in _plain(result.output).splitlines() if "EDGEPATH_AGENT_INTERFCES" in line]
+    assert len(warned) == 1 and " WARNING " in warned[0], result.output
+    assert warned[0].endswith(
+        "environment variable EDGEPATH_AGENT_INTERFCES matches no setting and is ignored; "
+        "did you mean EDGEPATH_AGENT_INTERFACES?"
+    ), warned
+    assert result.exit_code == 2  # then refused as before: ep-nowifi0 does not exist (nothing else changed)
+    result = CliRunner().invoke(app, argv, env={**ENV, "EDGEPATH_AGENT_ATTEMPTS": "1"})
+    assert "matches no setting" not in result.output

@@ -196,6 +196,7 @@ def run(
         LaminarUnavailable,
         load_config,
         run_daemon,
+        warn_unknown_env,
     )
     from edgepath_agent.iperf import IperfMissing
     from edgepath_agent.journal_log import setup_logging
@@ -223,6 +224,7 @@ def run(
             log_format=log_format,
         )
         setup_logging(cfg.log_level, cfg.log_format)
+        warn_unknown_env()  # a misspelt EDGEPATH_AGENT_* variable is otherwise ignored without a word
         cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
     except (ValidationError, ValueError, PermissionError, FileNotFoundError) as exc:
         raise typer.BadParameter(settings_error(exc)) from exc

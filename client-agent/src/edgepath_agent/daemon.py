@@ -2,7 +2,9 @@
 
 One :meth:`Agent.step`:
 
-1. **collect** the radio/path context of the managed interfaces (collector/);
+1. **collect** the radio/path context of the managed interfaces (collector/), leaving out
+   those that are down or have no address other than a link-local one (collector/link.py;
+   logged when one leaves or comes back); with none left the step is skipped (logged);
 2. **decide**: ask the service (gRPC first, REST fallback, retries with backoff);
    when it is unreachable the agent *keeps the last applied configuration* and
    tries again next step;
@@ -29,11 +31,13 @@ One :meth:`Agent.step`:
 On SIGTERM/SIGINT the loop ends and, with ``restore_on_exit``, the journal's
 snapshot is restored. Configuration precedence (pydantic-settings sources):
 command line > ``EDGEPATH_AGENT_*`` environment variables > file (TOML/JSON) > defaults;
-client-agent/agent.toml.example lists every setting with its default.
+client-agent/agent.toml.example lists every setting with its default. An ``EDGEPATH_AGENT_*``
+variable that names no setting is warned about at start (:func:`warn_unknown_env`).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import ipaddress
 import logging
@@ -77,13 +81,17 @@ from edgepath_agent.collector import (
     DiagPathCollector,
     KernelCapabilities,
     KernelCollector,
+    LinkReader,
+    LinkState,
     ModemCollector,
     Nl80211WifiCollector,
     PathCollector,
     StaticCollector,
     WifiCollector,
     merge_contexts,
+    unusable_reason,
 )
+from edgepath_agent.collector.link import DOWN, GONE, NO_ADDRESS
 from edgepath_agent.iperf import Iperf3, IperfMissing, detect_iperf3, iperf3_transfer
 from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.messages import CongestionMeasurement, OutcomeAck, PrimaryPath, Recommendation
@@ -352,6 +360,43 @@ def load_config(path: Path | None = None, **cli: Any) -> AgentConfig:
         _CONFIG_FILE.reset(token)
 
 
+def unknown_env_settings(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """``EDGEPATH_AGENT_*`` variables in ``environ`` (default: ``os.environ``) that name no setting.
+
+    pydantic-settings reads only the variables of known settings, so a misspelt one
+    (``EDGEPATH_AGENT_INTERFCES``) was silently ignored and its default used. The prefix is matched
+    without regard to case, as the settings are.
+
+    Returns
+    -------
+    list of (str, str or None)
+        Each such variable (sorted) and the valid name closest to it (:func:`difflib.get_close_matches`),
+        or ``None`` when none is close.
+    """
+    environ = os.environ if environ is None else environ
+    prefix = str(AgentConfig.model_config.get("env_prefix") or "").upper()
+    names = sorted(name.upper() for name in AgentConfig.model_fields)
+    out: list[tuple[str, str | None]] = []
+    for var in sorted(environ):
+        upper = var.upper()
+        if upper.startswith(prefix) and upper[len(prefix) :] not in names:
+            close = difflib.get_close_matches(upper[len(prefix) :], names, n=1)  # the names alone: not the prefix
+            out.append((var, prefix + close[0] if close else None))
+    return out
+
+
+def warn_unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Log one warning per ``EDGEPATH_AGENT_*`` variable that names no setting (:func:`unknown_env_settings`),
+    with the closest valid name; returns those variables. ``run`` calls it once, at start."""
+    found = unknown_env_settings(environ)
+    for var, close in found:
+        hint = (
+            f"; did you mean {close}?" if close else f" (settings: {AgentConfig.model_config.get('env_prefix')}<NAME>)"
+        )
+        log.warning("environment variable %s matches no setting and is ignored%s", var, hint, extra={"variable": var})
+    return [var for var, _ in found]
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -379,6 +424,34 @@ class StepResult:
     kept_last: bool
     error: str | None = None
     probe_error: str | None = None
+    #: No managed interface could carry a path (all down or without an address): nothing was asked or applied.
+    skipped: bool = False
+
+
+#: When an interface left out of the request is reported again (log messages), by :func:`unusable_reason`.
+_REPORTED_AGAIN_WHEN = {GONE: "it exists again", DOWN: "it is up with an address", NO_ADDRESS: "it has one"}
+
+
+def content_within(content: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any] | None:
+    """The SSMP ``content`` block restricted to the interfaces ``names`` (those in the request), or ``None``.
+
+    The service refuses a request whose ``content`` names an interface it does not list: candidates
+    answered by another interface's DNS are dropped, and paths over other interfaces; a candidate left
+    without paths is dropped; ``None`` when no candidate is left. A ``default_interface`` not among
+    the remaining candidates' DNS interfaces is removed (the service then takes the first).
+    """
+    keep = set(names)
+    candidates = []
+    for cand in content.get("candidates", []):
+        paths = [p for p in cand.get("paths", []) if p.get("interface") in keep]
+        if cand.get("dns_interface") in keep and paths:
+            candidates.append({**cand, "paths": paths})
+    if not candidates:
+        return None
+    out = {**content, "candidates": candidates}
+    if out.get("default_interface") not in {c["dns_interface"] for c in candidates}:
+        out.pop("default_interface", None)
+    return out
 
 
 #: Refusals of who this device is (gRPC status names, HTTP statuses): configuration errors, not worth a retry.
@@ -420,6 +493,11 @@ class Agent:
         Upstream-connectivity guard of the primary path (:mod:`edgepath_agent.upstream`);
         by default built from ``upstream_*`` settings (none when ``upstream_check`` is off
         or there is no probe target).
+    links
+        Reads the interfaces' link state (a :class:`~edgepath_agent.collector.LinkReader`, which
+        :func:`build_agent` passes): an interface that is down or has no address other than a
+        link-local one is left out of the request (:meth:`reportable`). ``None``: every interface
+        the collectors describe is reported.
     """
 
     def __init__(
@@ -431,8 +509,14 @@ class Agent:
         measure: Callable[[str], TransferResult | None] | None = None,
         guard: PrimaryGuard | None = None,
         ssmp: SsmpStep | None = None,
+        links: Callable[[], Mapping[str, LinkState]] | None = None,
     ) -> None:
         self.config = config
+        self.links = links
+        #: Managed interfaces left out of the last request, with why (``"has no address"``, ``"is down"``, …).
+        self.unreported: dict[str, str] = {}
+        self._links_error: str | None = None
+        self._skipping = False
         #: SSMP (issue 20): content block per request, download from the pick (``config.content``).
         self.ssmp = ssmp
         self.client = client
@@ -557,7 +641,7 @@ class Agent:
                 log.warning("collector %s failed: %s", getattr(c, "name", c), exc)
             if isinstance(c, KernelCollector):
                 kernel = c.capabilities
-        interfaces = merge_contexts(readings, only=self.config.interfaces)
+        interfaces = self.reportable(merge_contexts(readings, only=self.config.interfaces))
         request: dict[str, Any] = {"device_id": self.config.device_id, "interfaces": interfaces}
         if self.config.application_profile != "UNSPECIFIED":
             request["application_profile"] = self.config.application_profile
@@ -577,6 +661,58 @@ class Agent:
         if histories:
             request["subflow_histories"] = histories
         return request
+
+    def reportable(self, interfaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``interfaces`` (request entries) without those that cannot carry a path now.
+
+        An interface is left out when it is gone, down (no ``IFF_UP`` or no carrier) or has no address
+        other than a link-local one (:func:`~edgepath_agent.collector.link.unusable_reason`); the ones left
+        out, with why, are in :attr:`unreported`. Leaving is logged once at WARNING ("wwan0 has no address;
+        not reported to the service until it has one"), coming back once at INFO, not at every step.
+        Without a link reader (``links``), or when the link state cannot be read (logged once), every
+        interface is kept.
+        """
+        if self.links is None:
+            return interfaces
+        try:
+            states = self.links()
+        except Exception as exc:  # an unreadable link state must not stop the agent: report as before
+            if self._links_error is None:
+                log.warning("cannot read the interfaces' link state (%s): reporting every interface", exc)
+            self._links_error = str(exc) or type(exc).__name__
+            return interfaces
+        if self._links_error is not None:
+            log.info("the interfaces' link state is readable again")
+            self._links_error = None
+        now = {
+            name: reason for name in self.config.interfaces if (reason := unusable_reason(states.get(name))) is not None
+        }
+        for name, reason in now.items():
+            if self.unreported.get(name) != reason:
+                log.warning(
+                    "%s %s; not reported to the service until %s",
+                    name,
+                    reason,
+                    _REPORTED_AGAIN_WHEN[reason],
+                    extra={"interface": name, "reason": reason},
+                )
+        for name in self.unreported:
+            if name not in now:
+                log.info("%s is up with an address again; reported to the service", name, extra={"interface": name})
+        self.unreported = now
+        return [entry for entry in interfaces if entry["name"] not in now]
+
+    def _skip_step(self, request: dict[str, Any]) -> StepResult:
+        """The step when no managed interface can be reported (the service refuses a request without one)."""
+        why = "; ".join(f"{name} {reason}" for name, reason in self.unreported.items())
+        reason = f"no managed interface can carry a path ({why}): step skipped"
+        (log.info if self._skipping else log.warning)(
+            "%s, keeping the last applied configuration", reason, extra={"error": reason}
+        )
+        self._skipping = True
+        return StepResult(
+            request, None, self.applier.last, None, None, None, kept_last=True, error=reason, skipped=True
+        )
 
     def _remember(self, primary: str, measured: TransferResult) -> None:
         if primary not in self.history or measured.bytes == 0:
@@ -611,6 +747,10 @@ class Agent:
         record's ``probe`` block), and the step returns with ``probe_error`` set and no measurement
         or outcome; the configuration it applied stays, as after a step that measured.
 
+        When the link check left no managed interface to report (all gone, down or without an address,
+        see :meth:`reportable`) and ``primary`` is ``None``, the step is skipped: logged (WARNING for the first
+        of a row, INFO after), no service call, the last applied configuration kept (``skipped``, ``error``).
+
         Raises
         ------
         CredentialsRefused
@@ -622,8 +762,16 @@ class Agent:
             When applying the recommendation fails (the caller restores the previous state).
         """
         request = self.context()
+        if primary is None and not request["interfaces"] and self.unreported:
+            return self._skip_step(request)
+        self._skipping = False
         if self.ssmp is not None and primary is None:
             request = self.ssmp.with_content(request)
+            if "content" in request:  # SSMP's paths were set at start: drop the interfaces not reported now
+                content = content_within(request["content"], (i["name"] for i in request["interfaces"]))
+                request = {k: v for k, v in request.items() if k != "content"}
+                if content is not None:
+                    request["content"] = content
         self.flush_outcomes()
         rec: Recommendation
         if primary is not None:
@@ -780,6 +928,7 @@ class Agent:
             "last_outcome": self.last_outcome,
             "pending_outcomes": len(self.pending),
             "preferred_primary": self.preferred,
+            "unreported_interfaces": dict(self.unreported),
             "override_reason": self.override_reason,
             "connectivity": {
                 name: {"ok": p.ok, "detail": p.detail, "elapsed_ms": p.elapsed_ms, "at_unix_ms": p.at_unix_ms}
@@ -933,7 +1082,6 @@ def build_applier(config: AgentConfig, allowed_cc: Sequence[str] = ()) -> Any:
         backend = NetlinkBackend(netns=config.netns)
     if config.backend == "dry-run":
         backend = DryRunBackend.from_backend(backend, config.applier_config().sysctl_keys)
-        backend.netns = config.netns
         journal = Journal(None)
     return Applier(backend, journal, config.applier_config(), allowed_cc=allowed_cc)
 
@@ -1015,7 +1163,7 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
         ssmp = SsmpStep.from_config(
             list(config.interfaces), config.content, config.content_bytes, config.content_dns, config.timeout_s
         )
-    return Agent(config, client, applier, collectors, ssmp=ssmp)
+    return Agent(config, client, applier, collectors, ssmp=ssmp, links=LinkReader(config.netns))
 
 
 def _require_iperf3() -> Iperf3:

@@ -23,6 +23,8 @@ Record (JSON object; times are Unix epoch milliseconds):
     server refused the connection; null once a probe runs without error), ``failures`` (probes that
     failed since the agent started; no outcome was reported for those steps)
 ``connectivity``: per-interface result of the last upstream probe (see daemon.py)
+``unreported_interfaces``: managed interfaces left out of the last request, with why (``"has no address"``,
+    ``"is down"``, ``"does not exist"``): the service is not offered them until they can carry a path
 """
 
 from __future__ import annotations
@@ -193,6 +195,8 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, run
         lines.append(f"probe:          {how}{' -> ' + probe['target'] if probe.get('target') else ''}")
         if probe.get("last_error"):
             lines.append(f"  last error:   {probe['last_error']} ({probe.get('failures', '?')} failed since start)")
+    for name, reason in sorted((record.get("unreported_interfaces") or {}).items()):
+        lines.append(f"not reported:   {name} {reason}")
     for name, probe in sorted((record.get("connectivity") or {}).items()):
         lines.append(f"upstream {name}: {'ok' if probe.get('ok') else 'NO CONNECTIVITY'} ({probe.get('detail', '')})")
     return "\n".join(lines)

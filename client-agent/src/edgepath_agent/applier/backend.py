@@ -173,8 +173,19 @@ class DryRunBackend:
     def from_backend(
         cls, backend: Backend, sysctl_keys: Iterable[str], out: TextIO | None = sys.stdout
     ) -> DryRunBackend:
-        """Dry run seeded with the real state read (read-only) through ``backend``."""
-        return cls(backend.read_state(sysctl_keys), backend.read_addresses(), out)
+        """Dry run seeded with the real state read (read-only) through ``backend``, in its network namespace.
+
+        The printed commands carry ``backend``'s ``netns`` (``ip netns exec NAME …``), so that an
+        operator who copies them runs them where the agent would have.
+
+        Raises
+        ------
+        BackendError
+            When ``backend`` cannot read the state (e.g. no such namespace).
+        """
+        return cls(
+            backend.read_state(sysctl_keys), backend.read_addresses(), out, netns=getattr(backend, "netns", None)
+        )
 
     @property
     def ops(self) -> dict[str, Callable[..., None]]:

@@ -2,6 +2,7 @@
 
 from edgepath_agent.collector.base import Collector, Readings, merge_contexts
 from edgepath_agent.collector.kernel import KernelCapabilities, KernelCollector, read_capabilities
+from edgepath_agent.collector.link import LinkReader, LinkState, unusable_reason
 from edgepath_agent.collector.modem import ModemCollector
 from edgepath_agent.collector.path import DiagPathCollector, PathCollector
 from edgepath_agent.collector.static import StaticCollector, TraceCollector, parse_interface_map
@@ -12,6 +13,8 @@ __all__ = [
     "DiagPathCollector",
     "KernelCapabilities",
     "KernelCollector",
+    "LinkReader",
+    "LinkState",
     "ModemCollector",
     "Nl80211WifiCollector",
     "PathCollector",
@@ -22,4 +25,5 @@ __all__ = [
     "merge_contexts",
     "parse_interface_map",
     "read_capabilities",
+    "unusable_reason",
 ]
