@@ -239,6 +239,17 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
         cores = os.cpu_count() or 1
         for r in rounds:
             assert 0.0 < r["serving_cpu_cores"] <= cores and 0.0 < r["serving_cpu_cores_while_training"] <= cores
+            assert 0.0 < r["machine_busy_cores"] <= cores and 0.0 < r["machine_busy_cores_while_training"] <= cores
+        # the whole machine's busy cores hold at least the serving process's and the generator's (the two are
+        # measured per process, the machine from /proc/stat: a tick's rounding apart)
+        for when in ("idle", "while_training"):
+            machine = data[transport][f"machine_busy_cores_{when}"]
+            serving, generator = (
+                data[transport][f"serving_cpu_cores_{when}"],
+                data[transport][f"generator_cpu_cores_{when}"],
+            )
+            assert generator > 0.0 and 0.9 * (serving + generator) - 0.05 <= machine <= cores
+        assert data[transport]["cpu_count"] == cores
         idle_cores = data[transport]["serving_cpu_cores_idle"]
         assert idle_cores == pytest.approx(sum(r["serving_cpu_cores"] for r in rounds) / len(rounds))
         assert data[transport]["serving_cpu_us_per_decision_idle"] == pytest.approx(
