@@ -1,4 +1,9 @@
-"""Code standards as tests: ruff (lint + format) on everything, mypy on the typed core (DESIGN.md conventions)."""
+"""Code standards as tests: ruff (lint + format) on everything, mypy on the service's typed core and on the agent
+package (DESIGN.md conventions).
+
+Both mypy runs use the repository's ``[tool.mypy]`` (pyproject.toml): untyped third-party libraries
+(pyroute2, jeepney, grpc, scipy …) are ``ignore_missing_imports``; the generated ``wire/`` code is excluded.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ TYPED_CORE = [
     "service/src/edgepath/state",
     "service/src/edgepath/training",
 ]
+#: The whole agent package: the device runtime and the lab code (replay, testbed) it ships.
+AGENT_PACKAGE = ["client-agent/src/edgepath_agent"]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -35,4 +42,9 @@ def test_ruff_format_is_clean() -> None:
 
 def test_mypy_on_adapters_engines_plane_state_training() -> None:
     out = _run(str(BIN / "mypy"), *TYPED_CORE)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_on_the_agent_package() -> None:
+    out = _run(str(BIN / "mypy"), *AGENT_PACKAGE)
     assert out.returncode == 0, out.stdout + out.stderr

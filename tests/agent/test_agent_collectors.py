@@ -55,6 +55,25 @@ def test_wifi_collector_skips_unassociated_interfaces():
     assert readings["wlan0"]["wifi_rssi_dbm"] == -52.0
 
 
+def test_text_collectors_run_their_tools_inside_netns():
+    """With ``netns`` (the agent's ``--netns``) ``iw``, ``ss`` and ``ip`` run under ``ip netns exec NAME``."""
+    ns = ["ip", "netns", "exec", "ep-dev"]
+    outputs = {
+        (*ns, "iw", "dev"): fixture("iw_dev.txt"),
+        (*ns, "iw", "dev", "wlan0", "link"): fixture("iw_link_5ghz.txt"),
+        (*ns, "iw", "dev", "wlan1", "link"): fixture("iw_link_not_connected.txt"),
+        (*ns, "ss", "-tinH", "state", "established"): fixture("ss_tin.txt"),
+        (*ns, "ip", "-j", "addr", "show"): fixture("ip_addr.json"),
+    }
+    run = lambda argv: outputs.get(tuple(argv))  # noqa: E731
+    assert list(WifiCollector(runner=run, netns="ep-dev").collect()) == ["wlan0"]
+    assert WifiCollector(runner=run).collect() == {}  # the host's iw is not asked
+    assert PathCollector(runner=run, netns="ep-dev").collect() == path_metrics(
+        parse_ss_tin(fixture("ss_tin.txt")), parse_ip_addr_json(fixture("ip_addr.json"))
+    )
+    assert PathCollector(runner=run).collect() == {}
+
+
 def test_mmcli_lte_modem():
     assert parse_modem_list(fixture("mmcli_list.json")) == ["0", "3"]
     assert parse_modem_info(fixture("mmcli_modem0_lte.json")) == ("wwan0", "LTE")

@@ -12,11 +12,14 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
-import click
 import typer
 from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    # The context TyperCommand.parse_args takes: typer (0.29 here) ships its own copy of click.
+    from typer._click import Context
 
 app = typer.Typer(
     help="EdgePath device agent.",
@@ -47,7 +50,7 @@ class NeedsReplayExtra(TyperCommand):
     """A command of the ``replay`` extra: without the extra, any call but ``--help`` exits 2 naming it before its
     options are read (a newcomer met each missing option in turn before learning the extra was missing)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         if not {"--help", "-h"} & set(args):
             for module in ("edgepath_agent.replay", "tqdm"):
                 require_extra(module, ctx.command_path)
@@ -155,7 +158,9 @@ def run(
     ] = None,
     journal: Annotated[Optional[Path], typer.Option(help="Journal file (prior state + changes)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
-    netns: Annotated[Optional[str], typer.Option(help="Apply inside this network namespace")] = None,
+    netns: Annotated[
+        Optional[str], typer.Option(help="Manage the device in this network namespace: read and apply there")
+    ] = None,
     backend: Annotated[
         Optional[str], typer.Option(help="command (ip/sysctl, default), netlink (pyroute2) or networkmanager (D-Bus)")
     ] = None,

@@ -147,6 +147,20 @@ def history_columns(
     return entry
 
 
+#: ``InterfaceContext.access_type`` of a managed interface (REST spelling).
+AccessType = Literal["WIFI", "LTE", "NR", "ETHERNET"]
+#: MPTCP endpoint flags the agent may set (``ip mptcp endpoint add … FLAGS``).
+EndpointFlag = Literal["signal", "subflow", "laminar", "backup", "fullmesh"]
+
+
+def _default_interfaces() -> dict[str, AccessType]:
+    return {"wlan0": "WIFI", "wwan0": "LTE"}
+
+
+def _default_endpoint_flags() -> list[EndpointFlag]:
+    return ["subflow"]
+
+
 class AgentConfig(BaseSettings):
     """Agent settings (units in the names).
 
@@ -183,21 +197,19 @@ class AgentConfig(BaseSettings):
         min_length=1,
         description="Service URLs in order of preference (gRPC first, REST fallback)",
     )
-    interfaces: dict[str, Literal["WIFI", "LTE", "NR", "ETHERNET"]] = Field(
-        default_factory=lambda: {"wlan0": "WIFI", "wwan0": "LTE"}
-    )
-    interval_s: float = Field(30.0, gt=0)
-    probe: str | None = Field(None, description="HOST:PORT of a transfer server for active measurements")
+    interfaces: dict[str, AccessType] = Field(default_factory=_default_interfaces)
+    interval_s: float = Field(default=30.0, gt=0)
+    probe: str | None = Field(default=None, description="HOST:PORT of a transfer server for active measurements")
     probe_tool: Literal["iperf3", "builtin"] = Field(
-        "iperf3",
+        default="iperf3",
         description="iperf3: an iperf3 server at probe (iperf.py; MPTCP via --mptcp or mptcpize); builtin: the "
         "agent's own meter (meter.py TransferServer at probe; the testbed, or devices without iperf3)",
     )
-    probe_bytes: int = Field(256 * 1024, ge=1)
-    timeout_s: float = Field(2.0, gt=0, description="Per-call deadline, s")
-    attempts: int = Field(3, ge=1, description="Tries per transport")
+    probe_bytes: int = Field(default=256 * 1024, ge=1)
+    timeout_s: float = Field(default=2.0, gt=0, description="Per-call deadline, s")
+    attempts: int = Field(default=3, ge=1, description="Tries per transport")
     backend: Literal["command", "netlink", "networkmanager", "dry-run"] = Field(
-        "command",
+        default="command",
         description="ip/sysctl commands, netlink (pyroute2), networkmanager (D-Bus, where NetworkManager manages "
         "the interfaces), or a dry run that prints the commands",
     )
@@ -206,59 +218,74 @@ class AgentConfig(BaseSettings):
     restore_on_exit: bool = True
     cc_profile: Literal["throughput", "latency", "coupled", "default"] = "default"
     manage_cc: bool = True
-    endpoint_flags: list[Literal["signal", "subflow", "laminar", "backup", "fullmesh"]] = Field(
-        default_factory=lambda: ["subflow"]
-    )
+    endpoint_flags: list[EndpointFlag] = Field(default_factory=_default_endpoint_flags)
     laminar: Literal["auto", "on", "off"] = Field(
-        "auto",
+        default="auto",
         description="Add the laminar endpoint flag (Linux >= 6.18): addresses the server announces are reached "
         "from an interface of their own, not from the primary path's; auto = where kernel and backend support it",
     )
-    limits_subflows: int = Field(2, ge=0, le=8)
-    limits_add_addr_accepted: int = Field(2, ge=0, le=8)
-    primary_metric: int = Field(10, ge=0)
-    secondary_metric: int = Field(20, ge=0)
-    backup_weight_threshold: float = Field(0.2, ge=0.0, le=1.0)
+    limits_subflows: int = Field(default=2, ge=0, le=8)
+    limits_add_addr_accepted: int = Field(default=2, ge=0, le=8)
+    primary_metric: int = Field(default=10, ge=0)
+    secondary_metric: int = Field(default=20, ge=0)
+    backup_weight_threshold: float = Field(default=0.2, ge=0.0, le=1.0)
     follow_mlpm: bool = Field(
-        False,
+        default=False,
         description="Apply MLPM's prioritised subflow (initial subflow) and its low weights as backup endpoints "
         "instead of the ATSSS steering rule (applier.core.mlpm_subflow_set)",
     )
-    max_pending_outcomes: int = Field(1000, ge=0)
+    max_pending_outcomes: int = Field(default=1000, ge=0)
     application_profile: Literal["UNSPECIFIED", "STREAMING", "BULK", "LOSS_SENSITIVE", "INTERACTIVE"] = Field(
-        "UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
+        default="UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
     )
-    history_samples: int = Field(20, ge=0, le=64, description="Measured samples per interface sent for MLPM")
+    history_samples: int = Field(default=20, ge=0, le=64, description="Measured samples per interface sent for MLPM")
     modem_signal_setup_s: int = Field(
-        10, ge=0, le=3600, description="Enable ModemManager extended signal polling at this period, s (0: never)"
+        default=10,
+        ge=0,
+        le=3600,
+        description="Enable ModemManager extended signal polling at this period, s (0: never)",
     )
-    ca_file: Path | None = Field(None, description="CA bundle that signed the service's certificate (TLS verification)")
-    cert_file: Path | None = Field(None, description="Device certificate for mTLS (with key_file)")
-    key_file: Path | None = Field(None, description="Device private key for mTLS; must not be readable by others")
-    token: str | None = Field(None, min_length=1, description="Bearer token for the service (prefer token_file)")
-    token_file: Path | None = Field(None, description="File holding the bearer token; must not be readable by others")
+    ca_file: Path | None = Field(
+        default=None, description="CA bundle that signed the service's certificate (TLS verification)"
+    )
+    cert_file: Path | None = Field(default=None, description="Device certificate for mTLS (with key_file)")
+    key_file: Path | None = Field(
+        default=None, description="Device private key for mTLS; must not be readable by others"
+    )
+    token: str | None = Field(
+        default=None, min_length=1, description="Bearer token for the service (prefer token_file)"
+    )
+    token_file: Path | None = Field(
+        default=None, description="File holding the bearer token; must not be readable by others"
+    )
     upstream_check: bool = Field(
-        True, description="Probe a path before making it primary and keep probing it (upstream.py)"
+        default=True, description="Probe a path before making it primary and keep probing it (upstream.py)"
     )
     upstream_target: str | None = Field(
-        None, description="HOST:PORT the upstream probes connect to (default: the first service URL's)"
+        default=None, description="HOST:PORT the upstream probes connect to (default: the first service URL's)"
     )
-    upstream_timeout_s: float = Field(1.0, gt=0, description="Per-probe timeout, s")
-    upstream_check_interval_s: float = Field(2.0, gt=0, description="Seconds between probes of the primary path")
-    upstream_failures: int = Field(2, ge=1, description="Failed probes in a row before leaving the primary path")
+    upstream_timeout_s: float = Field(default=1.0, gt=0, description="Per-probe timeout, s")
+    upstream_check_interval_s: float = Field(
+        default=2.0, gt=0, description="Seconds between probes of the primary path"
+    )
+    upstream_failures: int = Field(
+        default=2, ge=1, description="Failed probes in a row before leaving the primary path"
+    )
     upstream_recoveries: int = Field(
-        2, ge=1, description="Answered probes in a row before restoring the preferred path"
+        default=2, ge=1, description="Answered probes in a row before restoring the preferred path"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "text"] = Field(
-        "auto", description="JSON lines (journald-friendly) or text; auto: JSON when stderr is the journal"
+        default="auto", description="JSON lines (journald-friendly) or text; auto: JSON when stderr is the journal"
     )
     status_file: Path | None = Field(
-        DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
+        default=DEFAULT_STATUS_FILE, description="JSON status record rewritten after every step (read by `status`)"
     )
     # SSMP (issue 20, edgepath_agent.ssmp): the content fetched each step from the server the service picks.
-    content: str | None = Field(None, description="HOST:PORT of the content to fetch with SSMP (meter protocol)")
-    content_bytes: int = Field(1_048_576, ge=1, description="Bytes fetched per step with SSMP")
+    content: str | None = Field(
+        default=None, description="HOST:PORT of the content to fetch with SSMP (meter protocol)"
+    )
+    content_bytes: int = Field(default=1_048_576, ge=1, description="Bytes fetched per step with SSMP")
     content_dns: dict[str, str] = Field(
         default_factory=dict, description="Interface → IPv4 address of its network's DNS server (SSMP)"
     )
@@ -554,10 +581,13 @@ class Agent:
         netns = self.config.netns
 
         def prober(interface: str) -> UpstreamProbe:
+            source: str | None = None  # no address known: the device binding alone still pins the path
             try:
-                source = (self.applier.backend.read_addresses().get(interface) or [None])[0]
-            except Exception:  # no address known: the device binding alone still pins the path
-                source = None
+                addresses = self.applier.backend.read_addresses().get(interface)
+            except Exception:
+                addresses = None
+            if addresses:
+                source = addresses[0]
             if netns is None:
                 return probe_upstream(interface, target, source, self.config.upstream_timeout_s)
             from edgepath_agent.testbed.netns import call_in_netns
@@ -1135,20 +1165,27 @@ def with_laminar(config: AgentConfig, caps: KernelCapabilities, ip_help: str | N
 def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ()) -> Agent:
     """Agent with the real collectors (absent sources report nothing) and a failover client.
 
+    With ``netns``, the collectors of per-namespace kernel state (WiFi over nl80211, connections and
+    addresses, ``/proc/sys/net``) and the link check read that network namespace.
+
     Raises
     ------
     LaminarUnavailable
         ``laminar = "on"`` where the kernel or the backend cannot apply it.
+    OSError
+        When ``netns`` cannot be entered to read the kernel's capabilities.
     """
-    kernel = KernelCollector()
+    netns = config.netns
+    kernel = KernelCollector(netns=netns)
     config = with_laminar(config, kernel.capabilities)
     applier = build_applier(config, kernel.capabilities.allowed_cc)
     netlink = importlib.util.find_spec("pyroute2") is not None  # a base dependency; text tools as fallback
     collectors: list[Collector] = [
         *extra_collectors,
-        Nl80211WifiCollector() if netlink else WifiCollector(),
+        Nl80211WifiCollector(netns) if netlink else WifiCollector(netns=netns),
+        # ModemManager answers over the system D-Bus (a filesystem socket): not per network namespace.
         ModemCollector(signal_setup_s=config.modem_signal_setup_s),
-        DiagPathCollector() if netlink else PathCollector(),
+        DiagPathCollector(netns) if netlink else PathCollector(netns=netns),
         StaticCollector(config.interfaces),
         kernel,
     ]
@@ -1163,7 +1200,7 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
         ssmp = SsmpStep.from_config(
             list(config.interfaces), config.content, config.content_bytes, config.content_dns, config.timeout_s
         )
-    return Agent(config, client, applier, collectors, ssmp=ssmp, links=LinkReader(config.netns))
+    return Agent(config, client, applier, collectors, ssmp=ssmp, links=LinkReader(netns))
 
 
 def _require_iperf3() -> Iperf3:
@@ -1348,7 +1385,7 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
     check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)
     stop = threading.Event()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("signal %s: stopping", signum)

@@ -325,7 +325,7 @@ class TransferServer:
                     if sampler is not None:
                         sampler.stop()
                     return
-                counters = kernel_counters(conn)
+                counters: dict[str, Any] = kernel_counters(conn)  # the trailer adds non-numeric entries
                 if sampler is not None:  # the client's confirmation: every payload byte has arrived
                     from edgepath_agent.ccmetrics import metrics_trailer
 

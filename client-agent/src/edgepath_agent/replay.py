@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,9 @@ import pandas as pd
 from edgepath_agent.client import ServiceClient
 from edgepath_agent.mobilebandwidth import UNAVAILABLE, cellular_fields, wifi_fields
 from edgepath_agent.mobilebandwidth import series_median as series_median  # re-exported (tests, scripts)
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 NOT_AVAILABLE = UNAVAILABLE  # the release's "not available" (kept name)
 
@@ -189,7 +192,7 @@ def run_replay(
     return result
 
 
-def _mean_ci(values: Sequence[float]) -> dict[str, float]:
+def _mean_ci(values: ArrayLike) -> dict[str, float]:
     """Mean with a normal-approximation 95% confidence interval (1.96 standard errors)."""
     arr = np.asarray(values, dtype=float)
     mean = float(arr.mean())

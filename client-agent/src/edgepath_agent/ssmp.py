@@ -47,7 +47,7 @@ import struct
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dns.exception
 import dns.message
@@ -63,6 +63,9 @@ from edgepath_agent.meter import (
     mptcp_socket,
     request_payload,
 )
+
+if TYPE_CHECKING:
+    from edgepath_agent.messages import Recommendation
 
 log = logging.getLogger(__name__)
 
@@ -604,7 +607,7 @@ class SsmpStep:
             log.warning("SSMP: no candidates for %s (%s): asking without content", self.host, exc)
             return dict(request)
 
-    def measure(self, rec: Mapping[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+    def measure(self, rec: Recommendation | Mapping[str, Any]) -> tuple[Any, dict[str, Any] | None]:
         """Probe the answer's stale servers, download from its pick: (``TransferResult`` or None, ``server_transfer``).
 
         Returns ``(None, None)`` when the answer has no ``server_selection`` or the download failed (logged).

@@ -332,7 +332,7 @@ class Applier:
         # issue 19: a steering rule puts the route on its initial-subflow access, backup on its standby/low one
         steer = decision.steering
         primary = steer.initial if steer is not None else decision.primary
-        steer_backup = steer.backup if steer is not None else None
+        steer_backup: Sequence[str] | None = steer.backup if steer is not None else None
         if self.config.follow_mlpm and (decision.weights or decision.prioritised):
             primary, mlpm_backup = mlpm_subflow_set(
                 decision.weights, decision.prioritised, self.config.backup_weight_threshold, decision.primary

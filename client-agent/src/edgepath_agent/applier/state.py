@@ -272,13 +272,13 @@ def diff(current: NetState, desired: NetState) -> Plan:
         ):
             plan.add("endpoint_delete", id=eid)
     for eid, w in want_eps.items():
-        e = cur_eps.get(eid)
+        have = cur_eps.get(eid)
         if (
-            e is not None
-            and (w.address, w.dev) == (e.address, e.dev)
-            and set(w.flags) - {"backup"} == set(e.flags) - {"backup"}
+            have is not None
+            and (w.address, w.dev) == (have.address, have.dev)
+            and set(w.flags) - {"backup"} == set(have.flags) - {"backup"}
         ):
-            if ("backup" in w.flags) != ("backup" in e.flags):
+            if ("backup" in w.flags) != ("backup" in have.flags):
                 plan.add("endpoint_set_backup", id=eid, backup="backup" in w.flags)
         else:
             plan.add("endpoint_add", endpoint=w)

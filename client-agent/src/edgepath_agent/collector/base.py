@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Partial contexts of one source: interface name → InterfaceContext fields.
 Readings = dict[str, dict[str, Any]]
@@ -54,6 +55,30 @@ def run_tool(argv: Sequence[str], timeout_s: float = 3.0) -> str | None:
         log.debug("collector tool %s exited %s: %s", argv, proc.returncode, proc.stderr.strip())
         return None
     return proc.stdout
+
+
+def netns_argv(argv: Sequence[str], netns: str | None) -> list[str]:
+    """``argv`` run inside network namespace ``netns`` (``ip netns exec NAME …``), unchanged when ``None``."""
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
+def in_netns(netns: str | None, fn: Callable[[], T]) -> T:
+    """``fn()`` in network namespace ``netns`` (here when ``None``).
+
+    Netlink sockets ``fn`` opens and the ``/proc/sys/net`` files it reads are those of ``netns``:
+    it runs in a thread that entered it (:func:`~edgepath_agent.testbed.netns.call_in_netns`).
+
+    Raises
+    ------
+    OSError
+        When ``netns`` cannot be entered (no such namespace, no ``CAP_SYS_ADMIN``); any exception of
+        ``fn`` is re-raised.
+    """
+    if netns is None:
+        return fn()
+    from edgepath_agent.testbed.netns import call_in_netns
+
+    return call_in_netns(netns, fn)
 
 
 def merge_contexts(

@@ -6,12 +6,18 @@ Sources (Linux ``Documentation/networking/mptcp-sysctl.rst`` and ``ip-sysctl.rst
 (algorithms loaded) and ``tcp_allowed_congestion_control`` (what an unprivileged
 socket or a non-initial network namespace may select), and
 ``tcp_congestion_control`` (the namespace default).
+
+``/proc/sys/net`` shows the network namespace of the thread that reads it, so
+:class:`KernelCollector` with ``netns`` (the agent's ``--netns``) reads from a thread
+that entered that namespace; ``kernel.osrelease`` is the same in every one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from edgepath_agent.collector.base import in_netns
 
 
 @dataclass(frozen=True)
@@ -100,14 +106,39 @@ def read_capabilities(proc_sys: Path = Path("/proc/sys")) -> KernelCapabilities:
 
 
 class KernelCollector:
-    """Collector-shaped wrapper: no per-interface readings, capabilities on :attr:`capabilities`."""
+    """Collector-shaped wrapper: no per-interface readings, capabilities on :attr:`capabilities`.
+
+    Parameters
+    ----------
+    proc_sys
+        Directory laid out like ``/proc/sys``.
+    netns
+        Network namespace whose ``net.*`` values are read (from a thread that entered it); the
+        current one when ``None``.
+
+    Raises
+    ------
+    OSError
+        When ``netns`` cannot be entered (the capabilities are read once here, then on each :meth:`collect`).
+    """
 
     name = "kernel"
 
-    def __init__(self, proc_sys: Path = Path("/proc/sys")) -> None:
+    def __init__(self, proc_sys: Path = Path("/proc/sys"), netns: str | None = None) -> None:
         self.proc_sys = proc_sys
-        self.capabilities = read_capabilities(proc_sys)
+        self.netns = netns
+        self.capabilities = self._read()
+
+    def _read(self) -> KernelCapabilities:
+        return in_netns(self.netns, lambda: read_capabilities(self.proc_sys))
 
     def collect(self) -> dict[str, dict[str, object]]:
-        self.capabilities = read_capabilities(self.proc_sys)
+        """Re-read :attr:`capabilities`; returns ``{}`` (no per-interface fields).
+
+        Raises
+        ------
+        OSError
+            When ``netns`` cannot be entered.
+        """
+        self.capabilities = self._read()
         return {}

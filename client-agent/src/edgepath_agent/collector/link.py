@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgepath_agent.collector.base import run_tool
+from edgepath_agent.collector.base import in_netns, netns_argv, run_tool
 
 #: ``ifi_flags`` bits (linux/if.h).
 IFF_UP = 0x1
@@ -151,7 +151,7 @@ class LinkReader:
     Parameters
     ----------
     netns
-        Network namespace to read (entered with :func:`~edgepath_agent.testbed.netns.call_in_netns`,
+        Network namespace to read (entered with :func:`~edgepath_agent.collector.base.in_netns`,
         or ``ip netns exec`` for the fallback).
     runner
         ``argv → stdout or None`` for the ``ip -j addr show`` fallback (used where pyroute2 is missing).
@@ -173,15 +173,11 @@ class LinkReader:
             import pyroute2  # noqa: F401
         except ImportError:
             return self._read_ip()
-        if self.netns is None:
-            return _read_netlink()
-        from edgepath_agent.testbed.netns import call_in_netns
-
-        return call_in_netns(self.netns, _read_netlink)
+        return in_netns(self.netns, _read_netlink)
 
     def _read_ip(self) -> dict[str, LinkState]:
         argv = ["ip", "-j", "addr", "show"]
-        text = self._run(["ip", "netns", "exec", self.netns, *argv] if self.netns else argv)
+        text = self._run(netns_argv(argv, self.netns))
         if text is None:
             raise OSError(f"{' '.join(argv)} failed")
         return link_states_ip_json(text)

@@ -16,6 +16,9 @@ Source: ``mmcli`` with JSON output (``-J``, ModemManager ≥ 1.12):
 The values are mapped to ``InterfaceContext`` fields: ``rsrp_dbm``, ``rsrq_db``,
 ``sinr_db`` (``snr``), ``cell_rssi_dbm`` (``rssi``) and ``cqi`` when a ``cqi`` key is
 present. The parsers are pure and tested on sample outputs.
+
+The agent's ``--netns`` does not apply here: ModemManager is reached over the system D-Bus
+(a filesystem socket), which is the same from every network namespace.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ interface:
 
 Interfaces with no live connection report nothing; the meter's active transfers
 (meter.py) then provide the path metrics instead.
+
+Sockets, addresses and interfaces belong to a network namespace: with ``netns`` (the agent's
+``--netns``) both collectors read that namespace's (inet_diag and rtnetlink from a thread that
+entered it, ``ss``/``ip`` under ``ip netns exec``), not the host's.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgepath_agent.collector.base import Readings, run_tool
+from edgepath_agent.collector.base import Readings, in_netns, netns_argv, run_tool
 
 _RTT = re.compile(r"\brtt:(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)")
 _SEGS_OUT = re.compile(r"\bsegs_out:(\d+)")
@@ -132,16 +136,27 @@ def path_metrics(sockets: Sequence[SocketInfo], addr_to_if: dict[str, str]) -> R
 
 
 class PathCollector:
-    """RTT and loss per interface from the TCP_INFO of established connections."""
+    """RTT and loss per interface from the TCP_INFO of established connections (``ss``, ``ip``).
+
+    Parameters
+    ----------
+    runner
+        ``argv → stdout or None``; defaults to running the real tool.
+    netns
+        Network namespace whose connections and addresses are read (``ip netns exec NAME``); the
+        current one when ``None``.
+    """
 
     name = "path"
 
-    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool) -> None:
+    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool, *, netns: str | None = None) -> None:
         self._run = runner
+        self.netns = netns
 
     def collect(self) -> Readings:
-        ss = self._run(["ss", "-tinH", "state", "established"])
-        addrs = self._run(["ip", "-j", "addr", "show"])
+        """``rtt_ms`` (ms) and ``loss`` (fraction) per interface; ``{}`` when ``ss`` or ``ip`` is missing or fails."""
+        ss = self._run(netns_argv(["ss", "-tinH", "state", "established"], self.netns))
+        addrs = self._run(netns_argv(["ip", "-j", "addr", "show"], self.netns))
         if ss is None or addrs is None:
             return {}
         return path_metrics(parse_ss_tin(ss), parse_ip_addr_json(addrs))
@@ -177,29 +192,54 @@ def diag_sockets(messages: Sequence[Any]) -> list[SocketInfo]:
 
 
 class DiagPathCollector:
-    """RTT and loss per interface from ``inet_diag`` and rtnetlink (pyroute2); nothing when pyroute2 is missing."""
+    """RTT and loss per interface from ``inet_diag`` and rtnetlink (pyroute2); nothing when pyroute2 is missing.
+
+    Parameters
+    ----------
+    netns
+        Network namespace whose connections and addresses are read (its netlink sockets are opened
+        from a thread that entered it); the current one when ``None``.
+    """
 
     name = "path-inet-diag"
 
-    def collect(self) -> Readings:
-        import socket
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
 
+    def collect(self) -> Readings:
+        """``rtt_ms`` (ms) and ``loss`` (fraction) per interface; ``{}`` without pyroute2.
+
+        Raises
+        ------
+        OSError
+            When ``netns`` cannot be entered or a netlink socket cannot be opened; pyroute2's
+            ``NetlinkError`` when the kernel refuses a dump.
+        """
         try:
-            from pyroute2 import DiagSocket, IPRoute
+            import pyroute2  # noqa: F401
         except ImportError:
             return {}
-        sockets: list[SocketInfo] = []
-        addr_to_if: dict[str, str] = {}
-        with DiagSocket() as diag:
-            diag.bind()
-            for family in (socket.AF_INET, socket.AF_INET6):
-                sockets += diag_sockets(
-                    diag.get_sock_stats(family=family, states=_ESTABLISHED, extensions=_INET_DIAG_INFO_EXT)
-                )
-        with IPRoute() as ipr:
-            names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
-            for addr in ipr.get_addr():
-                local = addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS")
-                if local and addr["index"] in names:
-                    addr_to_if[str(ipaddress.ip_address(local))] = str(names[addr["index"]])
-        return path_metrics(sockets, addr_to_if)
+        return in_netns(self.netns, _read_diag)
+
+
+def _read_diag() -> Readings:
+    """:func:`path_metrics` of the current network namespace's sockets, through inet_diag and rtnetlink."""
+    import socket
+
+    from pyroute2 import DiagSocket, IPRoute
+
+    sockets: list[SocketInfo] = []
+    addr_to_if: dict[str, str] = {}
+    with DiagSocket() as diag:
+        diag.bind()
+        for family in (socket.AF_INET, socket.AF_INET6):
+            sockets += diag_sockets(
+                diag.get_sock_stats(family=family, states=_ESTABLISHED, extensions=_INET_DIAG_INFO_EXT)
+            )
+    with IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        for addr in ipr.get_addr():
+            local = addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS")
+            if local and addr["index"] in names:
+                addr_to_if[str(ipaddress.ip_address(local))] = str(names[addr["index"]])
+    return path_metrics(sockets, addr_to_if)

@@ -19,6 +19,12 @@ are tested on sample outputs (tests/agent/fixtures/).
 
 ``link_speed_mbps`` is the TX bitrate (what Android's ``WifiInfo.getLinkSpeed``
 reports, matching the mobilebandwidth data set), falling back to the RX bitrate.
+
+nl80211 answers per network namespace: a wiphy and its interfaces live in one namespace
+(``iw phy PHY set netns``; a wireless interface cannot leave its wiphy's), and a dump lists
+the requesting socket's namespace only. With ``netns`` (the agent's ``--netns``) both
+collectors ask from inside that namespace, so a WiFi interface of the host is never
+reported under the name of an interface of the managed namespace.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from edgepath_agent.collector.base import Readings, run_tool
+from edgepath_agent.collector.base import Readings, in_netns, netns_argv, run_tool
 
 _IFACE = re.compile(r"^\s*Interface\s+(\S+)\s*$", re.MULTILINE)
 _SIGNAL = re.compile(r"^\s*signal:\s*(-?\d+(?:\.\d+)?)\s*dBm", re.MULTILINE)
@@ -69,20 +75,25 @@ class WifiCollector:
     ----------
     runner
         ``argv → stdout or None``; defaults to running the real tool.
+    netns
+        Network namespace whose wireless interfaces are read (``ip netns exec NAME iw …``); the
+        current one when ``None``.
     """
 
     name = "wifi"
 
-    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool) -> None:
+    def __init__(self, runner: Callable[[Sequence[str]], str | None] = run_tool, *, netns: str | None = None) -> None:
         self._run = runner
+        self.netns = netns
 
     def collect(self) -> Readings:
-        listing = self._run(["iw", "dev"])
+        """Readings of each associated interface (dBm, Mbit/s, MHz); ``{}`` when ``iw`` is missing or fails."""
+        listing = self._run(netns_argv(["iw", "dev"], self.netns))
         if listing is None:
             return {}
         readings: Readings = {}
         for ifname in parse_iw_dev(listing):
-            link = self._run(["iw", "dev", ifname, "link"])
+            link = self._run(netns_argv(["iw", "dev", ifname, "link"], self.netns))
             fields = parse_iw_link(link or "")
             if fields:
                 readings[ifname] = fields
@@ -147,23 +158,46 @@ class Nl80211WifiCollector:
 
     A kernel without nl80211 (no WiFi driver loaded) or a missing pyroute2 reports
     nothing, like an absent tool.
+
+    Parameters
+    ----------
+    netns
+        Network namespace whose wireless interfaces are read (the nl80211 socket is opened from a
+        thread that entered it); the current one when ``None``.
     """
 
     name = "wifi-nl80211"
 
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+
     def collect(self) -> Readings:
+        """Readings of each associated station-mode interface (dBm, Mbit/s, MHz); ``{}`` without nl80211.
+
+        Raises
+        ------
+        OSError
+            When ``netns`` cannot be entered.
+        """
         try:
-            from pyroute2 import IW
-            from pyroute2.netlink.exceptions import NetlinkError
+            import pyroute2  # noqa: F401
         except ImportError:
             return {}
-        try:
-            iw = IW()
-        except (NetlinkError, OSError):  # no nl80211 family: no wireless device on this kernel
-            return {}
-        try:
-            return nl80211_readings(list(iw.get_interfaces_dump()), lambda ifindex: list(iw.get_stations(ifindex)))
-        except (NetlinkError, OSError):
-            return {}
-        finally:
-            iw.close()
+        return in_netns(self.netns, _read_nl80211)
+
+
+def _read_nl80211() -> Readings:
+    """:func:`nl80211_readings` of the current network namespace; ``{}`` when nl80211 is absent or fails."""
+    from pyroute2 import IW
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    try:
+        iw = IW()
+    except (NetlinkError, OSError):  # no nl80211 family: no wireless device on this kernel
+        return {}
+    try:
+        return nl80211_readings(list(iw.get_interfaces_dump()), lambda ifindex: list(iw.get_stations(ifindex)))
+    except (NetlinkError, OSError):
+        return {}
+    finally:
+        iw.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import numpy as np
 from edgepath_agent.testbed.netns import Testbed, run_in_namespace, sh
 
 
-def mean_ci95(values: Sequence[float]) -> dict[str, Any]:
+def mean_ci95(values: Iterable[float | None]) -> dict[str, Any]:
     """``{"mean", "ci95": [low, high], "n"}``: Student-t 95 % interval ``mean ± t₀.₉₇₅,ₙ₋₁·s/√n``.
 
     Non-finite values are left out; with fewer than two values the interval is ``[mean, mean]``

@@ -40,12 +40,15 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgepath_agent.testbed.common import kernel_release, mean_ci95, run_outside, shape_tbf, start_server
 from edgepath_agent.testbed.netns import PATHS, SERVER_ADDR, Testbed, sh
+
+if TYPE_CHECKING:
+    from edgepath_agent.messages import Recommendation
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +183,7 @@ def run_inside(p: MlpmParams, report: Path, plot: Path | None) -> dict[str, Any]
                                     "probes": probes}  # fmt: skip
             for steering in rng.permutation(STEERINGS):
                 s = str(steering)
-                rec: dict[str, Any]
+                rec: Recommendation | dict[str, Any]
                 if s == "mlpm":
                     rec = agent.client.recommend(agent.context())
                 elif s == "lortt":

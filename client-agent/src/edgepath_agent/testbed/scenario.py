@@ -37,10 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +50,9 @@ from edgepath_agent.daemon import Agent, AgentConfig, build_applier
 from edgepath_agent.meter import TransferResult, transfer
 from edgepath_agent.replay import PAIRING_TEXT, load_tests, pair_situations
 from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, run_in_namespace, sh
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class ScenarioParams:
     command: list[str] = field(default_factory=list)
 
 
-def mean_ci(values: Sequence[float]) -> dict[str, float]:
+def mean_ci(values: ArrayLike) -> dict[str, float]:
     """Mean and Student-t 95% confidence interval."""
     from scipy import stats
 
@@ -103,9 +105,9 @@ def _wait_file(path: Path, proc: subprocess.Popen[Any], timeout_s: float) -> dic
         if path.exists():
             return dict(json.loads(path.read_text()))
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited {proc.returncode} before it was ready")
+            raise RuntimeError(f"{proc.args!r} exited {proc.returncode} before it was ready")
         time.sleep(0.05)
-    raise TimeoutError(f"{proc.args} not ready after {timeout_s} s")
+    raise TimeoutError(f"{proc.args!r} not ready after {timeout_s} s")
 
 
 def _stop(proc: subprocess.Popen[Any] | None) -> None:

@@ -55,11 +55,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgepath_agent.meter import TCP_INFO_LEN, TransferServer, _recv_exact, kernel_counters, parse_tcp_info
 from edgepath_agent.ssmp import subflow_table
 from edgepath_agent.testbed.netns import call_in_netns, netns_supported, run_in_namespace, sh
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +302,7 @@ class SsmpParams:
     command: list[str] = field(default_factory=list)
 
 
-def mean_ci(values: Sequence[float]) -> dict[str, float | int | None]:
+def mean_ci(values: ArrayLike) -> dict[str, float | int | None]:
     """Mean and Student-t 95 % half-width (``ci95``) of ``values``."""
     import numpy as np
     from scipy import stats
@@ -319,9 +322,9 @@ def _wait_file(path: Path, proc: subprocess.Popen[Any], timeout_s: float) -> dic
         if path.exists():
             return dict(json.loads(path.read_text()))
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited {proc.returncode} before it was ready")
+            raise RuntimeError(f"{proc.args!r} exited {proc.returncode} before it was ready")
         time.sleep(0.05)
-    raise TimeoutError(f"{proc.args} not ready after {timeout_s} s")
+    raise TimeoutError(f"{proc.args!r} not ready after {timeout_s} s")
 
 
 def run_inside(p: SsmpParams, report: Path, plot: Path | None) -> dict[str, Any]:
@@ -391,6 +394,7 @@ def run_inside(p: SsmpParams, report: Path, plot: Path | None) -> dict[str, Any]
                 for policy in rng.permutation(["dss", "ssmp"]):
                     time.sleep(0.05)  # token buckets refill (burst/rate ≤ 10 ms)
                     t0 = time.time()
+                    rule: str | None
                     if policy == "dss":
                         dss_addr = resolve(CONTENT_HOST, specs[0], p.timeout_s)[0]
                         t_dl = time.time()
