@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,9 @@ from edgepath_agent.collector.link import (
     RT_SCOPE_LINK,
     RT_SCOPE_SITE,
     Address,
+    LinkCounters,
     LinkReader,
+    interface_counters,
     link_states_ip_json,
     link_states_netlink,
 )
@@ -134,6 +137,21 @@ def test_the_reader_falls_back_to_ip_in_the_namespace(monkeypatch: pytest.Monkey
     assert calls == [["ip", "netns", "exec", "ep-dev-x", "ip", "-j", "addr", "show"]]
     with pytest.raises(OSError, match="ip -j addr show failed"):
         LinkReader(runner=lambda _argv: None)()
+
+
+#: ``ip -j -s link show dev wlan0`` (iproute2 6.1's keys, trimmed to those read).
+IP_STATS_JSON = json.dumps(
+    [{"ifname": "wlan0", "stats64": {"rx": {"bytes": 123456, "packets": 90}, "tx": {"bytes": 7890, "packets": 45}}}]
+)
+
+
+def test_interface_counters_fall_back_to_ip_in_the_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyroute2", None)  # `import pyroute2` raises ImportError
+    calls: list[list[str]] = []
+    counters = interface_counters("wlan0", "ep-dev-x", runner=lambda argv: calls.append(list(argv)) or IP_STATS_JSON)
+    assert counters == LinkCounters(rx_bytes=123456, tx_bytes=7890)
+    assert calls == [["ip", "netns", "exec", "ep-dev-x", "ip", "-j", "-s", "link", "show", "dev", "wlan0"]]
+    assert interface_counters("wlan9", runner=lambda _argv: None) is None  # ip fails: no such device
 
 
 def test_ssmp_content_is_restricted_to_the_reported_interfaces() -> None:

@@ -16,8 +16,10 @@ One :meth:`Agent.step`:
    answers again;
 4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
    configured, otherwise passively from the primary interface's byte counters
-   (``/sys/class/net/IF/statistics/rx_bytes`` over the step) with RTT/loss from
-   TCP_INFO of live connections. A probe that fails (iperf3 or the built-in meter cannot reach
+   (``/sys/class/net/IF/statistics/rx_bytes`` over the step; with ``netns``, rtnetlink's
+   ``IFLA_STATS64`` read inside that namespace) with RTT/loss from TCP_INFO of live connections.
+   With ``netns`` the probe runs in that namespace too (the built-in meter's socket is opened
+   there, iperf3 under ``ip netns exec``). A probe that fails (iperf3 or the built-in meter cannot reach
    ``probe``, or it times out) is logged as a warning naming the probe target and the reason; that
    step then reports no outcome (none is made up), the failure is counted in the status record
    (``probe.failures``, ``probe.last_error``) and the next step runs as usual, the applied
@@ -88,6 +90,7 @@ from edgepath_agent.collector import (
     PathCollector,
     StaticCollector,
     WifiCollector,
+    interface_counters,
     merge_contexts,
     unusable_reason,
 )
@@ -490,8 +493,21 @@ class CredentialsRefused(RuntimeError):
     the refusal and the settings to check. :func:`run_daemon` restores the state as on a normal stop first."""
 
 
-def rx_bytes(ifname: str, sys_class_net: Path = Path("/sys/class/net")) -> int | None:
-    """Received-bytes counter of ``ifname`` (``statistics/rx_bytes``), ``None`` if absent."""
+def rx_bytes(ifname: str, sys_class_net: Path = Path("/sys/class/net"), netns: str | None = None) -> int | None:
+    """Received-bytes counter of ``ifname``, bytes; ``None`` if there is no such interface.
+
+    Here: ``statistics/rx_bytes`` under ``sys_class_net``. In network namespace ``netns``: rtnetlink's
+    ``IFLA_STATS64`` read from inside it (:func:`~edgepath_agent.collector.link.interface_counters`), since
+    ``/sys/class/net`` lists the devices of the namespace sysfs was mounted in (the host's), not the reader's.
+
+    Raises
+    ------
+    OSError
+        When ``netns`` cannot be entered or rtnetlink fails there.
+    """
+    if netns is not None:
+        counters = interface_counters(ifname, netns)
+        return None if counters is None else counters.rx_bytes
     try:
         return int((sys_class_net / ifname / "statistics" / "rx_bytes").read_text())
     except (OSError, ValueError):
@@ -758,10 +774,10 @@ class Agent:
             host, port = parse_target(self.config.probe)
             if self.iperf3 is not None:
                 return iperf3_transfer(self.iperf3, host, port, self.config.probe_bytes, netns=self.config.netns)
-            return transfer(host, port, self.config.probe_bytes)
+            return transfer(host, port, self.config.probe_bytes, netns=self.config.netns)
         # Passive: bytes received on the primary interface since the previous step.
         now = time.monotonic()
-        count = rx_bytes(primary)
+        count = rx_bytes(primary, netns=self.config.netns)
         mark, self._passive_mark = self._passive_mark, (primary, count or 0, now) if count is not None else None
         if mark is None or count is None or mark[0] != primary or now <= mark[2]:
             return None

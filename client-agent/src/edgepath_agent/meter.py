@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from edgepath_agent.collector.base import in_netns
+
 log = logging.getLogger(__name__)
 
 IPPROTO_MPTCP = 262
@@ -155,6 +157,7 @@ def transfer(
     timeout_s: float = 30.0,
     use_mptcp: bool = True,
     bind_addr: str | None = None,
+    netns: str | None = None,
 ) -> TransferResult:
     """Download ``size_bytes`` from a :class:`TransferServer` and measure it.
 
@@ -170,22 +173,18 @@ def transfer(
         Open an ``IPPROTO_MPTCP`` socket (TCP if the kernel refuses).
     bind_addr
         Source address (else routing chooses: that is how the primary path acts).
+    netns
+        Network namespace to measure from (the device the agent manages with ``--netns``): the socket is
+        created by a thread that entered it (:func:`~edgepath_agent.collector.base.in_netns`) and keeps it, so
+        routes, source addresses and interfaces are that namespace's; the transfer itself runs here.
+        ``host`` is resolved here too (the testbed gives addresses).
 
     Raises
     ------
     OSError
-        On connection failure or a short transfer (``ConnectionError``).
+        On connection failure or a short transfer (``ConnectionError``), or when ``netns`` cannot be entered.
     """
-    sock: socket.socket
-    mptcp = False
-    if use_mptcp:
-        try:
-            sock = mptcp_socket()
-            mptcp = True
-        except OSError:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    else:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock, mptcp = in_netns(netns, lambda: _client_socket(use_mptcp))
     with sock:
         sock.settimeout(timeout_s)
         if bind_addr:
@@ -215,6 +214,16 @@ def transfer(
         subflows=int(subflows) if subflows is not None else None,
         server_counters=server,
     )
+
+
+def _client_socket(use_mptcp: bool) -> tuple[socket.socket, bool]:
+    """A new stream socket and whether it is MPTCP (TCP when not asked for or the kernel refuses MPTCP)."""
+    if use_mptcp:
+        try:
+            return mptcp_socket(), True
+        except OSError:
+            pass
+    return socket.socket(socket.AF_INET, socket.SOCK_STREAM), False
 
 
 def request_payload(sock: socket.socket, size_bytes: int) -> int:

@@ -2,7 +2,7 @@
 
 from edgepath_agent.collector.base import Collector, Readings, merge_contexts
 from edgepath_agent.collector.kernel import KernelCapabilities, KernelCollector, read_capabilities
-from edgepath_agent.collector.link import LinkReader, LinkState, unusable_reason
+from edgepath_agent.collector.link import LinkCounters, LinkReader, LinkState, interface_counters, unusable_reason
 from edgepath_agent.collector.modem import ModemCollector
 from edgepath_agent.collector.path import DiagPathCollector, PathCollector
 from edgepath_agent.collector.static import StaticCollector, TraceCollector, parse_interface_map
@@ -13,6 +13,7 @@ __all__ = [
     "DiagPathCollector",
     "KernelCapabilities",
     "KernelCollector",
+    "LinkCounters",
     "LinkReader",
     "LinkState",
     "ModemCollector",
@@ -22,6 +23,7 @@ __all__ = [
     "StaticCollector",
     "TraceCollector",
     "WifiCollector",
+    "interface_counters",
     "merge_contexts",
     "parse_interface_map",
     "read_capabilities",

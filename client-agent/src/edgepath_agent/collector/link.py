@@ -1,4 +1,4 @@
-"""Which managed interfaces can carry a path: up, with an address other than a link-local one.
+"""Which managed interfaces can carry a path: up, with an address other than a link-local one; their byte counters.
 
 An interface that exists but cannot carry traffic (an LTE modem not connected, a WiFi not
 associated: no carrier, no address) must not be reported to the service: it would pick it as the
@@ -15,6 +15,11 @@ and ``IFA_FLAGS``), or ``ip -j addr show`` where pyroute2 is missing. An interfa
   addresses that are still tentative (IPv6 duplicate address detection running) or whose DAD
   failed. A loopback interface's host-scope addresses count (``--interface lo=ETHERNET`` in dry
   runs: its traffic never leaves the device anyway).
+
+:func:`interface_counters` reads an interface's received/sent byte counters the same way (rtnetlink
+``IFLA_STATS64``, or ``ip -j -s link show``), in a network namespace when given: unlike
+``/sys/class/net``, which lists the devices of the namespace sysfs was mounted in whatever the
+reading thread's namespace, a netlink socket opened inside the namespace sees its devices.
 """
 
 from __future__ import annotations
@@ -192,3 +197,66 @@ def _read_netlink() -> dict[str, LinkState]:
             return link_states_netlink(list(ipr.get_links()), list(ipr.get_addr()))
     except NetlinkError as exc:
         raise OSError(exc.code, f"rtnetlink: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class LinkCounters:
+    """Byte counters of one interface since it was created: ``rx_bytes`` received, ``tx_bytes`` sent (bytes)."""
+
+    rx_bytes: int
+    tx_bytes: int
+
+
+def interface_counters(
+    ifname: str, netns: str | None = None, runner: Callable[[Sequence[str]], str | None] = run_tool
+) -> LinkCounters | None:
+    """:class:`LinkCounters` (bytes) of interface ``ifname`` in network namespace ``netns`` (here when ``None``).
+
+    Read over rtnetlink (``RTM_GETLINK``, ``IFLA_STATS64``) from a thread that entered ``netns``
+    (:func:`~edgepath_agent.collector.base.in_netns`), or with ``ip -j -s link show dev IFNAME``
+    (run through ``ip netns exec``; ``runner``) where pyroute2 is missing.
+
+    Returns
+    -------
+    LinkCounters or None
+        ``None`` when ``netns`` has no interface ``ifname`` (or, for the ``ip`` fallback, when ``ip`` fails).
+
+    Raises
+    ------
+    OSError
+        When ``netns`` cannot be entered or rtnetlink refuses the request for another reason than a missing
+        interface.
+    """
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError:
+        return _counters_ip(runner(netns_argv(["ip", "-j", "-s", "link", "show", "dev", ifname], netns)))
+    return in_netns(netns, lambda: _counters_netlink(ifname))
+
+
+def _counters_ip(text: str | None) -> LinkCounters | None:
+    """:class:`LinkCounters` from ``ip -j -s link show dev IFNAME`` (``stats64``), ``None`` without output."""
+    for link in json.loads(text or "[]"):
+        stats = link.get("stats64") or link.get("stats") or {}
+        return LinkCounters(int(stats["rx"]["bytes"]), int(stats["tx"]["bytes"]))
+    return None
+
+
+def _counters_netlink(ifname: str) -> LinkCounters | None:
+    import errno
+
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    try:
+        with IPRoute() as ipr:
+            links = list(ipr.link("get", ifname=ifname))
+    except NetlinkError as exc:
+        if exc.code == errno.ENODEV:
+            return None
+        raise OSError(exc.code, f"rtnetlink: {exc}") from exc
+    for link in links:
+        stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
+        if stats is not None:
+            return LinkCounters(int(stats["rx_bytes"]), int(stats["tx_bytes"]))
+    return None
