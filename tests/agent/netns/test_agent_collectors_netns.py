@@ -15,7 +15,6 @@ Skipped (not passed) without root/CAP_NET_ADMIN or kernel MPTCP.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import socket
 from collections.abc import Iterator
@@ -25,31 +24,10 @@ from typing import Any
 import pytest
 from edgepath_agent.collector import DiagPathCollector, KernelCollector, Nl80211WifiCollector, PathCollector
 from edgepath_agent.daemon import AgentConfig, build_agent
-from edgepath_agent.testbed.netns import Testbed, call_in_netns, netns_supported, sh
+from edgepath_agent.testbed.netns import Testbed, call_in_netns, sh
+from netns_helpers import VethNamespace
 
 pytestmark = pytest.mark.netns
-
-ADDR = "10.9.0.1"
-#: The interface name inside the namespace; unique, so the host cannot have one by that name.
-IFNAME = f"epc{secrets.token_hex(4)}"
-
-
-@pytest.fixture
-def ns() -> Iterator[str]:
-    """A namespace holding a veth pair whose end ``IFNAME`` has ``ADDR``/24."""
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    name = f"ep-col-{secrets.token_hex(3)}"
-    sh(["ip", "netns", "add", name])
-    try:
-        sh(["ip", "-n", name, "link", "add", IFNAME, "type", "veth", "peer", "name", f"{IFNAME}p"])
-        sh(["ip", "-n", name, "addr", "add", f"{ADDR}/24", "dev", IFNAME])
-        for link in ("lo", IFNAME, f"{IFNAME}p"):
-            sh(["ip", "-n", name, "link", "set", link, "up"])
-        yield name
-    finally:
-        sh(["ip", "netns", "del", name], check=False)
 
 
 def _round_trips(client: socket.socket, peer: socket.socket) -> None:
@@ -61,37 +39,41 @@ def _round_trips(client: socket.socket, peer: socket.socket) -> None:
 
 
 @pytest.fixture
-def connection_in_ns(ns: str) -> Iterator[str]:
-    """An established TCP connection ``ADDR`` → ``ADDR`` that exists in ``ns`` only; yields ``ns``."""
+def connection_in_ns(veth_ns: VethNamespace) -> Iterator[VethNamespace]:
+    """An established TCP connection to and from the veth end's address that exists in ``veth_ns`` only."""
 
     def connect() -> tuple[socket.socket, socket.socket, socket.socket]:
-        server = socket.create_server((ADDR, 0))
+        server = socket.create_server((veth_ns.addr, 0))
         client = socket.create_connection(server.getsockname(), timeout=5.0)
         peer, _ = server.accept()
         return server, client, peer
 
-    server, client, peer = call_in_netns(ns, connect)  # the sockets stay in ns
+    server, client, peer = call_in_netns(veth_ns.name, connect)  # the sockets stay in the namespace
     try:
         _round_trips(client, peer)
-        yield ns
+        yield veth_ns
     finally:
         for s in (client, peer, server):
             s.close()
 
 
 @pytest.mark.parametrize("kind", ["inet_diag", "ss"])
-def test_the_path_collector_sees_a_connection_only_inside_its_namespace(connection_in_ns: str, kind: str) -> None:
+def test_the_path_collector_sees_a_connection_only_inside_its_namespace(
+    connection_in_ns: VethNamespace, kind: str
+) -> None:
     if kind == "ss" and shutil.which("ss") is None:
         pytest.skip("ss (iproute2) not installed")
-    in_ns = DiagPathCollector(connection_in_ns) if kind == "inet_diag" else PathCollector(netns=connection_in_ns)
+    ns, ifname = connection_in_ns.name, connection_in_ns.end
+    in_ns = DiagPathCollector(ns) if kind == "inet_diag" else PathCollector(netns=ns)
     host = DiagPathCollector() if kind == "inet_diag" else PathCollector()
     readings = in_ns.collect()
-    assert readings.get(IFNAME, {}).get("rtt_ms", 0) > 0, readings
-    assert readings[IFNAME]["loss"] == 0.0
-    assert IFNAME not in host.collect()  # the host namespace has neither the connection nor the interface
+    assert readings.get(ifname, {}).get("rtt_ms", 0) > 0, readings
+    assert readings[ifname]["loss"] == 0.0
+    assert ifname not in host.collect()  # the host namespace has neither the connection nor the interface
 
 
-def test_kernel_capabilities_are_those_of_the_namespace(ns: str) -> None:
+def test_kernel_capabilities_are_those_of_the_namespace(veth_ns: VethNamespace) -> None:
+    ns = veth_ns.name
     sh(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.mptcp.enabled=0"])
     assert Path("/proc/sys/net/mptcp/enabled").read_text().strip() == "1"  # netns_supported() checked the host
     collector = KernelCollector(netns=ns)
@@ -107,7 +89,10 @@ def _netns_inode() -> int:
     return os.stat("/proc/thread-self/ns/net").st_ino
 
 
-def test_the_nl80211_socket_is_opened_inside_the_namespace(ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_nl80211_socket_is_opened_inside_the_namespace(
+    veth_ns: VethNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = veth_ns.name
     import pyroute2
 
     opened_in: list[int] = []
@@ -134,28 +119,26 @@ def test_the_nl80211_socket_is_opened_inside_the_namespace(ns: str, monkeypatch:
     assert opened_in[0] != opened_in[1]
 
 
-def test_build_agent_with_netns_reports_the_rtt_of_the_managed_namespace(tmp_path: Path) -> None:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    with Testbed() as tb:
-        listener = call_in_netns(tb.server_ns, lambda: socket.create_server(("0.0.0.0", 0)))
-        port = listener.getsockname()[1]
-        # The default route with the lower metric is wlan0's: the connection leaves from 10.1.1.2.
-        client = call_in_netns(tb.device_ns, lambda: socket.create_connection((tb.server_addr, port), timeout=5.0))
-        peer, _ = listener.accept()
-        config = AgentConfig(
-            service=["http://127.0.0.1:9"], interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="dry-run",
-            netns=tb.device_ns, journal=tmp_path / "j.json", status_file=None, upstream_check=False,
-        )  # fmt: skip
-        agent = build_agent(config)
-        try:
-            _round_trips(client, peer)
-            request = agent.context()
-        finally:
-            agent.close(restore=False)
-            for s in (client, peer, listener):
-                s.close()
+def test_build_agent_with_netns_reports_the_rtt_of_the_managed_namespace(testbed: Testbed, tmp_path: Path) -> None:
+    listener = call_in_netns(testbed.server_ns, lambda: socket.create_server(("0.0.0.0", 0)))
+    port = listener.getsockname()[1]
+    # The default route with the lower metric is wlan0's: the connection leaves from 10.1.1.2.
+    client = call_in_netns(
+        testbed.device_ns, lambda: socket.create_connection((testbed.server_addr, port), timeout=5.0)
+    )
+    peer, _ = listener.accept()
+    config = AgentConfig(
+        service=["http://127.0.0.1:9"], interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="dry-run",
+        netns=testbed.device_ns, journal=tmp_path / "j.json", status_file=None, upstream_check=False,
+    )  # fmt: skip
+    agent = build_agent(config)
+    try:
+        _round_trips(client, peer)
+        request = agent.context()
+    finally:
+        agent.close(restore=False)
+        for s in (client, peer, listener):
+            s.close()
     reported = {i["name"]: i for i in request["interfaces"]}
     assert reported.get("wlan0", {}).get("rtt_ms", 0) > 0, request
     assert request["kernel"]["available_congestion_controls"], request  # the kernel collector read the namespace

@@ -13,25 +13,15 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from edgepath_agent.applier import Applier, ApplierConfig, CommandBackend, Journal
-from edgepath_agent.testbed.netns import Testbed, netns_supported, sh
+from edgepath_agent.testbed.netns import Testbed, sh
 
 pytestmark = pytest.mark.netns
 
 AGENT = Path(sys.executable).with_name("edgepath-agent")
-
-
-@pytest.fixture
-def testbed() -> Iterator[Testbed]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    with Testbed() as tb:
-        yield tb
 
 
 def default_routes(tb: Testbed) -> list[str]:

@@ -11,34 +11,21 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.iperf import detect_iperf3, iperf3_transfer
-from edgepath_agent.meter import TransferServer, transfer
-from edgepath_agent.testbed.netns import Testbed, call_in_netns, netns_supported
+from edgepath_agent.meter import transfer
+from edgepath_agent.testbed.netns import Testbed, call_in_netns
 
-pytestmark = pytest.mark.netns
+MISSING = [b for b in ("iperf3", "mptcpize") if shutil.which(b) is None]
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(bool(MISSING), reason=f"not installed: {', '.join(MISSING)} (scripts/setup.sh installs them)"),
+]
 
 PORT = 5301
 RATE_MBIT = 20.0
-
-
-@pytest.fixture
-def testbed() -> Iterator[Testbed]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    missing = [b for b in ("iperf3", "mptcpize") if shutil.which(b) is None]
-    if missing:
-        pytest.skip(f"not installed: {', '.join(missing)} (scripts/setup.sh installs them as root)")
-    tb = Testbed(wlan0_metric=100, wwan0_metric=200)
-    try:
-        tb.setup()
-        yield tb
-    finally:
-        tb.teardown()
 
 
 def _mp_capable_syn_rx(tb: Testbed) -> int:
@@ -74,20 +61,20 @@ def _iperf3_server(tb: Testbed) -> subprocess.Popen[str]:
 
 
 @pytest.mark.timeout(90)  # two 2 MB transfers at 20 Mbit/s plus iperf3 start-up, on a shared 2-core machine
-def test_iperf3_probe_measures_the_shaped_primary_path_over_mptcp_and_agrees_with_the_builtin_meter(testbed):
+def test_iperf3_probe_measures_the_shaped_primary_path_over_mptcp_and_agrees_with_the_builtin_meter(testbed, server):
     tool = detect_iperf3()
     assert tool is not None and tool.mode in ("native", "mptcpize")
     testbed.shape("wlan0", RATE_MBIT)
     testbed.shape("wwan0", RATE_MBIT)
     size = 2 * 1024 * 1024
-    server = _iperf3_server(testbed)
+    iperf3_server = _iperf3_server(testbed)
     syn_before = _mp_capable_syn_rx(testbed)
     try:
         result = iperf3_transfer(tool, testbed.server_addr, PORT, size, timeout_s=30.0, netns=testbed.device_ns)
-        assert server.wait(timeout=15) == 0  # the one-off server finished its test cleanly
+        assert iperf3_server.wait(timeout=15) == 0  # the one-off server finished its test cleanly
     finally:
-        if server.poll() is None:
-            server.kill()
+        if iperf3_server.poll() is None:
+            iperf3_server.kill()
     assert _mp_capable_syn_rx(testbed) >= syn_before + 1  # the probe's connections were MPTCP on the wire
     assert result.mptcp and result.bytes >= 0.9 * size
     # The subflows share two 20 Mbit/s paths: above one path's rate is possible, above both is not.
@@ -96,11 +83,7 @@ def test_iperf3_probe_measures_the_shaped_primary_path_over_mptcp_and_agrees_wit
     assert result.loss is not None and 0 <= result.loss <= 1
 
     # The same path measured by the built-in meter (edgepath's TransferServer): same order of magnitude.
-    meter = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
-    try:
-        builtin = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, meter.port, size)
-    finally:
-        meter.close()
+    builtin = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, size)
     ratio = result.throughput_bps / builtin.throughput_bps
     assert 0.5 < ratio < 2.0, (result.throughput_bps, builtin.throughput_bps)
 

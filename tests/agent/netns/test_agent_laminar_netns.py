@@ -11,13 +11,12 @@ device namespace. Skipped (not passed) without root/CAP_NET_ADMIN, kernel MPTCP,
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from edgepath_agent.collector.kernel import KernelCapabilities, kernel_version
 from edgepath_agent.daemon import AgentConfig, build_applier, with_laminar
-from edgepath_agent.meter import TransferServer, mptcp_socket
-from edgepath_agent.testbed.netns import Testbed, call_in_netns, netns_supported
+from edgepath_agent.meter import mptcp_socket
+from edgepath_agent.testbed.netns import Testbed, call_in_netns
 
 pytestmark = pytest.mark.netns
 
@@ -25,22 +24,15 @@ ANNOUNCED = "10.1.0.2"
 
 
 @pytest.fixture
-def testbed() -> Iterator[Testbed]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    tb = Testbed()
-    try:
-        tb.setup()
-        release = tb.dev("cat", "/proc/sys/kernel/osrelease").stdout.strip()
-        if kernel_version(release) < (6, 18):
-            pytest.skip(f"kernel {release} has no laminar endpoint flag (Linux >= 6.18)")
-        tb.srv("ip", "addr", "add", f"{ANNOUNCED}/32", "dev", "lo")
-        tb.srv("ip", "mptcp", "endpoint", "add", ANNOUNCED, "signal")
-        tb.dev("ip", "mptcp", "endpoint", "flush")  # the agent's applier sets the device's endpoints
-        yield tb
-    finally:
-        tb.teardown()
+def testbed(testbed: Testbed) -> Testbed:
+    """The shared testbed (conftest.py) on a kernel with laminar, its server announcing ``ANNOUNCED``."""
+    release = testbed.dev("cat", "/proc/sys/kernel/osrelease").stdout.strip()
+    if kernel_version(release) < (6, 18):
+        pytest.skip(f"kernel {release} has no laminar endpoint flag (Linux >= 6.18)")
+    testbed.srv("ip", "addr", "add", f"{ANNOUNCED}/32", "dev", "lo")
+    testbed.srv("ip", "mptcp", "endpoint", "add", ANNOUNCED, "signal")
+    testbed.dev("ip", "mptcp", "endpoint", "flush")  # the agent's applier sets the device's endpoints
+    return testbed
 
 
 def _subflows_once_announced_is_joined(tb: Testbed, port: int) -> set[tuple[str, str]]:
@@ -59,7 +51,7 @@ def _subflows_once_announced_is_joined(tb: Testbed, port: int) -> set[tuple[str,
 
 
 @pytest.mark.parametrize("laminar", ["auto", "off"])
-def test_announced_address_is_reached_from_its_own_interface_with_laminar(testbed, tmp_path, laminar):
+def test_announced_address_is_reached_from_its_own_interface_with_laminar(testbed, server, tmp_path, laminar):
     config = AgentConfig(
         backend="netlink",
         netns=testbed.device_ns,
@@ -76,7 +68,6 @@ def test_announced_address_is_reached_from_its_own_interface_with_laminar(testbe
     flags = {e.dev: e.flags for e in applier.backend.read_state(()).endpoints}
     assert all(("laminar" in f) == (laminar == "auto") for f in flags.values()), flags
 
-    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
     try:
         sock = call_in_netns(testbed.device_ns, lambda: _connect(testbed.server_addr, server.port))
         try:
@@ -84,7 +75,6 @@ def test_announced_address_is_reached_from_its_own_interface_with_laminar(testbe
         finally:
             sock.close()
     finally:
-        server.close()
         applier.rollback()
     wlan0, wwan0 = "10.1.1.2", "10.1.2.2"
     assert (wlan0, testbed.server_addr) in pairs  # the initial subflow follows the primary path's route

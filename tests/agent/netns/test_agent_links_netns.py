@@ -16,16 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from edgepath_agent.collector import LinkReader, unusable_reason
 from edgepath_agent.collector.link import link_states_ip_json
-from edgepath_agent.testbed.netns import Testbed, netns_supported, sh
+from edgepath_agent.testbed.netns import Testbed, sh
+from netns_helpers import VethNamespace
 from service_harness import running_service
 
 pytestmark = pytest.mark.netns
@@ -33,44 +32,19 @@ pytestmark = pytest.mark.netns
 AGENT = Path(sys.executable).with_name("edgepath-agent")
 
 
-@pytest.fixture
-def veth_ns() -> Iterator[str]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    ns = f"ep-lnk-{secrets.token_hex(3)}"
-    sh(["ip", "netns", "add", ns])
-    try:
-        sh(["ip", "-n", ns, "link", "add", "ep-a", "type", "veth", "peer", "name", "ep-b"])
-        sh(["ip", "-n", ns, "addr", "add", "10.9.0.1/24", "dev", "ep-a"])
-        for name in ("lo", "ep-a", "ep-b"):
-            sh(["ip", "-n", ns, "link", "set", name, "up"])
-        yield ns
-    finally:
-        sh(["ip", "netns", "del", ns], check=False)
-
-
-def test_the_reader_sees_which_end_of_a_veth_pair_has_an_address(veth_ns: str) -> None:
-    states = LinkReader(veth_ns)()
-    assert unusable_reason(states["ep-a"]) is None
-    assert unusable_reason(states["ep-b"]) == "has no address"  # up, carrier, an IPv6 link-local address at most
+def test_the_reader_sees_which_end_of_a_veth_pair_has_an_address(veth_ns: VethNamespace) -> None:
+    ns, a, b = veth_ns.name, veth_ns.end, veth_ns.peer
+    states = LinkReader(ns)()
+    assert unusable_reason(states[a]) is None
+    assert unusable_reason(states[b]) == "has no address"  # up, carrier, an IPv6 link-local address at most
     assert unusable_reason(states.get("ep-c")) == "does not exist"
-    text = sh(["ip", "-n", veth_ns, "-j", "addr", "show"]).stdout
+    text = sh(["ip", "-n", ns, "-j", "addr", "show"]).stdout
     fallback = link_states_ip_json(text)
-    assert {n: unusable_reason(fallback[n]) for n in ("ep-a", "ep-b")} == {"ep-a": None, "ep-b": "has no address"}
+    assert {n: unusable_reason(fallback[n]) for n in (a, b)} == {a: None, b: "has no address"}
 
-    sh(["ip", "-n", veth_ns, "link", "set", "ep-b", "down"])  # ep-a keeps its address but loses its carrier
-    states = LinkReader(veth_ns)()
-    assert unusable_reason(states["ep-a"]) == "is down" and unusable_reason(states["ep-b"]) == "is down"
-
-
-@pytest.fixture
-def testbed() -> Iterator[Testbed]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    with Testbed() as tb:
-        yield tb
+    sh(["ip", "-n", ns, "link", "set", b, "down"])  # the end keeps its address but loses its carrier
+    states = LinkReader(ns)()
+    assert unusable_reason(states[a]) == "is down" and unusable_reason(states[b]) == "is down"
 
 
 def run_agent(tb: Testbed, url: str, tmp_path: Path, steps: int) -> subprocess.CompletedProcess[str]:

@@ -9,13 +9,11 @@ fixture's finalizer, also when a test fails.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,25 +21,11 @@ from edgepath_agent.applier import Applier, ApplierConfig, ApplyError, CommandBa
 from edgepath_agent.applier.backend import run_checked
 from edgepath_agent.collector import PathCollector, read_capabilities
 from edgepath_agent.meter import TransferResult, TransferServer, mptcp_socket, transfer
-from edgepath_agent.testbed.netns import Testbed, call_in_netns, netns_supported
+from edgepath_agent.testbed.netns import Testbed, call_in_netns
 
 pytestmark = pytest.mark.netns
 
 CC = "net.ipv4.tcp_congestion_control"
-
-
-@pytest.fixture
-def testbed() -> Iterator[Testbed]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    tb = Testbed()
-    try:
-        tb.setup()
-        yield tb
-    finally:
-        tb.teardown()
-    assert tb.device_ns not in [p.name for p in Path("/run/netns").iterdir()]
 
 
 def kernel_view(tb: Testbed) -> dict[str, str]:
@@ -174,7 +158,7 @@ def test_rollback_after_several_applies_restores_exact_state(testbed: Testbed, t
     assert kernel_view(testbed) == before
 
 
-def _initial_subflow_local_addr(tb: Testbed) -> tuple[str, str]:
+def _initial_subflow_local_addr(tb: Testbed, port: int) -> tuple[str, str]:
     """(getsockname of a new MPTCP socket, local address of its MP_CAPABLE subflow in ``ss -ti``)."""
 
     def connect_and_look() -> tuple[str, str]:
@@ -193,43 +177,30 @@ def _initial_subflow_local_addr(tb: Testbed) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_first_subflow_leaves_on_recommended_interface(testbed: Testbed, tmp_path: Path, backend: str):
-    global port
-    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
-    port = server.port
-    try:
-        applier = make_applier(testbed, Journal(tmp_path / "j.json"), backend, manage_cc=False)
-        for primary, addr in (("wwan0", "10.1.2.2"), ("wlan0", "10.1.1.2"), ("wwan0", "10.1.2.2")):
-            applier.apply({"primary_path": {"interface": primary}})
-            sockname, ss_local = _initial_subflow_local_addr(testbed)
-            assert (sockname, ss_local) == (addr, addr), primary
-            result = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, port, 64 * 1024)
-            assert result.mptcp and result.local_addr == addr and result.bytes == 64 * 1024
-        applier.rollback()
-    finally:
-        server.close()
+def test_first_subflow_leaves_on_recommended_interface(
+    testbed: Testbed, server: TransferServer, tmp_path: Path, backend: str
+):
+    applier = make_applier(testbed, Journal(tmp_path / "j.json"), backend, manage_cc=False)
+    for primary, addr in (("wwan0", "10.1.2.2"), ("wlan0", "10.1.1.2"), ("wwan0", "10.1.2.2")):
+        applier.apply({"primary_path": {"interface": primary}})
+        sockname, ss_local = _initial_subflow_local_addr(testbed, server.port)
+        assert (sockname, ss_local) == (addr, addr), primary
+        result = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, 64 * 1024)
+        assert result.mptcp and result.local_addr == addr and result.bytes == 64 * 1024
+    applier.rollback()
 
 
-def test_path_collector_and_kernel_caps_inside_the_namespace(testbed: Testbed):
-    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
-    try:
+def test_path_collector_and_kernel_caps_inside_the_namespace(testbed: Testbed, server: TransferServer):
+    def look() -> tuple[dict, object]:
+        with socket.create_connection((testbed.server_addr, server.port), timeout=5.0):
+            readings = PathCollector(
+                runner=lambda argv: run_checked(["ip", "netns", "exec", testbed.device_ns, *argv])
+            ).collect()
+        return readings, read_capabilities()
 
-        def look() -> tuple[dict, object]:
-            with socket.create_connection((testbed.server_addr, server.port), timeout=5.0):
-                readings = PathCollector(
-                    runner=lambda argv: run_checked(["ip", "netns", "exec", testbed.device_ns, *argv])
-                ).collect()
-            return readings, read_capabilities()
-
-        readings, caps = call_in_netns(testbed.device_ns, look)
-        assert "wlan0" in readings and readings["wlan0"]["rtt_ms"] >= 0.0
-        assert caps.mptcp_enabled
-    finally:
-        with contextlib.suppress(Exception):
-            server.close()
-
-
-port = 0
+    readings, caps = call_in_netns(testbed.device_ns, look)
+    assert "wlan0" in readings and readings["wlan0"]["rtt_ms"] >= 0.0
+    assert caps.mptcp_enabled
 
 
 def test_rollback_command_restores_from_the_journal_file(testbed: Testbed, tmp_path: Path):
@@ -291,7 +262,22 @@ def _rx_bytes(tb: Testbed, ifname: str) -> int:
     return int(tb.dev("cat", f"/sys/class/net/{ifname}/statistics/rx_bytes").stdout)
 
 
-def test_active_standby_keeps_a_download_on_the_active_access(testbed: Testbed, tmp_path: Path):
+def _active_wwan0_standby_wlan0(tb: Testbed, tmp_path: Path) -> Applier:
+    """An applier that made wwan0 primary and the active access, wlan0 the standby (``ACTIVE_STANDBY``)."""
+    applier = make_applier(tb, Journal(tmp_path / "j.json"), manage_cc=False)
+    rule = {
+        "steering_mode": "ACTIVE_STANDBY",
+        "traffic_descriptor": {"match_all": True},
+        "accesses": [
+            {"interface": "wwan0", "initial_subflow": True},
+            {"interface": "wlan0", "initial_subflow": False},
+        ],
+    }
+    applier.apply({"primary_path": {"interface": "wwan0"}, "steering": {"rules": [rule]}})
+    return applier
+
+
+def test_active_standby_keeps_a_download_on_the_active_access(testbed: Testbed, server: TransferServer, tmp_path: Path):
     """Measured effect (issue 19): with wlan0 the standby (``backup``), a 4 MiB MPTCP download arrives on wwan0.
 
     The server's scheduler skips the backup subflow while the active one works (the device signals the
@@ -299,33 +285,22 @@ def test_active_standby_keeps_a_download_on_the_active_access(testbed: Testbed, 
     Load-Balancing (no backup) the same download is still MPTCP with both subflows up; the split between
     them is the default scheduler's and is not asserted.
     """
-    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
     size = 4 * 1024 * 1024
-    try:
-        applier = make_applier(testbed, Journal(tmp_path / "j.json"), manage_cc=False)
-        rule = {
-            "steering_mode": "ACTIVE_STANDBY",
-            "traffic_descriptor": {"match_all": True},
-            "accesses": [
-                {"interface": "wwan0", "initial_subflow": True},
-                {"interface": "wlan0", "initial_subflow": False},
-            ],
-        }
-        applier.apply({"primary_path": {"interface": "wwan0"}, "steering": {"rules": [rule]}})
-        before = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
-        result = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, size)
-        got = {i: _rx_bytes(testbed, i) - before[i] for i in ("wlan0", "wwan0")}
-        assert result.mptcp and result.bytes == size
-        assert result.subflows == 2  # the standby subflow exists: it is idle, not missing
-        assert got["wwan0"] >= size  # payload plus headers on the active access
-        assert got["wlan0"] < 16 * 1024, got  # the standby carries handshakes and signalling only (~0.5 kB seen)
-        applier.rollback()
-    finally:
-        server.close()
+    applier = _active_wwan0_standby_wlan0(testbed, tmp_path)
+    before = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
+    result = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, size)
+    got = {i: _rx_bytes(testbed, i) - before[i] for i in ("wlan0", "wwan0")}
+    assert result.mptcp and result.bytes == size
+    assert result.subflows == 2  # the standby subflow exists: it is idle, not missing
+    assert got["wwan0"] >= size  # payload plus headers on the active access
+    assert got["wlan0"] < 16 * 1024, got  # the standby carries handshakes and signalling only (~0.5 kB seen)
+    applier.rollback()
 
 
 @pytest.mark.timeout(120)  # a tbf-shaped 24 MiB download plus RTO-driven failover, on a shared 2-core machine
-def test_active_standby_fails_over_to_the_standby_and_new_connections_fail_back(testbed: Testbed, tmp_path: Path):
+def test_active_standby_fails_over_to_the_standby_and_new_connections_fail_back(
+    testbed: Testbed, server: TransferServer, tmp_path: Path
+):
     """Measured effect (issue 19): the active access fails mid-download (iptables DROP both ways on wwan0).
 
     The running MPTCP connection finishes on the standby (wlan0: the kernel marks the silent subflow stale
@@ -337,49 +312,36 @@ def test_active_standby_fails_over_to_the_standby_and_new_connections_fail_back(
         pytest.skip("iptables is not installed (scripts/setup.sh installs it)")
     for name in ("wlan0", "wwan0"):
         testbed.shape(name, 40.0)
-    server = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
     size = 24 * 1024 * 1024
-    try:
-        applier = make_applier(testbed, Journal(tmp_path / "j.json"), manage_cc=False)
-        rule = {
-            "steering_mode": "ACTIVE_STANDBY",
-            "traffic_descriptor": {"match_all": True},
-            "accesses": [
-                {"interface": "wwan0", "initial_subflow": True},
-                {"interface": "wlan0", "initial_subflow": False},
-            ],
-        }
-        applier.apply({"primary_path": {"interface": "wwan0"}, "steering": {"rules": [rule]}})
-        before = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
-        box: dict[str, object] = {}
+    applier = _active_wwan0_standby_wlan0(testbed, tmp_path)
+    before = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
+    box: dict[str, object] = {}
 
-        def download() -> None:
-            try:
-                box["result"] = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, size, 90.0)
-            except BaseException as exc:  # surfaced below
-                box["error"] = exc
+    def download() -> None:
+        try:
+            box["result"] = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, size, 90.0)
+        except BaseException as exc:  # surfaced below
+            box["error"] = exc
 
-        worker = threading.Thread(target=download, daemon=True)
-        worker.start()
-        deadline = time.monotonic() + 30.0
-        while _rx_bytes(testbed, "wwan0") - before["wwan0"] < 4 * 1024 * 1024:  # bounded wait: 4 MiB on wwan0
-            assert time.monotonic() < deadline and worker.is_alive(), "download did not start on wwan0"
-            time.sleep(0.02)
-        assert _rx_bytes(testbed, "wlan0") - before["wlan0"] < 16 * 1024  # standby idle until the failure
-        testbed.dev("iptables", "-A", "INPUT", "-i", "wwan0", "-j", "DROP")
-        testbed.dev("iptables", "-A", "OUTPUT", "-o", "wwan0", "-j", "DROP")
-        worker.join(100.0)
-        assert "error" not in box, box.get("error")
-        result = box["result"]
-        assert isinstance(result, TransferResult) and result.mptcp and result.bytes == size
-        on_wlan = _rx_bytes(testbed, "wlan0") - before["wlan0"]
-        assert on_wlan >= size // 2, on_wlan  # the rest of the download (~20 MiB) came over the standby
-        testbed.dev("iptables", "-F")
-        again = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
-        fresh = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, 2 * 1024 * 1024, 60.0)
-        assert fresh.local_addr == "10.1.2.2"
-        assert _rx_bytes(testbed, "wwan0") - again["wwan0"] >= 2 * 1024 * 1024
-        assert _rx_bytes(testbed, "wlan0") - again["wlan0"] < 16 * 1024
-        applier.rollback()
-    finally:
-        server.close()
+    worker = threading.Thread(target=download, daemon=True)
+    worker.start()
+    deadline = time.monotonic() + 30.0
+    while _rx_bytes(testbed, "wwan0") - before["wwan0"] < 4 * 1024 * 1024:  # bounded wait: 4 MiB on wwan0
+        assert time.monotonic() < deadline and worker.is_alive(), "download did not start on wwan0"
+        time.sleep(0.02)
+    assert _rx_bytes(testbed, "wlan0") - before["wlan0"] < 16 * 1024  # standby idle until the failure
+    testbed.dev("iptables", "-A", "INPUT", "-i", "wwan0", "-j", "DROP")
+    testbed.dev("iptables", "-A", "OUTPUT", "-o", "wwan0", "-j", "DROP")
+    worker.join(100.0)
+    assert "error" not in box, box.get("error")
+    result = box["result"]
+    assert isinstance(result, TransferResult) and result.mptcp and result.bytes == size
+    on_wlan = _rx_bytes(testbed, "wlan0") - before["wlan0"]
+    assert on_wlan >= size // 2, on_wlan  # the rest of the download (~20 MiB) came over the standby
+    testbed.dev("iptables", "-F")
+    again = {i: _rx_bytes(testbed, i) for i in ("wlan0", "wwan0")}
+    fresh = call_in_netns(testbed.device_ns, transfer, testbed.server_addr, server.port, 2 * 1024 * 1024, 60.0)
+    assert fresh.local_addr == "10.1.2.2"
+    assert _rx_bytes(testbed, "wwan0") - again["wwan0"] >= 2 * 1024 * 1024
+    assert _rx_bytes(testbed, "wlan0") - again["wlan0"] < 16 * 1024
+    applier.rollback()

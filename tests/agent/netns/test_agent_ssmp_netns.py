@@ -14,16 +14,12 @@ import json
 from pathlib import Path
 
 import pytest
-from edgepath_agent.testbed.netns import netns_supported
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.usefixtures("netns_ready")]  # conftest.py
 
 
 @pytest.mark.timeout(240)  # namespaces, a service start and ~20 real downloads
 def test_ssmp_testbed_run_end_to_end(tmp_path: Path) -> None:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
     from edgepath_agent.testbed import ssmp
 
     before = set(Path("/run/netns").iterdir()) if Path("/run/netns").exists() else set()

@@ -13,15 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from edgepath_agent.testbed.netns import netns_supported
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.usefixtures("netns_ready")]  # conftest.py
 
 
 def test_testbed_scenario_smoke(tmp_path: Path):
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
     report, plot = tmp_path / "r.json", tmp_path / "p.png"
     root = Path(__file__).resolve().parents[3]
     before = set(Path("/run/netns").iterdir()) if Path("/run/netns").exists() else set()

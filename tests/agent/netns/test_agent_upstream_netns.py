@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from edgepath_agent.applier import Applier, CommandBackend, Journal
 from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.messages import OutcomeAck, Recommendation
 from edgepath_agent.meter import TransferServer, mptcp_socket
-from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, call_in_netns, netns_supported
+from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, call_in_netns
 
 pytestmark = pytest.mark.netns
 
@@ -44,25 +43,6 @@ WINDOW_WITHOUT_AGENT_S = 8.0
 FAILOVER_BOUND_S = 10.0
 RESTORE_BOUND_S = 10.0
 WLAN0, WWAN0 = "10.1.1.2", "10.1.2.2"
-
-
-@pytest.fixture
-def testbed() -> Iterator[Testbed]:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
-    with Testbed() as tb:
-        yield tb
-
-
-@pytest.fixture
-def server(testbed: Testbed) -> Iterator[TransferServer]:
-    srv = call_in_netns(testbed.server_ns, lambda: TransferServer("0.0.0.0", 0).start())
-    assert srv.mptcp, "the server namespace refused an MPTCP listener"
-    try:
-        yield srv
-    finally:
-        srv.close()
 
 
 def blackhole_wifi_upstream(tb: Testbed, on: bool) -> None:

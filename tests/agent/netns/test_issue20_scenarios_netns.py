@@ -14,16 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from edgepath_agent.testbed.netns import netns_supported
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.usefixtures("netns_ready")]  # conftest.py
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_scenario(scenario: str, steps: int, tmp_path: Path) -> dict:
-    reason = netns_supported()
-    if reason:
-        pytest.skip(reason)
     report, plot = tmp_path / f"{scenario}.json", tmp_path / f"{scenario}.png"
     proc = subprocess.run(
         [sys.executable, "-m", "edgepath_agent.testbed.cli", "run", "--scenario", scenario, "--steps", str(steps),
