@@ -1182,7 +1182,8 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
     """Agent with the real collectors (absent sources report nothing) and a failover client.
 
     With ``netns``, the collectors of per-namespace kernel state (WiFi over nl80211, connections and
-    addresses, ``/proc/sys/net``) and the link check read that network namespace.
+    addresses, ``/proc/sys/net``) and the link check read that network namespace, and the SSMP step
+    (``content``) resolves, measures and downloads from inside it.
 
     Raises
     ------
@@ -1214,7 +1215,12 @@ def build_agent(config: AgentConfig, extra_collectors: Sequence[Collector] = ())
     ssmp = None
     if config.content:
         ssmp = SsmpStep.from_config(
-            list(config.interfaces), config.content, config.content_bytes, config.content_dns, config.timeout_s
+            list(config.interfaces),
+            config.content,
+            config.content_bytes,
+            config.content_dns,
+            config.timeout_s,
+            netns=netns,
         )
     return Agent(config, client, applier, collectors, ssmp=ssmp, links=LinkReader(netns))
 

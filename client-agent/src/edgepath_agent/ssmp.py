@@ -30,6 +30,13 @@ Source: J. Yang et al., "SSMP: Server Selection for Multipath TCP in CDN Environ
    ``bandwidth_min_bytes`` (a mice transfer ends in slow start and measures RTT, not bandwidth) —
    B = 8·bytes received on the subflow / duration.
 
+With ``netns`` (the agent's ``--netns``: a device emulated in a network namespace) every socket of
+these steps — the DNS queries, the RTT connects, the probes, the download — and the look-up of each
+interface's address are made by a thread that entered that namespace
+(:func:`~edgepath_agent.collector.base.in_netns`); a socket keeps the namespace it was created in, so
+its routes, source addresses and the device ``SO_BINDTODEVICE`` names are the namespace's, while the
+transfer itself runs in the caller's thread.
+
 Units: ms, bit/s, bytes, loss as a fraction. The transfer protocol is the meter's
 (:mod:`edgepath_agent.meter`).
 """
@@ -54,13 +61,14 @@ import dns.message
 import dns.query
 import dns.rdatatype
 
+from edgepath_agent.collector.base import in_netns
 from edgepath_agent.meter import (
     IPPROTO_MPTCP,
     SOL_MPTCP,
     TCP_INFO_LEN,
+    _client_socket,
     _read_trailer,
     kernel_counters,
-    mptcp_socket,
     request_payload,
 )
 
@@ -103,12 +111,18 @@ class PathSpec:
         return self.device or self.interface
 
 
-def bound_socket(kind: int, path: PathSpec, proto: int = 0) -> socket.socket:
+def bound_socket(kind: int, path: PathSpec, proto: int = 0, netns: str | None = None) -> socket.socket:
     """An IPv4 socket of ``kind`` bound to ``path``'s device (when permitted) and source address.
 
     ``SO_BINDTODEVICE`` needs CAP_NET_RAW (socket(7)); without it the source address alone steers the
-    socket (the device's per-source ``ip rule``). Raises ``OSError`` when the address can't be bound.
+    socket (the device's per-source ``ip rule``). With ``netns`` the socket is created in that network
+    namespace and keeps it: ``path``'s device and source address are the namespace's. Raises ``OSError``
+    when the device or the address can't be bound, or ``netns`` can't be entered.
     """
+    return in_netns(netns, lambda: _bound_socket(kind, path, proto))
+
+
+def _bound_socket(kind: int, path: PathSpec, proto: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, kind, proto)
     try:
         try:
@@ -124,16 +138,18 @@ def bound_socket(kind: int, path: PathSpec, proto: int = 0) -> socket.socket:
     return sock
 
 
-def resolve(host: str, path: PathSpec, timeout_s: float = 2.0) -> list[str]:
+def resolve(host: str, path: PathSpec, timeout_s: float = 2.0, netns: str | None = None) -> list[str]:
     """IPv4 addresses (A records) for ``host`` from ``path``'s DNS server, asked through ``path``.
 
-    Returns the addresses in answer order (empty when the name has no A record). Raises
-    ``dns.exception.Timeout`` or ``OSError`` when the server does not answer.
+    ``timeout_s``: the query's deadline, s. With ``netns`` the query's socket is that network
+    namespace's (:func:`bound_socket`). Returns the addresses in answer order (empty when the name has
+    no A record). Raises ``dns.exception.Timeout`` or ``OSError`` when the server does not answer or
+    the socket can't be bound.
     """
     with contextlib.suppress(ValueError):
         return [str(ipaddress.IPv4Address(host))]  # already an address: nothing to resolve
     query = dns.message.make_query(host, dns.rdatatype.A)
-    sock = bound_socket(socket.SOCK_DGRAM, path)
+    sock = bound_socket(socket.SOCK_DGRAM, path, netns=netns)
     with sock:
         sock.setblocking(False)  # dnspython's contract for a caller's socket
         answer = dns.query.udp(query, path.nameserver, timeout=timeout_s, port=path.nameserver_port, sock=sock)
@@ -144,13 +160,14 @@ def resolve(host: str, path: PathSpec, timeout_s: float = 2.0) -> list[str]:
     return out
 
 
-def connect_rtt_ms(address: str, port: int, path: PathSpec, timeout_s: float = 2.0) -> float:
+def connect_rtt_ms(address: str, port: int, path: PathSpec, timeout_s: float = 2.0, netns: str | None = None) -> float:
     """One RTT sample to ``address:port`` over ``path``: the time of a TCP connect() (SYN → SYN/ACK), ms.
 
     A refused, unreachable or timed-out connect returns ``timeout_s`` in ms (the server is as good as
-    unreachable over this path).
+    unreachable over this path). With ``netns`` the socket is that network namespace's (created before
+    the clock starts). Raises ``OSError`` when the socket can't be bound to ``path`` (:func:`bound_socket`).
     """
-    sock = bound_socket(socket.SOCK_STREAM, path)
+    sock = bound_socket(socket.SOCK_STREAM, path, netns=netns)
     with sock:
         sock.settimeout(timeout_s)
         t0 = time.perf_counter()
@@ -283,6 +300,8 @@ class SsmpClient:
     stale_age_s: measurements older than this are not sent (and the service's list decides probes).
     bandwidth_min_bytes: downloads smaller than this report no bandwidth (mice: slow start).
     timeout_s: DNS, connect and transfer socket timeout, s.
+    netns: the network namespace whose interfaces ``paths`` are (the agent's ``--netns``): every socket
+        of the steps is created there (see the module docstring); None: this process's namespace.
     """
 
     def __init__(
@@ -296,6 +315,7 @@ class SsmpClient:
         stale_age_s: float = 600.0,
         bandwidth_min_bytes: int = DEFAULT_BANDWIDTH_MIN_BYTES,
         timeout_s: float = 5.0,
+        netns: str | None = None,
     ) -> None:
         if not paths:
             raise ValueError("at least one path is required")
@@ -309,6 +329,7 @@ class SsmpClient:
         self.stale_age_s = stale_age_s
         self.bandwidth_min_bytes = bandwidth_min_bytes
         self.timeout_s = timeout_s
+        self.netns = netns
         #: (server address, interface) → the latest :class:`PathSample` (probes and downloads).
         self.measured: dict[tuple[str, str], PathSample] = {}
 
@@ -319,7 +340,7 @@ class SsmpClient:
         out: list[tuple[str, str]] = []
         for name, path in self.paths.items():
             try:
-                out.extend((a, name) for a in resolve(host, path, self.timeout_s))
+                out.extend((a, name) for a in resolve(host, path, self.timeout_s, self.netns))
             except (dns.exception.DNSException, OSError) as exc:
                 log.warning("DNS over %s failed for %s: %s", name, host, exc)
         return out
@@ -336,11 +357,12 @@ class SsmpClient:
         specs = list(self.paths.values())
         if addresses:
             for spec in specs:  # warm-up, not recorded
-                connect_rtt_ms(addresses[0], self.port, spec, self.timeout_s)
+                connect_rtt_ms(addresses[0], self.port, spec, self.timeout_s, self.netns)
         for k in range(self.rtt_samples):
             for address in addresses:
                 for spec in specs[k % len(specs) :] + specs[: k % len(specs)]:
-                    out[(address, spec.interface)].append(connect_rtt_ms(address, self.port, spec, self.timeout_s))
+                    rtt = connect_rtt_ms(address, self.port, spec, self.timeout_s, self.netns)
+                    out[(address, spec.interface)].append(rtt)
         return out
 
     def content(self, host: str, expected_size_bytes: int) -> dict[str, Any]:
@@ -398,7 +420,7 @@ class SsmpClient:
         return got
 
     def _probe_one(self, address: str, spec: PathSpec) -> PathSample:
-        sock = bound_socket(socket.SOCK_STREAM, spec)
+        sock = bound_socket(socket.SOCK_STREAM, spec, netns=self.netns)
         with sock:
             sock.settimeout(self.timeout_s)
             t0 = time.perf_counter()
@@ -422,15 +444,13 @@ class SsmpClient:
         """Download ``size_bytes`` from ``address`` over MPTCP, the initial subflow on ``initial_interface``.
 
         ``initial_interface`` None: routing picks (the default route). Falls back to TCP when the kernel
-        refuses MPTCP. Remembers each subflow's sample. Raises ``OSError`` on failure.
+        refuses MPTCP. Remembers each subflow's sample. Raises ``OSError`` on failure (also when ``netns``
+        can't be entered), ``ValueError`` for an ``initial_interface`` that is not one of the paths.
         """
         spec = self.paths.get(initial_interface) if initial_interface else None
         if initial_interface and spec is None:
             raise ValueError(f"unknown interface {initial_interface!r}")
-        try:
-            sock = mptcp_socket()
-        except OSError:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock, _ = in_netns(self.netns, lambda: _client_socket(use_mptcp=True))  # created in netns, keeps it
         with sock:
             sock.settimeout(self.timeout_s)
             if spec is not None:
@@ -550,11 +570,15 @@ def fetch(ssmp: SsmpClient, client: Any, request: Mapping[str, Any], host: str, 
 SIOCGIFADDR = 0x8915
 
 
-def interface_ipv4(name: str) -> str:
-    """The IPv4 address of interface ``name`` (``SIOCGIFADDR``, netdevice(7)). Raises ``OSError`` without one."""
+def interface_ipv4(name: str, netns: str | None = None) -> str:
+    """The IPv4 address of interface ``name`` (``SIOCGIFADDR``, netdevice(7)), of network namespace ``netns`` if given.
+
+    Raises ``OSError`` when there is no such interface or it has no IPv4 address, or ``netns`` can't be entered.
+    """
     import fcntl
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    # The ioctl names a device of the socket's namespace: the socket is created in netns.
+    with in_netns(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
         raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
     return socket.inet_ntoa(raw[20:24])
 
@@ -576,12 +600,20 @@ class SsmpStep:
 
     @classmethod
     def from_config(
-        cls, interfaces: Sequence[str], content: str, size_bytes: int, dns: Mapping[str, str], timeout_s: float
+        cls,
+        interfaces: Sequence[str],
+        content: str,
+        size_bytes: int,
+        dns: Mapping[str, str],
+        timeout_s: float,
+        netns: str | None = None,
     ) -> SsmpStep:
         """From the agent's settings: ``content`` = ``HOST:PORT``, ``dns`` = interface → its DNS server.
 
-        Interfaces without a DNS server or an IPv4 address are left out (logged). Raises ``ValueError``
-        when none is left or ``content`` has no port.
+        ``size_bytes``: bytes downloaded per step; ``timeout_s``: socket timeout, s; ``netns``: the network
+        namespace the interfaces are in (the agent's ``--netns``): their addresses are looked up there and
+        every socket of the SSMP steps is created there. Interfaces without a DNS server or an IPv4 address
+        are left out (logged). Raises ``ValueError`` when none is left or ``content`` has no port.
         """
         host, sep, port = content.rpartition(":")
         if not sep or not port.isdigit():
@@ -592,12 +624,12 @@ class SsmpStep:
                 log.warning("SSMP: no DNS server configured for %s: left out", name)
                 continue
             try:
-                specs.append(PathSpec(name, interface_ipv4(name), dns[name]))
+                specs.append(PathSpec(name, interface_ipv4(name, netns), dns[name]))
             except OSError as exc:
                 log.warning("SSMP: %s has no IPv4 address (%s): left out", name, exc)
         if not specs:
             raise ValueError("SSMP needs at least one interface with an IPv4 address and a DNS server")
-        return cls(SsmpClient(specs, int(port), timeout_s=timeout_s), host, size_bytes)
+        return cls(SsmpClient(specs, int(port), timeout_s=timeout_s, netns=netns), host, size_bytes)
 
     def with_content(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """``request`` plus the ``content`` block; unchanged (logged) when no interface resolved the host."""
