@@ -6,6 +6,7 @@ applier uses for its safety check; the real kernel is exercised in tests/agent/n
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from pathlib import Path
@@ -273,6 +274,29 @@ def test_a_dry_run_seeded_from_a_namespace_prints_commands_for_that_namespace():
     lines = out.getvalue().splitlines()
     assert lines and all(line.startswith("would run: ip netns exec ep-dev-1 ip -4 route ") for line in lines), lines
     assert "would run: ip netns exec ep-dev-1 ip -4 route add default via 10.1.1.1 dev wlan0 metric 100" in lines
+
+
+def test_a_dry_run_prints_to_the_stdout_of_the_moment_it_prints():
+    """The default ``out`` was the ``sys.stdout`` object of import time: a caller that redirected ``sys.stdout`` later
+    (``contextlib.redirect_stdout``, pytest's capsys, a wrapper) got none of the printed commands."""
+    built = DryRunBackend(initial(), ADDRS)  # default out, before stdout is redirected
+    seeded = DryRunBackend.from_backend(DryRunBackend(initial(), ADDRS, out=None), [CC_SYSCTL])
+    silent = DryRunBackend(initial(), ADDRS, out=None, netns="quiet")
+    for backend in (built, seeded, silent):
+        with contextlib.redirect_stdout(io.StringIO()) as redirected:
+            Applier(backend, Journal(), ApplierConfig(manage_cc=False)).apply(rec("wwan0"))
+        lines = redirected.getvalue().splitlines()
+        if backend is silent:
+            assert lines == [] and silent.printed  # None: nothing printed, the commands still recorded
+        else:
+            assert any(line.startswith("would run: ip -4 route add default via 10.1.2.1 dev wwan0") for line in lines)
+            assert lines == ["would run: " + " ".join(argv) for argv in backend.printed], lines
+    explicit = io.StringIO()  # an explicit stream stays that stream, whatever sys.stdout is then
+    with contextlib.redirect_stdout(io.StringIO()) as redirected:
+        Applier(DryRunBackend(initial(), ADDRS, out=explicit), Journal(), ApplierConfig(manage_cc=False)).apply(
+            rec("wwan0")
+        )
+    assert redirected.getvalue() == "" and "would run: ip -4 route add default" in explicit.getvalue()
 
 
 # ---------------------------------------------------------------- ATSSS steering rule (issue 19)

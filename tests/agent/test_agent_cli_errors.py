@@ -331,3 +331,22 @@ def test_run_warns_once_about_a_misspelt_environment_variable(tmp_path: Path) ->
     assert result.exit_code == 2  # then refused as before: ep-nowifi0 does not exist (nothing else changed)
     result = CliRunner().invoke(app, argv, env={**ENV, "EDGEPATH_AGENT_ATTEMPTS": "1"})
     assert "matches no setting" not in result.output
+
+
+def test_status_warns_on_stderr_about_a_misspelt_environment_variable(tmp_path: Path) -> None:
+    """Only `run` warned: `status` read its defaults (another status_file) without a word. The warning goes to
+    stderr, so the JSON on stdout still parses for scripts."""
+    status_file = tmp_path / "status.json"
+    status_file.write_text(json.dumps(_record(os.getpid())))
+    argv = ["status", "--status-file", str(status_file), "--json"]
+    env = {**ENV, "EDGEPATH_AGENT_STATUS_FLE": str(tmp_path / "other.json")}
+    result = CliRunner().invoke(app, argv, env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "warning: environment variable EDGEPATH_AGENT_STATUS_FLE matches no setting and is ignored; "
+        "did you mean EDGEPATH_AGENT_STATUS_FILE?"
+    ], result.stderr
+    assert json.loads(result.stdout)["pid"] == os.getpid()  # stdout: the record alone
+    shown = CliRunner().invoke(app, argv[:-1], env=env)  # the text form warns the same way, on stderr
+    assert shown.stdout.startswith(f"agent:          pid {os.getpid()}, device dev-1") and shown.stderr == result.stderr
+    assert CliRunner().invoke(app, argv, env=ENV).stderr == ""  # no misspelt variable: no warning

@@ -10,7 +10,10 @@ tests/agent/netns/test_agent_ssmp_netns.py.
 
 from __future__ import annotations
 
+import errno
+import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,3 +175,21 @@ def test_daemon_step_sends_content_downloads_the_pick_and_reports_the_transfer(d
             assert cdn.served[-1].size_bytes == 20_000
         finally:
             agent.close(restore=True)
+
+
+def test_from_config_names_a_network_namespace_it_cannot_enter(caplog: pytest.LogCaptureFixture) -> None:
+    """An unusable ``netns`` was logged once per interface as "wlan0 has no IPv4 address (…/run/netns/…)", then
+    "SSMP needs at least one interface": it reads as a missing address. Now one error names the namespace.
+    ``lo`` has 127.0.0.1 here: only the namespace is at fault."""
+    from edgepath_agent.ssmp import SsmpStep
+
+    netns = "ep-no-such-ns-0"
+    assert not Path(f"/run/netns/{netns}").exists()
+    dns = {"lo": "127.0.0.1", "wlan0": "127.0.0.1"}
+    with caplog.at_level(logging.WARNING, logger="edgepath_agent.ssmp"):
+        with pytest.raises(OSError, match=f"SSMP: cannot enter network namespace '{netns}'") as raised:
+            SsmpStep.from_config(list(dns), f"{HOST}:80", 10_000, dns, 1.0, netns=netns)
+    assert raised.value.errno == errno.ENOENT and isinstance(raised.value.__cause__, FileNotFoundError)
+    assert caplog.records == []  # no per-interface "has no IPv4 address"
+    step = SsmpStep.from_config(["lo"], f"{HOST}:80", 10_000, dns, 1.0)  # the same interface, no namespace: usable
+    assert [(s.interface, s.source_addr) for s in step.client.paths.values()] == [("lo", "127.0.0.1")]

@@ -257,13 +257,16 @@ def status(
     Exit code 0 when a record exists and the process that wrote it is still running (and, with
     --check, a service URL answers); 1 otherwise: no record, the agent that wrote it has exited
     ("agent: not running (last record by pid N, …)"; with --json, "running": false), or no service
-    URL answers.
+    URL answers. An ``EDGEPATH_AGENT_*`` variable that names no setting is warned about on stderr, as
+    ``run`` does (stdout, the record, is unchanged).
     """
     from pydantic import ValidationError
 
-    from edgepath_agent.daemon import load_config
+    from edgepath_agent.daemon import load_config, unknown_env_message, unknown_env_settings
     from edgepath_agent.status import format_status, pid_alive, probe_service, read_status
 
+    for var, close in unknown_env_settings():  # as `run` warns; stderr: scripts read stdout (--json)
+        typer.echo(f"warning: {unknown_env_message(var, close)}", err=True)
     try:
         cfg = load_config(config, status_file=status_file)
     except (ValidationError, ValueError, OSError) as exc:

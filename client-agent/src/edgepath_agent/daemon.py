@@ -415,15 +415,20 @@ def unknown_env_settings(environ: Mapping[str, str] | None = None) -> list[tuple
     return out
 
 
+def unknown_env_message(var: str, close: str | None) -> str:
+    """The warning for ``var``, an ``EDGEPATH_AGENT_*`` variable that names no setting, with ``close``, the valid
+    name closest to it or ``None`` (a pair of :func:`unknown_env_settings`)."""
+    hint = f"; did you mean {close}?" if close else f" (settings: {AgentConfig.model_config.get('env_prefix')}<NAME>)"
+    return f"environment variable {var} matches no setting and is ignored{hint}"
+
+
 def warn_unknown_env(environ: Mapping[str, str] | None = None) -> list[str]:
     """Log one warning per ``EDGEPATH_AGENT_*`` variable that names no setting (:func:`unknown_env_settings`),
-    with the closest valid name; returns those variables. ``run`` calls it once, at start."""
+    with the closest valid name; returns those variables. ``run`` calls it once, at start (``status`` prints
+    the same :func:`unknown_env_message` lines to stderr)."""
     found = unknown_env_settings(environ)
     for var, close in found:
-        hint = (
-            f"; did you mean {close}?" if close else f" (settings: {AgentConfig.model_config.get('env_prefix')}<NAME>)"
-        )
-        log.warning("environment variable %s matches no setting and is ignored%s", var, hint, extra={"variable": var})
+        log.warning("%s", unknown_env_message(var, close), extra={"variable": var})
     return [var for var, _ in found]
 
 

@@ -613,11 +613,27 @@ class SsmpStep:
         ``size_bytes``: bytes downloaded per step; ``timeout_s``: socket timeout, s; ``netns``: the network
         namespace the interfaces are in (the agent's ``--netns``): their addresses are looked up there and
         every socket of the SSMP steps is created there. Interfaces without a DNS server or an IPv4 address
-        are left out (logged). Raises ``ValueError`` when none is left or ``content`` has no port.
+        are left out (logged).
+
+        Raises
+        ------
+        ValueError
+            When no interface is left or ``content`` has no port.
+        OSError
+            When ``netns`` cannot be entered (no such namespace, no ``CAP_SYS_ADMIN``): no interface can be
+            used then; the message names the namespace (its ``errno`` is the cause's).
         """
         host, sep, port = content.rpartition(":")
         if not sep or not port.isdigit():
             raise ValueError(f"content must be HOST:PORT, got {content!r}")
+        if netns is not None:  # else each interface was logged as having "no IPv4 address"
+            try:
+                in_netns(netns, lambda: None)
+            except OSError as exc:
+                raise OSError(
+                    exc.errno,
+                    f"SSMP: cannot enter network namespace {netns!r} to find the interfaces' addresses: {exc}",
+                ) from exc
         specs = []
         for name in interfaces:
             if name not in dns:

@@ -35,7 +35,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
 from edgepath_agent import safety
 from edgepath_agent.applier import commands
@@ -148,7 +148,9 @@ class DryRunBackend:
     addresses
         ``{ifname: [IPv4]}`` reported by :meth:`read_addresses`.
     out
-        Where the commands are printed (``None`` = don't print).
+        Where the commands are printed: ``"stdout"`` (default) = whatever :data:`sys.stdout` is when a
+        command is printed (so ``contextlib.redirect_stdout``, pytest's ``capsys`` or a wrapper that
+        replaces it later gets them), a stream = that stream, ``None`` = don't print.
     netns
         Namespace to show in the printed commands.
     """
@@ -159,7 +161,7 @@ class DryRunBackend:
         self,
         state: NetState | None = None,
         addresses: dict[str, list[str]] | None = None,
-        out: TextIO | None = sys.stdout,
+        out: TextIO | Literal["stdout"] | None = "stdout",
         netns: str | None = None,
     ) -> None:
         self.state = state or NetState()
@@ -171,9 +173,11 @@ class DryRunBackend:
 
     @classmethod
     def from_backend(
-        cls, backend: Backend, sysctl_keys: Iterable[str], out: TextIO | None = sys.stdout
+        cls, backend: Backend, sysctl_keys: Iterable[str], out: TextIO | Literal["stdout"] | None = "stdout"
     ) -> DryRunBackend:
         """Dry run seeded with the real state read (read-only) through ``backend``, in its network namespace.
+
+        ``out`` as for the class (``"stdout"``: :data:`sys.stdout` at print time).
 
         The printed commands carry ``backend``'s ``netns`` (``ip netns exec NAME …``), so that an
         operator who copies them runs them where the agent would have.
@@ -196,8 +200,8 @@ class DryRunBackend:
                     raise BackendError(argv, 2, "injected failure (dry run)")
                 self.state = simulate(self.state, op, args)
                 self.printed.append(argv)
-                if self.out is not None:
-                    print("would run: " + " ".join(argv), file=self.out)
+                if self.out is not None:  # "stdout": the current one, not the one at import or construction
+                    print("would run: " + " ".join(argv), file=sys.stdout if isinstance(self.out, str) else self.out)
 
             return call
 
