@@ -268,16 +268,18 @@ def test_bench_reports_every_key_for_both_transports(tmp_path: Path) -> None:
 
 
 def test_the_serving_cpu_counts_the_service_and_its_workers_but_not_its_refit_process() -> None:
-    """serving_cpu_s: a stand-in service process with two children that have burnt CPU and wait, one a worker and
-    one whose command line names multiprocessing (as the refit process's does): the service's and the worker's CPU
-    seconds are counted, the refit process's are not."""
+    """serving_cpu_s: a stand-in service process with two children that have burnt CPU and wait, both with
+    multiprocessing in their command line (as `serve --workers` processes and the refit process are spawned): a
+    worker, and a refit process that has put itself below serving in the scheduler as ProcessRefitter's does
+    (yield_cpu_to_serving). The service's and the worker's CPU seconds are counted, the refit process's are not."""
     bench = _bench_module()
     burn = "import sys; sum(range(20_000_000)); print('done', flush=True); sys.stdin.read()"
+    refit = "from edgepath.training.online import yield_cpu_to_serving; yield_cpu_to_serving(); "
     service_code = (
         "import subprocess, sys\n"
         f"burn = {burn!r}\n"
         "kids = [subprocess.Popen([sys.executable, '-c', code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)\n"
-        "        for code in (burn, 'import multiprocessing; ' + burn)]\n"
+        f"        for code in ('import multiprocessing; ' + burn, 'import multiprocessing; ' + {refit!r} + burn)]\n"
         "for kid in kids:\n"
         "    kid.stdout.readline()\n"
         "print(kids[0].pid, kids[1].pid, flush=True)\n"
