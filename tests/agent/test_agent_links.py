@@ -35,7 +35,7 @@ from edgepath_agent.collector.link import (
     link_states_ip_json,
     link_states_netlink,
 )
-from edgepath_agent.daemon import Agent, AgentConfig, content_within
+from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.status import format_status
 
 UP = IFF_UP | IFF_RUNNING
@@ -152,25 +152,6 @@ def test_interface_counters_fall_back_to_ip_in_the_namespace(monkeypatch: pytest
     assert counters == LinkCounters(rx_bytes=123456, tx_bytes=7890)
     assert calls == [["ip", "netns", "exec", "ep-dev-x", "ip", "-j", "-s", "link", "show", "dev", "wlan0"]]
     assert interface_counters("wlan9", runner=lambda _argv: None) is None  # ip fails: no such device
-
-
-def test_ssmp_content_is_restricted_to_the_reported_interfaces() -> None:
-    both = [{"interface": "wlan0"}, {"interface": "wwan0"}]
-    content = {
-        "expected_size_bytes": 1000,
-        "default_interface": "wwan0",
-        "candidates": [
-            {"address": "192.0.2.1", "dns_interface": "wlan0", "paths": both},
-            {"address": "192.0.2.2", "dns_interface": "wwan0", "paths": both},
-        ],
-    }
-    kept = content_within(content, ["wlan0"])
-    assert kept == {
-        "expected_size_bytes": 1000,
-        "candidates": [{"address": "192.0.2.1", "dns_interface": "wlan0", "paths": [{"interface": "wlan0"}]}],
-    }
-    assert content_within(content, ["wlan0", "wwan0"]) == content
-    assert content_within(content, ["eth0"]) is None
 
 
 # The daemon against a real service (loopback), its link state from a stand-in reader.

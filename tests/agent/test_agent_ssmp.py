@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from edgepath_agent.client import connect
-from edgepath_agent.ssmp import PathSpec, SsmpClient, fetch, resolve
+from edgepath_agent.ssmp import PathSpec, SsmpClient, SsmpStep, fetch, resolve
 from edgepath_agent.testbed.ssmp import CdnServer, start_dns
 from service_harness import running_service
 
@@ -72,6 +72,33 @@ def test_content_block_measures_every_candidate_over_every_path(dns_pair: Any, c
             assert len(p["rtt_ms_samples"]) == 2
             assert all(0 < r < client.timeout_s * 1000 for r in p["rtt_ms_samples"])  # connected, not timed out
             assert "loss" not in p and "bandwidth_bps" not in p  # nothing measured yet
+
+
+def test_content_is_measured_over_the_reported_interfaces_only(dns_pair: Any, cdn: CdnServer) -> None:
+    """An interface the request leaves out (down, no address) is neither asked nor named: its DNS server gets no
+    query, no candidate it answered and no path over it is sent, nor the default interface when it is that one
+    (the service refuses a content block naming an interface the request does not list)."""
+    client = SsmpClient(specs(dns_pair), cdn.port, rtt_samples=1, default_interface="wwan0")
+    (_, ra), (_, rb) = dns_pair
+    kept = client.content(HOST, 1000, ["wlan0"])
+    assert (ra.queries, rb.queries) == (1, 0)
+    assert set(kept) == {"expected_size_bytes", "candidates"}  # no default_interface: wwan0 is not reported
+    assert [(c["address"], c["dns_interface"]) for c in kept["candidates"]] == [("127.0.0.2", "wlan0")]
+    assert [p["interface"] for p in kept["candidates"][0]["paths"]] == ["wlan0"]
+    both = client.content(HOST, 1000, ["wlan0", "wwan0"])  # every path reported: the whole block
+    whole = client.content(HOST, 1000)
+    for block in (both, whole):
+        assert block["default_interface"] == "wwan0"
+        assert [(c["dns_interface"], [p["interface"] for p in c["paths"]]) for c in block["candidates"]] == [
+            ("wlan0", ["wlan0", "wwan0"]),
+            ("wwan0", ["wlan0", "wwan0"]),
+        ]
+    with pytest.raises(LookupError):
+        client.content(HOST, 1000, ["eth0"])  # none of the paths reported
+    step = SsmpStep(client, HOST, 1000)
+    request = {"device_id": "dev-1", "interfaces": [{"name": "wlan0"}]}
+    assert [c["dns_interface"] for c in step.with_content(request)["content"]["candidates"]] == ["wlan0"]
+    assert "content" not in step.with_content({"device_id": "dev-1", "interfaces": [{"name": "eth0"}]})
 
 
 def test_unreachable_candidate_counts_as_timeout(dns_pair: Any) -> None:
@@ -149,7 +176,6 @@ def test_daemon_step_sends_content_downloads_the_pick_and_reports_the_transfer(d
     from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
     from edgepath_agent.collector import StaticCollector
     from edgepath_agent.daemon import Agent, AgentConfig
-    from edgepath_agent.ssmp import SsmpStep
 
     routes = NetState(
         limits=(("add_addr_accepted", 0), ("subflows", 0)),
@@ -181,7 +207,6 @@ def test_from_config_names_a_network_namespace_it_cannot_enter(caplog: pytest.Lo
     """An unusable ``netns`` was logged once per interface as "wlan0 has no IPv4 address (…/run/netns/…)", then
     "SSMP needs at least one interface": it reads as a missing address. Now one error names the namespace.
     ``lo`` has 127.0.0.1 here: only the namespace is at fault."""
-    from edgepath_agent.ssmp import SsmpStep
 
     netns = "ep-no-such-ns-0"
     assert not Path(f"/run/netns/{netns}").exists()

@@ -467,28 +467,6 @@ class StepResult:
 _REPORTED_AGAIN_WHEN = {GONE: "it exists again", DOWN: "it is up with an address", NO_ADDRESS: "it has one"}
 
 
-def content_within(content: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any] | None:
-    """The SSMP ``content`` block restricted to the interfaces ``names`` (those in the request), or ``None``.
-
-    The service refuses a request whose ``content`` names an interface it does not list: candidates
-    answered by another interface's DNS are dropped, and paths over other interfaces; a candidate left
-    without paths is dropped; ``None`` when no candidate is left. A ``default_interface`` not among
-    the remaining candidates' DNS interfaces is removed (the service then takes the first).
-    """
-    keep = set(names)
-    candidates = []
-    for cand in content.get("candidates", []):
-        paths = [p for p in cand.get("paths", []) if p.get("interface") in keep]
-        if cand.get("dns_interface") in keep and paths:
-            candidates.append({**cand, "paths": paths})
-    if not candidates:
-        return None
-    out = {**content, "candidates": candidates}
-    if out.get("default_interface") not in {c["dns_interface"] for c in candidates}:
-        out.pop("default_interface", None)
-    return out
-
-
 #: Refusals of who this device is (gRPC status names, HTTP statuses): configuration errors, not worth a retry.
 CREDENTIAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", 401, 403})
 
@@ -817,12 +795,7 @@ class Agent:
             return self._skip_step(request)
         self._skipping = False
         if self.ssmp is not None and primary is None:
-            request = self.ssmp.with_content(request)
-            if "content" in request:  # SSMP's paths were set at start: drop the interfaces not reported now
-                content = content_within(request["content"], (i["name"] for i in request["interfaces"]))
-                request = {k: v for k, v in request.items() if k != "content"}
-                if content is not None:
-                    request["content"] = content
+            request = self.ssmp.with_content(request)  # over the interfaces reported now only
         self.flush_outcomes()
         rec: Recommendation
         if primary is not None:

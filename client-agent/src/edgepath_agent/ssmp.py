@@ -52,7 +52,7 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -335,27 +335,39 @@ class SsmpClient:
 
     # -- steps 1-3 ---------------------------------------------------------------------------------
 
-    def resolve_all(self, host: str) -> list[tuple[str, str]]:
-        """``(address, interface)`` per DNS answer of every interface, interface order; unanswered ones skipped."""
+    def paths_of(self, interfaces: Iterable[str] | None = None) -> dict[str, PathSpec]:
+        """This client's paths over ``interfaces`` (names; None: every one), in this client's order."""
+        if interfaces is None:
+            return self.paths
+        wanted = set(interfaces)
+        return {name: spec for name, spec in self.paths.items() if name in wanted}
+
+    def resolve_all(self, host: str, interfaces: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """``(address, interface)`` per DNS answer of every interface (of ``interfaces`` only, when given),
+        interface order; unanswered ones skipped."""
         out: list[tuple[str, str]] = []
-        for name, path in self.paths.items():
+        for name, path in self.paths_of(interfaces).items():
             try:
                 out.extend((a, name) for a in resolve(host, path, self.timeout_s, self.netns))
             except (dns.exception.DNSException, OSError) as exc:
                 log.warning("DNS over %s failed for %s: %s", name, host, exc)
         return out
 
-    def measure_rtts(self, addresses: Sequence[str]) -> dict[tuple[str, str], list[float]]:
-        """``rtt_samples`` connect RTTs (ms) per (address, interface), taken in interleaved rounds.
+    def measure_rtts(
+        self, addresses: Sequence[str], interfaces: Iterable[str] | None = None
+    ) -> dict[tuple[str, str], list[float]]:
+        """``rtt_samples`` connect RTTs (ms) per (address, interface), taken in interleaved rounds, over every
+        interface (``interfaces`` only, when given).
 
         Each round measures every address over every interface once, starting from the next interface
         in turn, after one unrecorded connect per interface: the first connection of a burst pays a
         cost of its own (measured in the SSMP testbed: ≈0.3 ms against ≈0.02 ms for the next ones, cold
         caches), which must not fall on one path or server.
         """
-        out: dict[tuple[str, str], list[float]] = {(a, n): [] for a in addresses for n in self.paths}
-        specs = list(self.paths.values())
-        if addresses:
+        paths = self.paths_of(interfaces)
+        out: dict[tuple[str, str], list[float]] = {(a, n): [] for a in addresses for n in paths}
+        specs = list(paths.values())
+        if addresses and specs:
             for spec in specs:  # warm-up, not recorded
                 connect_rtt_ms(addresses[0], self.port, spec, self.timeout_s, self.netns)
         for k in range(self.rtt_samples):
@@ -365,20 +377,23 @@ class SsmpClient:
                     out[(address, spec.interface)].append(rtt)
         return out
 
-    def content(self, host: str, expected_size_bytes: int) -> dict[str, Any]:
-        """The ``content`` block of a RecommendRequest (wire shape of ``ContentRequest``).
+    def content(self, host: str, expected_size_bytes: int, interfaces: Iterable[str] | None = None) -> dict[str, Any]:
+        """The ``content`` block of a RecommendRequest (wire shape of ``ContentRequest``), measured over
+        ``interfaces`` only when given (the ones the request reports: the service refuses a block naming
+        another), else over every path. ``default_interface`` is left out when it is not among them.
 
-        Raises ``LookupError`` when no interface's DNS answered.
+        Raises ``LookupError`` when no interface's DNS answered (or none of ``interfaces`` is a path).
         """
-        answers = self.resolve_all(host)
+        names = list(self.paths_of(interfaces))
+        answers = self.resolve_all(host, names)
         if not answers:
             raise LookupError(f"no interface resolved {host}")
         now = time.time()
-        rtts = self.measure_rtts(list(dict.fromkeys(a for a, _ in answers)))
+        rtts = self.measure_rtts(list(dict.fromkeys(a for a, _ in answers)), names)
         candidates = []
         for address, dns_interface in answers:
             paths = []
-            for name in self.paths:
+            for name in names:
                 key = (address, name)
                 entry: dict[str, Any] = {"interface": name, "rtt_ms_samples": rtts[key]}
                 known = self.measured.get(key)
@@ -389,11 +404,10 @@ class SsmpClient:
                         entry["bandwidth_bps"] = known.bandwidth_bps
                 paths.append(entry)
             candidates.append({"address": address, "dns_interface": dns_interface, "paths": paths})
-        return {
-            "expected_size_bytes": int(expected_size_bytes),
-            "candidates": candidates,
-            "default_interface": self.default_interface,
-        }
+        block: dict[str, Any] = {"expected_size_bytes": int(expected_size_bytes), "candidates": candidates}
+        if self.default_interface in names:
+            block["default_interface"] = self.default_interface
+        return block
 
     # -- step 4 -----------------------------------------------------------------------------------
 
@@ -648,9 +662,12 @@ class SsmpStep:
         return cls(SsmpClient(specs, int(port), timeout_s=timeout_s, netns=netns), host, size_bytes)
 
     def with_content(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """``request`` plus the ``content`` block; unchanged (logged) when no interface resolved the host."""
+        """``request`` plus the ``content`` block, measured over the interfaces ``request`` reports only (an
+        interface left out of it, down or without an address, is neither asked nor named); unchanged (logged)
+        when none of them resolved the host."""
+        reported = [entry["name"] for entry in request.get("interfaces", ())]
         try:
-            return {**request, "content": self.client.content(self.host, self.size_bytes)}
+            return {**request, "content": self.client.content(self.host, self.size_bytes, reported)}
         except (LookupError, OSError) as exc:
             log.warning("SSMP: no candidates for %s (%s): asking without content", self.host, exc)
             return dict(request)
