@@ -714,6 +714,11 @@ async def run_trainer(settings: Settings) -> None:
     if not settings.store_is_shared:
         raise ValueError("train needs a shared store: --store redis://HOST:PORT/DB")
     metrics = Metrics.create()
+    if settings.outbox_dir is not None:
+        # The outbox journals what a replica acknowledged while Redis was away; a trainer acknowledges nothing to a
+        # device, so it keeps none (the chart's trainer shares the deciders' settings but not their outbox volume).
+        log.info("train keeps no degraded-mode outbox: outbox_dir %s is for serving replicas", settings.outbox_dir)
+        settings = settings.model_copy(update={"outbox_dir": None})
     backend = build_backend(settings, metrics)
     snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
     registry = ModelRegistry(build_model(settings))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +19,9 @@ from edgepath.state.memory import MemoryStore
 from edgepath.state.redis import RedisStore
 from edgepath.training.snapshots import DEV_HMAC_KEY
 from pydantic import ValidationError
+from redis import Redis
 
-from state.redis_helpers import RedisServer
+from state.redis_helpers import RedisServer, wait_until
 
 CONTEXT = {
     "device_id": "phone-1",
@@ -63,6 +65,40 @@ def test_train_needs_a_shared_store() -> None:
     )
     assert proc.returncode != 0
     assert "shared store" in proc.stderr
+
+
+@pytest.mark.redis
+def test_train_runs_where_the_deciders_outbox_cannot_be_made(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """The chart's trainer reads the deciders' settings, ``EDGEPATH_OUTBOX_DIR`` included, on a read-only root
+    without their outbox volume: ``edgepath train`` keeps no outbox, so it takes the trainer lock instead of dying
+    on the directory it cannot make (here one below a regular file) and stops cleanly on SIGTERM."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {**os.environ, "EDGEPATH_OUTBOX_DIR": str(blocker / "outbox"), "EDGEPATH_HMAC_KEY": "k" * 32}
+    env["EDGEPATH_REDIS_NAMESPACE"] = namespace
+    log_file = tmp_path / "train.log"
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "edgepath.cli", "train", "--store", redis_server.url],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        r = Redis.from_url(redis_server.url)
+        wait_until(
+            lambda: proc.poll() is not None or r.exists(f"{namespace}:trainer:lock"), 60, what="the trainer lock"
+        )
+        assert proc.poll() is None, log_file.read_text()[-2000:]
+        assert not (blocker / "outbox").exists()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_file.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 @pytest.mark.redis
