@@ -16,8 +16,25 @@ log = logging.getLogger("edgepath.security")
 
 
 def key_readable_by_others(path: Path) -> bool:
-    """True when the file's mode grants any permission to group or others."""
-    return bool(path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+    """True when the private key's mode lets others than its owner (and, for a root-owned key, its group) at it.
+
+    PostgreSQL's rule for its server key (``check_ssl_key_file_permissions``, src/backend/libpq/be-secure-common.c):
+    a key owned by the serving user must be 0600 or less; a key owned by root may also be readable by its group,
+    the way a secret volume hands it over (Kubernetes mounts a Secret root-owned with the pod's ``fsGroup`` as
+    group, mode 0440 in the chart, and the service runs as a member of that group). Any permission for others, or
+    a group permission beyond read on a root-owned key, is too much.
+
+    Raises
+    ------
+    OSError
+        When the file cannot be stat'ed.
+    """
+    st = path.stat()
+    if st.st_mode & stat.S_IRWXO:
+        return True
+    if st.st_uid == 0:
+        return bool(st.st_mode & (stat.S_IWGRP | stat.S_IXGRP))
+    return bool(st.st_mode & stat.S_IRWXG)
 
 
 def grpc_server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
@@ -34,7 +51,9 @@ def grpc_server_credentials(settings: Settings) -> grpc.ServerCredentials | None
     if settings.tls_cert_file is None or settings.tls_key_file is None:
         return None
     if key_readable_by_others(settings.tls_key_file):
-        log.warning("TLS key %s is readable by group/others: chmod 600 it", settings.tls_key_file)
+        log.warning(
+            "TLS key %s is open to others than its owner: chmod 600 it (0640 if root owns it)", settings.tls_key_file
+        )
     key = settings.tls_key_file.read_bytes()
     cert = settings.tls_cert_file.read_bytes()
     ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
