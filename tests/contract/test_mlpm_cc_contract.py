@@ -18,6 +18,8 @@ import pytest
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 BASE: dict[str, Any] = {
     "device_id": "phone-3",
@@ -89,7 +91,10 @@ class Caller:
             reply = self.stub.Recommend(request, timeout=5.0)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                return "invalid", {"message": exc.details()}
+                status = rpc_status.from_call(exc)
+                bad_request = error_details_pb2.BadRequest()
+                assert status is not None and status.details[0].Unpack(bad_request)
+                return "invalid", {"message": exc.details(), "field": bad_request.field_violations[0].field}
             raise
         out = json_format.MessageToDict(reply, preserving_proto_field_name=True)
         cong = out["congestion"]
@@ -262,6 +267,25 @@ def test_bad_columns_are_invalid_and_named(caller: Caller, entry: dict[str, Any]
     status, reply = caller.recommend(with_(subflow_histories=[entry]))
     assert status == "invalid"
     assert named in str(reply)
+
+
+@pytest.mark.parametrize(
+    ("histories", "field"),
+    [
+        ([columns("wwan9", [10.0], [])], "subflow_histories[0].interface"),
+        ([columns("wlan0", [10.0], []), columns("wlan0", [11.0], [])], "subflow_histories[1].interface"),
+        ([{"interface": "wlan0", "rtt_t_ms": [T0_MS, T0_MS + 1000], "rtt_ms": [10.0]}], "subflow_histories[0].rtt_ms"),
+        ([{**columns("wlan0", [10.0], []), **history("wlan0", [10.0], [])}], "subflow_histories[0].rtt_samples"),
+    ],
+)
+def test_a_rule_across_members_names_its_field_over_both_transports(
+    caller: Caller, histories: list[dict[str, Any]], field: str
+) -> None:
+    """A model validator's rule (a history naming an interface of the request, one form per quantity) names the
+    member at fault, the same over REST (``field``) and gRPC (``BadRequest``), not the body or nothing."""
+    status, reply = caller.recommend(with_(subflow_histories=histories))
+    assert status == "invalid"
+    assert reply["field"] == field
 
 
 def test_nan_in_a_column_is_rejected_over_both_transports(service: Any) -> None:

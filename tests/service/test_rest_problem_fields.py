@@ -158,13 +158,25 @@ def test_validator_messages_read_without_pydantics_prefix(app: FastAPI, tokens: 
     body = problem(
         app, 422, "POST", "/v1/recommendations", json=context("dev-a", subflow_histories=[history]), headers=headers
     )
-    assert_names(body, "subflow_histories[0]", "rtt_t_ms has 2 entries but rtt_ms has 1: one time per sample")
-    # a model validator of the whole request: the body is the field, in both places
+    assert_names(body, "subflow_histories[0].rtt_ms", "rtt_t_ms has 2 entries but rtt_ms has 1: one time per sample")
+    # a model validator of the whole request: the member its rule is about, in both places
     orphan = {"interface": "wwan9", "rtt_t_ms": [1.7e12], "rtt_ms": [20.0]}
     body = problem(
         app, 422, "POST", "/v1/recommendations", json=context("dev-a", subflow_histories=[orphan]), headers=headers
     )
-    assert_names(body, "body", "subflow_histories[0].interface 'wwan9' names no interface")
+    assert_names(body, "subflow_histories[0].interface", "subflow_histories[0].interface 'wwan9' names no interface")
+    # in a batch item: below the item's path
+    body = problem(
+        app,
+        422,
+        "POST",
+        "/v1/recommendations/batch",
+        json={"requests": [context("dev-a"), context("dev-a", subflow_histories=[orphan])]},
+        headers=headers,
+    )
+    assert_names(
+        body, "requests[1].subflow_histories[0].interface", "subflow_histories[0].interface 'wwan9' names no interface"
+    )
     # pydantic's own messages are unchanged, and every invalid field is listed, the first at the top
     two = context("dev-a", interfaces=[{**WIFI, "wifi_rssi_dbm": 10, "link_speed_mbps": -1}])
     body = problem(app, 422, "POST", "/v1/recommendations", json=two, headers=headers)

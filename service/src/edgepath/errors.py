@@ -112,6 +112,27 @@ class RateLimited(EdgePathError):
         self.retry_after_s = retry_after_s
 
 
+class FieldError(ValueError):
+    """A validator's ``ValueError`` that names the member it is about, for a rule across members.
+
+    pydantic locates a model validator's error at the model itself (``()`` for the whole request), so a rule such
+    as "a subflow history names an interface of the request" would name no field. Raised from a validator, its
+    ``field`` (relative to the model that raised it: ``subflow_histories[0].interface``) is appended to pydantic's
+    location by :func:`field_violations`, on both transports.
+
+    Parameters
+    ----------
+    field:
+        The member's path within the validated model, as :func:`field_path` writes paths.
+    message:
+        What is wrong, as callers read it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def field_path(loc: Sequence[Any]) -> str:
     """A pydantic/FastAPI error location as the field path errors name: ``interfaces[0].rsrp_dbm``.
 
@@ -153,6 +174,19 @@ def error_message(error: Mapping[str, Any]) -> str:
 
 def field_violations(errors: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """``(field, message)`` of each entry of a pydantic ``ValidationError.errors()``, in order: the field as
-    :func:`field_path` names it (``""`` for an error of the whole request), the message as :func:`error_message`
-    words it."""
-    return [(field_path(e.get("loc", ())), error_message(e)) for e in errors]
+    :func:`field_path` names it, with the member a :class:`FieldError` names below it (``""`` for an error of the
+    whole request), the message as :func:`error_message` words it."""
+    return [(_error_field(e), error_message(e)) for e in errors]
+
+
+def _error_field(error: Mapping[str, Any]) -> str:
+    """The field path of one pydantic error entry: its location, and below it the member a :class:`FieldError`
+    names."""
+    path = field_path(error.get("loc", ()))
+    ctx = error.get("ctx")
+    raised = ctx.get("error") if isinstance(ctx, Mapping) else None
+    if not isinstance(raised, FieldError) or not raised.field:
+        return path
+    if not path:
+        return raised.field
+    return f"{path}{raised.field}" if raised.field.startswith("[") else f"{path}.{raised.field}"

@@ -52,6 +52,8 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions on Python < 3.12
 
+from edgepath.errors import FieldError
+
 
 class AccessType(str, enum.Enum):
     """Radio access technology of an interface (an arm of the primary-path bandit)."""
@@ -202,9 +204,9 @@ class SubflowHistory(BaseModel):
         for objects, times, values in _HISTORY_FORMS:
             t, v = getattr(self, times), getattr(self, values)
             if len(t) != len(v):
-                raise ValueError(f"{times} has {len(t)} entries but {values} has {len(v)}: one time per sample")
+                raise FieldError(values, f"{times} has {len(t)} entries but {values} has {len(v)}: one time per sample")
             if t and getattr(self, objects):
-                raise ValueError(f"give the samples either as {objects} or as {times}/{values}, not both")
+                raise FieldError(objects, f"give the samples either as {objects} or as {times}/{values}, not both")
         return self
 
     def rtt_columns(self) -> tuple[Sequence[float], Sequence[float]]:
@@ -550,9 +552,15 @@ class RecommendRequest(BaseModel):
         seen: set[str] = set()
         for i, hist in enumerate(self.subflow_histories):
             if hist.interface not in names:
-                raise ValueError(f"subflow_histories[{i}].interface {hist.interface!r} names no interface")
+                raise FieldError(
+                    f"subflow_histories[{i}].interface",
+                    f"subflow_histories[{i}].interface {hist.interface!r} names no interface",
+                )
             if hist.interface in seen:
-                raise ValueError(f"subflow_histories[{i}]: duplicate history for {hist.interface!r}")
+                raise FieldError(
+                    f"subflow_histories[{i}].interface",
+                    f"subflow_histories[{i}]: duplicate history for {hist.interface!r}",
+                )
             seen.add(hist.interface)
         return self
 
@@ -566,15 +574,21 @@ class RecommendRequest(BaseModel):
         names = {iface.name for iface in self.interfaces}
         for i, cand in enumerate(self.content.candidates):
             if cand.dns_interface not in names:
-                raise ValueError(f"content.candidates[{i}].dns_interface {cand.dns_interface!r} names no interface")
+                raise FieldError(
+                    f"content.candidates[{i}].dns_interface",
+                    f"content.candidates[{i}].dns_interface {cand.dns_interface!r} names no interface",
+                )
             for j, path in enumerate(cand.paths):
                 if path.interface not in names:
-                    raise ValueError(
-                        f"content.candidates[{i}].paths[{j}].interface {path.interface!r} names no interface"
+                    raise FieldError(
+                        f"content.candidates[{i}].paths[{j}].interface",
+                        f"content.candidates[{i}].paths[{j}].interface {path.interface!r} names no interface",
                     )
         default = self.content.default_interface
         if default is not None and default not in {c.dns_interface for c in self.content.candidates}:
-            raise ValueError(f"content.default_interface {default!r} answered no candidate")
+            raise FieldError(
+                "content.default_interface", f"content.default_interface {default!r} answered no candidate"
+            )
         return self
 
     # --- end issue 4 ---
