@@ -123,6 +123,18 @@ def test_every_error_status_is_a_declared_problem(
         # 413: a body beyond max_message_bytes
         big = context("dev-413") | {"padding": "x" * 2048}
         check("POST", "/v1/recommendations", 413, json=big, headers=auth("dev-413"))
+        # 415: a body sent as a form (curl -d without a content type) or text, not parsed as JSON all the same
+        for sent in ("application/x-www-form-urlencoded", "text/plain; charset=utf-8"):
+            body = check(
+                "POST",
+                "/v1/recommendations",
+                415,
+                content=b'{"device_id": "dev-415", "interfaces": []}',
+                headers={**auth("dev-422"), "content-type": sent},
+            )
+            assert (
+                body["message"] == f"Content-Type {sent.split(';')[0]} is not JSON: send the body as application/json"
+            )
         # 429 with Retry-After once the device's burst is spent
         for _ in range(2):
             assert http.post("/v1/recommendations", json=context("dev-429"), headers=auth("dev-429")).status_code == 200
@@ -140,7 +152,7 @@ def test_every_error_status_is_a_declared_problem(
             doc_path="/v1/admin/quarantine/{device_id}",
             headers=auth("admin"),
         )
-    assert seen == {400, 401, 403, 404, 413, 422, 429}
+    assert seen == {400, 401, 403, 404, 413, 415, 422, 429}
 
 
 def test_shed_request_is_a_declared_503_problem(openapi: dict[str, Any]) -> None:

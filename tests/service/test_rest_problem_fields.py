@@ -14,6 +14,7 @@ the app's own ``/openapi.json``.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -236,3 +237,77 @@ def test_error_message_is_the_validators_own(x: Any, message: str | None) -> Non
     expected = message or entry["msg"]  # pydantic's own wording is kept
     assert error_message(entry) == expected
     assert field_violations(err.value.errors()) == [("x", expected)]
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "field", "message"),
+    [
+        ({"wifi_rssi_dbm": True}, None, "interfaces[0].wifi_rssi_dbm", "Input should be a valid number"),
+        ({"link_speed_mbps": "144"}, None, "interfaces[0].link_speed_mbps", "Input should be a valid number"),
+        ({"cqi": True}, None, "interfaces[0].cqi", "Input should be a valid integer"),
+        ({"cqi": 9.5}, None, "interfaces[0].cqi", "Input should be a valid integer"),
+        ({"cqi": "9"}, None, "interfaces[0].cqi", "Input should be a valid integer"),
+        ({"loss": False}, None, "interfaces[0].loss", "Input should be a valid number"),
+        (None, {"interface": "wlan0", "rtt_t_ms": [1.7e12], "rtt_ms": ["12"]}, "subflow_histories[0].rtt_ms[0]", ""),
+    ],
+)
+def test_a_boolean_or_a_string_is_no_number(
+    app: FastAPI,
+    tokens: tuple[Path, dict[str, str]],
+    where: dict[str, Any] | None,
+    value: dict[str, Any] | None,
+    field: str,
+    message: str,
+) -> None:
+    """A JSON ``true`` or ``"144"`` where the schema says number is a client's bug, refused naming the field (pydantic's
+    lax mode took them as 1 and 144, and the service decided on them); a JSON integer stays a number, and ``9.0`` an
+    integer."""
+    body = context("dev-a", interfaces=[{**WIFI, **(where or {})}])
+    if value is not None:
+        body["subflow_histories"] = [value]
+    got = problem(app, 422, "POST", "/v1/recommendations", json=body, headers=auth(tokens, "dev-a"))
+    assert got["field"] == field
+    assert got["message"].startswith(message)
+    # an integer where a float goes, and 9.0 for an integer (JSON Schema 2020-12: a number with a zero fraction)
+    fine = context("dev-a", interfaces=[{**WIFI, "wifi_rssi_dbm": -60, "cqi": 9.0}])
+    (resp,) = call_all(app, [("POST", "/v1/recommendations", {"json": fine, "headers": auth(tokens, "dev-a")})])
+    assert resp.status_code == 200, resp.text
+
+
+def test_an_outcomes_numbers_are_numbers(app: FastAPI, tokens: tuple[Path, dict[str, str]]) -> None:
+    headers = auth(tokens, "dev-a")
+    (rec,) = call_all(app, [("POST", "/v1/recommendations", {"json": context("dev-a"), "headers": headers})])
+    report = {"device_id": "dev-a", "decision_id": rec.json()["decision_id"], "throughput_bps": "4e7"}
+    got = problem(app, 422, "POST", "/v1/outcomes", json=report, headers=headers)
+    assert got["field"] == "throughput_bps"
+    report["throughput_bps"] = 40_000_000  # a JSON integer is a number
+    (ack,) = call_all(app, [("POST", "/v1/outcomes", {"json": report, "headers": headers})])
+    assert ack.status_code == 200 and ack.json()["accepted"], ack.text
+
+
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [
+        (None, 200),  # curl --data-binary with no header, and many HTTP clients
+        ("application/json; charset=utf-8", 200),
+        ("application/vnd.edgepath+json", 200),
+        ("application/x-www-form-urlencoded", 415),  # curl -d without -H
+        ("text/plain", 415),
+        ("multipart/form-data; boundary=x", 415),
+    ],
+)
+def test_a_body_is_read_as_json_only_when_sent_as_json(
+    app: FastAPI, tokens: tuple[Path, dict[str, str]], content_type: str | None, status: int
+) -> None:
+    headers = auth(tokens, "dev-a")
+    if content_type is not None:
+        headers["content-type"] = content_type
+    raw = json.dumps(context("dev-a")).encode()
+    for path in ("/v1/recommendations", "/v1/recommendations/batch", "/v1/outcomes"):
+        content = json.dumps({"requests": [context("dev-a")]}).encode() if path.endswith("batch") else raw
+        (resp,) = call_all(app, [("POST", path, {"content": content, "headers": headers})])
+        if status == 415:
+            assert resp.status_code == 415 and resp.headers["content-type"] == "application/problem+json", resp.text
+            assert resp.json()["error"] == "invalid_input"
+        else:  # an outcome's body here is a context: refused by validation, after the media type was taken
+            assert resp.status_code == (422 if path == "/v1/outcomes" else 200), resp.text

@@ -49,7 +49,17 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions on Python < 3.12
 
 from edgepath.errors import FieldError
@@ -67,6 +77,33 @@ class AccessType(str, enum.Enum):
 CELLULAR = frozenset({AccessType.LTE, AccessType.NR})
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+#: What a device sends as a number: a JSON number (an integer too, for a float) and nothing else. pydantic's lax mode
+#: would also take ``true`` as 1 and ``"12"`` as 12; a request carrying those is a client's bug, refused (422 naming
+#: the field) rather than decided on. Server-made models keep plain types (numpy scalars are no ``int``).
+Number = Annotated[float, Strict()]
+
+
+def _json_integer(value: Any) -> Any:
+    """Refuse, before pydantic's integer validation, the JSON values it would coerce that are not integers:
+    ``true``/``false`` (taken as 1/0) and strings (``"1"``).
+
+    Raises
+    ------
+    pydantic_core.PydanticCustomError
+        ``int_type``, as pydantic's own message for a value that is no integer.
+    """
+    if isinstance(value, bool | str):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+#: Of an integer member (last in its ``Annotated``, after any bounds, so that the OpenAPI schema keeps them): a JSON
+#: integer, or a number with a zero fraction (``9.0``: an integer to JSON Schema 2020-12, OpenAPI 3.1's), is taken; a
+#: boolean, a string or ``9.5`` is invalid (422 / MEC 015's 400 naming the member).
+JSON_INTEGER = BeforeValidator(_json_integer)
+#: An integer a device sends (:data:`JSON_INTEGER`).
+Integer = Annotated[int, JSON_INTEGER]
 
 MAX_INTERFACES = 16
 #: Smallest duration or RTT sample accepted, ms (1 µs). Smaller values are no measurement, and as divisors
@@ -89,27 +126,27 @@ class InterfaceContext(BaseModel):
         min_length=1, max_length=MAX_NAME_LEN, pattern=IFNAME_PATTERN, description="Kernel interface name, e.g. wlan0"
     )
     access_type: AccessType
-    wifi_rssi_dbm: float | None = Field(None, ge=-127.0, le=0.0, description="WiFi RSSI, dBm")
-    link_speed_mbps: float | None = Field(None, ge=0.0, le=100_000.0, description="Link speed, Mbit/s")
-    frequency_mhz: float | None = Field(None, ge=0.0, le=100_000.0, description="Centre frequency, MHz")
-    rsrp_dbm: float | None = Field(None, ge=-156.0, le=-31.0, description="RSRP, dBm")
-    rsrq_db: float | None = Field(None, ge=-34.0, le=2.5, description="RSRQ, dB")
-    sinr_db: float | None = Field(None, ge=-30.0, le=50.0, description="SINR / RSSNR, dB")
-    cqi: int | None = Field(None, ge=0, le=15, description="Channel quality indicator")
-    cell_rssi_dbm: float | None = Field(None, ge=-140.0, le=0.0, description="Cellular RSSI, dBm")
-    rtt_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Path RTT, ms")
-    loss: float | None = Field(None, ge=0.0, le=1.0, description="Path loss, fraction")
+    wifi_rssi_dbm: Number | None = Field(None, ge=-127.0, le=0.0, description="WiFi RSSI, dBm")
+    link_speed_mbps: Number | None = Field(None, ge=0.0, le=100_000.0, description="Link speed, Mbit/s")
+    frequency_mhz: Number | None = Field(None, ge=0.0, le=100_000.0, description="Centre frequency, MHz")
+    rsrp_dbm: Number | None = Field(None, ge=-156.0, le=-31.0, description="RSRP, dBm")
+    rsrq_db: Number | None = Field(None, ge=-34.0, le=2.5, description="RSRQ, dB")
+    sinr_db: Number | None = Field(None, ge=-30.0, le=50.0, description="SINR / RSSNR, dB")
+    cqi: Integer | None = Field(None, ge=0, le=15, description="Channel quality indicator")
+    cell_rssi_dbm: Number | None = Field(None, ge=-140.0, le=0.0, description="Cellular RSSI, dBm")
+    rtt_ms: Number | None = Field(None, ge=0.0, le=600_000.0, description="Path RTT, ms")
+    loss: Number | None = Field(None, ge=0.0, le=1.0, description="Path loss, fraction")
     # --- warm-start features (issue 8): statistics of per-test reading series, capabilities ---
-    wifi_rssi_spread_db: float | None = Field(
+    wifi_rssi_spread_db: Number | None = Field(
         None, ge=0.0, le=100.0, description="Std. deviation of the WiFi RSSI readings of the last test, dB"
     )
-    max_link_speed_mbps: float | None = Field(
+    max_link_speed_mbps: Number | None = Field(
         None, ge=0.0, le=100_000.0, description="Maximum link speed the device supports (WiFi Rx), Mbit/s"
     )
-    rsrp_spread_db: float | None = Field(
+    rsrp_spread_db: Number | None = Field(
         None, ge=0.0, le=100.0, description="Std. deviation of the RSRP readings of the last test, dB"
     )
-    channel_bandwidth_mhz: float | None = Field(
+    channel_bandwidth_mhz: Number | None = Field(
         None, ge=0.0, le=400.0, description="Cellular channel bandwidth, MHz (LTE ≤ 20, NR FR2 ≤ 400)"
     )
     # --- end warm-start features ---
@@ -122,10 +159,10 @@ MAX_HISTORY_SAMPLES = 64
 MAX_CAPABILITIES = 32
 _ALGO_NAME = r"^[A-Za-z0-9_.\-]{1,32}$"
 #: Timestamps: milliseconds on the device's clock (any origin, e.g. Unix epoch or CLOCK_MONOTONIC).
-TimestampMs = Annotated[float, Field(ge=0.0, le=1e13, description="Sample time, ms on the device clock")]
+TimestampMs = Annotated[float, Strict(), Field(ge=0.0, le=1e13, description="Sample time, ms on the device clock")]
 #: A history sample's RTT, ms, and throughput, bit/s.
-SampleRttMs = Annotated[float, Field(ge=0.0, le=600_000.0, description="RTT, ms")]
-SampleThroughputBps = Annotated[float, Field(ge=0.0, le=1e12, description="Throughput, bit/s")]
+SampleRttMs = Annotated[float, Strict(), Field(ge=0.0, le=600_000.0, description="RTT, ms")]
+SampleThroughputBps = Annotated[float, Strict(), Field(ge=0.0, le=1e12, description="Throughput, bit/s")]
 
 
 class ApplicationProfile(enum.StrEnum):
@@ -320,12 +357,12 @@ class CongestionMeasurement(BaseModel):
     model_config = _STRICT
 
     algorithm: AlgorithmName = Field(description="Sender's subflow-level congestion control, e.g. cubic")
-    hol_degree_ms: float | None = Field(
+    hol_degree_ms: Number | None = Field(
         None, ge=-600_000.0, le=600_000.0, description="HoL blocking degree ζ_av, ms (Eq. 8; may be < 0)"
     )
-    protocol_delay_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Protocol delay v_av, ms (Eq. 3)")
-    drop_rate: float | None = Field(None, ge=0.0, le=1.0, description="Drop rate δ, fraction (Eq. 12 / 100)")
-    throughput_bps: float | None = Field(None, ge=0.0, le=1e12, description="Throughput of the transfer, bit/s")
+    protocol_delay_ms: Number | None = Field(None, ge=0.0, le=600_000.0, description="Protocol delay v_av, ms (Eq. 3)")
+    drop_rate: Number | None = Field(None, ge=0.0, le=1.0, description="Drop rate δ, fraction (Eq. 12 / 100)")
+    throughput_bps: Number | None = Field(None, ge=0.0, le=1e12, description="Throughput of the transfer, bit/s")
 
     @field_validator("algorithm")
     @classmethod
@@ -343,7 +380,9 @@ MAX_RTT_SAMPLES = 64
 #: Largest content size accepted, bytes (1 PB).
 MAX_CONTENT_BYTES = 10**15
 
-RttSampleMs = Annotated[float, Field(ge=MIN_MEASURED_MS, le=600_000.0, description="RTT sample, ms (≥ 0.001)")]
+RttSampleMs = Annotated[
+    float, Strict(), Field(ge=MIN_MEASURED_MS, le=600_000.0, description="RTT sample, ms (≥ 0.001)")
+]
 
 
 class ServerPath(BaseModel):
@@ -355,8 +394,8 @@ class ServerPath(BaseModel):
     rtt_ms_samples: list[RttSampleMs] = Field(
         default_factory=list, max_length=MAX_RTT_SAMPLES, description="Recent RTTs to the server, ms; mean = path RTT"
     )
-    loss: float | None = Field(None, ge=0.0, le=1.0, description="Loss rate p on this path, fraction; None = unknown")
-    bandwidth_bps: float | None = Field(
+    loss: Number | None = Field(None, ge=0.0, le=1.0, description="Loss rate p on this path, fraction; None = unknown")
+    bandwidth_bps: Number | None = Field(
         None, ge=0.0, le=1e12, description="Achievable bandwidth B from past transfers, bit/s; None = unknown"
     )
 
@@ -376,7 +415,7 @@ class ContentRequest(BaseModel):
 
     model_config = _STRICT
 
-    expected_size_bytes: int = Field(ge=0, le=MAX_CONTENT_BYTES, description="Expected content size, bytes")
+    expected_size_bytes: Integer = Field(ge=0, le=MAX_CONTENT_BYTES, description="Expected content size, bytes")
     candidates: list[CandidateServer] = Field(min_length=1, max_length=MAX_CANDIDATES)
     default_interface: str | None = Field(
         None, min_length=1, max_length=MAX_NAME_LEN, description="Default DNS interface (DSS answer); None = first"
@@ -408,8 +447,8 @@ class ServerTransfer(BaseModel):
     model_config = _STRICT
 
     address: str = Field(min_length=1, max_length=255)
-    size_bytes: int = Field(ge=0, le=MAX_CONTENT_BYTES, description="Bytes transferred")
-    duration_ms: float = Field(
+    size_bytes: Integer = Field(ge=0, le=MAX_CONTENT_BYTES, description="Bytes transferred")
+    duration_ms: Number = Field(
         ge=MIN_MEASURED_MS, le=1e9, description="Transfer duration, ms (≥ 0.001: it divides the goodput)"
     )
     paths: list[ServerPath] = Field(default_factory=list, max_length=MAX_INTERFACES)
@@ -664,9 +703,9 @@ class OutcomeReport(BaseModel):
 
     device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="No whitespace")
     decision_id: str = Field(min_length=1, max_length=128, pattern=DECISION_ID_PATTERN, description="From Recommend")
-    throughput_bps: float = Field(ge=0.0, le=1e12, description="Measured throughput, bit/s")
-    latency_ms: float | None = Field(None, ge=0.0, le=600_000.0, description="Measured latency, ms")
-    loss: float | None = Field(None, ge=0.0, le=1.0, description="Measured loss, fraction")
+    throughput_bps: Number = Field(ge=0.0, le=1e12, description="Measured throughput, bit/s")
+    latency_ms: Number | None = Field(None, ge=0.0, le=600_000.0, description="Measured latency, ms")
+    loss: Number | None = Field(None, ge=0.0, le=1.0, description="Measured loss, fraction")
     # --- issue 4: SSMP measurement of the completed transfer (optional) ---
     server_transfer: ServerTransfer | None = None
     # --- end issue 4 ---

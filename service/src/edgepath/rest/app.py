@@ -127,6 +127,33 @@ _BEARER_SCHEME = "HTTPBearer"
 
 
 # --- one validation per request, pydantic-core JSON both ways ---------------------------------------------------------
+def json_media_type(content_type: str | None) -> bool:
+    """True when a request's ``Content-Type`` (the header's value, None when absent) may carry the JSON body of a
+    ``/v1`` operation: ``application/json`` or a ``+json`` structured syntax suffix (RFC 6839 §3.1), parameters
+    (``charset``) ignored; an absent or empty header too (curl and many HTTP clients send none)."""
+    if not content_type:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == _JSON or (media.startswith("application/") and media.endswith("+json")) or not media
+
+
+async def json_request_body(request: Request) -> bytes:
+    """The request's body, once its ``Content-Type`` says JSON (:func:`json_media_type`).
+
+    Raises
+    ------
+    starlette.exceptions.HTTPException
+        415 (RFC 9110 §15.5.16) naming the type sent, for a body sent as anything else: a form (``curl -d``
+        without ``-H 'content-type: application/json'``), text or XML would otherwise be parsed as JSON all the
+        same and answered as if the client had meant it.
+    """
+    content_type = request.headers.get("content-type")
+    if not json_media_type(content_type):
+        media = (content_type or "").split(";", 1)[0].strip()
+        raise StarletteHTTPException(415, f"Content-Type {media} is not JSON: send the body as {_JSON}")
+    return await request.body()
+
+
 def parse_body(raw: bytes, model: type[M]) -> M:
     """Validate a JSON request body straight into ``model`` (pydantic's JSON parser; one pass).
 
@@ -213,7 +240,8 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
     """The error statuses operation ``method path`` can answer (each declared with the problem schema).
 
     413 (:class:`~edgepath.security.asgi.BodySizeLimit`) applies to every request; 503 load shedding
-    (:class:`ShedPastCapacity`), 401 and 429 (:class:`Gate`) to the ``/v1`` routes; ``/mts/v1`` answers 400
+    (:class:`ShedPastCapacity`), 401 and 429 (:class:`Gate`) to the ``/v1`` routes, 415 to those that take a JSON
+    body (:func:`json_request_body`); ``/mts/v1`` answers 400
     for any invalid request (MEC 015) and 503 while the state store is unreachable.
     """
     if path.startswith("/mts/v1/"):
@@ -221,7 +249,9 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
     if path.startswith("/v1/admin/"):
         return (401, 403, 413, 422, 429, 503)
     if path == "/v1/outcomes":
-        return (400, 401, 403, 404, 413, 422, 429, 503)
+        return (400, 401, 403, 404, 413, 415, 422, 429, 503)
+    if path in ("/v1/recommendations", "/v1/recommendations/batch"):
+        return (400, 401, 403, 413, 415, 422, 429, 503)
     if path.startswith("/v1/"):
         return (400, 401, 403, 413, 422, 429, 503)
     if path == "/readyz":
@@ -451,7 +481,7 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     )
     async def recommend(request: Request) -> Response:
         """Radio context in, recommendation (primary path, decision record) out."""
-        body = parse_body(await request.body(), RecommendRequest)
+        body = parse_body(await json_request_body(request), RecommendRequest)
         return recommendation_response(await plane.recommend(await gate.device(request, body.device_id), body))
 
     @router.post(
@@ -466,7 +496,7 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
 
         An invalid item refuses the whole batch (422 naming ``requests[i]....``); nothing is decided.
         """
-        raw = await request.body()
+        raw = await json_request_body(request)
         with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
             body = parse_body(raw, RecommendBatchRequest)
             principals = await gate.devices(request, [r.device_id for r in body.requests])
@@ -482,7 +512,7 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     )
     async def report_outcome(request: Request) -> Response:
         """Measured outcome of a decision in; acknowledgement out (idempotent)."""
-        body = parse_body(await request.body(), OutcomeReport)
+        body = parse_body(await json_request_body(request), OutcomeReport)
         return json_response(await plane.report_outcome(await gate.device(request, body.device_id), body))
 
 
