@@ -27,6 +27,15 @@ from state.redis_helpers import REDIS_SERVER, RedisServer
 SPEC_PATH = Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml"
 SPEC = yaml.safe_load(SPEC_PATH.read_text())
 DEVICE = "phone-mec"
+#: The ``error`` kind of each status the API answers (edgepath.errors.ErrorKind; MEC 015: invalid is 400).
+KINDS = {
+    400: "invalid_input",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "not_found",
+    429: "rate_limited",
+    503: "unavailable",
+}
 RECOMMEND = {
     "device_id": DEVICE,
     "interfaces": [
@@ -98,14 +107,19 @@ def recommend_grpc(service: RunningService) -> dict[str, Any]:
     return dict(rules[-1])
 
 
-def problem_field(resp: httpx.Response, status: int = 400) -> str:
+def problem_field(resp: httpx.Response, status: int = 400) -> str | None:
+    """The ``field`` of the problem ``resp`` must be (ETSI's ProblemDetails, the service's members, ``status``)."""
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"].startswith("application/problem+json")
     body = resp.json()
     conforms(body, "ProblemDetails")
     assert body["status"] == status
-    assert body["detail"].startswith(f"{body['field']}:") if "field" in body else True
-    return str(body.get("field"))
+    # the members of every problem of the service (rest/problem.py), as on the /v1 routes
+    assert {"error", "field", "message", "request_id", "instance"} <= set(body), body
+    assert body["error"] == KINDS[status] and body["request_id"] == resp.headers["x-request-id"]
+    assert body["detail"] == (f"{body['field']}: {body['message']}" if body["field"] else body["message"])
+    field: str | None = body["field"]
+    return field
 
 
 def test_low_latency_session_steers_the_next_recommendation_and_delete_restores_it(svc: RunningService) -> None:
@@ -171,6 +185,25 @@ def test_capability_info_is_built_from_what_devices_report(svc: RunningService) 
         ({"flowFilter": [{"dstPort": [70000]}]}, "flowFilter[0].dstPort[0]"),
         ({"appInsId": None}, "appInsId"),
         ({"sessionId": "not-this-one"}, "sessionId"),
+        # JSON booleans and numeric strings are not integers (they were taken as 1 / 0 / the number)
+        ({"requestType": True}, "requestType"),
+        ({"requestType": False}, "requestType"),
+        ({"requestType": "0"}, "requestType"),
+        ({"mtsMode": True}, "mtsMode"),
+        ({"mtsMode": "1"}, "mtsMode"),
+        ({"mtsMode": 1.5}, "mtsMode"),
+        ({"qosD": {"priority": True}}, "qosD.priority"),
+        ({"mtsMode": 4, "qosD": {"maxLatency": "100"}}, "qosD.maxLatency"),
+        ({"mtsMode": 4, "qosD": {"minTpt": False}}, "qosD.minTpt"),
+        ({"mtsMode": 4, "qosD": {"maxLoss": True}}, "qosD.maxLoss"),
+        ({"mtsMode": 4, "qosD": {"maxLatency": 100, "maxJitter": True}}, "qosD.maxJitter"),
+        ({"flowFilter": [{"protocol": True}]}, "flowFilter[0].protocol"),
+        ({"flowFilter": [{"dscp": "46"}]}, "flowFilter[0].dscp"),
+        ({"flowFilter": [{"flowlabel": True}]}, "flowFilter[0].flowlabel"),
+        ({"flowFilter": [{"dstPort": [True]}]}, "flowFilter[0].dstPort[0]"),
+        ({"flowFilter": [{"sourcePort": ["443"]}]}, "flowFilter[0].sourcePort[0]"),
+        ({"timeStamp": {"seconds": True, "nanoSeconds": 0}}, "timeStamp.seconds"),
+        ({"timeStamp": {"seconds": 1, "nanoSeconds": "0"}}, "timeStamp.nanoSeconds"),
     ],
 )
 def test_invalid_sessions_are_400_problems_naming_the_field(
@@ -181,6 +214,27 @@ def test_invalid_sessions_are_400_problems_naming_the_field(
     with http(svc) as mts:
         assert problem_field(mts.post("/mts_sessions", json=body)) == field
         assert mts.get("/mts_sessions").json() == []
+
+
+def test_integer_members_take_json_integers(svc: RunningService) -> None:
+    """What the spec's schema calls an integer (OpenAPI 3.1 / JSON Schema 2020-12: also ``1.0``) is taken."""
+    recommend_rest(svc)
+    body = session_body(
+        4,
+        requestType=1,
+        qosD={"minTpt": 1000, "maxLatency": 2_000_000, "maxLoss": 3, "maxJitter": 0, "priority": 0},
+        flowFilter=[{"sourcePort": [0], "dstPort": [65535], "protocol": 17, "dscp": 46, "flowlabel": 0}],
+        timeStamp={"seconds": 1_700_000_000, "nanoSeconds": 0},
+    )
+    with http(svc) as mts:
+        created = mts.post("/mts_sessions", json=body)
+        assert created.status_code == 201, created.text
+        conforms(created.json(), "MtsSessionInfo")
+        assert {k: v for k, v in created.json().items() if k != "sessionId"} == body
+        integral = mts.post("/mts_sessions", json=session_body(2.0, requestType=0.0))
+        assert integral.status_code == 201, integral.text
+        assert (integral.json()["mtsMode"], integral.json()["requestType"]) == (2, 0)
+        assert type(integral.json()["mtsMode"]) is int
 
 
 def test_missing_members_and_bad_json_are_400(svc: RunningService) -> None:
@@ -236,10 +290,44 @@ def test_with_authentication_only_the_platform_admin_steers(tmp_path: Path) -> N
         )
         assert resp.status_code == 200, resp.text
         with http(svc) as mts:
-            assert mts.get("/mts_sessions").status_code == 401
-            problem_field(mts.get("/mts_sessions", headers={"Authorization": f"Bearer {device}"}), 403)
+            unauthenticated = mts.get("/mts_sessions")
+            assert problem_field(unauthenticated, 401) is None
+            assert unauthenticated.headers["www-authenticate"] == "Bearer"
+            assert problem_field(mts.get("/mts_sessions", headers={"Authorization": f"Bearer {device}"}), 403) is None
             created = mts.post("/mts_sessions", json=session_body(1), headers={"Authorization": f"Bearer {admin}"})
             assert created.status_code == 201, created.text
+
+
+def test_with_a_jwt_key_401_has_www_authenticate_and_the_service_problem_members() -> None:
+    """``EDGEPATH_AUTH_JWT_KEY`` set: a call without credentials (or with a bad token) is 401 with
+    ``WWW-Authenticate: Bearer`` and ``error``/``field`` as on ``/v1``; a device's token is 403, an admin's 200."""
+    from edgepath.security.auth import issue_jwt
+
+    key = "j" * 32
+    with running_service(auth_jwt_key=key) as svc:
+        v1 = httpx.get(f"{svc.http_url}/v1/admin/quarantine", timeout=5.0)
+        with http(svc) as mts:
+            for headers in ({}, {"Authorization": "Bearer not-a-jwt"}):
+                resp = mts.get("/mts_sessions", headers=headers)
+                assert problem_field(resp, 401) is None
+                assert resp.headers["www-authenticate"] == v1.headers["www-authenticate"] == "Bearer"
+                assert set(resp.json()) >= set(v1.json()) - {"errors"}
+            device = {"Authorization": f"Bearer {issue_jwt(key, DEVICE)}"}
+            assert problem_field(mts.get("/mts_capability_info", headers=device), 403) is None
+            admin = {"Authorization": f"Bearer {issue_jwt(key, 'mec-platform', admin=True)}"}
+            assert mts.get("/mts_sessions", headers=admin).json() == []
+
+
+def test_problem_kinds_match_the_v1_routes(svc: RunningService) -> None:
+    """404 is ``not_found`` (an unknown session, capability info before any report), as /v1's 404."""
+    with http(svc) as mts:
+        assert problem_field(mts.get("/mts_capability_info"), 404) is None
+        assert problem_field(mts.get("/mts_sessions/nope"), 404) == "sessionId"
+        assert problem_field(mts.delete("/mts_sessions/" + "x" * 200), 404) == "sessionId"
+    v1 = httpx.post(
+        f"{svc.http_url}/v1/outcomes", json={"device_id": "d", "decision_id": "0" * 32, "throughput_bps": 1}
+    )
+    assert v1.status_code == 404 and v1.json()["error"] == KINDS[404]
 
 
 def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -344,20 +344,50 @@ async def test_redis_cc_measurements_are_dropped_and_read_as_unknown_when_unreac
 # --- end congestion edge measurements ---
 
 
-async def test_redis_mts_writes_fail_as_unavailable_and_reads_as_none_when_unreachable() -> None:
-    """No server on the port: writes raise Unavailable (the API answers 503), reads give the default (no session)."""
+#: The MEC 015 API's reads of the store: each raises Unavailable when Redis is unreachable (the API answers 503).
+MTS_API_READS: dict[str, Any] = {
+    "get_mts_session": lambda store: store.get_mts_session("s"),
+    "list_mts_sessions": lambda store: store.list_mts_sessions(),
+    "device_accesses": lambda store: store.device_accesses("d"),
+    "reported_access_types": lambda store: store.reported_access_types(),
+}
+
+
+@pytest.mark.parametrize("first", list(MTS_API_READS))
+async def test_redis_mts_api_reads_and_writes_fail_as_unavailable_and_decision_reads_as_none_when_unreachable(
+    first: str,
+) -> None:
+    """No server on the port. The API's reads and writes raise Unavailable (the API answers 503, not "no such
+    session" / "unknown device"): the first call that finds Redis unreachable (``first``) and every one after it
+    (degraded mode). The decision path's reads give the default (no session) and its writes are dropped."""
     from edgepath.errors import Unavailable
     from edgepath.state.base import MtsSession
 
-    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2)
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2, reconnect_interval_s=60.0)
     try:
+        with pytest.raises(Unavailable, match="state store unreachable"):
+            await MTS_API_READS[first](store)
+        assert store.degraded
+        for read in MTS_API_READS.values():
+            with pytest.raises(Unavailable, match="state store unreachable"):
+                await read(store)
         with pytest.raises(Unavailable):
             await store.put_mts_session(MtsSession("s", "d", "{}", 1.0))
-        assert store.degraded
-        assert await store.device_mts_sessions("d") == []
-        assert await store.get_mts_session("s") is None
         with pytest.raises(Unavailable):
             await store.delete_mts_session("s")
+        assert await store.device_mts_sessions("d") == []
+        assert await store.devices_mts_sessions(["d", "e"]) == [[], []]
+        await store.record_device_accesses("d", ("WIFI",))  # dropped, never raises
+    finally:
+        await store.close()
+
+
+async def test_redis_mts_decision_reads_when_unreachable_give_no_session() -> None:
+    """The decision path's read as the first call that finds Redis unreachable: no session, no error."""
+    store = RedisStore("redis://127.0.0.1:1/0", socket_timeout_s=0.2, reconnect_interval_s=60.0)
+    try:
+        assert await store.device_mts_sessions("d") == []
+        assert store.degraded
     finally:
         await store.close()
 

@@ -14,10 +14,16 @@ EdgePath extensions to ``MtsSessionInfo`` (the schema allows extra members): ``d
 identifier) and ``sessionId`` (in every response; the resource's id, also in ``Location``).
 
 Errors are RFC 9457 (formerly 7807) ``ProblemDetails`` (``application/problem+json``) with the status of
-:data:`MTS_STATUS`; an invalid request is 400 and its ``detail`` starts with the field path
-(``qosD.maxLatency: …``), also given as the extension member ``field`` (and every invalid field in ``errors``,
-as on the ``/v1`` routes). With authentication
-configured only admin principals (the MEC platform) may call the API (403 otherwise).
+:data:`MTS_STATUS` and the extension members of every problem of the service (:mod:`edgepath.rest.problem`:
+``error``, the :class:`~edgepath.errors.ErrorKind` value; ``field``, or null; ``message``; ``request_id``);
+an invalid request is 400 and its ``detail`` starts with the field path (``qosD.maxLatency: …``), also given as
+``field`` (and every invalid field in ``errors``, as on the ``/v1`` routes). An integer member takes JSON
+integers only: ``true``/``false`` and numeric strings (``"1"``) are 400 naming the member (a number with a zero
+fraction, ``1.0``, is an integer to the spec's JSON Schema 2020-12 and is taken). With authentication
+configured only admin principals (the MEC platform) may call the API: 401 with ``WWW-Authenticate: Bearer``
+without valid credentials, 403 for another principal. While the state store is unreachable (Redis degraded
+mode) every operation, reads included, is 503 with ``Retry-After``: an outage is never reported as "no such
+session" or "unknown device".
 Not implemented: ``app_name`` query filtering (EdgePath does not learn application names;
 the parameter is accepted and ignored), ETag preconditions (412).
 """
@@ -25,6 +31,7 @@ the parameter is accepted and ignored), ETag preconditions (412).
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -41,7 +48,16 @@ from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
 from edgepath.engines.steering import MTS_MODE_INTENT
-from edgepath.errors import EdgePathError, ErrorKind
+from edgepath.errors import (
+    EdgePathError,
+    ErrorKind,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    Unauthenticated,
+    Unavailable,
+)
 from edgepath.plane import DecisionPlane
 from edgepath.rest.problem import (
     BODY,
@@ -50,11 +66,10 @@ from edgepath.rest.problem import (
     instance_uri,
     problem_body,
     problem_response,
-    reason,
 )
 from edgepath.security import EdgeSecurity
 from edgepath.state.base import MtsSession
-from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, AccessType
+from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, JSON_INTEGER, AccessType
 
 #: Error kinds → HTTP status for this API (MEC 015: an invalid request is 400, not the /v1 routes' 422).
 MTS_STATUS: dict[ErrorKind, int] = {
@@ -66,7 +81,6 @@ MTS_STATUS: dict[ErrorKind, int] = {
     ErrorKind.UNAUTHENTICATED: 401,
     ErrorKind.RATE_LIMITED: 429,
 }
-_INVALID = ErrorKind.INVALID_INPUT.value
 UINT32 = 2**32 - 1
 MAX_PORTS = 64
 MAX_FILTERS = 16
@@ -83,53 +97,55 @@ MEC_ACCESS: dict[AccessType, tuple[int, int]] = {
     AccessType.ETHERNET: (4, 3),  # any fixed access
 }
 
-Uint32 = Annotated[int, Field(ge=0, le=UINT32)]
+
+Uint32 = Annotated[int, Field(ge=0, le=UINT32), JSON_INTEGER]
 #: MEC 015 member names are camelCase on the wire (snake_case here).
 _CAMEL = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
-Port = Annotated[int, Field(ge=0, le=65535)]
+Port = Annotated[int, Field(ge=0, le=65535), JSON_INTEGER]
 SessionId = Annotated[str, PathParam(description="MTS session id (unknown ids are 404)")]
-
-
-class MtsProblem(Exception):
-    """A ProblemDetails answer: ``status``, ``title``, ``detail`` and the offending ``field``."""
-
-    def __init__(self, status: int, title: str, detail: str, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail, self.field = status, title, detail, field
 
 
 def problem(
     status: int,
-    title: str,
-    detail: str,
+    message: str,
     field: str | None = None,
     *,
-    kind: str | None = None,
+    kind: ErrorKind,
     path: str | None = None,
     errors: list[dict[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Response:
-    """RFC 9457 body (MEC 015 ProblemDetails; the service's :class:`~edgepath.rest.problem.Problem`) with
-    ``field`` (and ``error``, ``errors``, ``request_id``) as extension members; ``detail`` starts with the field
-    path. ``errors`` (:func:`~edgepath.rest.problem.field_problems`) defaults to ``field`` alone."""
-    message = detail.removeprefix(f"{field}: ") if field else detail
+    """RFC 9457 body (MEC 015 ProblemDetails; the service's :class:`~edgepath.rest.problem.Problem`, the members of
+    the ``/v1`` routes' problems) answered with ``status`` and ``headers``: ``detail`` is ``"<field>: <message>"``
+    (``message`` without a field), ``error`` the ``kind``, ``field`` the offending field or null. ``errors``
+    (:func:`~edgepath.rest.problem.field_problems`) defaults to ``field`` alone."""
     body = problem_body(
         status,
         message,
-        kind=kind,
+        kind=kind.value,
         field=field,
         instance=path,
-        title=title,
         request_id=correlation_id.get(),
         errors=errors,
     )
-    body["detail"] = detail
-    if field is None:
-        del body["field"]
-    return problem_response(status, body)
+    return problem_response(status, body, headers)
+
+
+def error_headers(exc: EdgePathError) -> dict[str, str]:
+    """The headers of the answer to ``exc``, as on the ``/v1`` routes: ``Retry-After`` (whole seconds, RFC 9110
+    §10.2.3) on 429 and 503, ``WWW-Authenticate: Bearer`` on 401 (RFC 9110 §11.6.1)."""
+    if isinstance(exc, RateLimited):
+        return {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    if isinstance(exc, Unauthenticated):
+        return {"WWW-Authenticate": "Bearer"}
+    if isinstance(exc, Unavailable):
+        return {"Retry-After": "1"}
+    return {}
 
 
 class MtsRoute(APIRoute):
-    """Every error of the MTS routes as ProblemDetails (validation → 400 naming the field)."""
+    """Every error of the MTS routes as ProblemDetails (validation → 400 naming the field; an
+    :class:`~edgepath.errors.EdgePathError` → the status of :data:`MTS_STATUS`)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -141,22 +157,12 @@ class MtsRoute(APIRoute):
             except RequestValidationError as exc:
                 errors = field_problems(exc.errors()) or [{"field": BODY, "message": "invalid"}]
                 field, message = errors[0]["field"], errors[0]["message"]
-                return problem(
-                    400, "Bad Request", f"{field}: {message}", field, kind=_INVALID, path=path, errors=errors
-                )
-            except MtsProblem as exc:
-                kind = _INVALID if exc.status == 400 else None
-                return problem(exc.status, exc.title, exc.detail, exc.field, kind=kind, path=path)
+                return problem(400, message, field, kind=ErrorKind.INVALID_INPUT, path=path, errors=errors)
             except HTTPException as exc:  # e.g. a body that is not JSON
-                title = "Bad Request" if exc.status_code == 400 else "Error"
-                return problem(exc.status_code, title, f"body: {exc.detail}", "body", kind=_INVALID, path=path)
+                return problem(exc.status_code, str(exc.detail), BODY, kind=ErrorKind.INVALID_INPUT, path=path)
             except EdgePathError as exc:
                 status = MTS_STATUS[exc.kind]
-                detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
-                response = problem(status, reason(status), detail, exc.field, kind=exc.kind.value, path=path)
-                if status == 429:
-                    response.headers["Retry-After"] = str(max(1, round(getattr(exc, "retry_after_s", 1.0))))
-                return response
+                return problem(status, exc.message, exc.field, kind=exc.kind, path=path, headers=error_headers(exc))
 
         return route
 
@@ -168,7 +174,7 @@ class TimeStamp(BaseModel):
     model_config = _CAMEL
 
     seconds: Uint32
-    nano_seconds: int = Field(ge=0, le=999_999_999)
+    nano_seconds: Annotated[int, Field(ge=0, le=999_999_999), JSON_INTEGER]
 
 
 class FlowFilter(BaseModel):
@@ -180,9 +186,11 @@ class FlowFilter(BaseModel):
     source_port: list[Port] | None = Field(default=None, max_length=MAX_PORTS)
     dst_ip: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[0-9A-Fa-f.:/]+$")
     dst_port: list[Port] | None = Field(default=None, max_length=MAX_PORTS)
-    protocol: int | None = Field(default=None, ge=0, le=255, description="IP protocol number")
-    dscp: int | None = Field(default=None, ge=0, le=63)
-    flowlabel: int | None = Field(default=None, ge=0, le=2**20 - 1)
+    protocol: Annotated[int, Field(ge=0, le=255), JSON_INTEGER] | None = Field(
+        default=None, description="IP protocol number"
+    )
+    dscp: Annotated[int, Field(ge=0, le=63), JSON_INTEGER] | None = None
+    flowlabel: Annotated[int, Field(ge=0, le=2**20 - 1), JSON_INTEGER] | None = None
 
     @model_validator(mode="after")
     def _not_empty(self) -> FlowFilter:
@@ -198,9 +206,13 @@ class QosD(BaseModel):
 
     min_tpt: Uint32 | None = None
     max_latency: Uint32 | None = None
-    max_loss: int | None = Field(default=None, ge=0, le=30, description="loss rate 10^-maxLoss (≥ 1e-30)")
+    max_loss: Annotated[int, Field(ge=0, le=30), JSON_INTEGER] | None = Field(
+        default=None, description="loss rate 10^-maxLoss (≥ 1e-30)"
+    )
     max_jitter: Uint32 | None = None
-    priority: int | None = Field(default=None, ge=0, le=3, description="0 low, 1 medium, 2 high, 3 critical")
+    priority: Annotated[int, Field(ge=0, le=3), JSON_INTEGER] | None = Field(
+        default=None, description="0 low, 1 medium, 2 high, 3 critical"
+    )
 
 
 class MtsSessionInfo(BaseModel):
@@ -209,10 +221,14 @@ class MtsSessionInfo(BaseModel):
     model_config = _CAMEL
 
     app_ins_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN)
-    request_type: Literal[0, 1] = Field(description="0 APPLICATION_SPECIFIC_MTS_SESSION, 1 FLOW_SPECIFIC_MTS_SESSION")
+    request_type: Annotated[Literal[0, 1], JSON_INTEGER] = Field(
+        description="0 APPLICATION_SPECIFIC_MTS_SESSION, 1 FLOW_SPECIFIC_MTS_SESSION"
+    )
     flow_filter: list[FlowFilter] = Field(min_length=1, max_length=MAX_FILTERS)
     qos_d: QosD
-    mts_mode: int = Field(ge=0, le=4, description="0 low cost, 1 low latency, 2 high throughput, 3 redundancy, 4 QoS")
+    mts_mode: Annotated[int, Field(ge=0, le=4), JSON_INTEGER] = Field(
+        description="0 low cost, 1 low latency, 2 high throughput, 3 redundancy, 4 QoS"
+    )
     traffic_direction: Literal["00", "01", "10"] = Field(description="00 downlink, 01 uplink, 10 symmetrical")
     time_stamp: TimeStamp | None = None
     device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="EdgePath device")
@@ -222,17 +238,13 @@ class MtsSessionInfo(BaseModel):
     def _qos_consistent(self) -> MtsSessionInfo:
         q = self.qos_d
         if self.mts_mode == 4 and not any(v is not None for v in (q.min_tpt, q.max_latency, q.max_loss, q.max_jitter)):
-            raise MtsProblem(400, "Bad Request", "qosD: mtsMode 4 (QoS) needs at least one requirement", "qosD")
+            raise InvalidInput("mtsMode 4 (QoS) needs at least one requirement", field="qosD")
         if q.max_latency == 0:
-            raise MtsProblem(
-                400, "Bad Request", "qosD.maxLatency: a zero one-way delay cannot be met", "qosD.maxLatency"
-            )
+            raise InvalidInput("a zero one-way delay cannot be met", field="qosD.maxLatency")
         if q.max_jitter is not None and q.max_latency is not None and q.max_jitter > q.max_latency:
-            raise MtsProblem(
-                400,
-                "Bad Request",
-                "qosD.maxJitter: contradicts qosD.maxLatency (a delay within maxLatency varies by at most that)",
-                "qosD.maxJitter",
+            raise InvalidInput(
+                "contradicts qosD.maxLatency (a delay within maxLatency varies by at most that)",
+                field="qosD.maxJitter",
             )
         return self
 
@@ -270,35 +282,41 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
     }
 
     async def platform(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-        """With authentication configured: an admin principal (the MEC platform), rate-limited."""
+        """With authentication configured: an admin principal (the MEC platform), rate-limited.
+
+        Raises ``Unauthenticated`` (401) without valid credentials, ``PermissionDenied`` (403) for a principal that
+        is not an admin, ``RateLimited`` (429) past its request budget.
+        """
         if security is None:
             return
         principal = security.auth.authenticate(authorization=request.headers.get("authorization"))
         if principal is None:
             return
         if not principal.is_admin:
-            raise MtsProblem(403, "Forbidden", "the traffic steering API needs an admin identity (MEC platform)")
+            raise PermissionDenied("the traffic steering API needs an admin identity (MEC platform)")
         await security.admit(principal)
 
-    async def validated(info: MtsSessionInfo, session_id: str) -> MtsSession:
+    async def validated(info: MtsSessionInfo, session_id: str, sessions: list[MtsSession] | None = None) -> MtsSession:
+        """``info`` as session ``session_id`` (``sessions``: every stored one, when the caller has read them).
+
+        Raises ``InvalidInput`` (400) naming the field: another ``sessionId``, a device that never reported its
+        accesses, a flow filter of another flow session of the device; ``Unavailable`` (503) when the store
+        cannot answer (an outage is not an unknown device: the reads here are the API's, which raise).
+        """
         if info.session_id is not None and info.session_id != session_id:
-            raise MtsProblem(400, "Bad Request", "sessionId: does not match the resource", "sessionId")
+            raise InvalidInput("does not match the resource", field="sessionId")
         if await store.device_accesses(info.device_id) is None:
-            raise MtsProblem(
-                400, "Bad Request", "deviceId: unknown device (it has not asked for a recommendation)", "deviceId"
-            )
+            raise InvalidInput("unknown device (it has not asked for a recommendation)", field="deviceId")
         if info.request_type == 1:
             mine = [f.model_dump(exclude_none=True, by_alias=True) for f in info.flow_filter]
-            for other in await store.device_mts_sessions(info.device_id):
-                if other.session_id == session_id:
+            # not device_mts_sessions: the decision path's read, which gives none while the store is unreachable
+            for other in sessions if sessions is not None else await store.list_mts_sessions():
+                if other.device_id != info.device_id or other.session_id == session_id:
                     continue
                 theirs = json.loads(other.info)
                 if theirs.get("requestType") == 1 and any(f in theirs.get("flowFilter", []) for f in mine):
-                    raise MtsProblem(
-                        400,
-                        "Bad Request",
-                        f"flowFilter: a filter of this session already defines session {other.session_id}",
-                        "flowFilter",
+                    raise InvalidInput(
+                        f"a filter of this session already defines session {other.session_id}", field="flowFilter"
                     )
         now = time.time()
         stamp = info.time_stamp or TimeStamp(seconds=min(int(now), UINT32), nano_seconds=int((now % 1) * 1e9))
@@ -318,11 +336,12 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         dependencies=[Depends(platform)],
     )
     async def capability_info() -> MtsCapabilityInfo:
-        """Accesses any device has reported (404 before the first report) and the supported mtsModes."""
+        """Accesses any device has reported (404 before the first report) and the supported mtsModes; 503 while
+        the state store is unreachable."""
         reported = await store.reported_access_types()
         accesses = [AccessType(a) for a in sorted(reported) if a in AccessType.__members__]
         if not accesses:
-            raise MtsProblem(404, "Not Found", "no device has reported its accesses yet")
+            raise NotFound("no device has reported its accesses yet")
         now = time.time()
         return MtsCapabilityInfo(
             mts_access_info=[
@@ -341,7 +360,8 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         app_name: Annotated[list[str] | None, Query(max_length=64)] = None,
         session_id: Annotated[list[str] | None, Query(max_length=64)] = None,
     ) -> list[dict[str, Any]]:
-        """Every session, filtered by ``app_instance_id`` and ``session_id`` (``app_name`` is ignored)."""
+        """Every session, filtered by ``app_instance_id`` and ``session_id`` (``app_name`` is ignored); 503 while
+        the state store is unreachable."""
         del app_name  # EdgePath does not learn application names (module docstring)
         out = []
         for s in await store.list_mts_sessions():
@@ -361,10 +381,12 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         dependencies=[Depends(platform)],
     )
     async def create_session(info: MtsSessionInfo, response: Response) -> dict[str, Any]:
-        """Create a session (201 with ``Location``); 400 naming the field when it is invalid."""
-        session = await validated(info, uuid.uuid4().hex)
-        if len(await store.list_mts_sessions()) >= MAX_SESSIONS:
-            raise MtsProblem(403, "Forbidden", f"the service keeps at most {MAX_SESSIONS} MTS sessions")
+        """Create a session (201 with ``Location``); 400 naming the field when it is invalid, 403 when the service
+        keeps as many sessions as it may, 503 while the state store is unreachable."""
+        sessions = await store.list_mts_sessions()
+        session = await validated(info, uuid.uuid4().hex, sessions)
+        if len(sessions) >= MAX_SESSIONS:
+            raise PermissionDenied(f"the service keeps at most {MAX_SESSIONS} MTS sessions")
         await store.put_mts_session(session)
         response.headers["Location"] = f"/mts/v1/mts_sessions/{session.session_id}"
         return body_of(session)
@@ -372,7 +394,7 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
     async def existing(session_id: str) -> MtsSession:
         session = await store.get_mts_session(session_id) if len(session_id) <= 128 else None
         if session is None:
-            raise MtsProblem(404, "Not Found", f"sessionId: no session {session_id}", "sessionId")
+            raise NotFound(f"no session {session_id}", field="sessionId")
         return session
 
     @router.get(
@@ -382,7 +404,7 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         dependencies=[Depends(platform)],
     )
     async def get_session(sessionId: SessionId) -> dict[str, Any]:  # noqa: N803 - the spec's parameter name
-        """One session (404 when unknown)."""
+        """One session (404 when unknown; 503 while the state store is unreachable)."""
         return body_of(await existing(sessionId))
 
     @router.put(
@@ -392,7 +414,8 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         dependencies=[Depends(platform)],
     )
     async def replace_session(sessionId: SessionId, info: MtsSessionInfo) -> dict[str, Any]:  # noqa: N803
-        """Replace a session (MEC 009 PUT semantics; 404 when unknown)."""
+        """Replace a session (MEC 009 PUT semantics; 404 when unknown, 400 naming the field when invalid, 503
+        while the state store is unreachable)."""
         previous = await existing(sessionId)
         session = await validated(info, sessionId)
         session = MtsSession(session.session_id, session.device_id, session.info, previous.created_at)
@@ -408,9 +431,10 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         dependencies=[Depends(platform)],
     )
     async def delete_session(sessionId: SessionId) -> Response:  # noqa: N803
-        """Remove a session (204; 404 when unknown): the device's next recommendation drops its rule."""
+        """Remove a session (204; 404 when unknown, 503 while the state store is unreachable): the device's next
+        recommendation drops its rule."""
         if len(sessionId) > 128 or not await store.delete_mts_session(sessionId):
-            raise MtsProblem(404, "Not Found", f"sessionId: no session {sessionId}", "sessionId")
+            raise NotFound(f"no session {sessionId}", field="sessionId")
         return Response(status_code=204)
 
     return router

@@ -350,33 +350,70 @@ class StateStore(Protocol):
         """
 
     async def get_mts_session(self, session_id: str) -> MtsSession | None:
-        """The session, or None when unknown."""
+        """The session, or None when unknown.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            The store cannot answer now (Redis unreachable): not None, so that the API does not report an
+            existing session as unknown.
+        """
 
     async def list_mts_sessions(self) -> list[MtsSession]:
-        """Every session, oldest first."""
+        """Every session, oldest first.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            The store cannot answer now (Redis unreachable): not ``[]``.
+        """
 
     async def delete_mts_session(self, session_id: str) -> bool:
-        """Remove the session; False when it did not exist (raises Unavailable like ``put_mts_session``)."""
+        """Remove the session; False when it did not exist.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            The store cannot write now (Redis unreachable).
+        """
 
     async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
-        """The device's sessions, oldest first (read on every recommendation: one round trip)."""
+        """The device's sessions, oldest first (read on every recommendation: one round trip).
+
+        The decision path's read: never raises for an unreachable store, which then reads as no session (the
+        device gets the default rule). The MEC 015 API reads with :meth:`list_mts_sessions`, which raises.
+        """
 
     async def devices_mts_sessions(self, device_ids: Sequence[str]) -> list[list[MtsSession]]:
         """:meth:`device_mts_sessions` of each of ``device_ids``, in order, in one store call (``RecommendBatch``;
-        Redis: one pipeline)."""
+        Redis: one pipeline). Never raises for an unreachable store (every device reads as having no session)."""
 
     async def record_device_accesses(self, device_id: str, access_types: Sequence[str]) -> None:
         """Remember the access types (``AccessType`` values) ``device_id`` reported last.
 
         What MEC 015 capability info and session validation read; a store may expire devices
-        not seen for a long time (they then read as unknown).
+        not seen for a long time (they then read as unknown). Never raises for an unreachable store (the
+        report is then dropped; the device reports again with its next request).
         """
 
     async def device_accesses(self, device_id: str) -> tuple[str, ...] | None:
-        """The access types ``device_id`` reported last, or None for a device never seen."""
+        """The access types ``device_id`` reported last, or None for a device never seen.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            The store cannot answer now (Redis unreachable): not None, so that the API does not call a known
+            device unknown.
+        """
 
     async def reported_access_types(self) -> set[str]:
-        """Every access type any device has reported (MEC 015 ``mtsAccessInfo``)."""
+        """Every access type any device has reported (MEC 015 ``mtsAccessInfo``).
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            The store cannot answer now (Redis unreachable): not an empty set.
+        """
 
     # --- end MEC 015 ---
 

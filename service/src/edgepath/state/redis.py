@@ -60,7 +60,10 @@ store to *degraded*: requests stop touching Redis and a background task pings it
   ``edgepath_outcomes_dropped{reason=...}`` and logged;
 * on reconnect the buffered decisions, then the buffered outcomes go through the same claim script
   (so an outcome also reported to another replica is still counted once); the store leaves degraded
-  mode only once the outbox is empty.
+  mode only once the outbox is empty;
+* MEC 015 traffic steering: the decision path reads no session (``device_mts_sessions``: the device gets the
+  default rule) and drops the device's reported accesses, while the ``/mts/v1`` API's reads and writes raise
+  :class:`~edgepath.errors.Unavailable` (HTTP 503): an outage is not "no such session" or "unknown device".
 
 :meth:`ping` is False while degraded: the service reports it on ``/readyz`` and gRPC health
 (see :mod:`edgepath.main`). The model keeps serving: the replica decides with its last model.
@@ -869,7 +872,13 @@ class RedisStore:
         return Unavailable("state store unreachable: MTS sessions cannot be changed now")
 
     async def put_mts_session(self, session: MtsSession) -> None:
-        """HSET in the session hash and the device's hash in one MULTI (and HDEL from a previous device's)."""
+        """HSET in the session hash and the device's hash in one MULTI (and HDEL from a previous device's).
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            Redis is unreachable (degraded mode).
+        """
         if self._degraded:
             raise Unavailable("state store unreachable: MTS sessions cannot be changed now")
         sessions = self._mts_key("sessions")
@@ -885,27 +894,53 @@ class RedisStore:
         except UNREACHABLE as exc:
             raise self._write_failed(exc) from exc
 
+    def _read_failed(self, exc: BaseException | None, what: str) -> Unavailable:
+        """The error of an MEC 015 API read while Redis is unreachable (``exc``: what a command raised, None when
+        the store was already degraded): the API must answer 503, not "no such session / device"."""
+        if exc is not None:
+            self._enter_degraded(exc)
+        return Unavailable(f"state store unreachable: {what} cannot be read now")
+
     async def get_mts_session(self, session_id: str) -> MtsSession | None:
+        """HGET from the session hash.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            Redis is unreachable (degraded mode).
+        """
         if self._degraded:
-            return None
+            raise self._read_failed(None, "MTS sessions")
         try:
             raw = await self.redis.hget(self._mts_key("sessions"), session_id)
         except UNREACHABLE as exc:
-            self._enter_degraded(exc)
-            return None
+            raise self._read_failed(exc, "MTS sessions") from exc
         return None if raw is None else self._decode_session(raw)
 
     async def list_mts_sessions(self) -> list[MtsSession]:
+        """HVALS of the session hash, oldest first.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            Redis is unreachable (degraded mode).
+        """
         if self._degraded:
-            return []
+            raise self._read_failed(None, "MTS sessions")
         try:
             raws = await self.redis.hvals(self._mts_key("sessions"))
         except UNREACHABLE as exc:
-            self._enter_degraded(exc)
-            return []
+            raise self._read_failed(exc, "MTS sessions") from exc
         return sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
 
     async def delete_mts_session(self, session_id: str) -> bool:
+        """HDEL from the session hash and the device's hash in one MULTI; False when there was no such session.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            Redis is unreachable (degraded mode).
+        """
         if self._degraded:
             raise Unavailable("state store unreachable: MTS sessions cannot be changed now")
         sessions = self._mts_key("sessions")
@@ -922,7 +957,8 @@ class RedisStore:
         return True
 
     async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
-        """HVALS of the device's hash; while degraded none (the device gets the default rule)."""
+        """HVALS of the device's hash; while degraded none (the device gets the default rule): never raises for an
+        unreachable Redis (the decision path; the API reads with :meth:`list_mts_sessions`, which does)."""
         if self._degraded:
             return []
         try:
@@ -966,23 +1002,35 @@ class RedisStore:
             self._enter_degraded(exc)
 
     async def device_accesses(self, device_id: str) -> tuple[str, ...] | None:
+        """GET of the device's access types.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            Redis is unreachable (degraded mode).
+        """
         if self._degraded:
-            return None
+            raise self._read_failed(None, "device accesses")
         try:
             raw = await self.redis.get(self._mts_key(f"access:{device_id}"))
         except UNREACHABLE as exc:
-            self._enter_degraded(exc)
-            return None
+            raise self._read_failed(exc, "device accesses") from exc
         return None if raw is None else tuple(json.loads(raw))
 
     async def reported_access_types(self) -> set[str]:
+        """SMEMBERS of the reported access types.
+
+        Raises
+        ------
+        edgepath.errors.Unavailable
+            Redis is unreachable (degraded mode).
+        """
         if self._degraded:
-            return set()
+            raise self._read_failed(None, "device accesses")
         try:
             members = await self.redis.smembers(self._mts_key("access_types"))
         except UNREACHABLE as exc:
-            self._enter_degraded(exc)
-            return set()
+            raise self._read_failed(exc, "device accesses") from exc
         return {m.decode() if isinstance(m, bytes) else str(m) for m in members}
 
     # --- end MEC 015 ---
