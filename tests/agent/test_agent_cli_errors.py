@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from edgepath.security.auth import TokenFile
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
-from edgepath_agent.cli import app
+from edgepath_agent.cli import EXIT_CONFIG, app
 from edgepath_agent.client import FailoverClient, connect
 from edgepath_agent.collector import StaticCollector, TraceCollector
 from edgepath_agent.daemon import Agent, AgentConfig, CredentialsRefused, unknown_env_settings
@@ -59,7 +59,7 @@ def _dry_run(tmp_path: Path, service: str, *extra: str) -> list[str]:
 def test_run_refuses_a_mistyped_service_url_with_one_error_line(tmp_path: Path, url: str) -> None:
     """It used to pass the settings and end in ``ValueError`` (traceback, exit 1) when the client was built."""
     result = CliRunner().invoke(app, _dry_run(tmp_path, url), env=ENV)
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_CONFIG, result.output
     errors = _errors(result.output)
     assert len(errors) == 1 and "service" in errors[0] and "grpc://" in errors[0], result.output
     assert "Traceback" not in result.output and not (tmp_path / "j.json").exists()
@@ -86,7 +86,7 @@ def auth_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any
     [(None, "agent-1", "UNAUTHENTICATED"), ("wrong", "agent-1", "UNAUTHENTICATED"), ("good", "other", "PERMISSION")],
     ids=["no-token", "wrong-token", "other-device"],
 )
-def test_run_exits_2_when_the_service_refuses_the_credentials(
+def test_run_exits_78_when_the_service_refuses_the_credentials(
     auth_service: tuple[Any, str], tmp_path: Path, scheme: str, token: str | None, device: str, code: str
 ) -> None:
     svc, good = auth_service
@@ -100,7 +100,7 @@ def test_run_exits_2_when_the_service_refuses_the_credentials(
     status_file = tmp_path / "status.json"
     env = {**ENV, "EDGEPATH_AGENT_STATUS_FILE": str(status_file), "EDGEPATH_AGENT_ATTEMPTS": "1"}
     result = CliRunner().invoke(app, _dry_run(tmp_path, url, *extra), env=env)
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_CONFIG, result.output  # permanent: systemd does not restart it
     errors = _errors(result.output)
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     assert errors[0].startswith("Error: the service refused this device's credentials (")
@@ -180,15 +180,17 @@ def test_an_invalid_argument_refusal_keeps_the_last_configuration_and_goes_on(
 # 3. no `ip` on PATH
 
 
-def test_run_without_ip_exits_2_naming_iproute2(tmp_path: Path) -> None:
-    """It used to end in ``FileNotFoundError: 'ip'`` (traceback, exit 1), even with ``--dry-run``."""
+def test_run_without_ip_exits_78_naming_iproute2(tmp_path: Path) -> None:
+    """It used to end in ``FileNotFoundError: 'ip'`` (traceback, exit 1), even with ``--dry-run``; then it blamed
+    ``backend = dry-run``, a setting the user never made (``--dry-run`` was what they passed)."""
     empty = tmp_path / "bin"
     empty.mkdir()
     argv = _dry_run(tmp_path, "grpc://127.0.0.1:9", "--probe-tool", "builtin")
     result = CliRunner().invoke(app, argv, env={**ENV, "PATH": str(empty)})
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_CONFIG, result.output
     errors = _errors(result.output)
     assert len(errors) == 1 and "iproute2" in errors[0] and "no ip binary is on PATH" in errors[0], result.output
+    assert errors[0].startswith("Error: --dry-run reads ") and "backend = dry-run" not in errors[0], errors[0]
     assert not (tmp_path / "j.json").exists()
 
 
@@ -260,7 +262,7 @@ def test_a_token_file_readable_by_others_is_named_as_such(tmp_path: Path) -> Non
     assert message.startswith(f"token_file {token_file}: the bearer token is accessible by group/others (mode 640)")
     assert "private key" not in message and message.endswith(f"chmod 600 {token_file}")
     result = CliRunner().invoke(app, _dry_run(tmp_path, "grpc://127.0.0.1:9", "--token-file", str(token_file)), env=ENV)
-    assert result.exit_code == 2
+    assert result.exit_code == EXIT_CONFIG
     errors = _errors(result.output)
     assert len(errors) == 1 and "token_file" in errors[0] and "private key" not in errors[0], result.output
     key = tmp_path / "device.key"

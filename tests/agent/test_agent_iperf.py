@@ -124,15 +124,15 @@ def test_agent_refuses_to_start_with_probe_tool_iperf3_and_no_iperf3(tmp_path, m
     assert Agent(passive, _NoService(), applier=None, collectors=[]).iperf3 is None  # type: ignore[arg-type]
 
 
-def test_cli_names_the_missing_iperf3_and_exits_2(tmp_path, monkeypatch):
+def test_cli_names_the_missing_iperf3_and_exits_78(tmp_path, monkeypatch):
     """The dry run still reads state with ``ip``, so PATH stays; iperf3's absence is patched in (see above)."""
     from edgepath_agent import daemon
-    from edgepath_agent.cli import app
+    from edgepath_agent.cli import EXIT_CONFIG, app
 
     monkeypatch.setattr(daemon, "detect_iperf3", lambda: None)
     monkeypatch.setattr(daemon, "interface_exists", lambda _name, _netns=None: True)  # wlan0: a device's name
     argv = ["run", "--dry-run", "--steps", "1", "--probe", "192.0.2.10:5201", "--journal", str(tmp_path / "j.json"),
             "--service", "grpc://127.0.0.1:9", "--interface", "wlan0=WIFI"]  # fmt: skip
     result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_CONFIG, result.output
     assert "Error: probe_tool = iperf3 but no iperf3 binary is on PATH" in result.output

@@ -34,7 +34,7 @@ from edgepath_agent.applier import (
     Route,
 )
 from edgepath_agent.applier.backend import run_checked
-from edgepath_agent.cli import app
+from edgepath_agent.cli import EXIT_CONFIG, app
 from edgepath_agent.client import connect, connect_failover
 from edgepath_agent.daemon import Agent, AgentConfig, InterfaceMissing, check_interfaces, load_config
 from edgepath_agent.safety import UnsafeDecision
@@ -189,7 +189,7 @@ def test_run_refuses_a_key_file_readable_by_others(tmp_path: Path) -> None:
         ["run", "--dry-run", "--journal", str(tmp_path / "j.json"), "--cert-file", str(cert), "--key-file", str(key)],
         env={"COLUMNS": "200", "NO_COLOR": "1"},
     )
-    assert result.exit_code == 2 and "chmod 600" in _plain(result.output)
+    assert result.exit_code == EXIT_CONFIG and "chmod 600" in _plain(result.output)
     assert not (tmp_path / "j.json").exists()
 
 
@@ -232,12 +232,13 @@ def test_host_port_settings_are_refused_where_given_naming_the_setting(setting: 
 
 
 def test_run_refuses_a_probe_without_its_port(tmp_path: Path) -> None:
-    """Through the command line: one plain ``Error:`` line naming ``probe``, exit 2, before anything starts."""
+    """Through the command line: one plain ``Error:`` line naming ``probe``, exit 78 (a configuration error),
+    before anything starts."""
     journal = tmp_path / "j.json"
     argv = ["run", "--dry-run", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
             "--interface", "lo=ETHERNET", "--probe", "127.0.0.1"]  # fmt: skip
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"})
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == EXIT_CONFIG, result.output
     errors = [line for line in _plain(result.output).splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and "probe" in errors[0] and "HOST:PORT" in errors[0], result.output
     assert not journal.exists()

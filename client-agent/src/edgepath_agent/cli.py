@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, NoReturn, Optional
 
 import typer
 from typer.core import TyperCommand
@@ -29,6 +31,67 @@ app = typer.Typer(
 )
 
 EXTRA_HINT = "pip install 'edgepath-agent[replay]'"
+
+#: ``run``'s exit codes (systemd's ``Restart=on-failure`` restarts on any but 0; the unit's
+#: ``RestartPreventExitStatus=`` lists the permanent ones, :data:`PERMANENT_EXIT_CODES`).
+EXIT_OK = 0
+#: An unexpected error (a bug: the traceback is printed); restarted.
+EXIT_UNEXPECTED = 1
+#: A managed interface does not exist (yet: a USB modem appears later), or click's command-line usage errors;
+#: restarted (``RestartSec=``), within the unit's start limit.
+EXIT_RETRY = 2
+#: Another manager (NetworkManager, mptcpd) owns the interfaces, or ``backend = "networkmanager"`` without
+#: NetworkManager: not restarted until the operator changes one of them.
+EXIT_CONFLICT = 3
+#: sysexits.h ``EX_CONFIG``: something only the operator can fix, which no restart heals: invalid settings or
+#: settings file, credentials the service refuses, an unusable journal, a kernel without MPTCP, no ``ip``/iperf3
+#: where they are needed, ``laminar = "on"`` where it is unsupported. Not restarted.
+EXIT_CONFIG = os.EX_CONFIG
+#: What the unit's ``RestartPreventExitStatus=`` must list (a test checks it does).
+PERMANENT_EXIT_CODES = (EXIT_CONFLICT, EXIT_CONFIG)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print ``Error: message`` (one line, stderr) and exit with ``code``.
+
+    Raises
+    ------
+    typer.Exit
+        Always, with ``code``.
+    """
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def settings_file_problem(path: Path | None) -> str | None:
+    """Why the settings file ``path`` cannot be read (it does not exist, is a directory or is unreadable), or
+    ``None`` when it can (or none is given)."""
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"settings file {path} is a directory, not a file"
+    if not path.exists():
+        return f"settings file {path} does not exist"
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"settings file {path} cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def load_settings_error(exc: Exception, path: Path | None) -> str:
+    """One line for an error :func:`edgepath_agent.daemon.load_config` raised, naming the file when it is the
+    file's: a TOML/JSON syntax error, or invalid settings (each named by :func:`settings_error`)."""
+    if path is not None and isinstance(exc, (tomllib.TOMLDecodeError, json.JSONDecodeError)):
+        kind = "JSON" if isinstance(exc, json.JSONDecodeError) else "TOML"
+        return f"settings file {path} is not valid {kind}: {exc}"
+    sources = (
+        f"{path}, EDGEPATH_AGENT_* or the command line" if path is not None else "EDGEPATH_AGENT_* or the command line"
+    )
+    if callable(getattr(exc, "errors", None)):
+        return f"invalid settings ({sources}): {settings_error(exc)}"
+    return settings_error(exc)
 
 
 def require_extra(module: str, command: str) -> ModuleType:
@@ -165,7 +228,9 @@ def run(
         Optional[str], typer.Option(help="command (ip/sysctl, default), netlink (pyroute2) or networkmanager (D-Bus)")
     ] = None,
     cc_profile: Annotated[Optional[str], typer.Option(help="throughput, latency, coupled or default")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps (default: until SIGTERM)")] = None,
+    steps: Annotated[
+        Optional[int], typer.Option(min=1, help="Stop after this many steps (default: until SIGTERM)")
+    ] = None,
     ca_file: Annotated[
         Optional[Path], typer.Option(help="CA bundle that signed the service's certificate (grpcs:// / https://)")
     ] = None,
@@ -186,13 +251,32 @@ def run(
 ) -> None:
     """Run the agent: collect → decide → apply → measure → report until SIGTERM (then restore).
 
-    Exits 2 ("Error: …") on bad settings, a managed interface this device does not have (dry runs
-    too), a missing iperf3 or ip (iproute2), an unavailable laminar flag, or when the service refuses
-    this device's credentials (after restoring the state, as on SIGTERM); 3 when another manager owns
-    the interfaces.
+    Exit codes (each but 0 and 1 with one "Error: …" line on stderr):
+
+    \b
+    0   stopped (SIGTERM, or after --steps)
+    1   an unexpected error (a bug; its traceback is printed)
+    2   a managed interface this device (or --netns) does not have, in a dry
+        run too; systemd retries it (a USB modem's interface may appear
+        later); also click's usage errors (an unknown option, a bad value)
+    3   another manager (NetworkManager, mptcpd) owns the interfaces, or
+        backend = networkmanager without NetworkManager running
+    78  (EX_CONFIG) a configuration error no restart heals: invalid settings
+        or settings file, --dry-run with backend = networkmanager, a kernel
+        without MPTCP, an unusable journal (not writable, not a journal,
+        another namespace's state), no ip (iproute2) or iperf3 where needed,
+        laminar = on where unsupported, the service refusing this device's
+        credentials (after restoring the state, as on SIGTERM)
+
+    The systemd unit does not restart the agent after 3 or 78
+    (RestartPreventExitStatus=). --dry-run checks the configured backend, then
+    prints the ip/sysctl commands the command or netlink backend would run.
     """
     from pydantic import ValidationError
 
+    from edgepath_agent.applier import JournalError
+    from edgepath_agent.applier.journal import check_for_run
+    from edgepath_agent.applier.preflight import MptcpUnavailable, check_mptcp
     from edgepath_agent.collector import parse_interface_map
     from edgepath_agent.daemon import (
         CredentialsRefused,
@@ -200,6 +284,7 @@ def run(
         IpMissing,
         LaminarUnavailable,
         load_config,
+        require_ip,
         run_daemon,
         warn_unknown_env,
     )
@@ -207,17 +292,24 @@ def run(
     from edgepath_agent.journal_log import setup_logging
     from edgepath_agent.netmanager import NetworkConflict
 
+    problem = settings_file_problem(config)
+    if problem is not None:
+        fail(problem, EXIT_CONFIG)
+    try:
+        interfaces = parse_interface_map(interface) if interface else None
+    except ValueError as exc:
+        fail(f"--interface: {exc}", EXIT_CONFIG)
     try:
         cfg = load_config(
             config,
             service=service or None,
-            interfaces=parse_interface_map(interface) if interface else None,
+            interfaces=interfaces,
             device_id=device_id,
             interval_s=interval_s,
             probe=probe,
             probe_tool=probe_tool,
             journal=journal,
-            backend="dry-run" if dry_run else backend,
+            backend=backend,  # the configured one is validated (and checked against --dry-run) first
             netns=netns,
             cc_profile=cc_profile,
             ca_file=ca_file,
@@ -228,19 +320,49 @@ def run(
             log_level=log_level.upper() if log_level else None,
             log_format=log_format,
         )
+    except (ValidationError, ValueError, OSError) as exc:
+        fail(load_settings_error(exc, config), EXIT_CONFIG)
+    try:
         setup_logging(cfg.log_level, cfg.log_format)
-        warn_unknown_env()  # a misspelt EDGEPATH_AGENT_* variable is otherwise ignored without a word
+    except ValueError as exc:
+        fail(settings_error(exc), EXIT_CONFIG)
+    warn_unknown_env()  # a misspelt EDGEPATH_AGENT_* variable is otherwise ignored without a word
+    try:
         cfg.credentials()  # refuse a missing file or a key/token readable by others before touching anything
-    except (ValidationError, ValueError, PermissionError, FileNotFoundError) as exc:
-        raise typer.BadParameter(settings_error(exc)) from exc
+    except (ValueError, PermissionError, FileNotFoundError) as exc:
+        fail(settings_error(exc), EXIT_CONFIG)
+    if dry_run:
+        if cfg.backend == "networkmanager":
+            fail(
+                "--dry-run cannot show what backend = networkmanager would do (it changes NetworkManager's applied "
+                "connections over D-Bus, not ip/sysctl commands): run without --dry-run, or with --backend command "
+                "to see the commands the agent would run itself",
+                EXIT_CONFIG,
+            )
+        cfg = cfg.model_copy(update={"backend": "dry-run"})  # command, netlink: the same operations, printed
+    try:
+        require_ip(cfg)
+    except IpMissing as exc:  # with --dry-run, not "backend = dry-run runs ip(8)": the user set no such backend
+        dry = (
+            "--dry-run reads the current routes and MPTCP endpoints with ip(8), but no ip binary is on PATH: "
+            "install iproute2 (apt install iproute2, dnf install iproute)"
+        )
+        fail(dry if dry_run else str(exc), EXIT_CONFIG)
+    try:
+        check_mptcp(cfg.backend, cfg.netns)
+        if cfg.backend != "dry-run":  # a dry run neither reads nor writes the journal
+            check_for_run(cfg.journal, cfg.netns)
+    except (MptcpUnavailable, JournalError) as exc:
+        fail(str(exc), EXIT_CONFIG)
     try:
         done = run_daemon(cfg, max_steps=steps)
-    except (IperfMissing, IpMissing, LaminarUnavailable, InterfaceMissing, CredentialsRefused) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+    except InterfaceMissing as exc:
+        fail(str(exc), EXIT_RETRY)
+    except (IperfMissing, IpMissing, LaminarUnavailable, CredentialsRefused, JournalError) as exc:
+        fail(str(exc), EXIT_CONFIG)
     except NetworkConflict as exc:
         typer.echo(str(exc), err=True)
-        raise typer.Exit(3) from exc
+        raise typer.Exit(EXIT_CONFLICT) from exc
     typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")
 
 
@@ -255,10 +377,11 @@ def status(
     """Current recommendation, applied state, service reachability and last outcome of the running agent.
 
     Exit code 0 when a record exists and the process that wrote it is still running (and, with
-    --check, a service URL answers); 1 otherwise: no record, the agent that wrote it has exited
-    ("agent: not running (last record by pid N, …)"; with --json, "running": false), or no service
-    URL answers. An ``EDGEPATH_AGENT_*`` variable that names no setting is warned about on stderr, as
-    ``run`` does (stdout, the record, is unchanged).
+    --check, a service URL answers); 1 otherwise: no record (with --json, "running": false), the agent
+    that wrote it has exited ("agent: not running (last record by pid N, …)"; with --json, "running":
+    false), or no service URL answers; 2 ("Error: …") when the record or the settings cannot be read (not
+    JSON, a directory, no permission, invalid settings). An ``EDGEPATH_AGENT_*`` variable that names no
+    setting is warned about on stderr, as ``run`` does (stdout, the record, is unchanged).
     """
     from pydantic import ValidationError
 
@@ -267,16 +390,23 @@ def status(
 
     for var, close in unknown_env_settings():  # as `run` warns; stderr: scripts read stdout (--json)
         typer.echo(f"warning: {unknown_env_message(var, close)}", err=True)
+    problem = settings_file_problem(config)
+    if problem is not None:
+        fail(problem, 2)
     try:
         cfg = load_config(config, status_file=status_file)
     except (ValidationError, ValueError, OSError) as exc:
-        raise typer.BadParameter(settings_error(exc)) from exc
+        fail(load_settings_error(exc, config), 2)
     path = cfg.status_file
-    record = read_status(path) if path is not None else None
+    try:
+        record = read_status(path) if path is not None else None
+    except (ValueError, OSError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        fail(f"cannot read the status record {path}: {reason}", 2)
     ok = record is not None
     running = None
     if record is None:
-        record = {"service": {"urls": list(cfg.service)}}
+        record = {"running": False, "service": {"urls": list(cfg.service)}}
     else:
         running = pid_alive(record.get("pid"))
         if running is not None:
@@ -304,26 +434,38 @@ def rollback(
     journal: Annotated[Path, typer.Option(help="Journal file written by `run`")] = Path(
         "/var/lib/edgepath-agent/journal.json"
     ),
-    netns: Annotated[Optional[str], typer.Option(help="Network namespace the agent worked in")] = None,
+    netns: Annotated[
+        Optional[str],
+        typer.Option(help="Network namespace the agent worked in (default: the one the journal recorded)"),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
 ) -> None:
     """Restore the network state the journal recorded before the agent's first change.
 
+    The journal records the network namespace the state was taken in: the rollback acts there, whichever
+    namespace it is started from; --netns is needed only for a journal that recorded none (written before
+    it was recorded), and one naming another namespace than the journal's is refused.
+
     Exit code 0 when restored (or nothing to restore); 1 when a restore step failed (the journal is
-    kept: retry); 2 ("Error: …") when the journal cannot be read (run as the agent's user or root).
+    kept: retry); 2 ("Error: …") when the journal cannot be read (run as the agent's user or root), is not
+    a journal (not JSON, a directory: restore by hand, then move it away), or --netns names another
+    namespace than the journal recorded.
     """
-    from edgepath_agent.applier import ApplyError
+    from edgepath_agent.applier import ApplyError, Journal, JournalError
+    from edgepath_agent.applier.journal import rollback_netns
     from edgepath_agent.daemon import rollback as do_rollback
 
     try:
-        steps = do_rollback(journal, netns=netns, dry_run=dry_run)
+        where = rollback_netns(Journal(journal), netns)  # read (and checked) before anything is touched
+        steps = do_rollback(journal, netns=where, dry_run=dry_run)
     except PermissionError as exc:
-        typer.echo(
-            f"Error: no access to the journal {journal} ({exc.strerror or exc}): run rollback as the agent's "
+        fail(
+            f"no access to the journal {journal} ({exc.strerror or exc}): run rollback as the agent's "
             "user (edgepath-agent) or as root",
-            err=True,
+            2,
         )
-        raise typer.Exit(2) from exc
+    except JournalError as exc:
+        fail(str(exc), 2)
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc

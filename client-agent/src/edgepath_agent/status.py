@@ -10,7 +10,8 @@ Record (JSON object; times are Unix epoch milliseconds):
 
 ``updated_unix_ms``, ``pid``, ``device_id``, ``step``
 ``service``: ``urls`` (in order of preference), ``last_used``, ``reachable``
-    (whether the last call got an answer), ``last_error``, ``last_ok_unix_ms``
+    (whether the last call got an answer; null before the first call, e.g. while every step is skipped),
+    ``last_error``, ``last_ok_unix_ms``
 ``recommendation``: ``decision_id``, ``model_version``, ``policy``, ``primary_path``
     (``interface``, ``access_type``, ``propensity``), ``decided_at_unix_ms``; or ``null``
 ``applied``: ``primary``, ``backup`` (interfaces whose endpoint has the backup flag),
@@ -72,15 +73,20 @@ def read_status(path: Path) -> dict[str, Any] | None:
     Raises
     ------
     ValueError
-        When the file is not a JSON object.
+        When the file is not a JSON object (the message says why, without the path).
+    OSError
+        When the file cannot be read (a directory, no permission).
     """
     try:
         text = path.read_text()
     except FileNotFoundError:
         return None
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not a status record: not JSON ({exc})") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a status record")
+        raise ValueError(f"not a status record: a JSON {type(data).__name__}, not an object")
     return data
 
 
@@ -154,10 +160,13 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, run
         first = f"agent:          pid {record.get('pid')}, device {record.get('device_id')}, updated {age_s:.0f} s ago"
     lines = [first]
     svc = record.get("service") or {}
-    reach = "reachable" if svc.get("reachable") else "UNREACHABLE"
-    lines.append(
-        f"service:        {reach} via {svc.get('last_used') or '-'} (configured: {', '.join(svc.get('urls', []))})"
-    )
+    reachable = svc.get("reachable")  # None: not called yet (every step so far skipped, or none done)
+    configured = f"(configured: {', '.join(svc.get('urls', []))})"
+    if reachable is None:
+        lines.append(f"service:        not contacted yet {configured}")
+    else:
+        reach = "reachable" if reachable else "UNREACHABLE"
+        lines.append(f"service:        {reach} via {svc.get('last_used') or '-'} {configured}")
     if svc.get("last_error"):
         lines.append(f"  last error:   {svc['last_error']}")
     rec = record.get("recommendation")

@@ -13,7 +13,7 @@ from edgepath_agent.applier.core import (
     desired_state,
     scheduler_weights,
 )
-from edgepath_agent.applier.journal import Journal
+from edgepath_agent.applier.journal import Journal, JournalError
 from edgepath_agent.applier.state import Endpoint, NetState, Route, diff, simulate
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "DryRunBackend",
     "Endpoint",
     "Journal",
+    "JournalError",
     "NetState",
     "RejectedRecommendation",
     "Route",

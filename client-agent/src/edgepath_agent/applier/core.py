@@ -288,6 +288,13 @@ class Applier:
         self.allowed_cc = tuple(allowed_cc)
         self.last: Applied | None = None
 
+    @property
+    def netns(self) -> str | None:
+        """Network namespace the backend reads and changes (``None``: this process's own, or a backend that does not
+        say: one without a ``netns`` attribute)."""
+        netns = getattr(self.backend, "netns", None)
+        return netns if isinstance(netns, str) else None
+
     def read_state(self) -> NetState:
         return self.backend.read_state(self.config.sysctl_keys)
 
@@ -351,7 +358,7 @@ class Applier:
             )
             raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
         if len(plan):
-            self.journal.begin(current)
+            self.journal.begin(current, netns=self.netns, netns_known=hasattr(self.backend, "netns"))
             self._execute(plan, current)
         backup = tuple(sorted(e.dev or e.address for e in desired.endpoints if "backup" in e.flags))
         self.last = Applied(primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
@@ -383,12 +390,24 @@ class Applier:
         Raises
         ------
         ApplyError
-            When a step fails (the journal is kept so the rollback can be retried).
+            When the journal recorded another network namespace than the backend works in (nothing is
+            touched), when the current state cannot be read, or when a step fails (the journal is kept so
+            the rollback can be retried).
         """
         if self.journal.snapshot is None:
             return Plan()
+        if self.journal.netns_recorded and hasattr(self.backend, "netns") and self.journal.netns != self.netns:
+            recorded, here = (
+                f"network namespace {n}" if n else "the host namespace" for n in (self.journal.netns, self.netns)
+            )
+            raise ApplyError(
+                f"the journal's snapshot was taken in {recorded}, not in {here}: refusing to restore it here"
+            )
         target = self.journal.snapshot
-        current = self.read_state()
+        try:
+            current = self.read_state()
+        except Exception as exc:  # BackendError, a namespace gone, netlink errors: the rollback can be retried
+            raise ApplyError(f"reading the current state failed: {exc}") from exc
         # Touch only what the snapshot describes: keys it did not record stay as they are.
         plan = diff(current, target)
         self._execute(plan, current)

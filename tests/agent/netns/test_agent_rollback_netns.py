@@ -1,0 +1,114 @@
+"""The journal records the network namespace the agent changed; ``rollback`` restores it there (marker ``netns``).
+
+An agent started with ``--netns`` (the testbed's device namespace) that dies without restoring (here:
+``restore_on_exit = false`` after one real step against a real service, the state a SIGKILL leaves) leaves a
+journal; the unit's ``ExecStopPost=`` runs ``rollback --journal …`` without ``--netns``. That rollback used to
+act on the namespace it was started in (``ip mptcp endpoint delete id 1`` on the host). Here it is started from
+a scratch namespace standing in for the host, so that a rollback in the wrong place changes nothing of this
+machine: the device namespace must be restored and the scratch one left as it was. A ``--netns`` naming
+another namespace than the journal recorded is refused (exit 2) without touching either.
+
+Also: ``net.mptcp.enabled = 0`` in the managed namespace is warned about at start.
+
+Skipped (not passed) without root/CAP_NET_ADMIN or kernel MPTCP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from edgepath_agent.testbed.netns import Testbed, sh
+from service_harness import running_service
+
+pytestmark = pytest.mark.netns
+
+AGENT = Path(sys.executable).with_name("edgepath-agent")
+
+
+def view(ns: str) -> dict[str, str]:
+    """What the kernel of ``ns`` reports through commands the agent does not use for reading."""
+    run = lambda *argv: sh(["ip", "netns", "exec", ns, *argv]).stdout  # noqa: E731
+    return {
+        "endpoints": run("ip", "mptcp", "endpoint", "show"),
+        "limits": run("ip", "mptcp", "limits", "show"),
+        "routes": run("ip", "-4", "route", "show", "table", "all"),
+    }
+
+
+@pytest.fixture
+def scratch_ns(netns_ready: None) -> Iterator[str]:
+    """A namespace standing in for the host: one MPTCP endpoint and a default route on a veth end."""
+    name = f"ep-host-{secrets.token_hex(3)}"
+    sh(["ip", "netns", "add", name])
+    try:
+        for argv in (
+            ["ip", "link", "add", "hv0", "type", "veth", "peer", "name", "hv1"],
+            ["ip", "addr", "add", "10.7.0.2/24", "dev", "hv0"],
+            ["ip", "link", "set", "hv0", "up"],
+            ["ip", "link", "set", "hv1", "up"],
+            ["ip", "route", "add", "default", "via", "10.7.0.1", "dev", "hv0", "metric", "5"],
+            ["ip", "mptcp", "endpoint", "add", "10.7.0.2", "id", "1", "dev", "hv0", "subflow"],
+        ):
+            sh(["ip", "netns", "exec", name, *argv])
+        yield name
+    finally:
+        sh(["ip", "netns", "del", name], check=False)
+
+
+def agent(*argv: str, ns: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    prefix = ["ip", "netns", "exec", ns] if ns else []
+    return subprocess.run(
+        [*prefix, str(AGENT), *argv], capture_output=True, text=True, timeout=90, env=env, check=False
+    )
+
+
+@pytest.mark.timeout(120)
+def test_rollback_without_netns_restores_the_namespace_the_journal_recorded(
+    testbed: Testbed, scratch_ns: str, tmp_path: Path
+) -> None:
+    before, host_before = view(testbed.device_ns), view(scratch_ns)
+    journal = tmp_path / "journal.json"
+    env = {**os.environ, "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json"), "EDGEPATH_AGENT_ATTEMPTS": "1",
+           "EDGEPATH_AGENT_RESTORE_ON_EXIT": "false", "EDGEPATH_AGENT_UPSTREAM_CHECK": "false"}  # fmt: skip
+    with running_service() as svc:
+        ran = agent("run", "--steps", "1", "--netns", testbed.device_ns, "--service", svc.grpc_url,
+                    "--interface", "wlan0=WIFI", "--interface", "wwan0=LTE", "--journal", str(journal),
+                    "--log-format", "text", env=env)  # fmt: skip
+    assert ran.returncode == 0 and "state restored: False" in ran.stdout, ran.stdout + ran.stderr
+    changed = view(testbed.device_ns)
+    assert changed != before, "the run changed nothing: nothing to roll back"
+    assert json.loads(journal.read_text())["netns"] == testbed.device_ns
+
+    # --netns naming another namespace than the journal's: refused, nothing touched anywhere
+    refused = agent("rollback", "--journal", str(journal), "--netns", scratch_ns)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and testbed.device_ns in errors[0] and scratch_ns in errors[0], refused.stderr
+    assert view(testbed.device_ns) == changed and view(scratch_ns) == host_before and journal.exists()
+
+    # ExecStopPost's command line (no --netns), started in another namespace than the agent's
+    done = agent("rollback", "--journal", str(journal), ns=scratch_ns)
+    assert done.returncode == 0 and "rollback: " in done.stdout, done.stdout + done.stderr
+    assert view(testbed.device_ns) == before
+    assert view(scratch_ns) == host_before
+    assert not journal.exists()
+
+
+def test_mptcp_disabled_in_the_namespace_is_warned_about(testbed: Testbed, tmp_path: Path) -> None:
+    testbed.dev("sysctl", "-q", "-w", "net.mptcp.enabled=0")
+    env = {**os.environ, "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json"), "EDGEPATH_AGENT_ATTEMPTS": "1"}
+    ran = agent("run", "--dry-run", "--steps", "1", "--netns", testbed.device_ns, "--service", "grpc://127.0.0.1:9",
+                "--interface", "wlan0=WIFI", "--journal", str(tmp_path / "j.json"), "--log-format", "text",
+                env=env)  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    warned = [line for line in ran.stderr.splitlines() if "MPTCP is disabled" in line]
+    assert len(warned) == 1 and " WARNING " in warned[0], ran.stderr
+    assert f"in network namespace {testbed.device_ns} (net.mptcp.enabled = 0)" in warned[0]
+    assert "sysctl -w net.mptcp.enabled=1" in warned[0]
