@@ -25,7 +25,12 @@ One :meth:`Agent.step`:
    (``probe.failures``, ``probe.last_error``) and the next step runs as usual, the applied
    configuration staying in place;
 5. **report** it; outcomes that can't be delivered are kept (bounded queue) and
-   re-sent later — the service ignores duplicates, so nothing is counted twice. A transfer
+   re-sent later — the service ignores duplicates, so nothing is counted twice. An outcome must describe the
+   path the decision chose, or not be sent: none is reported by a dry run (``backend = "dry-run"``: its routes
+   are unchanged; said once in the log, ``outcomes`` in the status record), when the upstream guard overrode
+   the primary, or for an idle link under the passive meter (fewer than :data:`PASSIVE_MIN_BYTES` bytes or a
+   step shorter than :data:`PASSIVE_MIN_S`, :func:`idle_reading`); the reason is logged at DEBUG and kept as
+   the status record's ``no_outcome_reason``. A transfer
    the built-in meter measured with Łuczak et al.'s metrics (its server's ``paper_metrics``
    trailer) carries them as the outcome's ``congestion_measurement``, with the algorithm in
    effect (:func:`congestion_measurement`), which the service counts towards its congestion advice.
@@ -58,7 +63,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -290,8 +295,69 @@ class AgentConfig(BaseSettings):
     )
     content_bytes: int = Field(default=1_048_576, ge=1, description="Bytes fetched per step with SSMP")
     content_dns: dict[str, str] = Field(
-        default_factory=dict, description="Interface → IPv4 address of its network's DNS server (SSMP)"
+        default_factory=dict,
+        description="Managed interface → IPv4 address of its network's DNS server (SSMP); other keys are refused",
     )
+
+    @field_validator("interfaces", mode="before")
+    @classmethod
+    def _access_types(cls, value: Any) -> Any:
+        """Access types are read without regard to case or surrounding blanks (``wlan0 = "WiFi"``), as
+        ``--interface wlan0=wifi`` is (:func:`~edgepath_agent.collector.parse_interface_map`); anything else is
+        left to the type check, which names the setting."""
+        if isinstance(value, Mapping):
+            return {k: v.strip().upper() if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("content_dns", mode="before")
+    @classmethod
+    def _content_dns(cls, value: Any, info: ValidationInfo) -> Any:
+        """``content_dns`` maps managed interfaces (``interfaces``) to IPv4 addresses, nothing else.
+
+        A settings file ending with the ``[content_dns]`` table used to swallow every key appended after it: a
+        ``probe = "…"`` added at the end became ``content_dns.probe`` and was ignored without a word. Each key
+        must be a managed interface and each value the IPv4 address of its network's DNS server: SSMP asks it
+        from a UDP socket of the interface's IPv4 address (:func:`~edgepath_agent.ssmp.resolve`), so an IPv6
+        server could never answer. Values come back in their canonical form.
+
+        Raises
+        ------
+        ValueError
+            Naming ``content_dns.<key>``: a key that is no managed interface (it may be a setting written
+            below the table, where it belongs above it), or a value that is no IPv4 address.
+        """
+        if not isinstance(value, Mapping):
+            return value  # the type check names it
+        managed = info.data.get("interfaces")  # absent when interfaces itself is invalid (reported on its own)
+        out: dict[Any, Any] = {}
+        for key, server in value.items():
+            if managed is not None and key not in managed:
+                why = (
+                    f"{key} is a setting, and in a TOML file a key written below the [content_dns] header belongs "
+                    "to that table: move it above the table"
+                    if key in cls.model_fields
+                    else "content_dns maps managed interfaces to their DNS servers (a setting written below the "
+                    "[content_dns] header belongs to that table: move it above the table)"
+                )
+                raise ValueError(
+                    f"content_dns.{key} is not a managed interface ({', '.join(managed) or 'none'}): {why}"
+                )
+            try:
+                if not isinstance(server, str):  # ip_address(5) would be 0.0.0.5
+                    raise ValueError(server)
+                address = ipaddress.ip_address(server.strip())
+            except ValueError:
+                raise ValueError(
+                    f"content_dns.{key} = {server!r} is not an IPv4 address: give the IPv4 address of the DNS server "
+                    f'of {key}\'s network (e.g. "192.168.1.1")'
+                ) from None
+            if address.version != 4:
+                raise ValueError(
+                    f"content_dns.{key} = {server!r} is an IPv6 address: SSMP asks the DNS server from the "
+                    f"interface's IPv4 address, give the network's IPv4 DNS server"
+                )
+            out[key] = str(address)
+        return out
 
     @field_validator("probe", "upstream_target", "content")
     @classmethod
@@ -441,6 +507,30 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+#: The passive meter's smallest reading that is reported as an outcome, bytes received on the primary interface
+#: over the step: below it the link was idle (ARP/ND, keepalives, NTP), and its bit rate says nothing of the path.
+PASSIVE_MIN_BYTES = 64 * 1024
+#: The passive meter's shortest reading that is reported as an outcome, s (steps back to back, e.g. ``--steps``).
+PASSIVE_MIN_S = 1.0
+
+
+def idle_reading(result: TransferResult) -> str | None:
+    """Why a passive-meter reading (``result``: bytes received on the primary interface over ``completion_s``
+    seconds) is no outcome, or ``None`` when it is one.
+
+    The passive meter counts the traffic the device carried, not what the path could carry: fewer than
+    :data:`PASSIVE_MIN_BYTES` bytes (an idle link; 0 bytes included) or fewer than :data:`PASSIVE_MIN_S` seconds
+    measure no throughput, and reporting them as a 0 Mbit/s outcome would tell the service's bandit that the
+    path the decision chose was bad. Such a reading is neither reported nor kept in the history sent for MLPM.
+    """
+    if result.bytes < PASSIVE_MIN_BYTES or result.completion_s < PASSIVE_MIN_S:
+        return (
+            f"passive meter: {result.bytes} bytes in {result.completion_s:.1f} s (an outcome needs at least "
+            f"{PASSIVE_MIN_BYTES} bytes over at least {PASSIVE_MIN_S:g} s: the link was idle)"
+        )
+    return None
+
+
 @dataclass
 class StepResult:
     """What one step did.
@@ -461,6 +551,9 @@ class StepResult:
     probe_error: str | None = None
     #: No managed interface could carry a path (all down or without an address): nothing was asked or applied.
     skipped: bool = False
+    #: Why a step that applied a recommendation reported no outcome (``outcome`` is then ``None``): a dry run, an
+    #: idle link under the passive meter, a failed probe, the upstream guard's override, ...
+    no_outcome: str | None = None
 
 
 #: When an interface left out of the request is reported again (log messages), by :func:`unusable_reason`.
@@ -552,6 +645,19 @@ class Agent:
         if measure is None and config.probe and config.probe_tool == "iperf3":
             self.iperf3 = _require_iperf3()
         self.measure = measure or self._default_measure
+        #: Outcomes come from the passive meter (no probe, no ``measure`` given): idle readings are not outcomes.
+        self._passive = measure is None and not config.probe
+        #: Why the default meter measured nothing (set when it returns ``None``).
+        self._unmeasured: str | None = None
+        #: Why this agent reports no outcome at all (``"dry run"``), ``None`` when it reports them.
+        self.outcomes_off: str | None = "dry run" if config.backend == "dry-run" else None
+        #: Why the last step that applied a recommendation reported no outcome; ``None`` when it reported one.
+        self.no_outcome_reason: str | None = None
+        if self.outcomes_off is not None:
+            log.info(
+                "dry run: no outcome is reported to the service (measured on routes the dry run did not change, "
+                "an outcome would train the wrong arm)"
+            )
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
         self.last_recommendation: Recommendation | None = None
         self.last_outcome: dict[str, Any] | None = None
@@ -762,6 +868,12 @@ class Agent:
         now = time.monotonic()
         count = rx_bytes(primary, netns=self.config.netns)
         mark, self._passive_mark = self._passive_mark, (primary, count or 0, now) if count is not None else None
+        if count is None:
+            self._unmeasured = f"passive meter: no byte counter for {primary}"
+        elif mark is None:
+            self._unmeasured = f"passive meter: first reading of {primary} (a throughput needs two)"
+        elif mark[0] != primary:
+            self._unmeasured = f"passive meter: the primary changed from {mark[0]} to {primary} since its last reading"
         if mark is None or count is None or mark[0] != primary or now <= mark[2]:
             return None
         got = max(0, count - mark[1])
@@ -775,6 +887,10 @@ class Agent:
         the probe target and the reason, counted (``probe_failures``, ``probe_error``; the status
         record's ``probe`` block), and the step returns with ``probe_error`` set and no measurement
         or outcome; the configuration it applied stays, as after a step that measured.
+
+        A step that applied a recommendation but reports no outcome says why in ``no_outcome`` (and
+        :attr:`no_outcome_reason`, logged at DEBUG): a dry run, the upstream guard's override, a fixed ``primary``,
+        a failed probe, nothing measured, or an idle link under the passive meter (:func:`idle_reading`).
 
         When the link check left no managed interface to report (all gone, down or without an address,
         see :meth:`reportable`) and ``primary`` is ``None``, the step is skipped: logged (WARNING for the first
@@ -830,19 +946,23 @@ class Agent:
         self.override_reason = override
         measured, server_transfer = self.ssmp.measure(rec) if self.ssmp is not None else (None, None)
         probe_error = None
+        idle = None
         if measured is None:
+            self._unmeasured = None
             try:
                 measured = self.measure(applied.primary)
             except OSError as exc:  # IperfFailed, refused/unreachable, socket timeouts: no outcome this step
                 probe_error = self._probe_failed(exc, rec.decision_id, applied.primary)
             else:
                 self.probe_error = None
-        if measured is not None:
+                if measured is not None and self._passive:
+                    idle = idle_reading(measured)
+        # A dry run measures on routes it did not change: its readings describe no decision, not even as history.
+        if measured is not None and idle is None and self.outcomes_off is None:
             self._remember(applied.primary, measured)
         outcome = ack = None
-        # An outcome measured on another path than the decision chose would train the
-        # bandit on the wrong arm: none is reported when the guard overrode the primary.
-        if measured is not None and rec.decision_id and override is None:
+        no_outcome = self._no_outcome(rec, override, measured, probe_error, idle)
+        if no_outcome is None and measured is not None and rec.decision_id:  # (_no_outcome checked both)
             outcome = outcome_from(measured, self.config.device_id, rec.decision_id)
             if server_transfer is not None:
                 outcome["server_transfer"] = server_transfer
@@ -850,7 +970,51 @@ class Agent:
             if cc is not None:  # issue 20: the transfer's congestion metrics and the algorithm that carried it
                 outcome["congestion_measurement"] = cc.as_json()
             ack = self._report(outcome)
-        return StepResult(request, rec, applied, measured, outcome, ack, kept_last=False, probe_error=probe_error)
+        else:
+            log.debug(
+                "no outcome for decision %s: %s",
+                rec.decision_id or "-",
+                no_outcome,
+                extra={"decision_id": rec.decision_id, "interface": applied.primary, "reason": no_outcome},
+            )
+        self.no_outcome_reason = no_outcome
+        return StepResult(
+            request,
+            rec,
+            applied,
+            measured,
+            outcome,
+            ack,
+            kept_last=False,
+            probe_error=probe_error,
+            no_outcome=no_outcome,
+        )
+
+    def _no_outcome(
+        self,
+        rec: Recommendation,
+        override: str | None,
+        measured: TransferResult | None,
+        probe_error: str | None,
+        idle: str | None,
+    ) -> str | None:
+        """Why the step that applied ``rec`` reports no outcome, ``None`` when it reports ``measured``.
+
+        An outcome must describe the path the decision chose, or not be sent: an outcome measured on another path
+        (the upstream guard's override; a dry run, whose routes are unchanged) would train the bandit on the wrong
+        arm, and an idle link under the passive meter (:func:`idle_reading`) measures no throughput at all.
+        """
+        if self.outcomes_off is not None:
+            return self.outcomes_off
+        if override is not None:
+            return f"the upstream guard overrode the primary path ({override})"
+        if not rec.decision_id:
+            return "no decision to report on (fixed primary path)"
+        if probe_error is not None:
+            return f"probe failed: {probe_error}"
+        if measured is None:
+            return self._unmeasured or "nothing measured"
+        return idle
 
     def _probe_failed(self, exc: OSError, decision_id: str | None, primary: str) -> str:
         """Log and count a failed probe; returns the reason."""
@@ -917,7 +1081,13 @@ class Agent:
         return ack
 
     def status_record(self) -> dict[str, Any]:
-        """The status record (fields in :mod:`edgepath_agent.status`) for the current state."""
+        """The status record (fields in :mod:`edgepath_agent.status`) for the current state.
+
+        Besides those: ``outcomes``, ``"reported"`` or why this agent reports none (``"not reported: dry run"``),
+        and ``no_outcome_reason``, why the last step that applied a recommendation reported no outcome (a dry run,
+        an idle link under the passive meter, a failed probe, the upstream guard's override; ``null`` when it
+        reported one or before the first such step).
+        """
         rec = self.last_recommendation
         applied = self.applier.last
         return {
@@ -950,6 +1120,8 @@ class Agent:
                 "steps": applied.steps,
             },
             "last_outcome": self.last_outcome,
+            "outcomes": "reported" if self.outcomes_off is None else f"not reported: {self.outcomes_off}",
+            "no_outcome_reason": self.no_outcome_reason,
             "pending_outcomes": len(self.pending),
             "preferred_primary": self.preferred,
             "unreported_interfaces": dict(self.unreported),
@@ -1385,20 +1557,43 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
     check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)
     stop = threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("signal %s: stopping", signum)
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        previous[sig] = signal.signal(sig, on_signal)
+    previous = install_stop_handlers(stop)
     try:
         return agent.run(stop, max_steps)
     finally:
         agent.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def install_stop_handlers(stop: threading.Event) -> dict[signal.Signals, Any]:
+    """Make SIGTERM and SIGINT set ``stop`` (logged: ``signal 15: stopping``); returns the handlers they replaced.
+
+    Only in this process: a child forked from it inherits the handler (pyroute2 forks one to open each netlink
+    socket in a network namespace, ``backend = "netlink"`` with ``netns``, and ends it with SIGTERM). There the
+    handler puts back the replaced one and delivers the signal again, so the child ends as it would have without
+    the agent, instead of logging a stop the agent never made and running on.
+
+    Raises
+    ------
+    ValueError
+        When called from another thread than the main thread (:func:`signal.signal`).
+    """
+    owner = os.getpid()
+    previous: dict[signal.Signals, Any] = {}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if os.getpid() != owner:  # a forked child: behave as before the agent installed this handler
+            before = previous.get(signal.Signals(signum))
+            signal.signal(signum, before if before is not None else signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        log.info("signal %s: stopping", signum)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    return previous
 
 
 def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> int:

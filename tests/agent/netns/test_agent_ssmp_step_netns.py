@@ -8,8 +8,8 @@ namespace, whose ``wlan0``/``wwan0`` the host has not.
 * :class:`~edgepath_agent.ssmp.SsmpClient` with ``netns``: each DNS query, RTT connect, probe and the
   MPTCP download leaves from the device's interfaces (the servers see the device's addresses);
 * :func:`~edgepath_agent.daemon.build_agent` with ``netns`` and ``content``: one real step (a real
-  service, the dry-run applier) sends the candidates, downloads the pick from the device and reports
-  its ``server_transfer``;
+  service, the command applier changing the device namespace's routes: a dry run reports no outcome)
+  sends the candidates, downloads the pick from the device and reports its ``server_transfer``;
 * the same client without ``netns`` sees nothing (no ``wlan0`` to bind to here), and ``from_config``
   finds no interface.
 
@@ -119,7 +119,7 @@ def test_build_agent_with_netns_runs_the_ssmp_step_in_the_device_namespace(serve
     with running_service() as svc:
         config = AgentConfig(
             device_id="dev-ssmp-netns", service=[svc.grpc_url], interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
-            backend="dry-run", netns=tb.device_ns, journal=tmp_path / "j.json", status_file=None,
+            backend="command", netns=tb.device_ns, journal=tmp_path / "j.json", status_file=None,
             upstream_check=False, content=f"{HOST}:{cdn.port}", content_bytes=200_000, content_dns=DNS,
         )  # fmt: skip
         agent = build_agent(config)
@@ -127,7 +127,7 @@ def test_build_agent_with_netns_runs_the_ssmp_step_in_the_device_namespace(serve
             assert agent.ssmp is not None and agent.ssmp.client.netns == tb.device_ns
             result = agent.step()
         finally:
-            agent.close(restore=False)
+            agent.close(restore=True)  # the namespace's routes as they were
     candidates = result.request["content"]["candidates"]
     assert [(c["address"], c["dns_interface"]) for c in candidates] == [
         (tb.server_addr, "wlan0"),
