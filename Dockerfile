@@ -1,7 +1,11 @@
 # EdgePath service image: gRPC (50051) + REST (8080) in one process.
 #
 # Build:  docker build -t edgepath:0.1.0 .
-# Run:    docker run --read-only --tmpfs /tmp -p 50051:50051 -p 8080:8080 edgepath:0.1.0
+# Run:    docker run --read-only --tmpfs /tmp -p 50051:50051 -p 8080:8080 -v /etc/edgepath:/etc/edgepath:ro \
+#           -e EDGEPATH_AUTH_TOKENS_FILE=/etc/edgepath/tokens.json edgepath:0.1.0
+#         It listens on 0.0.0.0 (EDGEPATH_HOST below), where the service refuses to start without authentication:
+#         give it a tokens file (`edgepath tokens add DEVICE --file /etc/edgepath/tokens.json`, readable by uid
+#         10001) or a JWT key (-e EDGEPATH_AUTH_JWT_KEY=...); README "Security" and "Deploy, load tests, benchmark".
 # Push:   nobody publishes this image: tag it for your registry, push it, and set the Helm chart's
 #         image.registry / image.repository (the chart's default, edgepath:0.1.0, names no registry).
 #
@@ -59,7 +63,9 @@ ENV PATH=/opt/edgepath/venv/bin:$PATH \
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 50051 8080
+# Liveness: gRPC health of the process (service ""), which stays SERVING while Redis is unreachable (the service
+# decides with its last model; restarting it would not help); edgepath.v1.PathService is its readiness.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["/opt/edgepath/venv/bin/python", "/opt/edgepath/healthcheck.py"]
+    CMD ["/opt/edgepath/venv/bin/python", "/opt/edgepath/healthcheck.py", "--service="]
 ENTRYPOINT ["edgepath"]
 CMD ["serve"]

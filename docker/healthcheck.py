@@ -2,17 +2,23 @@
 """Health check of an EdgePath service: Docker ``HEALTHCHECK``, liveness exec probe and ``helm test``.
 
 Default (no arguments): asks the gRPC health service (``grpc.health.v1.Health/Check``)
-of the local process for ``edgepath.v1.PathService`` on ``EDGEPATH_GRPC_PORT``
-(default 50051), over TLS when ``EDGEPATH_TLS_CERT_FILE`` is set.
+of the local process for the overall ``""`` service on ``EDGEPATH_GRPC_PORT``
+(default 50051), over TLS when ``EDGEPATH_TLS_CERT_FILE`` is set: a liveness check (the
+Docker ``HEALTHCHECK``, the chart's liveness probe). ``""`` stays SERVING while the state
+store is unreachable (the process still decides with its last model: do not restart it);
+``edgepath.v1.PathService`` turns NOT_SERVING then (readiness).
 
 Options: ``--host`` (default 127.0.0.1), ``--grpc-port``, ``--http-port``,
 ``--mode grpc|http|rest|all`` (``http`` = ``GET /healthz``; ``rest`` = ``/healthz``
 and ``/readyz``; ``all`` = gRPC health, ``/healthz`` and ``/readyz``; with gRPC mTLS
 the chart's probes and ``helm test`` use ``http``/``rest``: they hold no client
-certificate), ``--recommend`` (one ``POST /v1/recommendations``
+certificate), ``--service`` (the gRPC health service asked: default ``""`` with ``--mode grpc``, a liveness
+check, and ``edgepath.v1.PathService`` with ``--mode all``, which checks readiness as ``/readyz``
+does), ``--recommend`` (one ``POST /v1/recommendations``
 with a two-interface context; 200, or 401/403 when authentication is required),
 ``--ca-file`` (trust this CA, or the system's roots when the file is absent;
-enables TLS) and ``--server-name`` (name the certificate must carry). Exit status
+enables TLS) and ``--server-name`` (name the certificate must carry, on gRPC and HTTPS
+alike, whatever address is dialled). Exit status
 0 = healthy, 1 = unhealthy (reasons on stderr). Standard library + grpcio only;
 every call times out after 3 s.
 """
@@ -20,12 +26,11 @@ every call times out after 3 s.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import ssl
 import sys
-import urllib.error
-import urllib.request
 
 SERVICE_NAME = "edgepath.v1.PathService"
 TIMEOUT_S = 3.0
@@ -38,7 +43,9 @@ SAMPLE_CONTEXT = {
 }
 
 
-def check_grpc(host: str, port: int, ca_file: str | None, server_name: str | None) -> str | None:
+def check_grpc(
+    host: str, port: int, ca_file: str | None, server_name: str | None, service: str = SERVICE_NAME
+) -> str | None:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -56,34 +63,60 @@ def check_grpc(host: str, port: int, ca_file: str | None, server_name: str | Non
             channel = grpc.insecure_channel(target)
         with channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=TIMEOUT_S
+                health_pb2.HealthCheckRequest(service=service), timeout=TIMEOUT_S
             )
     except grpc.RpcError as exc:
-        return f"gRPC health check of {target} failed: {exc.code().name} {exc.details()}"
+        return f"gRPC health check of {target} ({service!r}) failed: {exc.code().name} {exc.details()}"
     if reply.status != health_pb2.HealthCheckResponse.SERVING:
-        return f"gRPC health of {target}: {health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)}"
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+        return f"gRPC health of {target} ({service!r}): {status}"
     return None
 
 
-def _ssl_context(ca_file: str | None, server_name: str | None) -> ssl.SSLContext | None:
+def _ssl_context(ca_file: str | None) -> ssl.SSLContext | None:
     if not ca_file:
         return None
-    ctx = ssl.create_default_context(cafile=ca_file if os.path.exists(ca_file) else None)
-    if server_name:  # the certificate names the service, not the address dialled
-        ctx.check_hostname = False
-    return ctx
+    # check_hostname stays on: the name checked is --server-name when given, else the host dialled
+    return ssl.create_default_context(cafile=ca_file if os.path.exists(ca_file) else None)
 
 
-def check_http(base: str, path: str, ctx: ssl.SSLContext | None, body: dict | None = None) -> tuple[int, str]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+class _NamedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to one address, checking the certificate against ``server_name`` (SNI and hostname check), as
+    ``grpc.ssl_target_name_override`` does for gRPC: the certificate names the service, not the address dialled."""
+
+    def __init__(self, host: str, port: int, ctx: ssl.SSLContext, server_name: str) -> None:
+        super().__init__(host, port, timeout=TIMEOUT_S, context=ctx)
+        self._ctx, self._server_name = ctx, server_name
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)
+        self.sock = self._ctx.wrap_socket(self.sock, server_hostname=self._server_name)
+
+
+def check_http(
+    host: str,
+    port: int,
+    path: str,
+    ctx: ssl.SSLContext | None,
+    body: dict | None = None,
+    server_name: str | None = None,
+) -> tuple[int, str]:
+    """(status, start of the body) of GET ``path`` (POST ``body`` as JSON); status 0 when no answer came."""
+    if ctx is None:
+        conn: http.client.HTTPConnection = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S)
+    else:
+        conn = _NamedHTTPSConnection(host, port, ctx, server_name or host)
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=ctx) as reply:
-            return reply.status, reply.read(4096).decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(4096).decode(errors="replace")
-    except OSError as exc:
+        if body is None:
+            conn.request("GET", path)
+        else:
+            conn.request("POST", path, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        return reply.status, reply.read(4096).decode(errors="replace")
+    except (OSError, http.client.HTTPException) as exc:  # refused, timed out, TLS verification failed, ...
         return 0, str(exc)
+    finally:
+        conn.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--mode", choices=("grpc", "http", "rest", "all"), default=os.environ.get("EDGEPATH_HEALTHCHECK", "grpc")
     )
+    p.add_argument(
+        "--service",
+        default=None,
+        help='gRPC health service to ask: "" (the process; default with --mode grpc: liveness) or '
+        "edgepath.v1.PathService (NOT_SERVING while the state store is unreachable; default with --mode all)",
+    )
     p.add_argument("--recommend", action="store_true")
     p.add_argument("--ca-file", default=None)
     p.add_argument("--server-name", default=None)
@@ -101,21 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     ca_file = args.ca_file
     if ca_file is None and os.environ.get("EDGEPATH_TLS_CERT_FILE"):
         ca_file = os.environ["EDGEPATH_TLS_CERT_FILE"]  # self-signed server certificate: trust it directly
-    ctx = _ssl_context(ca_file, args.server_name)
-    base = f"{'https' if ca_file else 'http'}://{args.host}:{args.http_port}"
+    ctx = _ssl_context(ca_file)
+    service = args.service if args.service is not None else (SERVICE_NAME if args.mode == "all" else "")
 
     problems: list[str] = []
     if args.mode in ("grpc", "all"):
-        problem = check_grpc(args.host, args.grpc_port, ca_file, args.server_name)
+        problem = check_grpc(args.host, args.grpc_port, ca_file, args.server_name, service)
         if problem:
             problems.append(problem)
     if args.mode in ("http", "rest", "all"):
         for path in ("/healthz",) if args.mode == "http" else ("/healthz", "/readyz"):
-            status, text = check_http(base, path, ctx)
+            status, text = check_http(args.host, args.http_port, path, ctx, server_name=args.server_name)
             if status != 200:
                 problems.append(f"GET {path}: {status} {text[:200]}")
     if args.recommend:
-        status, text = check_http(base, "/v1/recommendations", ctx, SAMPLE_CONTEXT)
+        status, text = check_http(
+            args.host, args.http_port, "/v1/recommendations", ctx, SAMPLE_CONTEXT, args.server_name
+        )
         if status == 200:
             if "decision_id" not in json.loads(text):
                 problems.append(f"POST /v1/recommendations: no decision_id in {text[:200]}")

@@ -12,6 +12,7 @@ import base64
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 pytestmark = pytest.mark.timeout(1800)
 
 #: Kinds from CRDs (no schema in kubernetes-validate): checked structurally below instead.
-CRD_KINDS = {"ServiceMonitor", "GRPCRoute", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "GRPCRoute", "PrometheusRule", "BackendTLSPolicy"}
 
 
 def _settings_env_names() -> set[str]:
@@ -185,12 +186,17 @@ def test_probes_target_real_endpoints(render: Any, value_set: str) -> None:
             assert probe["httpGet"]["path"] in paths
             assert probe["httpGet"]["port"] == "http"
     live = probes["livenessProbe"]
+    # Liveness asks about the process (health service ""), which stays SERVING while Redis is down; readiness is
+    # /readyz, like the gRPC health of edgepath.v1.PathService (NOT_SERVING then): an outage restarts nothing.
     if "grpc" in live:
-        assert live["grpc"]["service"] == SERVICE_NAME
+        assert live["grpc"]["service"] == ""
     else:  # TLS: the image's health check asks the same health service over TLS (or /healthz with mTLS)
         cmd = live["exec"]["command"]
         assert cmd[:2] == ["/opt/edgepath/venv/bin/python", "/opt/edgepath/healthcheck.py"]
-        assert any(a.startswith("--mode=") for a in cmd)
+        assert _mode(cmd) in ("grpc", "http")
+        if _mode(cmd) == "grpc":
+            assert "--service=" in cmd, "the overall health service, not edgepath.v1.PathService"
+    assert SERVICE_NAME not in json.dumps(live)
 
 
 def test_probes_answer_on_a_real_service(render: Any, tmp_path: Path) -> None:
@@ -364,6 +370,7 @@ def test_helm_test_hook_calls_the_service(render: Any) -> None:
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     cmd = pod["spec"]["containers"][0]["command"]
     assert "--host=ep-edgepath" in cmd and "--recommend" in cmd and "--mode=all" in cmd
+    assert f"--service={SERVICE_NAME}" in cmd, "the helm test asks for readiness, as /readyz"
 
 
 def _mode(cmd: list[str]) -> str:
@@ -427,6 +434,7 @@ def test_the_helm_test_pod_goes_where_the_deciders_may(render: Any) -> None:
         (["--set", "settings.grpcPortt=1"], "grpcPortt"),
         (["--set", "settings.grpcPort=70000"], "grpcPort"),
         (["--set", "redis.url=http://x"], "url"),
+        (["--set", "tls.renewBeforeDays=365"], "renewBeforeDays"),
     ],
 )
 def test_invalid_values_are_refused_with_a_reason(render: Any, args: list[str], message: str) -> None:
@@ -464,14 +472,9 @@ def test_schema_describes_every_value() -> None:
         assert node.get("description"), key
 
 
-@pytest.mark.parametrize("client_auth", [False, True], ids=["tls", "mtls"])
-def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
-    render: Any, tmp_path: Path, client_auth: bool
-) -> None:
-    """With the chart's generated certificate, a prod-profile service (TLS + JWT auth, or gRPC mTLS with
-    ``tls.clientAuth``) passes the rendered liveness exec probe and the ``helm test`` command (run from the
-    repository's docker/healthcheck.py)."""
-    objects = render("defaults", "--set", "tls.clientAuth=true") if client_auth else render("defaults")
+def _tls_service_env(objects: list[dict[str, Any]], tmp_path: Path) -> dict[str, str]:
+    """Environment of a prod-profile ``edgepath serve`` with the rendered TLS Secret's files (written to
+    ``tmp_path``) and the rendered JWT key, as the chart's pods get them."""
     tls = {k: base64.b64decode(v) for k, v in one(objects, "Secret", "-tls")["data"].items()}
     for name, data in tls.items():
         (tmp_path / name).write_bytes(data)
@@ -481,28 +484,46 @@ def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
         "EDGEPATH_TLS_CERT_FILE": str(tmp_path / "tls.crt"),
         "EDGEPATH_TLS_KEY_FILE": str(tmp_path / "tls.key"),
     }
-    if client_auth:  # the gRPC port requires a client certificate signed by ca.crt (the ConfigMap's setting)
-        assert one(objects, "ConfigMap", "-settings")["data"]["EDGEPATH_TLS_CLIENT_CA_FILE"].endswith("/ca.crt")
-        env["EDGEPATH_TLS_CLIENT_CA_FILE"] = str(tmp_path / "ca.crt")
-    else:
-        secret = one(objects, "Secret", "-secrets")["data"]
+    secret = one(objects, "Secret", "-secrets")["data"]
+    if "jwt-key" in secret:  # none under tls.clientAuth (mTLS authenticates)
         env["EDGEPATH_AUTH_JWT_KEY"] = base64.b64decode(secret["jwt-key"]).decode()
+    return env
+
+
+def _run_here(cmd: list[str], ports: dict[str, int], tls_dir: Path) -> list[str]:
+    """A rendered health-check command with the image's paths mapped to this checkout and ``tls_dir``, and the
+    Service address to the loopback service's ``ports``."""
     image_paths = {
         "/opt/edgepath/venv/bin/python": sys.executable,
         "/opt/edgepath/healthcheck.py": str(ROOT / "docker" / "healthcheck.py"),
-        "/etc/edgepath/tls/ca.crt": str(tmp_path / "ca.crt"),
+        "/etc/edgepath/tls/ca.crt": str(tls_dir / "ca.crt"),
     }
+    out = []
+    for arg in cmd:
+        for image_path, here in image_paths.items():
+            arg = arg.replace(image_path, here)
+        arg = re.sub(r"^--host=.*", "--host=127.0.0.1", arg)
+        arg = re.sub(r"^--grpc-port=.*", f"--grpc-port={ports['grpc_port']}", arg)
+        arg = re.sub(r"^--http-port=.*", f"--http-port={ports['http_port']}", arg)
+        out.append(arg)
+    return out
+
+
+@pytest.mark.parametrize("client_auth", [False, True], ids=["tls", "mtls"])
+def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
+    render: Any, tmp_path: Path, client_auth: bool
+) -> None:
+    """With the chart's generated certificate, a prod-profile service (TLS + JWT auth, or gRPC mTLS with
+    ``tls.clientAuth``) passes the rendered liveness exec probe and the ``helm test`` command (run from the
+    repository's docker/healthcheck.py)."""
+    objects = render("defaults", "--set", "tls.clientAuth=true") if client_auth else render("defaults")
+    env = _tls_service_env(objects, tmp_path)
+    if client_auth:  # the gRPC port requires a client certificate signed by ca.crt (the ConfigMap's setting)
+        assert one(objects, "ConfigMap", "-settings")["data"]["EDGEPATH_TLS_CLIENT_CA_FILE"].endswith("/ca.crt")
+        env["EDGEPATH_TLS_CLIENT_CA_FILE"] = str(tmp_path / "ca.crt")
 
     def local(cmd: list[str], ports: dict[str, int]) -> list[str]:
-        out = []
-        for arg in cmd:
-            for image_path, here in image_paths.items():
-                arg = arg.replace(image_path, here)
-            arg = re.sub(r"^--host=.*", "--host=127.0.0.1", arg)
-            arg = re.sub(r"^--grpc-port=.*", f"--grpc-port={ports['grpc_port']}", arg)
-            arg = re.sub(r"^--http-port=.*", f"--http-port={ports['http_port']}", arg)
-            out.append(arg)
-        return out
+        return _run_here(cmd, ports, tmp_path)
 
     live = _probes(objects)["livenessProbe"]["exec"]["command"]
     helm_test = one(objects, "Pod", "-test")["spec"]["containers"][0]["command"]
@@ -859,3 +880,530 @@ def test_rendered_redis_refuses_anonymous_clients_and_accepts_the_store_url(rend
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# --- Liveness vs readiness while Redis is down, and the health checks' TLS name ---------------------------------
+
+
+def _redis_helpers() -> Any:
+    """tests/service/state/redis_helpers (a real redis-server child process); skips without the binary."""
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
+    sys.path.insert(0, str(ROOT / "tests" / "service"))
+    from state import redis_helpers
+
+    return redis_helpers
+
+
+def _dockerfile_healthcheck() -> list[str]:
+    """The Dockerfile's HEALTHCHECK command (exec form)."""
+    text = (ROOT / "Dockerfile").read_text()
+    (cmd,) = re.findall(r"^HEALTHCHECK [^\n]*\\\n\s*CMD (\[[^\n]*\])", text, re.MULTILINE)
+    return list(json.loads(cmd))
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("transport", ["tls", "plaintext"])
+def test_liveness_passes_and_readiness_fails_while_redis_is_down(render: Any, tmp_path: Path, transport: str) -> None:
+    """With its Redis stopped a replica keeps deciding with its last model: readiness fails (GET /readyz 503, gRPC
+    health of edgepath.v1.PathService NOT_SERVING: out of the Service) but liveness passes (no restart of every
+    decider during a Redis outage): the rendered liveness probe (TLS: the image's health check; plaintext: the
+    kubelet's gRPC probe) and the Dockerfile's HEALTHCHECK, against a real service on a real redis-server."""
+    helpers = _redis_helpers()
+    if transport == "tls":
+        objects = render("defaults")
+        env = _tls_service_env(objects, tmp_path)
+        ctx: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        scheme = "https"
+    else:
+        objects = render("defaults", "--set", "tls.enabled=false", "--set", "settings.profile=dev")
+        env, ctx, scheme = {"EDGEPATH_PROFILE": "dev"}, False, "http"
+    probes = _probes(objects)
+    live, ready = probes["livenessProbe"], probes["readinessProbe"]
+    assert ready["httpGet"]["scheme"].lower() == scheme
+    (tmp_path / "redis").mkdir()
+    redis_server = helpers.RedisServer(tmp_path / "redis").start()
+    env |= {
+        "EDGEPATH_STORE_URL": redis_server.url,
+        "EDGEPATH_HMAC_KEY": "k" * 32,
+        "EDGEPATH_REDIS_SOCKET_TIMEOUT_S": "0.5",
+    }
+    try:
+        with served(tmp_path, env=env) as ports:
+            base = f"{scheme}://127.0.0.1:{ports['http_port']}"
+
+            def status(path: str) -> int:
+                return httpx.get(base + path, verify=ctx, timeout=5).status_code
+
+            # readiness over gRPC, as the helm test asks it: the health of edgepath.v1.PathService
+            def grpc_ready() -> bool:
+                target = f"127.0.0.1:{ports['grpc_port']}"
+                if transport == "tls":
+                    creds = grpc.ssl_channel_credentials((tmp_path / "ca.crt").read_bytes())
+                    options = [("grpc.ssl_target_name_override", "ep-edgepath")]
+                    channel = grpc.secure_channel(target, creds, options=options)
+                else:
+                    channel = grpc.insecure_channel(target)
+                with channel:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service=SERVICE_NAME), timeout=5
+                    )
+                return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+            helpers.wait_until(lambda: status(ready["httpGet"]["path"]) == 200, 60, what="the replica to be ready")
+            assert grpc_ready()
+            redis_server.stop()
+            helpers.wait_until(lambda: status(ready["httpGet"]["path"]) == 503, 60, what="/readyz to answer 503")
+            helpers.wait_until(lambda: not grpc_ready(), 60, what="PathService to turn NOT_SERVING")
+
+            if "exec" in live:
+                port_env = {**os.environ, "EDGEPATH_GRPC_PORT": str(ports["grpc_port"])}
+                probe = subprocess.run(
+                    _run_here(live["exec"]["command"], ports, tmp_path),
+                    env=port_env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                assert probe.returncode == 0, "liveness failed while Redis is down: " + probe.stderr
+            else:  # the kubelet's gRPC probe: Check(service) on the container port, plaintext
+                with grpc.insecure_channel(f"127.0.0.1:{ports['grpc_port']}") as channel:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(service=live["grpc"]["service"]), timeout=5
+                    )
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+                # The image's HEALTHCHECK (Docker, Swarm restart an unhealthy container) is a liveness check too.
+                docker_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPATH_")}
+                docker_env["EDGEPATH_GRPC_PORT"] = str(ports["grpc_port"])
+                healthcheck = subprocess.run(
+                    _run_here(_dockerfile_healthcheck(), ports, tmp_path),
+                    env=docker_env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                )
+                assert healthcheck.returncode == 0, "HEALTHCHECK failed while Redis is down: " + healthcheck.stderr
+            assert status(ready["httpGet"]["path"]) == 503, "still degraded: the liveness check saw the outage"
+    finally:
+        redis_server.stop()
+
+
+def test_https_health_checks_verify_the_server_name(render: Any, tmp_path: Path) -> None:
+    """``--server-name`` is checked on HTTPS as on gRPC (it was ignored for HTTPS: any certificate of the CA
+    passed): the name the chart's certificate carries passes, another fails, whatever address is dialled."""
+    objects = render("defaults")
+    env = _tls_service_env(objects, tmp_path)
+    with served(tmp_path, env=env) as ports:
+
+        def check(mode: str, server_name: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [
+                    sys.executable,
+                    str(ROOT / "docker" / "healthcheck.py"),
+                    "--host=127.0.0.1",
+                    f"--grpc-port={ports['grpc_port']}",
+                    f"--http-port={ports['http_port']}",
+                    f"--mode={mode}",
+                    f"--ca-file={tmp_path / 'ca.crt'}",
+                    f"--server-name={server_name}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        for mode in ("http", "rest", "grpc"):
+            right = check(mode, "ep-edgepath")
+            assert right.returncode == 0, (mode, right.stderr)
+            wrong = check(mode, "not-the-cert-name.example")
+            assert wrong.returncode == 1, f"--mode={mode}: a certificate without that name passed"
+        assert "not-the-cert-name.example" in check("http", "not-the-cert-name.example").stderr
+
+
+# --- Checksums: no restart on a no-op upgrade, a restart when a given secret changes -----------------------------
+
+
+def _helm_template(helm_bin: str, chart: Path, *args: str) -> list[dict[str, Any]]:
+    """One uncached ``helm template`` (generated keys differ between two calls)."""
+    proc = subprocess.run(
+        [helm_bin, "template", "ep", str(chart), "--namespace", "edge", f"--kube-version={KUBE_VERSION}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def _annotations(objects: list[dict[str, Any]], kind: str, name_suffix: str) -> dict[str, str]:
+    return dict(one(objects, kind, name_suffix)["spec"]["template"]["metadata"].get("annotations", {}))
+
+
+def test_pod_checksums_hash_the_given_values_not_the_generated_keys(helm_bin: str) -> None:
+    """At `helm install` the chart generates the keys; the first `helm upgrade` reads them back with lookup. The
+    pods' checksum hashed the rendered Secret, so it changed between the two (every pod restarted on a no-op
+    upgrade). Two renders with different generated keys stand for the two: the checksum must not change; a given
+    key that changes must change it."""
+    first, second = (_helm_template(helm_bin, CHART, *values_args("defaults")) for _ in range(2))
+    keys = [one(objects, "Secret", "-secrets")["data"]["hmac-key"] for objects in (first, second)]
+    assert keys[0] != keys[1], "two renders generate two keys (as install and a lookup-less render do)"
+    for kind, name in (("Deployment", "ep-edgepath"), ("Deployment", "-trainer")):
+        before, after = _annotations(first, kind, name), _annotations(second, kind, name)
+        assert before["checksum/secrets"] == after["checksum/secrets"], name
+        assert before["checksum/settings"] == after["checksum/settings"], name
+    given = _helm_template(helm_bin, CHART, *values_args("defaults"), "--set", "secrets.hmacKey=" + "h" * 40)
+    rotated = _helm_template(helm_bin, CHART, *values_args("defaults"), "--set", "secrets.hmacKey=" + "r" * 40)
+    for kind, name in (("Deployment", "ep-edgepath"), ("Deployment", "-trainer")):
+        assert (
+            _annotations(given, kind, name)["checksum/secrets"] != _annotations(first, kind, name)["checksum/secrets"]
+        )
+        assert (
+            _annotations(given, kind, name)["checksum/secrets"] != _annotations(rotated, kind, name)["checksum/secrets"]
+        )
+
+
+def test_a_changed_redis_password_restarts_redis_and_the_pods(render: Any) -> None:
+    """Redis reads requirepass at start: its pod template carries a checksum of the password's inputs, so a new
+    redis.auth.password (or another Secret / key) rolls it, as the deciders and trainer roll; an unrelated key
+    does not restart Redis, and a generated password (kept by lookup) does not change it between renders."""
+    base = render("monitoring-networkpolicy-values.yaml")
+    rotated = render("monitoring-networkpolicy-values.yaml", "--set", "redis.auth.password=rotated-redis-password")
+    other_key = render("monitoring-networkpolicy-values.yaml", "--set", "secrets.hmacKey=" + "o" * 40)
+    moved = render(
+        "monitoring-networkpolicy-values.yaml",
+        "--set", "redis.auth.existingSecret=redis-auth", "--set", "redis.auth.existingSecretPasswordKey=pw",
+    )  # fmt: skip
+
+    def redis_sum(objects: list[dict[str, Any]]) -> str:
+        return _annotations(objects, "StatefulSet", "-redis")["checksum/redis-password"]
+
+    assert redis_sum(rotated) != redis_sum(base) and redis_sum(moved) != redis_sum(base)
+    assert redis_sum(other_key) == redis_sum(base), "an HMAC key change must not restart Redis"
+    for name in ("ep-edgepath", "-trainer"):
+        assert (
+            _annotations(rotated, "Deployment", name)["checksum/secrets"]
+            != _annotations(base, "Deployment", name)["checksum/secrets"]
+        ), "the store URL carries the password: the pods restart too"
+    assert redis_sum(render("defaults")) == redis_sum(render("defaults", "--set", "podAnnotations.x=y"))
+
+
+# --- The generated certificate: kept, renewed near its expiry, restarting the deciders ---------------------------
+
+#: The chart's one read of Secrets back from the cluster (edgepath.lookupSecret), and its stand-in reading a file
+#: of the chart copy, so a render sees "the cluster" a test puts there.
+_LOOKUP = '{{- (lookup "v1" "Secret" $ctx.Release.Namespace (index . 1)) | default dict | toJson }}'
+_FAKE_LOOKUP = '{{- $ctx.Files.Get (printf "fake-cluster/%s.json" (index . 1)) | default "{}" }}'
+_DAY = 86400
+
+
+def _render_against(helm_bin: str, tmp_path: Path, cluster: list[dict[str, Any]], *args: str) -> list[dict[str, Any]]:
+    """``helm template`` of a copy of the chart whose lookup of a Secret finds ``cluster``'s (as `helm upgrade`
+    does on a cluster holding them)."""
+    import shutil
+
+    chart = tmp_path / f"chart-{len(list(tmp_path.glob('chart-*')))}" / "edgepath"
+    shutil.copytree(CHART, chart)
+    helpers = chart / "templates" / "_helpers.tpl"
+    text = helpers.read_text()
+    assert text.count(_LOOKUP) == 1, "the chart reads Secrets back in edgepath.lookupSecret"
+    helpers.write_text(text.replace(_LOOKUP, _FAKE_LOOKUP))
+    (chart / "fake-cluster").mkdir()
+    for obj in cluster:
+        (chart / "fake-cluster" / f"{obj['metadata']['name']}.json").write_text(json.dumps(obj))
+    return _helm_template(helm_bin, chart, *values_args("defaults"), *args)
+
+
+def _stored(obj: dict[str, Any], created: float) -> dict[str, Any]:
+    """``obj`` as the API server returns it: with a creationTimestamp."""
+    import copy
+    import datetime
+
+    stored = copy.deepcopy(obj)
+    stamp = datetime.datetime.fromtimestamp(created, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stored["metadata"]["creationTimestamp"] = stamp
+    return stored
+
+
+def _certs(objects: list[dict[str, Any]]) -> tuple[Any, Any, dict[str, str]]:
+    """(server certificate, CA certificate, annotations) of the rendered TLS Secret."""
+    from cryptography import x509
+
+    secret = one(objects, "Secret", "-tls")
+    data = secret["data"]
+    crt = x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(data["ca.crt"]))
+    return crt, ca, secret["metadata"].get("annotations", {})
+
+
+def test_the_generated_certificate_is_kept_renewed_and_restarts_the_deciders(helm_bin: str, tmp_path: Path) -> None:
+    """Install generates a CA (its key kept in Secret <fullname>-tls-ca) and a server certificate, recording both
+    expiry times (unix seconds) on the TLS Secret. An upgrade keeps them (same checksum: no restart) until one is
+    within tls.renewBeforeDays of its expiry: the server certificate is then re-issued by the same CA (clients
+    trusting ca.crt keep working) and the deciders' checksum/tls changes (they read the files at start); a CA that
+    close to expiry is replaced. A Secret of an earlier chart (no annotations, no CA key) counts from its creation."""
+    import time
+
+    from cryptography import x509
+
+    def checksum(objects: list[dict[str, Any]]) -> str:
+        return _annotations(objects, "Deployment", "ep-edgepath")["checksum/tls"]
+
+    now = time.time()
+    install = _render_against(helm_bin, tmp_path, [])
+    crt0, ca0, ann0 = _certs(install)
+    validity = 365 * _DAY
+    for key in ("edgepath.io/cert-not-after", "edgepath.io/ca-not-after"):
+        assert abs(int(ann0[key]) - (now + validity)) < _DAY, ann0
+    assert abs(crt0.not_valid_after_utc.timestamp() - int(ann0["edgepath.io/cert-not-after"])) < 120
+    crt0.verify_directly_issued_by(ca0)
+    names = crt0.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "ep-edgepath" in names
+    tls0, ca_secret0 = one(install, "Secret", "-tls"), one(install, "Secret", "-tls-ca")
+    assert {"ca.crt", "ca.key"} == set(ca_secret0["data"]) and ca_secret0["data"]["ca.crt"] == tls0["data"]["ca.crt"]
+    deciders = one(install, "Deployment", "ep-edgepath")["spec"]["template"]["spec"]
+    assert "tls-ca" not in json.dumps(deciders), "no pod mounts the CA key"
+    assert "checksum/tls" not in _annotations(install, "Deployment", "-trainer")
+
+    # A no-op upgrade: everything kept, no restart (the install's checksum hashed the Secret it created).
+    upgrade = _render_against(helm_bin, tmp_path, [_stored(tls0, now), _stored(ca_secret0, now)])
+    assert one(upgrade, "Secret", "-tls") == tls0 and one(upgrade, "Secret", "-tls-ca") == ca_secret0
+    assert checksum(upgrade) == checksum(install)
+
+    # The server certificate within 30 days of its expiry: re-issued by the same CA.
+    expiring = _stored(tls0, now)
+    expiring["metadata"]["annotations"]["edgepath.io/cert-not-after"] = str(int(now + 10 * _DAY))
+    renewed = _render_against(helm_bin, tmp_path, [expiring, _stored(ca_secret0, now)])
+    crt1, ca1, ann1 = _certs(renewed)
+    assert ca1 == ca0 and crt1 != crt0
+    crt1.verify_directly_issued_by(ca0)
+    assert abs(int(ann1["edgepath.io/cert-not-after"]) - (now + validity)) < _DAY
+    assert ann1["edgepath.io/ca-not-after"] == ann0["edgepath.io/ca-not-after"]
+    assert one(renewed, "Secret", "-tls-ca") == ca_secret0
+    assert checksum(renewed) != checksum(install), "the deciders restart on the renewed certificate"
+    # ... and outside the window (tls.renewBeforeDays) it is kept
+    kept = _render_against(helm_bin, tmp_path, [expiring, _stored(ca_secret0, now)], "--set", "tls.renewBeforeDays=5")
+    assert one(kept, "Secret", "-tls")["data"] == tls0["data"]
+
+    # The CA within the window: a new CA and a certificate it issued.
+    old_ca = _stored(tls0, now)
+    old_ca["metadata"]["annotations"]["edgepath.io/ca-not-after"] = str(int(now + 10 * _DAY))
+    crt2, ca2, ann2 = _certs(_render_against(helm_bin, tmp_path, [old_ca, _stored(ca_secret0, now)]))
+    assert ca2 != ca0 and crt2 != crt0
+    crt2.verify_directly_issued_by(ca2)
+    assert abs(int(ann2["edgepath.io/ca-not-after"]) - (now + validity)) < _DAY
+
+    # A Secret of an earlier chart version: no annotations, no CA key.
+    legacy = _stored(tls0, now - 400 * _DAY)
+    del legacy["metadata"]["annotations"]
+    crt3, ca3, _ = _certs(_render_against(helm_bin, tmp_path, [legacy]))
+    assert ca3 != ca0, "expired by its age, and its CA key is lost: a new CA"
+    crt3.verify_directly_issued_by(ca3)
+    young = _stored(tls0, now - 10 * _DAY)
+    del young["metadata"]["annotations"]
+    kept_legacy = _render_against(helm_bin, tmp_path, [young])
+    assert one(kept_legacy, "Secret", "-tls")["data"] == tls0["data"]
+    assert abs(int(_certs(kept_legacy)[2]["edgepath.io/cert-not-after"]) - (now - 10 * _DAY + validity)) < _DAY
+    assert not [o for o in by_kind(kept_legacy, "Secret") if o["metadata"]["name"].endswith("-tls-ca")], (
+        "no CA key to keep"
+    )
+
+
+def test_the_helm_test_pod_starts_without_ca_crt_in_an_existing_tls_secret(render: Any) -> None:
+    """ca.crt is optional in tls.existingSecret (a certificate from a public CA): the test pod's projection of it is
+    optional, or the kubelet never starts the pod (the check then trusts the system's roots)."""
+    test_pod = one(render("external-redis-values.yaml"), "Pod", "-test")["spec"]
+    (tls,) = [v for v in test_pod["volumes"] if v["name"] == "tls"]
+    assert tls["secret"]["secretName"] == "edgepath-tls-from-cert-manager"
+    assert tls["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert tls["secret"]["optional"] is True
+    cmd = test_pod["containers"][0]["command"]
+    assert "--ca-file=/etc/edgepath/tls/ca.crt" in cmd
+
+
+def test_existing_tls_secret_rotation_is_left_to_a_restart_and_said_so() -> None:
+    """The chart cannot see tls.existingSecret's content (no checksum): values.yaml says that a rotation needs a
+    restart of the deciders (they read the files at start)."""
+    values = (CHART / "values.yaml").read_text()
+    block = values.split("\ntls:\n", 1)[1].split("\n# --", 1)[0]
+    assert "restart" in block and "reload" in block.lower()
+
+
+# --- ServiceMonitor, Service appProtocol, GRPCRoute + BackendTLSPolicy ---------------------------------------------
+
+
+def test_the_service_monitor_checks_the_configured_server_name(render: Any) -> None:
+    objects = render(
+        "defaults",
+        "--set", "serviceMonitor.enabled=true", "--set", "settings.metricsPort=0",
+        "--set", "tls.serverName=edge.example.org",
+    )  # fmt: skip
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == "edge.example.org"
+    live = _probes(objects)["livenessProbe"]["exec"]["command"]
+    assert "--server-name=edge.example.org" in live, "the same name as the probes check"
+
+
+def test_the_grpc_port_declares_tls_when_it_speaks_tls(render: Any) -> None:
+    """The grpc Service port declared appProtocol grpc (cleartext HTTP/2 gRPC to meshes and gateways) while it
+    speaks TLS: https (HTTP over TLS; gRPC is HTTP/2 over TLS) then, grpc in cleartext."""
+
+    def app_protocols(objects: list[dict[str, Any]]) -> dict[str, str]:
+        return {p["name"]: p["appProtocol"] for p in one(objects, "Service", "ep-edgepath")["spec"]["ports"]}
+
+    assert app_protocols(render("defaults"))["grpc"] == "https"
+    assert app_protocols(render("defaults"))["http"] == "https"
+    plain = app_protocols(render("single-replica-dev-values.yaml"))
+    assert plain["grpc"] == "grpc" and plain["http"] == "http"
+
+
+def test_a_grpc_route_to_the_tls_backend_gets_a_backend_tls_policy(render: Any, helm_bin: str, tmp_path: Path) -> None:
+    """A GRPCRoute to the TLS-only gRPC port needs the gateway to originate TLS (a BackendTLSPolicy): rendered
+    behind grpcRoute.backendTLSPolicy, trusting the release's CA (the generated one copied into a ConfigMap, or
+    the one given with tls.existingSecret) and checking the name the certificate carries; NOTES say so otherwise."""
+    route = ["--set", "grpcRoute.enabled=true", "--set", "grpcRoute.parentRefs[0].name=gw"]
+    objects = render("defaults", *route, "--set", "grpcRoute.backendTLSPolicy.enabled=true")
+    policy = one(objects, "BackendTLSPolicy")
+    assert policy["apiVersion"] == "gateway.networking.k8s.io/v1"
+    svc = one(objects, "Service", "ep-edgepath")
+    (target,) = policy["spec"]["targetRefs"]
+    assert target == {"group": "", "kind": "Service", "name": svc["metadata"]["name"], "sectionName": "grpc"}
+    assert "grpc" in {p["name"] for p in svc["spec"]["ports"]}
+    (backend,) = one(objects, "GRPCRoute")["spec"]["rules"][0]["backendRefs"]
+    assert backend["name"] == svc["metadata"]["name"]
+    assert policy["spec"]["validation"]["hostname"] == "ep-edgepath"
+    (ca_ref,) = policy["spec"]["validation"]["caCertificateRefs"]
+    ca_map = one(objects, "ConfigMap", ca_ref["name"])
+    tls_ca = base64.b64decode(one(objects, "Secret", "-tls")["data"]["ca.crt"]).decode()
+    assert ca_map["data"]["ca.crt"].strip() == tls_ca.strip(), "the CA that signed the served certificate"
+    kubernetes_validate.validate(ca_map, KUBE_VERSION, strict=True)
+
+    gitops = render("platform-gitops-values.yaml")
+    assert one(gitops, "BackendTLSPolicy")["spec"]["validation"]["caCertificateRefs"][0]["name"] == "edgepath-ca-bundle"
+    with pytest.raises(RenderError, match="caConfigMap"):
+        render("platform-gitops-values.yaml", "--set", "grpcRoute.backendTLSPolicy.caConfigMap=")
+    assert not by_kind(render("defaults", *route), "BackendTLSPolicy"), "off by default"
+    notes = _notes(helm_bin, tmp_path / "route", *values_args("defaults"), *route)
+    assert "BackendTLSPolicy" in notes and "grpcRoute.backendTLSPolicy.enabled" in notes
+    with_policy = _notes(
+        helm_bin,
+        tmp_path / "policy",
+        *values_args("defaults"),
+        *route,
+        "--set",
+        "grpcRoute.backendTLSPolicy.enabled=true",
+    )
+    assert "BackendTLSPolicy" not in with_policy
+
+
+# --- NOTES, Redis durability, documented commands ------------------------------------------------------------------
+
+
+def test_notes_say_a_serve_only_release_runs_no_trainer(helm_bin: str, tmp_path: Path) -> None:
+    """ci/gateway-replicas-values.yaml (trainer.enabled=false, inServiceReplicas=false: EDGEPATH_TRAINER=false) runs
+    no trainer; NOTES said "inside the service process"."""
+    gateways = _notes(helm_bin, tmp_path / "gw", *values_args("gateway-replicas-values.yaml"))
+    (line,) = [ln for ln in gateways.splitlines() if ln.startswith("Trainer:")]
+    assert "none in this release" in line and "inside the service process" not in line
+    dev = _notes(helm_bin, tmp_path / "dev", *values_args("single-replica-dev-values.yaml"))
+    assert "Trainer: inside the service process" in dev
+    replicas = _notes(
+        helm_bin, tmp_path / "ext", *values_args("external-redis-values.yaml"), "--set", "trainer.enabled=false"
+    )
+    assert "Trainer: in the service replicas (a Redis lock elects one)" in replicas
+
+
+def test_the_charts_redis_fsyncs_its_append_only_file_as_configured(render: Any) -> None:
+    """README's "an acknowledged outcome survives a Redis restart (in the AOF)" needs appendfsync always; the
+    StatefulSet passed only --appendonly yes (Redis's default everysec)."""
+
+    def args(objects: list[dict[str, Any]]) -> list[str]:
+        (c,) = one(objects, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+        return list(c["args"])
+
+    default = args(render("defaults"))
+    assert default[default.index("--appendonly") + 1] == "yes"
+    assert default[default.index("--appendfsync") + 1] == "always"
+    everysec = args(render("defaults", "--set", "redis.appendfsync=everysec"))
+    assert everysec[everysec.index("--appendfsync") + 1] == "everysec"
+    with pytest.raises(RenderError, match="appendfsync"):
+        render("defaults", "--set", "redis.appendfsync=sometimes")
+    readme = (ROOT / "README.md").read_text()
+    reliability = readme.split("## Reliability", 1)[1].split("\n## ", 1)[0]
+    assert "redis.appendfsync" in reliability and "everysec" in reliability
+
+
+def test_redis_url_with_an_existing_secret_is_described_as_rendered_nowhere(render: Any) -> None:
+    """With secrets.existingSecret the store URL comes from that Secret's store-url key, and redis.url is rendered
+    nowhere: its description said "kept in the Secret"."""
+    objects = render("external-redis-values.yaml")
+    url = yaml.safe_load((CHART / "ci" / "external-redis-values.yaml").read_text())["redis"]["url"]
+    rendered = json.dumps(objects)
+    assert url not in rendered and base64.b64encode(url.encode()).decode() not in rendered
+    values = (CHART / "values.yaml").read_text()
+    comment = values.split("\nredis:\n", 1)[1].split("  url:", 1)[0]
+    assert "existingSecret" in comment and "store-url" in comment and "nowhere" in comment
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    description = schema["properties"]["redis"]["properties"]["url"]["description"]
+    assert "existingSecret" in description and "store-url" in description
+
+
+def _docker_run_command(text: str) -> str:
+    """The ``docker run ... edgepath:0.1.0`` command of ``text`` (comment marks, backticks and line breaks out)."""
+    start = text.index("docker run --read-only")
+    end = text.index("edgepath:0.1.0", start) + len("edgepath:0.1.0")
+    command = re.sub(r"\\?\n#?", " ", text[start:end]).replace("`", "")
+    return " ".join(command.split())
+
+
+def test_the_dockerfiles_run_command_starts_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image sets EDGEPATH_HOST=0.0.0.0, where the service refuses to start without authentication: the
+    Dockerfile's documented `docker run` (the README's) gives it a tokens file from a mounted directory."""
+    import shlex
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    command = _docker_run_command(dockerfile.split("# Run:", 1)[1])
+    readme = (ROOT / "README.md").read_text()
+    assert command == _docker_run_command(readme.split("## Deploy, load tests, benchmark", 1)[1])
+    words = shlex.split(command)
+    run_env = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "-e")
+    mounts = [words[i + 1].split(":")[1] for i, w in enumerate(words) if w == "-v"]
+    image_env = dict(re.findall(r"(EDGEPATH_[A-Z_]+)=(\S+)", dockerfile.split("FROM python:3.11-slim AS runtime")[1]))
+    assert image_env["EDGEPATH_HOST"] == "0.0.0.0"
+    for name, value in run_env.items():
+        if name.endswith("_FILE"):
+            assert any(value.startswith(m.rstrip("/") + "/") for m in mounts), f"{value} is not in a mounted dir"
+    for name in [n for n in os.environ if n.startswith("EDGEPATH_")]:
+        monkeypatch.delenv(name)
+    for name, value in image_env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="without authentication"):
+        Settings()  # the image alone, as the old documented command ran it
+    for name, value in run_env.items():
+        monkeypatch.setenv(name, value)
+    assert Settings().host == "0.0.0.0" and Settings().auth_enabled
+
+
+def test_the_load_test_recipe_names_a_name_the_generated_certificate_carries(render: Any) -> None:
+    """The README's load test against a deployment trusts the chart's ca.crt and dials EDGEPATH_HOST (an external
+    name), which the generated certificate does not carry: both transports check the certificate's name, so the
+    recipe passes --tls-server-name with a name it carries (loadtest/locustfile.py's option)."""
+    from cryptography import x509
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Load-testing a deployment", 1)[1].split("\n### ", 1)[0]
+    block = section.split("```sh", 1)[1].split("```", 1)[0]
+    exports = dict(re.findall(r"(EDGEPATH_[A-Z_]+)=(\S+)", block))
+    assert '--tls-server-name "$EDGEPATH_TLS_SERVER_NAME"' in block
+    assert '"--tls-server-name"' in (ROOT / "loadtest" / "locustfile.py").read_text()
+    crt = base64.b64decode(one(render("defaults"), "Secret", "-tls")["data"]["tls.crt"])
+    san = x509.load_pem_x509_certificate(crt).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    names = san.get_values_for_type(x509.DNSName)
+    assert exports["EDGEPATH_TLS_SERVER_NAME"] in names
+    assert exports["EDGEPATH_HOST"] not in names, "the recipe's point: the external name is not in the certificate"

@@ -235,6 +235,17 @@ could otherwise fail first (configmap.yaml, secret.yaml, tls-secret.yaml). */}}
 {{- if and .Values.tls.clientAuth (not .Values.tls.enabled) }}
 {{- $problems = append $problems "tls.clientAuth (mTLS) needs tls.enabled=true" }}
 {{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) (ge (int .Values.tls.renewBeforeDays) (int .Values.tls.generatedValidityDays)) }}
+{{- $problems = append $problems (printf "tls.renewBeforeDays (%d) must be below tls.generatedValidityDays (%d): every upgrade would renew the certificate and restart the deciders" (int .Values.tls.renewBeforeDays) (int .Values.tls.generatedValidityDays)) }}
+{{- end }}
+{{- $btp := .Values.grpcRoute.backendTLSPolicy }}
+{{- if and .Values.grpcRoute.enabled $btp.enabled }}
+{{- if not .Values.tls.enabled }}
+{{- $problems = append $problems "grpcRoute.backendTLSPolicy needs tls.enabled=true (without TLS the gRPC port is cleartext: no BackendTLSPolicy)" }}
+{{- else if and .Values.tls.existingSecret (not $btp.caConfigMap) }}
+{{- $problems = append $problems "grpcRoute.backendTLSPolicy with tls.existingSecret needs grpcRoute.backendTLSPolicy.caConfigMap: a ConfigMap (key ca.crt) with the CA of that certificate" }}
+{{- end }}
+{{- end }}
 {{- $d := .Values.drain }}
 {{- $drain := add $d.preStopSleepSeconds $d.readinessDelaySeconds $d.graceSeconds $d.flushSeconds }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (int $drain) }}
@@ -325,4 +336,99 @@ env:
 {{/* Name the server certificate carries, checked by the TLS health checks (default: the Service name). */}}
 {{- define "edgepath.tlsServerName" -}}
 {{- default (include "edgepath.fullname" .) .Values.tls.serverName }}
+{{- end }}
+
+{{/* The Secret `name` of the release namespace as JSON ({} when absent, and under helm template / lint /
+Argo CD, which have no cluster). Call with (list . name). The one place the chart reads Secrets back. */}}
+{{- define "edgepath.lookupSecret" -}}
+{{- $ctx := index . 0 }}
+{{- (lookup "v1" "Secret" $ctx.Release.Namespace (index . 1)) | default dict | toJson }}
+{{- end }}
+
+{{/* Checksum of the values the chart's Secret is made from (secret.yaml), for the pod templates: it changes when
+a given key, token file, password or store URL changes, and not with what the chart generates (hmac-key, jwt-key,
+the Redis password), which `lookup` keeps across upgrades. Hashing the rendered Secret instead restarted every pod
+on the first `helm upgrade` after `helm install`: at install each include generated other keys than the Secret
+created. Keys in secrets.existingSecret / redis.auth.existingSecret are not seen: restart the pods after changing
+them. */}}
+{{- define "edgepath.secretInputsChecksum" -}}
+{{- $in := dict "secrets" (omit .Values.secrets "renderWithoutCluster") "storeUrl" (include "edgepath.storeUrl" .) "redisAuth" (include "edgepath.redisPasswordInputs" .) "clientAuth" .Values.tls.clientAuth }}
+{{- toJson $in | sha256sum }}
+{{- end }}
+
+{{/* What the Redis password comes from, as JSON (given values only: a generated password is kept by lookup). */}}
+{{- define "edgepath.redisPasswordInputs" -}}
+{{- $a := .Values.redis.auth }}
+{{- toJson (dict "auth" (include "edgepath.redisAuth" .) "password" $a.password "existingSecret" (include "edgepath.redisPasswordSecret" .) "key" $a.existingSecretPasswordKey) }}
+{{- end }}
+
+{{/* The chart's generated TLS material (tls.enabled, no tls.existingSecret), as JSON: crt, key, ca (base64 PEM),
+caKey (base64 PEM; empty when a Secret of an earlier chart version is kept: it did not keep the CA key),
+certNotAfter and caNotAfter (unix seconds). Computed once per render and shared by every template (tls-secret.yaml,
+the pod templates' checksum, the BackendTLSPolicy's CA), so the Secret created and the checksum of the pods agree
+even where the material is generated (helm install).
+
+Kept across upgrades (lookup of the TLS Secret and of <fullname>-tls-ca, which holds the CA key), except that:
+- a CA within tls.renewBeforeDays of its expiry is replaced (with a new server certificate): clients that trust the
+  old ca.crt must fetch the new one;
+- a server certificate within that window of its expiry (or of its CA's) is re-issued by the same CA, so clients
+  trusting ca.crt keep working; where the CA key is not at hand (a Secret from before the chart kept it), the CA is
+  replaced too.
+The expiry times are recorded as annotations of the TLS Secret (templates cannot parse certificates); a Secret
+without them (an earlier chart version) is taken to expire tls.generatedValidityDays after its creation. */}}
+{{- define "edgepath.generatedTls" -}}
+{{- $memo := .Values._edgepathRenderMemo | default dict }}
+{{- if not (hasKey $memo "tls") }}
+{{- $fullname := include "edgepath.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $old := include "edgepath.lookupSecret" (list . (include "edgepath.tlsSecretName" .)) | fromJson }}
+{{- $oldData := get $old "data" | default dict }}
+{{- $oldMeta := get $old "metadata" | default dict }}
+{{- $ann := get $oldMeta "annotations" | default dict }}
+{{- $caSecret := include "edgepath.lookupSecret" (list . (printf "%s-tls-ca" $fullname)) | fromJson }}
+{{- $caData := get $caSecret "data" | default dict }}
+{{- $now := now | unixEpoch | int64 }}
+{{- $days := int .Values.tls.generatedValidityDays }}
+{{- $validity := mul $days 86400 }}
+{{- $window := mul (int .Values.tls.renewBeforeDays) 86400 }}
+{{- $tls := dict "crt" (get $oldData "tls.crt") "key" (get $oldData "tls.key") "ca" (get $oldData "ca.crt") "caKey" "" "certNotAfter" 0 "caNotAfter" 0 }}
+{{- if and $tls.ca (eq (get $caData "ca.crt") $tls.ca) }}
+{{- $_ := set $tls "caKey" (get $caData "ca.key") }}
+{{- end }}
+{{- $created := 0 }}
+{{- with get $oldMeta "creationTimestamp" }}
+{{- $created = toDate "2006-01-02T15:04:05Z07:00" . | unixEpoch | int64 }}
+{{- end }}
+{{- $_ := set $tls "caNotAfter" (get $ann "edgepath.io/ca-not-after" | default (add $created $validity) | int64) }}
+{{- $_ := set $tls "certNotAfter" (get $ann "edgepath.io/cert-not-after" | default (add $created $validity) | int64) }}
+{{- $caValid := and $tls.ca (gt (sub $tls.caNotAfter $now) $window) }}
+{{- $certValid := and $caValid $tls.crt $tls.key (gt (sub $tls.certNotAfter $now) $window) }}
+{{- if not $certValid }}
+{{- include "edgepath.requireStableGeneration" (list . "the TLS CA and server certificate (tls.existingSecret)") }}
+{{- if not (and $caValid $tls.caKey) }}
+{{- $caPair := genCA (printf "%s-ca" $fullname) $days }}
+{{- $_ := set $tls "ca" ($caPair.Cert | b64enc) }}
+{{- $_ := set $tls "caKey" ($caPair.Key | b64enc) }}
+{{- $_ := set $tls "caNotAfter" (add $now $validity) }}
+{{- end }}
+{{- $caPair := buildCustomCert $tls.ca $tls.caKey }}
+{{- $dns := list $fullname (printf "%s.%s" $fullname $ns) (printf "%s.%s.svc" $fullname $ns) (printf "%s.%s.svc.cluster.local" $fullname $ns) "localhost" }}
+{{- $cert := genSignedCert $fullname (list "127.0.0.1") $dns $days $caPair }}
+{{- $_ := set $tls "crt" ($cert.Cert | b64enc) }}
+{{- $_ := set $tls "key" ($cert.Key | b64enc) }}
+{{- $_ := set $tls "certNotAfter" (add $now $validity) }}
+{{- end }}
+{{- $_ := set $memo "tls" $tls }}
+{{- $_ := set .Values "_edgepathRenderMemo" $memo }}
+{{- end }}
+{{- toJson (get $memo "tls") }}
+{{- end }}
+
+{{/* Pod-template annotation that restarts the deciders when the chart's generated TLS material changes (renewal);
+nothing with tls.existingSecret, whose content the chart does not see. */}}
+{{- define "edgepath.tlsChecksumAnnotation" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- $tls := include "edgepath.generatedTls" . | fromJson }}
+checksum/tls: {{ print $tls.crt $tls.ca | sha256sum }}
+{{- end }}
 {{- end }}
