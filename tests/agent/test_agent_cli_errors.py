@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from edgepath.security.auth import TokenFile
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
-from edgepath_agent.cli import EXIT_CONFIG, app
+from edgepath_agent.cli import EXIT_CONFIG, EXIT_UNAVAILABLE, PERMANENT_EXIT_CODES, app
 from edgepath_agent.client import FailoverClient, connect
 from edgepath_agent.collector import StaticCollector, TraceCollector
 from edgepath_agent.daemon import Agent, AgentConfig, CredentialsRefused, unknown_env_settings
@@ -352,3 +352,109 @@ def test_status_warns_on_stderr_about_a_misspelt_environment_variable(tmp_path: 
     shown = CliRunner().invoke(app, argv[:-1], env=env)  # the text form warns the same way, on stderr
     assert shown.stdout.startswith(f"agent:          pid {os.getpid()}, device dev-1") and shown.stderr == result.stderr
     assert CliRunner().invoke(app, argv, env=ENV).stderr == ""  # no misspelt variable: no warning
+
+
+# 8. `run --steps N` (the documented smoke test) fails when no step got an answer from the service
+
+
+def _closed_port_url(scheme: str) -> str:
+    """A URL of a loopback port nobody listens on (bound, then released): connections are refused."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"{scheme}://127.0.0.1:{port}"
+
+
+@needs_mptcp
+def test_run_steps_exits_69_naming_the_urls_when_the_service_never_answered(tmp_path: Path) -> None:
+    """``run --dry-run --steps 1`` exited 0 ("stopped after 1 step(s)") against a service that was down or a URL
+    with the wrong port: the README's smoke test passed without a service."""
+    grpc_url, http_url = _closed_port_url("grpc"), _closed_port_url("http")
+    argv = [*_dry_run(tmp_path, grpc_url, "--service", http_url, "--log-format", "text")]
+    env = {**ENV, "EDGEPATH_AGENT_ATTEMPTS": "1", "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json")}
+    result = CliRunner().invoke(app, argv, env=env)
+    assert result.exit_code == EXIT_UNAVAILABLE == os.EX_UNAVAILABLE == 69, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith(f"Error: no recommendation from the service in 1 step: tried {grpc_url}, {http_url}; ")
+    assert "last error: " in errors[0] and "Connection refused" in errors[0], errors  # the REST fallback's
+    assert "stopped after" not in result.output and "Traceback" not in result.output
+
+
+@needs_mptcp
+def test_run_steps_exits_0_against_a_real_service(service: Any, tmp_path: Path) -> None:
+    """The control: the same smoke test against a service that answers, on its gRPC and its REST URL."""
+    env = {**ENV, "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json")}
+    for url in (service.grpc_url, service.http_url):
+        result = CliRunner().invoke(app, _dry_run(tmp_path, url), env=env)
+        assert result.exit_code == 0, result.output
+        assert "stopped after 1 step(s)" in result.output and not _errors(result.output)
+
+
+@needs_mptcp
+def test_the_daemon_without_steps_keeps_going_without_the_service(tmp_path: Path) -> None:
+    """``require_service`` is what ``--steps`` asks for: the daemon (the unit passes no ``--steps``) ends a run
+    without an answer as before, the restart policy untouched (69 is not in RestartPreventExitStatus=)."""
+    from edgepath_agent.daemon import ServiceUnavailable, run_daemon
+
+    config = AgentConfig(service=[_closed_port_url("grpc")], interfaces={"lo": "ETHERNET"}, backend="dry-run",
+                         attempts=1, journal=tmp_path / "j.json", status_file=None)  # fmt: skip
+    assert run_daemon(config, max_steps=1) == 1
+    with pytest.raises(ServiceUnavailable, match=rf"tried {config.service[0]}; last error: UNAVAILABLE"):
+        run_daemon(config, max_steps=1, require_service=True)
+    assert EXIT_UNAVAILABLE not in PERMANENT_EXIT_CODES
+
+
+class FlakyService:
+    """Refuses the first ``down`` recommendations as an unreachable service, then answers."""
+
+    url = "stub://"
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+
+    def recommend(self, request: Any) -> Any:
+        from edgepath_agent.client import ServiceError
+        from edgepath_agent.messages import PrimaryPath, Recommendation
+
+        if self.down > 0:
+            self.down -= 1
+            raise ServiceError("UNAVAILABLE", "failed to connect to all addresses")
+        return Recommendation(decision_id="d1", primary_path=PrimaryPath(interface="wlan0", access_type="WIFI"))
+
+    def report_outcome(self, outcome: Any) -> Any:
+        raise AssertionError("no outcome expected")
+
+    def close(self) -> None:
+        pass
+
+
+def test_one_answered_step_is_enough() -> None:
+    config = AgentConfig(device_id="dev-flaky", service=["grpc://edge:50051", "http://edge:8080"],
+                         interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, upstream_check=False,
+                         status_file=None)  # fmt: skip
+    applier = Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal(), config.applier_config())
+    agent = Agent(config, FlakyService(down=1), applier, [StaticCollector(config.interfaces)])
+    assert agent.unanswered() is None  # no step yet: nothing to say
+    assert agent.run(threading.Event(), max_steps=1) == 1
+    assert agent.unanswered() == (
+        "no recommendation from the service in 1 step: tried grpc://edge:50051, http://edge:8080; last error: "
+        "UNAVAILABLE: failed to connect to all addresses (is the service running, at that host and port? "
+        "`edgepath-agent status --check` probes the URLs)"
+    )
+    assert agent.run(threading.Event(), max_steps=1) == 1 and agent.service_ok_unix_ms is not None
+    assert agent.unanswered() is None
+
+
+def test_a_run_whose_every_step_was_skipped_says_so() -> None:
+    config = AgentConfig(device_id="dev-gone", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, upstream_check=False,
+                         status_file=None)  # fmt: skip
+    applier = Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal(), config.applier_config())
+    agent = Agent(config, FlakyService(down=0), applier, [StaticCollector(config.interfaces)], links=lambda: {})
+    assert agent.run(threading.Event(), max_steps=1) == 1  # one step: run() waits interval_s between steps
+    assert agent.unanswered() == (
+        "every step was skipped (1 step): no managed interface could carry a path (wlan0 does not exist; wwan0 does "
+        "not exist), so the service was not asked; bring an interface up with an address, or check --interface"
+    )

@@ -295,17 +295,17 @@ def dry_run(run, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
     With root and kernel MPTCP the installed agent reads a throw-away device namespace
     (wlan0/wwan0 with default routes) and a real service on loopback, and must print the
-    route changes without making them. Otherwise it runs against an unreachable service
-    and must keep going (kept the last configuration) and stop cleanly.
+    route changes without making them. Otherwise it manages ``lo`` against the real service
+    (``--steps`` exits 69 when no step got an answer) and must stop cleanly.
     """
     from edgepath_agent.testbed.netns import Testbed, netns_supported
+    from service_harness import running_service
 
     if netns_supported() is not None:
-        dead = "grpc://127.0.0.1:9"  # discard port: nothing answers gRPC there
-        config = str(write_toml(tmp_path, attempts=1, timeout_s=0.5))
-        return run("run", "--dry-run", "--steps", "1", "--interval-s", "0.01", "--service", dead,
-                   "--interface", "lo=ETHERNET", "--config", config)  # fmt: skip
-    from service_harness import running_service
+        with running_service() as svc:
+            config = str(write_toml(tmp_path, attempts=2, timeout_s=5.0))
+            return run("run", "--dry-run", "--steps", "1", "--interval-s", "0.01", "--service", svc.grpc_url,
+                       "--interface", "lo=ETHERNET", "--config", config)  # fmt: skip
 
     with Testbed() as tb, running_service() as svc:
         before = tb.dev("ip", "-4", "route", "show", "default").stdout

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from edgepath_agent import cli
@@ -55,8 +56,8 @@ def _errors(output: str) -> list[str]:
     return [line for line in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines() if line.startswith("Error: ")]
 
 
-def _run(tmp_path: Path, *extra: str, dry_run: bool = True) -> list[str]:
-    return ["run", *(["--dry-run"] if dry_run else []), "--steps", "1", "--service", "grpc://127.0.0.1:9",
+def _run(tmp_path: Path, *extra: str, dry_run: bool = True, service: str = "grpc://127.0.0.1:9") -> list[str]:
+    return ["run", *(["--dry-run"] if dry_run else []), "--steps", "1", "--service", service,
             "--interface", "lo=ETHERNET", "--journal", str(tmp_path / "j.json"), "--log-format", "text",
             *extra]  # fmt: skip
 
@@ -97,6 +98,9 @@ def test_the_unit_does_not_restart_permanent_refusals_and_bounds_the_retries() -
     prevented = {int(code) for code in service["RestartPreventExitStatus"].split()}
     assert prevented == set(cli.PERMANENT_EXIT_CODES) == {3, 78}
     assert cli.EXIT_RETRY not in prevented and cli.EXIT_UNEXPECTED not in prevented  # a modem may still appear
+    # 69 is `run --steps N`'s (no answer from the service); the unit passes no --steps and must not prevent it.
+    assert cli.EXIT_UNAVAILABLE == os.EX_UNAVAILABLE == 69 and cli.EXIT_UNAVAILABLE not in prevented
+    assert "--steps" not in service["ExecStart"]
     # start limits are [Unit] settings (in [Service] systemd ignores them, with a warning)
     assert unit["Unit"]["StartLimitIntervalSec"] == "10min" and int(unit["Unit"]["StartLimitBurst"]) == 50
     assert "StartLimitBurst" not in service and "StartLimitIntervalSec" not in service
@@ -106,6 +110,7 @@ def test_run_help_documents_the_exit_codes() -> None:
     shown = CliRunner().invoke(app, ["run", "--help"], env=ENV)
     text = " ".join(shown.output.split())
     assert "78 (EX_CONFIG)" in text and "RestartPreventExitStatus" in text and "2 a managed interface" in text
+    assert "69 (EX_UNAVAILABLE) with --steps: no step got a recommendation from the service" in text
 
 
 @pytest.mark.parametrize(
@@ -155,10 +160,10 @@ def test_dry_run_refuses_the_networkmanager_backend(tmp_path: Path) -> None:
 
 @needs_ip
 @pytest.mark.skipif(not Path("/proc/sys/net/mptcp").is_dir(), reason="kernel without MPTCP")
-def test_dry_run_of_the_netlink_backend_is_still_a_dry_run(tmp_path: Path) -> None:
+def test_dry_run_of_the_netlink_backend_is_still_a_dry_run(tmp_path: Path, service: Any) -> None:
     conf = tmp_path / "agent.toml"
     conf.write_text('backend = "netlink"\n')
-    result = _invoke(_run(tmp_path, "--config", str(conf)))
+    result = _invoke(_run(tmp_path, "--config", str(conf), service=service.grpc_url))  # a service that answers
     assert result.exit_code == 0 and "stopped after 1 step(s)" in result.output, result.output
     assert not (tmp_path / "j.json").exists()  # a dry run journals nothing
 

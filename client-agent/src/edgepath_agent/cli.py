@@ -47,6 +47,10 @@ EXIT_CONFLICT = 3
 #: settings file, credentials the service refuses, an unusable journal, a kernel without MPTCP, no ``ip``/iperf3
 #: where they are needed, ``laminar = "on"`` where it is unsupported. Not restarted.
 EXIT_CONFIG = os.EX_CONFIG
+#: sysexits.h ``EX_UNAVAILABLE``: ``run --steps N`` ran steps and none got a recommendation from the service
+#: (down, a wrong URL or port, every request refused), or every step was skipped (no managed interface could carry
+#: a path). The unit never passes ``--steps``: the daemon keeps the last configuration and asks again instead.
+EXIT_UNAVAILABLE = os.EX_UNAVAILABLE
 #: What the unit's ``RestartPreventExitStatus=`` must list (a test checks it does).
 PERMANENT_EXIT_CODES = (EXIT_CONFLICT, EXIT_CONFIG)
 
@@ -229,7 +233,8 @@ def run(
     ] = None,
     cc_profile: Annotated[Optional[str], typer.Option(help="throughput, latency, coupled or default")] = None,
     steps: Annotated[
-        Optional[int], typer.Option(min=1, help="Stop after this many steps (default: until SIGTERM)")
+        Optional[int],
+        typer.Option(min=1, help="Stop after this many steps (default: until SIGTERM); exit 69 if none got an answer"),
     ] = None,
     ca_file: Annotated[
         Optional[Path], typer.Option(help="CA bundle that signed the service's certificate (grpcs:// / https://)")
@@ -254,13 +259,20 @@ def run(
     Exit codes (each but 0 and 1 with one "Error: …" line on stderr):
 
     \b
-    0   stopped (SIGTERM, or after --steps)
+    0   stopped (SIGTERM, or after --steps N, at least one of which got a
+        recommendation from the service)
     1   an unexpected error (a bug; its traceback is printed)
     2   a managed interface this device (or --netns) does not have, in a dry
         run too; systemd retries it (a USB modem's interface may appear
         later); also click's usage errors (an unknown option, a bad value)
     3   another manager (NetworkManager, mptcpd) owns the interfaces, or
         backend = networkmanager without NetworkManager running
+    69  (EX_UNAVAILABLE) with --steps: no step got a recommendation from
+        the service (down, a wrong URL or port, every request refused; the
+        URLs tried and the last error are named), or every step was skipped
+        (no managed interface could carry a path); the state is restored
+        first. Without --steps (the systemd unit) the agent keeps the last
+        configuration and asks again at the next step instead
     78  (EX_CONFIG) a configuration error no restart heals: invalid settings
         or settings file, --dry-run with backend = networkmanager, a kernel
         without MPTCP, an unusable journal (not writable, not a journal,
@@ -283,6 +295,7 @@ def run(
         InterfaceMissing,
         IpMissing,
         LaminarUnavailable,
+        ServiceUnavailable,
         load_config,
         require_ip,
         run_daemon,
@@ -355,9 +368,11 @@ def run(
     except (MptcpUnavailable, JournalError) as exc:
         fail(str(exc), EXIT_CONFIG)
     try:
-        done = run_daemon(cfg, max_steps=steps)
+        done = run_daemon(cfg, max_steps=steps, require_service=steps is not None)
     except InterfaceMissing as exc:
         fail(str(exc), EXIT_RETRY)
+    except ServiceUnavailable as exc:  # a smoke test (--steps) must not pass against a service that never answered
+        fail(str(exc), EXIT_UNAVAILABLE)
     except (IperfMissing, IpMissing, LaminarUnavailable, CredentialsRefused, JournalError) as exc:
         fail(str(exc), EXIT_CONFIG)
     except NetworkConflict as exc:

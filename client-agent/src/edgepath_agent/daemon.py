@@ -15,28 +15,37 @@ One :meth:`Agent.step`:
    for one that answers, and the recommended (preferred) path is restored once it
    answers again;
 4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
-   configured, otherwise passively from the primary interface's byte counters
-   (``/sys/class/net/IF/statistics/rx_bytes`` over the step; with ``netns``, rtnetlink's
-   ``IFLA_STATS64`` read inside that namespace) with RTT/loss from TCP_INFO of live connections.
-   With ``netns`` the probe runs in that namespace too (the built-in meter's socket is opened
-   there, iperf3 under ``ip netns exec``). A probe that fails (iperf3 or the built-in meter cannot reach
-   ``probe``, or it times out) is logged as a warning naming the probe target and the reason; that
-   step then reports no outcome (none is made up), the failure is counted in the status record
-   (``probe.failures``, ``probe.last_error``) and the next step runs as usual, the applied
-   configuration staying in place;
+   configured (or SSMP's content download), right after the apply, attributed to the decision just applied;
+   otherwise passively from the primary interface's byte counters (``/sys/class/net/IF/statistics/rx_bytes``;
+   with ``netns``, rtnetlink's ``IFLA_STATS64`` read inside that namespace). The passive meter's rule: **the
+   interval between two applies belongs to the decision applied at its start** (:class:`PassiveInterval`). A
+   decision's interval opens when its configuration takes effect (after a successful apply) and closes right
+   before the next decision is applied, if that apply succeeds (a refused recommendation leaves the
+   configuration, and the interval, running), or at a clean stop; the bytes its primary interface received over
+   it are that decision's outcome, reported with its ``decision_id`` by the step that closes it. So a step under
+   the passive meter reports the *previous* decision's outcome, and a decision that switched the primary gets
+   the throughput of the interface it switched to. With ``netns`` the probe runs in that namespace too (the
+   built-in meter's socket is opened there, iperf3 under ``ip netns exec``). A probe that fails (iperf3 or the
+   built-in meter cannot reach ``probe``, or it times out) is logged as a warning naming the probe target and the
+   reason; that step then reports no outcome (none is made up), the failure is counted in the status record
+   (``probe.failures``, ``probe.last_error``) and the next step runs as usual, the applied configuration staying
+   in place;
 5. **report** it; outcomes that can't be delivered are kept (bounded queue) and
-   re-sent later — the service ignores duplicates, so nothing is counted twice. An outcome must describe the
-   path the decision chose, or not be sent: none is reported by a dry run (``backend = "dry-run"``: its routes
-   are unchanged; said once in the log, ``outcomes`` in the status record), when the upstream guard overrode
-   the primary, or for an idle link under the passive meter (fewer than :data:`PASSIVE_MIN_BYTES` bytes or a
-   step shorter than :data:`PASSIVE_MIN_S`, :func:`idle_reading`); the reason is logged at DEBUG and kept as
-   the status record's ``no_outcome_reason``. A transfer
+   re-sent later — the service ignores duplicates, so nothing is counted twice (the queue is held in memory: what
+   is still queued when the agent exits is lost, and logged). An outcome must describe the interval during which
+   its decision's configuration was in effect on the path the decision chose, or not be sent: none is reported by
+   a dry run (``backend = "dry-run"``: its routes are unchanged; said once in the log, ``outcomes`` in the status
+   record), when the upstream guard overrode the primary (at the apply, or, under the passive meter, during the
+   decision's interval), for a fixed primary (no decision), or for an idle link under the passive meter (fewer
+   than :data:`PASSIVE_MIN_BYTES` bytes or an interval shorter than :data:`PASSIVE_MIN_S`, :func:`idle_reading`);
+   the reason is logged at DEBUG and kept as the status record's ``no_outcome_reason``. A transfer
    the built-in meter measured with Łuczak et al.'s metrics (its server's ``paper_metrics``
    trailer) carries them as the outcome's ``congestion_measurement``, with the algorithm in
    effect (:func:`congestion_measurement`), which the service counts towards its congestion advice.
 
-On SIGTERM/SIGINT the loop ends and, with ``restore_on_exit``, the journal's
-snapshot is restored. Configuration precedence (pydantic-settings sources):
+On SIGTERM/SIGINT (or after ``--steps``) the loop ends, the passive meter's last interval is closed and
+reported (queued, and so lost, while the service is unreachable; none when idle) and, with ``restore_on_exit``,
+the journal's snapshot is restored. Configuration precedence (pydantic-settings sources):
 command line > ``EDGEPATH_AGENT_*`` environment variables > file (TOML/JSON) > defaults;
 client-agent/agent.toml.example lists every setting with its default. An ``EDGEPATH_AGENT_*``
 variable that names no setting is warned about at start (:func:`warn_unknown_env`).
@@ -531,13 +540,76 @@ def idle_reading(result: TransferResult) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class PassiveInterval:
+    """Under the passive meter, the interval during which one decision's configuration is in effect: from the apply
+    that put it in effect to the next successful apply (or a clean stop), which closes it (:meth:`Agent.step`,
+    :meth:`Agent.close_at_stop`). Its reading (:meth:`Agent.interval_reading`: bytes its interface received over it)
+    is that decision's outcome, and no other's.
+
+    Attributes
+    ----------
+    decision_id
+        The decision applied at its start; ``""`` for a fixed primary (``step(primary=…)``): nothing to report on.
+    interface
+        The primary interface that carried it (the one applied: the upstream guard's when it overrode the decision's).
+    rx_bytes
+        That interface's received-bytes counter at the start, bytes; ``None`` when it had none.
+    started_s
+        :func:`time.monotonic` at the start, s.
+    override
+        Why the upstream guard overrode the decision's primary when it was applied (``None``: it did not).
+    interrupted
+        Why it stopped being the decision's configuration before it was closed: the upstream guard switched the
+        primary during it, or the configuration was rolled back (``None``: neither).
+    dry_run
+        The backend was a dry run (``backend = "dry-run"``): its routes were not changed.
+    """
+
+    decision_id: str
+    interface: str
+    rx_bytes: int | None
+    started_s: float
+    override: str | None = None
+    interrupted: str | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class ClosedInterval:
+    """A :class:`PassiveInterval` closed: its ``reading`` (``None`` when there is none: no byte counter, a failed
+    read), the ``outcome`` reported (or queued: ``ack`` is then ``None``) with ``interval.decision_id``, and
+    ``no_outcome``, why none was (``outcome`` is then ``None``)."""
+
+    interval: PassiveInterval
+    reading: TransferResult | None
+    outcome: dict[str, Any] | None
+    ack: OutcomeAck | None
+    no_outcome: str | None
+    #: Why its counter could not be read at the end (``netns`` could not be entered, rtnetlink failed), if so.
+    probe_error: str | None = None
+
+
+#: :meth:`Agent._end_reading`: (reading, why there is none, the ``OSError`` the read raised).
+_EndReading = tuple[TransferResult | None, str | None, OSError | None]
+
+
 @dataclass
 class StepResult:
     """What one step did.
 
     ``error``: why the step kept the last applied configuration (service unreachable, recommendation
-    refused); ``probe_error``: why the probe measured nothing after the recommendation was applied
-    (``measurement`` and ``outcome`` are then ``None``).
+    refused); ``probe_error``: why the probe (or the passive meter's counter) measured nothing (``measurement``
+    and ``outcome`` are then ``None``).
+
+    ``outcome`` is the outcome this step reported (or queued: ``ack``, the service's answer, is then ``None``), and
+    ``measurement`` what it was computed from (or would have been). With an active meter (``probe``, an injected
+    ``measure``, SSMP's content transfer) both describe this step's decision, measured right after it was applied.
+    Under the passive meter they describe the **previous** decision (``outcome["decision_id"]`` says which): right
+    before applying its own decision the step closed the previous one's interval (``closed``,
+    :class:`PassiveInterval`), and this step's decision is reported by the step that closes its interval (or by the
+    stop). Where SSMP's transfer measured this step's decision while the passive meter closed the previous one's
+    interval, ``outcome`` is the transfer's and ``closed.outcome`` the interval's.
     """
 
     request: dict[str, Any]
@@ -552,8 +624,12 @@ class StepResult:
     #: No managed interface could carry a path (all down or without an address): nothing was asked or applied.
     skipped: bool = False
     #: Why a step that applied a recommendation reported no outcome (``outcome`` is then ``None``): a dry run, an
-    #: idle link under the passive meter, a failed probe, the upstream guard's override, ...
+    #: idle link under the passive meter, no earlier interval to close, a failed probe, the upstream guard's
+    #: override, ... Under the passive meter it is about the decision whose interval the step closed (named).
     no_outcome: str | None = None
+    #: Under the passive meter, the previous decision's interval this step closed (``None``: none was open, or an
+    #: active meter).
+    closed: ClosedInterval | None = None
 
 
 #: When an interface left out of the request is reported again (log messages), by :func:`unusable_reason`.
@@ -645,8 +721,12 @@ class Agent:
         if measure is None and config.probe and config.probe_tool == "iperf3":
             self.iperf3 = _require_iperf3()
         self.measure = measure or self._default_measure
-        #: Outcomes come from the passive meter (no probe, no ``measure`` given): idle readings are not outcomes.
+        #: Outcomes come from the passive meter (no probe, no ``measure`` given): a decision's outcome is the reading
+        #: of its interval (:class:`PassiveInterval`), reported when the next decision is applied; idle readings are
+        #: not outcomes.
         self._passive = measure is None and not config.probe
+        #: Under the passive meter, the interval of the configuration in effect now (``None``: none is measured).
+        self.interval: PassiveInterval | None = None
         #: Why the default meter measured nothing (set when it returns ``None``).
         self._unmeasured: str | None = None
         #: Why this agent reports no outcome at all (``"dry run"``), ``None`` when it reports them.
@@ -668,12 +748,13 @@ class Agent:
         self.probe_error: str | None = None
         self.probe_failures = 0
         self.steps_done = 0
+        #: Steps skipped because no managed interface could carry a path (no service call was made).
+        self.steps_skipped = 0
         self._status_warned = False
         #: The primary the service asked for last; the guard may hold another one while it has no upstream.
         self.preferred: str | None = None
         self.override_reason: str | None = None
         self.guard = self._build_guard() if guard is None else guard
-        self._passive_mark: tuple[str, int, float] | None = None
         n = max(1, config.history_samples)
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
             name: (deque(maxlen=n), deque(maxlen=n)) for name in config.interfaces
@@ -753,8 +834,10 @@ class Agent:
             self.applier.apply(self._with_primary(self.last_recommendation, new))
         except ApplyError as exc:
             log.error("switching primary to %s failed, restoring the previous state: %s", new, exc, extra=extra)
+            self._interrupt(f"its configuration was rolled back (switching the primary to {new} failed)")
             self.applier.rollback()
             return None
+        self._interrupt(f"the upstream guard switched the primary from {current} to {new} during it ({reason})")
         self.override_reason = None if new == self.preferred else reason
         log.warning("primary %s → %s: %s", current, new, reason, extra=extra)
         return new
@@ -845,6 +928,7 @@ class Agent:
             "%s, keeping the last applied configuration", reason, extra={"error": reason}
         )
         self._skipping = True
+        self.steps_skipped += 1
         return StepResult(
             request, None, self.applier.last, None, None, None, kept_last=True, error=reason, skipped=True
         )
@@ -859,28 +943,140 @@ class Agent:
             rtt.append({"t_ms": t_ms, "rtt_ms": measured.rtt_ms})
 
     def _default_measure(self, primary: str) -> TransferResult | None:
-        if self.config.probe:
-            host, port = parse_target(self.config.probe)
-            if self.iperf3 is not None:
-                return iperf3_transfer(self.iperf3, host, port, self.config.probe_bytes, netns=self.config.netns)
-            return transfer(host, port, self.config.probe_bytes, netns=self.config.netns)
-        # Passive: bytes received on the primary interface since the previous step.
-        now = time.monotonic()
-        count = rx_bytes(primary, netns=self.config.netns)
-        mark, self._passive_mark = self._passive_mark, (primary, count or 0, now) if count is not None else None
-        if count is None:
-            self._unmeasured = f"passive meter: no byte counter for {primary}"
-        elif mark is None:
-            self._unmeasured = f"passive meter: first reading of {primary} (a throughput needs two)"
-        elif mark[0] != primary:
-            self._unmeasured = f"passive meter: the primary changed from {mark[0]} to {primary} since its last reading"
-        if mark is None or count is None or mark[0] != primary or now <= mark[2]:
+        """The configured probe's transfer (``primary``: the interface it should leave from, unused: routing picks
+        it); ``None`` without a probe: the passive meter measures intervals, not steps (:meth:`interval_reading`).
+
+        Raises
+        ------
+        OSError
+            When the probe fails (:class:`~edgepath_agent.iperf.IperfFailed`, a refused connection, a timeout).
+        """
+        if not self.config.probe:
+            self._unmeasured = "no probe: the passive meter measures a decision's interval (PassiveInterval)"
             return None
-        got = max(0, count - mark[1])
-        return TransferResult(got, now - mark[2], 8.0 * got / (now - mark[2]), "", False)
+        host, port = parse_target(self.config.probe)
+        if self.iperf3 is not None:
+            return iperf3_transfer(self.iperf3, host, port, self.config.probe_bytes, netns=self.config.netns)
+        return transfer(host, port, self.config.probe_bytes, netns=self.config.netns)
+
+    def open_interval(self, decision_id: str | None, interface: str, override: str | None = None) -> PassiveInterval:
+        """Mark the start of the interval of a configuration that has just taken effect (the passive meter):
+        ``interface``'s received-bytes counter (bytes) and :func:`time.monotonic` now.
+
+        ``decision_id`` is the decision applied (``None``/``""``: a fixed primary), ``interface`` the primary
+        applied, ``override`` why the upstream guard overrode the decision's primary (``None``: it did not). A
+        counter that cannot be read (no such interface, ``netns`` cannot be entered) is recorded as ``None`` and the
+        interval then yields no outcome; a read that raises ``OSError`` is logged and counted as a failed probe.
+        """
+        started = time.monotonic()
+        try:
+            count = rx_bytes(interface, netns=self.config.netns)
+        except OSError as exc:
+            self._probe_failed(exc, decision_id, interface)
+            count = None
+        return PassiveInterval(
+            decision_id or "", interface, count, started, override=override, dry_run=self.outcomes_off is not None
+        )
+
+    def interval_reading(self, interval: PassiveInterval) -> tuple[TransferResult | None, str | None]:
+        """The passive meter's reading of ``interval`` until now: ``(bytes its interface received since it started
+        over the seconds since then, None)``, or ``(None, why there is none)``: no byte counter at either end, or a
+        counter that went back (the interface was re-created). Throughput in bit/s (0 over no time).
+
+        Raises
+        ------
+        OSError
+            When ``netns`` cannot be entered or rtnetlink fails there (:func:`rx_bytes`).
+        """
+        now = time.monotonic()
+        count = rx_bytes(interval.interface, netns=self.config.netns)
+        if count is None or interval.rx_bytes is None:
+            return None, f"passive meter: no byte counter for {interval.interface}"
+        if count < interval.rx_bytes:
+            return (
+                None,
+                f"passive meter: the byte counter of {interval.interface} went back (the interface was re-created?)",
+            )
+        got, elapsed = count - interval.rx_bytes, max(0.0, now - interval.started_s)
+        return TransferResult(got, elapsed, 8.0 * got / elapsed if elapsed > 0 else 0.0, "", False), None
+
+    def _end_reading(self, interval: PassiveInterval) -> _EndReading:
+        """:meth:`interval_reading` of ``interval`` now, or the ``OSError`` it raised (handled by :meth:`_close`)."""
+        try:
+            reading, why = self.interval_reading(interval)
+        except OSError as exc:
+            return None, None, exc
+        return reading, why, None
+
+    def _interrupt(self, reason: str) -> None:
+        """The configuration of the open interval stopped being its decision's (the first reason is kept)."""
+        if self.interval is not None and self.interval.interrupted is None:
+            self.interval = replace(self.interval, interrupted=reason)
+
+    def _close(self, interval: PassiveInterval, end: _EndReading, deliver: bool = True) -> ClosedInterval:
+        """Close ``interval`` with its reading ``end`` (:meth:`_end_reading`; a failed read is logged and counted as a
+        failed probe): keep the reading as ``interval.interface``'s history sample and report it as
+        ``interval.decision_id``'s outcome, unless a rule says no (:meth:`_interval_no_outcome`; logged at DEBUG).
+        ``deliver=False``: queue the outcome without calling the service (it is unreachable).
+
+        Raises
+        ------
+        CredentialsRefused
+            When the service refuses this device's credentials while the outcome is reported.
+        """
+        reading, unread, failed = end
+        if failed is not None:
+            unread = f"probe failed: {self._probe_failed(failed, interval.decision_id, interval.interface)}"
+        elif reading is not None:
+            self.probe_error = None
+        idle = idle_reading(reading) if reading is not None else None
+        if reading is not None and idle is None and not interval.dry_run and interval.interrupted is None:
+            self._remember(interval.interface, reading)  # the interface carried it over the whole interval
+        no_outcome = self._interval_no_outcome(interval, unread, idle)
+        outcome = ack = None
+        if no_outcome is None and reading is not None:
+            outcome = outcome_from(reading, self.config.device_id, interval.decision_id)
+            if deliver:
+                ack = self._report(outcome)
+            else:
+                self._queue(outcome, "the service is unreachable")
+        else:
+            log.debug(
+                "no outcome for decision %s: %s",
+                interval.decision_id or "-",
+                no_outcome,
+                extra={"decision_id": interval.decision_id, "interface": interval.interface, "reason": no_outcome},
+            )
+        return ClosedInterval(
+            interval, reading, outcome, ack, no_outcome, probe_error=self.probe_error if failed else None
+        )
+
+    def _interval_no_outcome(self, interval: PassiveInterval, unread: str | None, idle: str | None) -> str | None:
+        """Why the closed ``interval`` reports no outcome (naming its decision), ``None`` when its reading is one."""
+        if interval.dry_run:
+            return self.outcomes_off or "dry run"
+        if not interval.decision_id:
+            return f"no decision to report on (fixed primary path {interval.interface})"
+        why = (
+            (f"the upstream guard overrode the primary path ({interval.override})" if interval.override else None)
+            or interval.interrupted
+            or unread
+            or idle
+        )
+        return None if why is None else f"decision {interval.decision_id}'s interval on {interval.interface}: {why}"
 
     def step(self, primary: str | None = None) -> StepResult:
-        """One round. ``primary`` forces a fixed policy (no service call, no outcome report).
+        """One round. ``primary`` forces a fixed policy (no service call, no outcome of its own to report).
+
+        What the step measures and reports depends on the meter (:class:`StepResult`). An active one (``probe``,
+        an injected ``measure``, SSMP's content transfer) measures right after the apply, and the step reports that
+        as its own decision's outcome. The passive meter (no probe) measures a decision over the interval during
+        which its configuration is in effect (:class:`PassiveInterval`): right before applying this step's
+        decision the step reads the open interval's counter, and once the apply has succeeded it closes that
+        interval and reports its reading as the *previous* decision's outcome (``outcome``, ``closed``), then opens
+        the interval of its own decision, reported by the step that applies the next one (or at the stop,
+        :meth:`close_at_stop`). A recommendation the applier refuses leaves the previous configuration, and its
+        interval, running; a failed apply (``ApplyError``) ends it with the reading taken before the attempt.
 
         A probe that fails (``measure`` raises ``OSError``, e.g. :class:`~edgepath_agent.iperf.IperfFailed`
         when the iperf3 server is unreachable) does not end the step: it is logged as a warning naming
@@ -890,7 +1086,9 @@ class Agent:
 
         A step that applied a recommendation but reports no outcome says why in ``no_outcome`` (and
         :attr:`no_outcome_reason`, logged at DEBUG): a dry run, the upstream guard's override, a fixed ``primary``,
-        a failed probe, nothing measured, or an idle link under the passive meter (:func:`idle_reading`).
+        a failed probe, nothing measured; under the passive meter, about the decision whose interval it closed
+        (named): no interval open (the first decision), an idle link (:func:`idle_reading`), the guard's override
+        when that decision was applied or a switch of the primary during its interval, no byte counter.
 
         When the link check left no managed interface to report (all gone, down or without an address,
         see :meth:`reportable`) and ``primary`` is ``None``, the step is skipped: logged (WARNING for the first
@@ -937,16 +1135,30 @@ class Agent:
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
             self._service_answered(True)
         to_apply, override = self.guard_primary(rec) if primary is None else (rec, None)
+        # Passive meter: the open interval (the previous decision's) ends where the next configuration takes effect.
+        ending = self.interval if self._passive else None
+        end = self._end_reading(ending) if ending is not None else None
         try:
             applied = self.applier.apply(to_apply)
-        except RejectedRecommendation as exc:  # logged by the applier; nothing was changed
+        except RejectedRecommendation as exc:  # logged by the applier; nothing was changed: the interval runs on
             log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.decision_id})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
+        except ApplyError:  # the caller rolls back: the previous configuration was in effect until this attempt
+            self.interval = None
+            if ending is not None and end is not None:
+                self._close(ending, end)
+            raise
         self.last_recommendation = rec
         self.override_reason = override
+        self.interval = None
+        closed = self._close(ending, end) if ending is not None and end is not None else None
         measured, server_transfer = self.ssmp.measure(rec) if self.ssmp is not None else (None, None)
+        if measured is None and self._passive:  # this decision's outcome is its interval's, reported when it ends
+            failures = self.probe_failures
+            self.interval = self.open_interval(rec.decision_id, applied.primary, override)
+            open_error = self.probe_error if self.probe_failures > failures else None
+            return self._passive_result(request, rec, applied, closed, open_error)
         probe_error = None
-        idle = None
         if measured is None:
             self._unmeasured = None
             try:
@@ -955,13 +1167,11 @@ class Agent:
                 probe_error = self._probe_failed(exc, rec.decision_id, applied.primary)
             else:
                 self.probe_error = None
-                if measured is not None and self._passive:
-                    idle = idle_reading(measured)
         # A dry run measures on routes it did not change: its readings describe no decision, not even as history.
-        if measured is not None and idle is None and self.outcomes_off is None:
+        if measured is not None and self.outcomes_off is None:
             self._remember(applied.primary, measured)
         outcome = ack = None
-        no_outcome = self._no_outcome(rec, override, measured, probe_error, idle)
+        no_outcome = self._no_outcome(rec, override, measured, probe_error)
         if no_outcome is None and measured is not None and rec.decision_id:  # (_no_outcome checked both)
             outcome = outcome_from(measured, self.config.device_id, rec.decision_id)
             if server_transfer is not None:
@@ -988,7 +1198,76 @@ class Agent:
             kept_last=False,
             probe_error=probe_error,
             no_outcome=no_outcome,
+            closed=closed,
         )
+
+    def _passive_result(
+        self,
+        request: dict[str, Any],
+        rec: Recommendation,
+        applied: Applied,
+        closed: ClosedInterval | None,
+        open_error: str | None,
+    ) -> StepResult:
+        """The result of a step under the passive meter: what it reported is the interval it ``closed`` (the
+        previous decision's), if any; ``rec``'s own interval has just been opened (:attr:`interval`;
+        ``open_error``: why its counter could not be read)."""
+        if closed is not None:
+            no_outcome = closed.no_outcome
+        elif self.outcomes_off is not None:
+            no_outcome = self.outcomes_off
+        else:
+            no_outcome = (
+                "passive meter: no earlier decision's interval to close (this step's decision is measured over its "
+                "own interval, reported when the next decision is applied or the agent stops)"
+            )
+        self.no_outcome_reason = no_outcome
+        return StepResult(
+            request,
+            rec,
+            applied,
+            closed.reading if closed is not None else None,
+            closed.outcome if closed is not None else None,
+            closed.ack if closed is not None else None,
+            kept_last=False,
+            probe_error=(closed.probe_error if closed is not None else None) or open_error,
+            no_outcome=no_outcome,
+            closed=closed,
+        )
+
+    def close_at_stop(self) -> ClosedInterval | None:
+        """At a clean stop (SIGTERM, after ``max_steps``), close the passive meter's open interval, which ends here
+        (the state is restored after it), and report its reading as its decision's outcome under the rules of
+        :meth:`step`: none for an idle reading, a dry run, a fixed primary or the upstream guard's override.
+
+        While the service is unreachable (the last call got no answer, or queued outcomes still cannot be
+        delivered) the outcome is queued without calling it. Queued outcomes are kept in memory only: those still
+        queued are logged (WARNING) and lost when the agent exits. Returns the closed interval (``None`` when none
+        was open: an active meter, or no decision applied).
+
+        Raises
+        ------
+        CredentialsRefused
+            When the service refuses this device's credentials.
+        """
+        interval, self.interval = self.interval, None
+        if interval is None:
+            return None
+        end = self._end_reading(interval)
+        deliver = self.service_reachable is not False
+        if deliver and self.pending:
+            self.flush_outcomes()
+            deliver = not self.pending
+        closed = self._close(interval, end, deliver=deliver)
+        self.no_outcome_reason = closed.no_outcome
+        if self.pending:
+            log.warning(
+                "stopping with %d outcome(s) the service has not received (%s); they are lost when the agent exits",
+                len(self.pending),
+                self.service_error or "service unreachable",
+                extra={"pending_outcomes": len(self.pending)},
+            )
+        return closed
 
     def _no_outcome(
         self,
@@ -996,13 +1275,13 @@ class Agent:
         override: str | None,
         measured: TransferResult | None,
         probe_error: str | None,
-        idle: str | None,
     ) -> str | None:
-        """Why the step that applied ``rec`` reports no outcome, ``None`` when it reports ``measured``.
+        """Why the step that applied ``rec`` and measured it with an active meter reports no outcome, ``None`` when it
+        reports ``measured``.
 
         An outcome must describe the path the decision chose, or not be sent: an outcome measured on another path
         (the upstream guard's override; a dry run, whose routes are unchanged) would train the bandit on the wrong
-        arm, and an idle link under the passive meter (:func:`idle_reading`) measures no throughput at all.
+        arm. (Under the passive meter: :meth:`_interval_no_outcome`.)
         """
         if self.outcomes_off is not None:
             return self.outcomes_off
@@ -1014,7 +1293,7 @@ class Agent:
             return f"probe failed: {probe_error}"
         if measured is None:
             return self._unmeasured or "nothing measured"
-        return idle
+        return None
 
     def _probe_failed(self, exc: OSError, decision_id: str | None, primary: str) -> str:
         """Log and count a failed probe; returns the reason."""
@@ -1049,6 +1328,25 @@ class Agent:
                 f"cert_file/key_file) and device_id ({self.config.device_id!r}; default: the host name)"
             ) from exc
 
+    def unanswered(self) -> str | None:
+        """Why no step so far got a recommendation from the service (one line), or ``None`` when one did or no
+        step ran: every step was skipped (no managed interface could carry a path, naming why), or the service
+        gave no answer (naming the URLs tried and the last error)."""
+        if self.service_ok_unix_ms is not None or self.steps_done == 0:
+            return None
+        steps = f"{self.steps_done} step{'s' if self.steps_done != 1 else ''}"
+        if self.steps_skipped >= self.steps_done:
+            why = "; ".join(f"{name} {reason}" for name, reason in self.unreported.items()) or "none was usable"
+            return (
+                f"every step was skipped ({steps}): no managed interface could carry a path ({why}), so the service "
+                f"was not asked; bring an interface up with an address, or check --interface"
+            )
+        last = " ".join((self.service_error or "no answer").split())
+        return (
+            f"no recommendation from the service in {steps}: tried {', '.join(self.config.service)}; last error: "
+            f"{last} (is the service running, at that host and port? `edgepath-agent status --check` probes the URLs)"
+        )
+
     def _service_answered(self, ok: bool, error: str | None = None) -> None:
         self.service_reachable = ok
         self.service_error = error
@@ -1080,13 +1378,25 @@ class Agent:
         self.last_outcome.update(delivered=True, reward=ack.reward)
         return ack
 
+    def _queue(self, outcome: dict[str, Any], why: str) -> None:
+        """Queue ``outcome`` for re-sending without calling the service (``why``: logged)."""
+        self.last_outcome = {**outcome, "sent_unix_ms": now_ms(), "delivered": False, "reward": None}
+        log.warning(
+            "outcome for %s queued (%s)",
+            outcome.get("decision_id"),
+            why,
+            extra={"decision_id": outcome.get("decision_id")},
+        )
+        self.pending.append(outcome)
+
     def status_record(self) -> dict[str, Any]:
         """The status record (fields in :mod:`edgepath_agent.status`) for the current state.
 
         Besides those: ``outcomes``, ``"reported"`` or why this agent reports none (``"not reported: dry run"``),
-        and ``no_outcome_reason``, why the last step that applied a recommendation reported no outcome (a dry run,
-        an idle link under the passive meter, a failed probe, the upstream guard's override; ``null`` when it
-        reported one or before the first such step).
+        and ``no_outcome_reason``, why the last step that applied a recommendation (or the stop that closed the
+        passive meter's last interval) reported no outcome (a dry run, an idle link under the passive meter, no
+        interval to close yet, a failed probe, the upstream guard's override; ``null`` when it reported one or
+        before the first such step).
         """
         rec = self.last_recommendation
         applied = self.applier.last
@@ -1163,7 +1473,8 @@ class Agent:
         """Step every ``interval_s`` until ``stop`` is set (or ``max_steps``); returns steps done.
 
         After the last of ``max_steps`` it returns at once (its status record written), without waiting
-        another ``interval_s``.
+        another ``interval_s``. On either stop the passive meter's last interval is closed and reported
+        (:meth:`close_at_stop`), the status record rewritten.
 
         Under systemd (Type=notify) it reports READY=1 before the first step, a STATUS=
         line after each, and pings the watchdog (WATCHDOG=1) at half of ``WatchdogSec=``
@@ -1209,7 +1520,14 @@ class Agent:
             if max_steps is not None and steps >= max_steps:
                 break  # the last step of max_steps: no interval to wait for before stopping
             self._wait(stop, watchdog)
-        sd_notify("STOPPING=1")
+        try:
+            if self.close_at_stop() is not None:
+                self.write_status()
+        except CredentialsRefused:
+            self.write_status()
+            raise
+        finally:
+            sd_notify("STOPPING=1")
         return steps
 
     def _wait(self, stop: threading.Event, watchdog: float | None) -> None:
@@ -1537,8 +1855,20 @@ def check_interfaces(config: AgentConfig, exists: Callable[[str, str | None], bo
     )
 
 
-def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
-    """Run until SIGTERM/SIGINT; restore the state on a clean exit. Returns steps done.
+class ServiceUnavailable(RuntimeError):
+    """A run that had to hear from the service (``require_service``: ``run --steps N``) ran steps, and none of them
+    got a recommendation: the service is down, the URLs name the wrong host or port, or it refused every request;
+    or every step was skipped, no managed interface being able to carry a path. The message says which, naming
+    the URLs tried and the last error. Raised after the state was restored, as on SIGTERM."""
+
+
+def run_daemon(config: AgentConfig, max_steps: int | None = None, require_service: bool = False) -> int:
+    """Run until SIGTERM/SIGINT (or ``max_steps`` steps); restore the state on a clean exit. Returns steps done.
+
+    ``require_service``: a run whose steps all went without a recommendation from the service (none got an
+    answer, or every one was skipped) is a failure (:class:`ServiceUnavailable`), not a clean stop. ``run
+    --steps N`` asks for it (a smoke test must not pass against a service that is down); the daemon under
+    systemd (no ``--steps``) does not: it keeps the last configuration and goes on asking.
 
     Raises
     ------
@@ -1551,6 +1881,9 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
         Before touching anything (a dry run too), when the backend needs ``ip`` and none is on ``PATH``.
     CredentialsRefused
         When the service refuses this device's credentials; the state is restored first, as on SIGTERM.
+    ServiceUnavailable
+        With ``require_service``, when steps ran and none got a recommendation (:meth:`Agent.unanswered`); the
+        state is restored first.
     """
     require_ip(config)
     ensure_sole_manager(config)
@@ -1559,11 +1892,15 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None) -> int:
     stop = threading.Event()
     previous = install_stop_handlers(stop)
     try:
-        return agent.run(stop, max_steps)
+        done = agent.run(stop, max_steps)
     finally:
         agent.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    problem = agent.unanswered() if require_service else None
+    if problem is not None:
+        raise ServiceUnavailable(problem)
+    return done
 
 
 def install_stop_handlers(stop: threading.Event) -> dict[signal.Signals, Any]:
@@ -1599,9 +1936,23 @@ def install_stop_handlers(stop: threading.Event) -> dict[signal.Signals, Any]:
 def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> int:
     """Restore the snapshot of the journal at ``journal_path``; returns the number of steps run.
 
-    A journal written by the ``networkmanager`` backend names the interfaces whose
-    applied connection changed: their saved profiles are reapplied (one step each).
+    The rollback acts in the network namespace the journal recorded (its snapshot was taken there), whichever
+    namespace this process runs in (:func:`~edgepath_agent.applier.journal.rollback_netns`); ``netns`` is needed
+    only for a journal that recorded none (version 1), and may name the recorded one. A journal written by the
+    ``networkmanager`` backend names the interfaces whose applied connection changed: their saved profiles are
+    reapplied (one step each).
+
+    Raises
+    ------
+    JournalError
+        When the file is not a journal, or ``netns`` names another namespace than the journal recorded (nothing
+        is touched).
+    PermissionError
+        When this process may not read the journal.
+    ApplyError
+        When the current state cannot be read or a restore step fails (the journal is kept: retry).
     """
+    from edgepath_agent.applier.journal import rollback_netns
     from edgepath_agent.applier.networkmanager import journal_backend, restore_profiles
 
     record = journal_backend(journal_path)
@@ -1616,6 +1967,7 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
     journal = Journal(journal_path)
     if journal.snapshot is None:
         return 0
+    netns = rollback_netns(journal, netns)  # where the snapshot was taken, not where this process runs
     keys = tuple(k for k, _ in journal.snapshot.sysctls)
     backend: Any = CommandBackend(netns=netns)
     if dry_run:
@@ -1627,10 +1979,12 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
 
 
 def describe(result: StepResult) -> Mapping[str, Any]:
-    """JSON-friendly summary of a step (for logs and the testbed)."""
+    """JSON-friendly summary of a step (for logs and the testbed). ``throughput_bps``, ``completion_s`` and
+    ``reward`` are those of ``outcome_decision_id``'s outcome: under the passive meter the previous decision's."""
     m = result.measurement
     return {
         "decision_id": result.recommendation.decision_id if result.recommendation else None,
+        "outcome_decision_id": result.outcome.get("decision_id") if result.outcome else None,
         "primary": result.applied.primary if result.applied else None,
         "kept_last": result.kept_last,
         "throughput_bps": m.throughput_bps if m else None,

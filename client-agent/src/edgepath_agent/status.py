@@ -18,6 +18,11 @@ Record (JSON object; times are Unix epoch milliseconds):
     ``congestion_control``, ``steps`` (kernel changes in that step); or ``null``
 ``last_outcome``: ``decision_id``, ``throughput_bps``, ``latency_ms``, ``loss``,
     ``sent_unix_ms``, ``delivered`` (false: queued for re-sending), ``reward``; or ``null``
+``outcomes``: ``"reported"``, or why this agent reports none (``"not reported: dry run"``)
+``no_outcome_reason``: why the last step that applied a recommendation (or the stop that closed the passive
+    meter's last interval) reported no outcome (a dry run, an idle link, a failed probe, the upstream guard's
+    override, …); null when it reported one. Under the passive meter a step reports the previous decision's
+    outcome (its interval), so the reason names that decision
 ``pending_outcomes``: outcomes queued while the service was unreachable
 ``probe``: ``target`` (``HOST:PORT`` or null), ``tool`` (``iperf3``, ``builtin`` or ``passive``),
     ``mptcp_mode``, ``version`` (iperf3's), ``last_error`` (why the last probe failed, e.g. its
@@ -146,6 +151,12 @@ def pid_alive(pid: Any) -> bool | None:
 def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, running: bool | None = None) -> str:
     """Human-readable lines for ``record`` (the ``status`` command's default output).
 
+    One line each for the agent, the service (and its last error), the recommendation, the applied state, the
+    last outcome and, below it, ``no outcome: REASON`` when the last step (or the stop) reported none
+    (``no_outcome_reason``), then ``outcomes: not reported: …`` when the agent reports no outcome at all
+    (``outcomes``; a dry run, whose ``no outcome`` line would only repeat it), the pending outcomes, the probe, the
+    interfaces not reported and the upstream checks. Fields missing from the record (an older agent's) are left out.
+
     ``running``: ``False`` when the record's process has exited (:func:`pid_alive`); the first line then says
     the agent is not running and whose record it is.
     """
@@ -195,6 +206,11 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, run
         )
     else:
         lines.append("last outcome:   none sent")
+    reporting = record.get("outcomes")
+    if reporting and reporting != "reported":
+        lines.append(f"outcomes:       {reporting}")
+    elif record.get("no_outcome_reason"):
+        lines.append(f"  no outcome:   {record['no_outcome_reason']}")
     lines.append(f"pending:        {record.get('pending_outcomes', 0)} outcome(s) queued")
     probe = record.get("probe")
     if probe:

@@ -6,7 +6,7 @@
 * The installed ``edgepath-agent run --dry-run --netns`` on the two-path testbed against a real
   service, wwan0's address removed (a modem not connected): wwan0 is left out of every request,
   logged once, and every decision makes wlan0 primary; with wlan0 also down each step is a logged
-  skipped step, and the run ends normally.
+  skipped step, and the run, which never asked the service, exits 69 (EX_UNAVAILABLE) saying why.
 
 Skipped (not passed) without root/CAP_NET_ADMIN or kernel MPTCP.
 """
@@ -77,7 +77,13 @@ def test_run_skips_steps_when_no_interface_has_an_address(testbed: Testbed, tmp_
     with running_service() as svc:
         proc = run_agent(testbed, svc.http_url, tmp_path, steps=3)
     log = proc.stderr
-    assert proc.returncode == 0 and "stopped after 3 step(s)" in proc.stdout, proc.stdout + log
+    # --steps is a check: a run that never asked the service is no success (it exited 0: "stopped after 3 step(s)").
+    assert proc.returncode == 69 and "stopped after" not in proc.stdout, proc.stdout + log
+    errors = [line for line in log.splitlines() if line.startswith("Error: ")]
+    assert errors == [
+        "Error: every step was skipped (3 steps): no managed interface could carry a path (wlan0 is down; wwan0 has "
+        "no address), so the service was not asked; bring an interface up with an address, or check --interface"
+    ], log
     skipped = [line for line in log.splitlines() if "step skipped, keeping the last applied configuration" in line]
     assert len(skipped) == 3 and " WARNING " in skipped[0] and all(" INFO " in s for s in skipped[1:]), log
     assert "(wlan0 is down; wwan0 has no address)" in skipped[0]

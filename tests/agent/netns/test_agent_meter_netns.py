@@ -73,12 +73,17 @@ def test_passive_meter_measures_the_primary_interface_of_the_namespace(veth_ns: 
         AgentConfig(interfaces=interfaces, journal=tmp_path / "h.json"),
         client=None, applier=None, collectors=[],  # type: ignore[arg-type]
     )  # fmt: skip
-    assert managed.measure(veth_ns.end) is None and host.measure(veth_ns.end) is None  # the first step sets a mark
+    # A decision's interval starts where its configuration takes effect (after its apply).
+    interval = managed.open_interval("d1", veth_ns.end)
+    assert interval.rx_bytes is not None and interval.decision_id == "d1"
     sent = send_frames(veth_ns)
-    measured = managed.measure(veth_ns.end)
-    assert measured is not None and sent <= measured.bytes < sent + 4096
+    measured, why = managed.interval_reading(interval)  # as the next apply (or the stop) closes it
+    assert why is None and measured is not None and sent <= measured.bytes < sent + 4096
     assert measured.throughput_bps == pytest.approx(8.0 * measured.bytes / measured.completion_s)
-    assert host.measure(veth_ns.end) is None  # without the namespace there is no such interface to count
+    # Without the namespace there is no such interface to count.
+    outside = host.open_interval("d1", veth_ns.end)
+    assert outside.rx_bytes is None
+    assert host.interval_reading(outside) == (None, f"passive meter: no byte counter for {veth_ns.end}")
 
 
 @pytest.mark.timeout(90)  # without the namespace the connection attempt may wait for the probe's 30 s timeout

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from edgepath_agent import daemon
+from edgepath_agent.applier import Applier, ApplierConfig, CommandBackend, Journal, JournalError
 from edgepath_agent.testbed.netns import Testbed, sh
 from service_harness import running_service
 
@@ -107,8 +109,34 @@ def test_mptcp_disabled_in_the_namespace_is_warned_about(testbed: Testbed, tmp_p
     ran = agent("run", "--dry-run", "--steps", "1", "--netns", testbed.device_ns, "--service", "grpc://127.0.0.1:9",
                 "--interface", "wlan0=WIFI", "--journal", str(tmp_path / "j.json"), "--log-format", "text",
                 env=env)  # fmt: skip
-    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.returncode == 69, ran.stdout + ran.stderr  # it ran its step; nothing answers there (EX_UNAVAILABLE)
     warned = [line for line in ran.stderr.splitlines() if "MPTCP is disabled" in line]
     assert len(warned) == 1 and " WARNING " in warned[0], ran.stderr
     assert f"in network namespace {testbed.device_ns} (net.mptcp.enabled = 0)" in warned[0]
     assert "sysctl -w net.mptcp.enabled=1" in warned[0]
+
+
+def test_daemon_rollback_without_netns_acts_where_the_journal_recorded(
+    testbed: Testbed, scratch_ns: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``daemon.rollback(path)`` (a direct caller, no namespace) built its backend in this process's namespace: the
+    applier's backstop refused it (ApplyError "…taken in network namespace …, not in the host namespace"), and its
+    dry run printed commands for the host. It now chooses the namespace as the ``rollback`` command does."""
+    before = view(testbed.device_ns)
+    journal = tmp_path / "journal.json"
+    config = ApplierConfig(interfaces=("wlan0", "wwan0"), manage_cc=False)
+    Applier(CommandBackend(netns=testbed.device_ns), Journal(journal), config).apply(
+        {"primary_path": {"interface": "wwan0"}}
+    )
+    changed = view(testbed.device_ns)
+    assert changed != before
+
+    assert daemon.rollback(journal, dry_run=True) > 0
+    printed = [line.removeprefix("would run: ") for line in capsys.readouterr().out.splitlines() if "would run" in line]
+    assert printed and all(cmd.startswith(f"ip netns exec {testbed.device_ns} ip ") for cmd in printed), printed
+    with pytest.raises(JournalError, match=scratch_ns):  # another namespace than the recorded one: refused
+        daemon.rollback(journal, netns=scratch_ns)
+    assert view(testbed.device_ns) == changed and journal.exists()
+
+    assert daemon.rollback(journal) > 0
+    assert view(testbed.device_ns) == before and not journal.exists()
