@@ -458,3 +458,39 @@ def test_a_run_whose_every_step_was_skipped_says_so() -> None:
         "every step was skipped (1 step): no managed interface could carry a path (wlan0 does not exist; wwan0 does "
         "not exist), so the service was not asked; bring an interface up with an address, or check --interface"
     )
+
+
+# 7. a bearer token never goes in cleartext to another host
+
+
+@pytest.mark.parametrize(
+    ("urls", "refused"),
+    [
+        (["grpc://192.0.2.2:50051"], ["grpc://192.0.2.2:50051"]),
+        (["grpcs://edge.example:50051", "http://edge.example:8080"], ["http://edge.example:8080"]),
+        (["grpcs://edge.example:50051", "https://edge.example:8443"], []),
+        (["grpc://127.0.0.1:50051", "http://localhost:8080", "http://[::1]:8080"], []),
+    ],
+)
+def test_a_token_for_a_plaintext_service_on_another_host_is_refused(
+    tmp_path: Path, urls: list[str], refused: list[str]
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("ept_secret\n")
+    os.chmod(token_file, 0o600)
+    config = AgentConfig(token_file=token_file, service=urls)
+    if not refused:
+        creds = config.credentials()
+        assert creds is not None and creds.token == "ept_secret"
+        return
+    with pytest.raises(ValueError, match=r"^token_file: the bearer token would be sent in cleartext to ") as err:
+        config.credentials()
+    assert all(url in str(err.value) for url in refused)
+    assert AgentConfig(service=urls).credentials() is None  # without a token there is nothing to leak
+    args = ["--token-file", str(token_file)]
+    for url in urls[1:]:
+        args += ["--service", url]
+    result = CliRunner().invoke(app, _dry_run(tmp_path, urls[0], *args), env=ENV)
+    assert result.exit_code == EXIT_CONFIG, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "cleartext" in errors[0] and refused[0] in errors[0], result.output

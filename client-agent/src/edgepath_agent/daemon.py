@@ -393,13 +393,21 @@ class AgentConfig(BaseSettings):
         Raises
         ------
         ValueError
-            When a file is missing, ``cert_file``/``key_file`` come alone, or both
-            ``token`` and ``token_file`` are set.
+            When a file is missing, ``cert_file``/``key_file`` come alone, both ``token`` and ``token_file`` are
+            set, or a bearer token would go in cleartext (:meth:`cleartext_service_urls`).
         PermissionError
             When ``key_file`` or ``token_file`` is readable by group/others.
         """
         if not any((self.ca_file, self.cert_file, self.key_file, self.token, self.token_file)):
             return None
+        cleartext = self.cleartext_service_urls() if (self.token or self.token_file) else []
+        if cleartext:
+            setting = "token_file" if self.token_file else "token"
+            raise ValueError(
+                f"{setting}: the bearer token would be sent in cleartext to {', '.join(cleartext)}: use grpcs:// or "
+                "https:// for a service on another host (plain grpc:// and http:// carry a token to a loopback "
+                "address only)"
+            )
         for name in ("ca_file", "cert_file", "key_file", "token_file"):
             path = getattr(self, name)
             if path is not None and not path.is_file():
@@ -412,6 +420,17 @@ class AgentConfig(BaseSettings):
             if not token:
                 raise ValueError(f"token_file: {self.token_file} is empty")
         return ClientCredentials(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token)
+
+    def cleartext_service_urls(self) -> list[str]:
+        """The ``service`` URLs without TLS (``grpc://``, ``http://``) whose host is not a loopback address: a bearer
+        token sent there crosses the network in cleartext (the REST failover would send it as readily as gRPC's
+        metadata), so :meth:`credentials` refuses a token with any of them."""
+        out = []
+        for url in self.service:
+            parsed = urlparse(url)
+            if parsed.scheme in ("grpc", "http") and not _is_loopback(parsed.hostname or ""):
+                out.append(url)
+        return out
 
     def upstream_target_addr(self) -> tuple[str, int] | None:
         """Where upstream probes go: ``upstream_target``, else the first service URL with a port; ``None`` if neither.
