@@ -9,6 +9,7 @@ messages on both transports.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,9 +60,19 @@ def _bad_values(lo: float | None, hi: float | None, integer: bool) -> list[Any]:
     return bad
 
 
+def _is_integer(annotation: Any) -> bool:
+    """``int``, ``int | None`` or either with metadata (``Annotated[int, JSON_INTEGER] | None``: types.Integer)."""
+    for arg in typing.get_args(annotation) or (annotation,):
+        if typing.get_origin(arg) is typing.Annotated:
+            arg = typing.get_args(arg)[0]
+        if arg is int:
+            return True
+    return False
+
+
 @pytest.mark.parametrize(("field", "lo", "hi"), INTERFACE_RANGES, ids=[r[0] for r in INTERFACE_RANGES])
 def test_interface_measurement_out_of_range_names_the_field(field: str, lo: float | None, hi: float | None) -> None:
-    integer = InterfaceContext.model_fields[field].annotation in (int, "int | None", int | None)
+    integer = _is_integer(InterfaceContext.model_fields[field].annotation)
     for value in _bad_values(lo, hi, integer):
         body = context_body("dev-a")
         body["interfaces"][0][field] = value
