@@ -178,6 +178,13 @@ def serve(
 
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
+    configure_logging(settings.log_level, settings.log_format)
+    from edgepath.security.tls import TlsKeyExposed, check_tls_key
+
+    try:  # once for this process and its workers, before anything is built: prod refuses, dev warns
+        check_tls_key(settings)
+    except TlsKeyExposed as exc:
+        raise typer.BadParameter(str(exc)) from exc
     if workers > 1:
         if settings.metrics_port is not None:
             raise typer.BadParameter(
@@ -191,11 +198,11 @@ def serve(
             )
         serve_workers(settings, workers, ready_file)
         return
-    configure_logging(settings.log_level, settings.log_format)
 
     async def run() -> None:
         service = Service.build(settings)
         service.own_process = True  # this process is the service's own
+        service.tls_key_checked = True  # above
         task = asyncio.create_task(service.run())
         started = asyncio.create_task(service.wait_started())
         done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
@@ -253,7 +260,8 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Queue()
     procs = [
-        ctx.Process(target=serve_worker, args=(settings, ready), name=f"edgepath-worker-{i}") for i in range(workers)
+        ctx.Process(target=serve_worker, args=(settings, ready, True), name=f"edgepath-worker-{i}")
+        for i in range(workers)
     ]
     for proc in procs:
         proc.start()
@@ -375,7 +383,7 @@ def log_export(
     try:
         settings = load_settings(config, store_url=store)
     except ValidationError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+        raise typer.BadParameter(describe_errors(exc)) from exc
 
     async def run() -> int:
         from edgepath.main import build_store
@@ -1052,12 +1060,16 @@ def tokens_jwt(
     ttl_s: Annotated[float, typer.Option(min=1.0, help="Lifetime, s")] = 86400.0,
     admin: Annotated[bool, typer.Option("--admin")] = False,
 ) -> None:
-    """Print an HS256 JWT for DEVICE_ID signed with EDGEPATH_AUTH_JWT_KEY."""
+    """Print an HS256 JWT for DEVICE_ID signed with EDGEPATH_AUTH_JWT_KEY (at least 32 bytes, as the service
+    requires; a shorter key is a usage error)."""
     from edgepath.security.auth import issue_jwt
+    from edgepath.settings import jwt_key_problem
 
     key = os.environ.get("EDGEPATH_AUTH_JWT_KEY", "")
     if not key:
         raise typer.BadParameter("set EDGEPATH_AUTH_JWT_KEY")
+    if problem := jwt_key_problem(key):
+        raise typer.BadParameter(problem)
     typer.echo(issue_jwt(key, device_id, ttl_s=ttl_s, admin=admin))
 
 

@@ -47,8 +47,8 @@ from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
 from edgepath.security import EdgeSecurity, build_outcome_guard, build_security
-from edgepath.security.tls import grpc_server_credentials, uvicorn_ssl_options
-from edgepath.settings import Settings
+from edgepath.security.tls import check_tls_key, grpc_server_credentials, uvicorn_ssl_options
+from edgepath.settings import Settings, dev_hmac_key_problem
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.state.base import StateStore, display_url
 from edgepath.state.memory import MemoryStore
@@ -177,11 +177,13 @@ def check_port_free(server: str, host: str, port: int) -> None:
         raise PortUnavailable(server, host, port, exc) from exc
 
 
-def serve_worker(settings: Settings, ready: Any) -> None:
+def serve_worker(settings: Settings, ready: Any, tls_key_checked: bool = False) -> None:
     """Body of one ``edgepath serve --workers N`` process: serve on the shared ports until SIGTERM.
 
     ``ready`` (a ``multiprocessing`` queue) receives ``os.getpid()`` once both servers listen, or the
-    error that stopped the start.
+    error that stopped the start. ``tls_key_checked``: the process that starts the workers (``edgepath serve``)
+    checked the TLS key's permissions once for all (:func:`edgepath.security.tls.check_tls_key`), so the worker
+    neither checks nor warns again.
     """
     configure_logging(settings.log_level, settings.log_format)
 
@@ -189,6 +191,7 @@ def serve_worker(settings: Settings, ready: Any) -> None:
         service = Service.build(settings)
         service.reuse_port = True
         service.own_process = True
+        service.tls_key_checked = tls_key_checked
         task = asyncio.create_task(service.run())
         started = asyncio.create_task(service.wait_started())
         done, _ = await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
@@ -339,11 +342,23 @@ def build_store(settings: Settings, metrics: Metrics | None = None) -> StateStor
 
 
 def hmac_key_bytes(settings: Settings) -> bytes:
-    """The snapshot signing key; the insecure dev key only in the ``dev`` profile (settings refuse it elsewhere)."""
+    """The snapshot signing key; the published dev key only in the ``dev`` profile with the bind address and the
+    store on loopback (settings refuse it elsewhere: :func:`edgepath.settings.dev_hmac_key_problem`).
+
+    Raises
+    ------
+    ValueError
+        ``hmac_key`` is empty where the dev key may not be used: settings that skipped validation
+        (``model_construct``, ``model_copy(update=...)``) would otherwise sign with it.
+    """
     from edgepath.training.snapshots import DEV_HMAC_KEY
 
     key = settings.hmac_key.get_secret_value().encode()
     if not key:
+        if settings.profile != "dev":
+            raise ValueError("hmac_key (EDGEPATH_HMAC_KEY) must be set outside the dev profile with a shared store")
+        if problem := dev_hmac_key_problem(settings.host, settings.store_url):
+            raise ValueError(problem)
         log.warning("EDGEPATH_HMAC_KEY is empty: signing model snapshots with the insecure dev key (profile dev)")
         return DEV_HMAC_KEY
     return key
@@ -372,6 +387,9 @@ class Service:
     # stay collectable and whose interpreter settings are not ours
     own_process: bool = False
     metrics_port: int = 0  # the bound metrics port when settings.metrics_port is set
+    # the TLS key's permissions were checked before this service was built (`edgepath serve` checks them once for
+    # the process and for its --workers): run() does not check, nor warn, again
+    tls_key_checked: bool = False
     tracer_provider: Any = None  # OpenTelemetry TracerProvider when settings.otel_tracing (edgepath.tracing)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -450,8 +468,14 @@ class Service:
         PortUnavailable
             When the gRPC or the HTTP port cannot be bound (in use by another process: a second ``edgepath serve``
             on the same ports); nothing is left running then.
+        edgepath.security.tls.TlsKeyExposed
+            In profile ``prod``, when ``tls_key_file`` is open to others than its owner (checked once, before
+            anything is bound, for both servers; profile ``dev`` logs a warning); nothing was started.
         """
         s = self.settings
+        if not self.tls_key_checked:  # one key for gRPC TLS and HTTPS: one check before either listens
+            check_tls_key(s)
+            self.tls_key_checked = True
         # Both ports before anything starts, each this process's alone unless worker processes share them
         # (SO_REUSEPORT, `serve --workers N`): gRPC core's default SO_REUSEPORT let a second `edgepath serve` on the
         # same gRPC port start, and the kernel then split the calls between two services, each with its own state.

@@ -25,6 +25,7 @@ import ipaddress
 import json
 import os
 import tomllib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,6 +37,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 ENV_PREFIX = "EDGEPATH_"
 #: Joins a group and its field in environment variable names (``EDGEPATH_BANDIT__EXPLORE_PROB``).
 NESTED_DELIMITER = "__"
+#: Shortest HS256 key (``auth_jwt_key``) accepted, bytes: RFC 7518 §3.2 asks for a key of at least the hash
+#: output's size (256 bits). A shorter one can be found offline from one captured JWT, and with it admin tokens.
+MIN_JWT_KEY_BYTES = 32
 
 
 # --- per-engine groups (issue 14) -------------------------------------------------------------------------------
@@ -394,7 +398,9 @@ class Settings(BaseSettings):
         None, description="JSON file of SHA-256-hashed device tokens (`edgepath tokens add DEVICE` writes it)"
     )
     auth_jwt_key: SecretStr = Field(
-        SecretStr(""), description="HS256 key for device JWTs (claims: sub = device_id, exp; admin: bool)"
+        SecretStr(""),
+        description=f"HS256 key for device JWTs (claims: sub = device_id, exp; admin: bool), at least "
+        f"{MIN_JWT_KEY_BYTES} bytes (RFC 7518 §3.2)",
     )
     auth_admin_ids: list[str] = Field(
         default_factory=list, description="Identities (token device ids, certificate CNs, JWT subs) that are admins"
@@ -435,9 +441,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_insecure(self) -> Settings:
-        """Refuse to serve unauthenticated beyond loopback (any profile), and without auth + TLS in ``prod``."""
+        """Refuse to serve unauthenticated beyond loopback (any profile), without auth + TLS in ``prod``, and with
+        an HS256 JWT key shorter than :data:`MIN_JWT_KEY_BYTES` (any profile, :func:`jwt_key_problem`)."""
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("tls_cert_file and tls_key_file (EDGEPATH_TLS_CERT_FILE/_KEY_FILE) go together")
+        if problem := jwt_key_problem(self.auth_jwt_key.get_secret_value()):
+            raise ValueError(problem)
         if self.tls_client_ca_file is not None and not self.tls_enabled:
             raise ValueError("tls_client_ca_file (mTLS) needs tls_cert_file and tls_key_file")
         if not self.auth_enabled and not is_loopback(self.host):
@@ -555,9 +564,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
-        """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile."""
-        if self.profile != "dev" and not self.store_url.startswith("memory") and not self.hmac_key.get_secret_value():
+        """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile, and in ``dev`` too
+        unless both the bind address and the store are on this machine (:func:`dev_hmac_key_problem`)."""
+        if self.hmac_key.get_secret_value():
+            return self
+        if self.profile != "dev" and not self.store_url.startswith("memory"):
             raise ValueError("hmac_key (EDGEPATH_HMAC_KEY) must be set outside the dev profile with a shared store")
+        if problem := dev_hmac_key_problem(self.host, self.store_url):
+            raise ValueError(problem)
         return self
 
 
@@ -582,6 +596,65 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def jwt_key_problem(key: str) -> str | None:
+    """Why ``key`` may not be the HS256 JWT key (``auth_jwt_key``), or None when it may (or is empty: no JWTs).
+
+    A key shorter than :data:`MIN_JWT_KEY_BYTES` bytes (UTF-8) is refused in every profile: one captured device
+    JWT is enough to search for it offline, and whoever finds it mints admin tokens. PyJWT only warns.
+    """
+    size = len(key.encode())
+    if not key or size >= MIN_JWT_KEY_BYTES:
+        return None
+    return (
+        f"auth_jwt_key (EDGEPATH_AUTH_JWT_KEY) is {size} bytes long: an HS256 key needs at least "
+        f"{MIN_JWT_KEY_BYTES} bytes (256 bits, RFC 7518 §3.2), or one captured JWT lets it be guessed offline; "
+        "generate one with: head -c 32 /dev/urandom | base64"
+    )
+
+
+def store_is_local(store_url: str) -> bool:
+    """True when a shared store's URL names this machine: ``unix://`` (a local socket), or a ``redis://`` /
+    ``rediss://`` host that :func:`is_loopback` accepts (no host: redis-py's default, ``localhost``)."""
+    if store_url.startswith("unix://"):
+        return True
+    try:
+        host = urllib.parse.urlsplit(store_url).hostname
+    except ValueError:  # a malformed URL: nothing says it is local
+        return False
+    return host is None or is_loopback(host)
+
+
+def _url_host(url: str) -> str:
+    """The host part of a URL alone (never its password), for messages."""
+    try:
+        return urllib.parse.urlsplit(url).hostname or "localhost"
+    except ValueError:
+        return "an unparsable URL"
+
+
+def dev_hmac_key_problem(host: str, store_url: str) -> str | None:
+    """Why model snapshots on ``store_url`` may not be signed with the published dev key
+    (:data:`edgepath.training.snapshots.DEV_HMAC_KEY`, used when ``hmac_key`` is empty), or None when they may.
+
+    Replicas unpickle what verifies under the key, so with the dev key whoever can write to the store runs code in
+    every replica. Allowed only where that is this machine alone: a store that is not shared, or a shared one on
+    loopback (or a Unix socket) served on a loopback address. A non-loopback bind address or store host is refused.
+    """
+    if not store_url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    exposed = [
+        *([] if is_loopback(host) else [f"serving on {host!r}"]),
+        *([] if store_is_local(store_url) else [f"the store is on {_url_host(store_url)!r}"]),
+    ]
+    if not exposed:
+        return None
+    return (
+        f"hmac_key (EDGEPATH_HMAC_KEY) must be set with a shared store when {' and '.join(exposed)}: without it "
+        "model snapshots are signed with the published dev key, and whoever can write to the store has every "
+        "replica unpickle (run) what it wrote; set EDGEPATH_HMAC_KEY=$(head -c 32 /dev/urandom | base64)"
+    )
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:

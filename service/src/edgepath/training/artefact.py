@@ -9,9 +9,10 @@ Layout of an artefact directory (e.g. ``models/primary-path-v1/``)::
     SHA256SUMS    ``sha256sum`` format: "<hex>  model.pkl" and "<hex>  card.json"
     model.hmac    optional: hex HMAC-SHA256 of model.pkl under a shared key
 
-Integrity rule: :func:`load_artefact` hashes ``model.pkl`` and ``card.json``,
-compares with ``SHA256SUMS`` (and, when a key is given, checks ``model.hmac``
-with :func:`hmac.compare_digest`) and only then unpickles. A checksum detects
+Integrity rule: :func:`load_artefact` reads ``model.pkl`` and ``card.json`` once each,
+hashes those bytes, compares with ``SHA256SUMS`` (and, when a key is given, checks ``model.hmac``
+with :func:`hmac.compare_digest`) and only then unpickles the very bytes it checked: a file replaced
+between the check and the load is never what is unpickled. A checksum detects
 corruption (truncated copy, bit rot, a hand edit); it does not authenticate:
 whoever can write the directory can rewrite the sums. Authenticity needs the
 HMAC key (``EDGEPATH_HMAC_KEY``): ``edgepath train-offline --sign`` signs what it trains, and
@@ -59,8 +60,8 @@ class Artefact:
     card: dict[str, Any]
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _hmac(data: bytes, key: bytes) -> str:
@@ -83,13 +84,17 @@ def save_artefact(
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "feature_names": list(FEATURE_NAMES), "bandit": bandit, "classifier": classifier}
-    (directory / MODEL_FILE).write_bytes(cloudpickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
-    (directory / CARD_JSON).write_text(json.dumps(card, indent=2, sort_keys=False) + "\n")
+    # sums and signature of the bytes written, not of a later read of the files
+    written = {
+        MODEL_FILE: cloudpickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL),
+        CARD_JSON: (json.dumps(card, indent=2, sort_keys=False) + "\n").encode(),
+    }
+    for name, data in written.items():
+        (directory / name).write_bytes(data)
     (directory / CARD_MD).write_text(card_markdown)
-    sums = "".join(f"{_sha256(directory / name)}  {name}\n" for name in (MODEL_FILE, CARD_JSON))
-    (directory / SUMS_FILE).write_text(sums)
+    (directory / SUMS_FILE).write_text("".join(f"{_sha256(data)}  {name}\n" for name, data in written.items()))
     if hmac_key:
-        (directory / HMAC_FILE).write_text(_hmac((directory / MODEL_FILE).read_bytes(), hmac_key) + "\n")
+        (directory / HMAC_FILE).write_text(_hmac(written[MODEL_FILE], hmac_key) + "\n")
     return directory
 
 
@@ -100,6 +105,22 @@ def _resolve(path: Path | str) -> Path:
 
 def verify_artefact(path: Path | str, hmac_key: bytes | None = None) -> Path:
     """Check ``SHA256SUMS`` (and the HMAC when ``hmac_key`` is given) without unpickling.
+
+    What it says holds for the files as they were read here: to use their content, use what
+    :func:`load_artefact` returns (it unpickles the bytes it checked), not a later read of the files.
+
+    Raises
+    ------
+    ArtefactError
+        Naming the file that is missing or does not match.
+    """
+    return _verified(path, hmac_key)[0]
+
+
+def _verified(path: Path | str, hmac_key: bytes | None = None) -> tuple[Path, dict[str, bytes]]:
+    """The artefact directory and the bytes of ``model.pkl`` and ``card.json``, each read once, checked against
+    ``SHA256SUMS`` (and ``model.hmac`` when ``hmac_key`` is given): the caller uses these bytes, never the files
+    again, so a file swapped after the check is not what it gets.
 
     Raises
     ------
@@ -117,51 +138,59 @@ def verify_artefact(path: Path | str, hmac_key: bytes | None = None) -> Path:
         parts = line.strip().split()
         if len(parts) == 2:
             expected[parts[1].lstrip("*")] = parts[0].lower()
+    contents: dict[str, bytes] = {}
     for name in (MODEL_FILE, CARD_JSON):
         file = directory / name
         if name not in expected:
             raise ArtefactError(f"model artefact {directory}: {SUMS_FILE} has no checksum for {name}")
-        if not file.is_file():
-            raise ArtefactError(f"model artefact {directory}: {name} is missing")
-        actual = _sha256(file)
+        try:
+            data = file.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            raise ArtefactError(f"model artefact {directory}: {name} is missing") from None
+        actual = _sha256(data)
         if not hmac.compare_digest(actual, expected[name]):
             raise ArtefactError(
                 f"model artefact {directory}: {name} is corrupted (SHA-256 {actual[:12]}…, "
                 f"{SUMS_FILE} says {expected[name][:12]}…); refusing to load it"
             )
+        contents[name] = data
     if hmac_key:
         sig_path = directory / HMAC_FILE
         if not sig_path.is_file():
             raise ArtefactError(f"model artefact {directory} is not signed ({HMAC_FILE} missing) but a key is set")
-        want = _hmac((directory / MODEL_FILE).read_bytes(), hmac_key)
+        want = _hmac(contents[MODEL_FILE], hmac_key)
         if not hmac.compare_digest(sig_path.read_text().strip(), want):
             raise ArtefactError(f"model artefact {directory}: HMAC signature does not match; refusing to load it")
-    return directory
+    return directory, contents
 
 
 def sign_artefact(path: Path | str, hmac_key: bytes, out: Path | str | None = None) -> Path:
     """Sign an artefact with ``hmac_key`` (``model.hmac``: hex HMAC-SHA256 of ``model.pkl``, as
     :func:`save_artefact` writes it); returns the signed directory.
 
-    The artefact's ``SHA256SUMS`` is checked first: a corrupted model is never signed. With ``out`` the artefact's
-    files are copied there and the copy is signed (a shipped model stays as it is); without it, in place. The
-    result is verified with the key before it is returned.
+    The artefact's ``SHA256SUMS`` is checked first: a corrupted model is never signed. The signature is of the
+    bytes that check read (a file replaced after it fails the final verification instead of being signed). With
+    ``out`` the checked bytes are written there with the artefact's other files and the copy is signed (a shipped
+    model stays as it is); without it, in place. The result is verified with the key before it is returned.
 
     Raises
     ------
     ArtefactError
-        When ``hmac_key`` is empty, or the artefact is missing or corrupted (naming the file).
+        When ``hmac_key`` is empty, or the artefact is missing or corrupted (naming the file), or changed while
+        it was being signed.
     """
     if not hmac_key:
         raise ArtefactError("signing a model artefact needs an HMAC key (EDGEPATH_HMAC_KEY)")
-    directory = verify_artefact(path)
+    directory, contents = _verified(path)
     target = directory if out is None else Path(out)
     if target.resolve() != directory.resolve():
         target.mkdir(parents=True, exist_ok=True)
-        for name in (MODEL_FILE, CARD_JSON, CARD_MD, SUMS_FILE):
+        for name in (CARD_MD, SUMS_FILE):
             if (directory / name).is_file():
                 shutil.copy2(directory / name, target / name)
-    (target / HMAC_FILE).write_text(_hmac((target / MODEL_FILE).read_bytes(), hmac_key) + "\n")
+        for name, data in contents.items():
+            (target / name).write_bytes(data)
+    (target / HMAC_FILE).write_text(_hmac(contents[MODEL_FILE], hmac_key) + "\n")
     return verify_artefact(target, hmac_key)
 
 
@@ -181,10 +210,10 @@ def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
         Missing or corrupted files (checked *before* unpickling), a wrong
         signature, or a model trained with another feature layout.
     """
-    directory = verify_artefact(path, hmac_key)
+    directory, contents = _verified(path, hmac_key)  # each file read once: what was checked is what is loaded
     try:
-        card = json.loads((directory / CARD_JSON).read_text())
-        payload = pickle.loads((directory / MODEL_FILE).read_bytes())
+        card = json.loads(contents[CARD_JSON])
+        payload = pickle.loads(contents[MODEL_FILE])  # the checked bytes (SHA256SUMS, and model.hmac with a key)
     except Exception as exc:  # a checksummed file that still fails to load: incompatible libraries
         raise ArtefactError(f"model artefact {directory} could not be loaded: {exc}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:

@@ -62,7 +62,9 @@ from edgepath.training.online import ModelRegistry, PublishConflictError
 log = logging.getLogger(__name__)
 
 _DOMAIN = b"edgepath-snapshot-v1"
-#: Used only in the ``dev`` profile when no key is configured (settings refuse this elsewhere).
+#: Published, so it authenticates nothing: used only in the ``dev`` profile when no key is configured and both the
+#: bind address and the shared store are on loopback (settings refuse it elsewhere:
+#: :func:`edgepath.settings.dev_hmac_key_problem`), where whoever could write to the store is on this machine.
 DEV_HMAC_KEY = b"edgepath-dev-insecure-hmac-key"
 
 
