@@ -45,6 +45,8 @@ pytestmark = pytest.mark.timeout(1800)
 
 #: Kinds from CRDs (no schema in kubernetes-validate): checked structurally below instead.
 CRD_KINDS = {"ServiceMonitor", "GRPCRoute", "PrometheusRule", "BackendTLSPolicy"}
+#: A device JWT key the service accepts (32 bytes or more, RFC 7518 §3.2).
+JWT_KEY = "j" * 32
 
 
 def _settings_env_names() -> set[str]:
@@ -435,6 +437,7 @@ def test_the_helm_test_pod_goes_where_the_deciders_may(render: Any) -> None:
         (["--set", "settings.grpcPort=70000"], "grpcPort"),
         (["--set", "redis.url=http://x"], "url"),
         (["--set", "tls.renewBeforeDays=365"], "renewBeforeDays"),
+        (["--set", "secrets.jwtKey=too-short"], "jwtKey"),  # the pods would refuse it at start: refused here
     ],
 )
 def test_invalid_values_are_refused_with_a_reason(render: Any, args: list[str], message: str) -> None:
@@ -609,10 +612,16 @@ def test_repo_built_helm_reports_a_current_kubernetes_version(helm_bin: str, tmp
 @pytest.mark.parametrize(
     ("args", "what"),
     [
-        (["--set", "secrets.jwtKey=j", "--set", "tls.existingSecret=t", "--set", "redis.auth.password=p"], "HMAC"),
+        (
+            ["--set", "secrets.jwtKey=" + JWT_KEY, "--set", "tls.existingSecret=t", "--set", "redis.auth.password=p"],
+            "HMAC",
+        ),
         (["--set", "secrets.hmacKey=h", "--set", "tls.existingSecret=t", "--set", "redis.auth.password=p"], "JWT"),
-        (["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=j", "--set", "tls.existingSecret=t"], "Redis"),
-        (["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=j", "--set", "redis.auth.password=p"], "TLS"),
+        (
+            ["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=" + JWT_KEY, "--set", "tls.existingSecret=t"],
+            "Redis",
+        ),
+        (["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=" + JWT_KEY, "--set", "redis.auth.password=p"], "TLS"),
     ],
 )
 def test_generated_keys_are_refused_without_a_cluster(helm_bin: str, args: list[str], what: str) -> None:
@@ -622,7 +631,7 @@ def test_generated_keys_are_refused_without_a_cluster(helm_bin: str, args: list[
     )
     assert proc.returncode != 0
     assert "refusing to generate" in proc.stderr and what in proc.stderr and "existingSecret" in proc.stderr
-    given = ["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=j", "--set", "tls.existingSecret=t"]
+    given = ["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=" + JWT_KEY, "--set", "tls.existingSecret=t"]
     ok = subprocess.run(
         [helm_bin, "template", "ep", str(CHART), *given, "--set", "redis.auth.password=p"],
         capture_output=True,
