@@ -230,8 +230,10 @@ def test_each_edge_of_a_history_decodes_as_pydantic_validates_it(case: str, hist
 
 #: Each measurement's bounds as the model declares them (dBm, Mbit/s, MHz, dBm, dB, dB, CQI, dBm, ms, fraction, dB,
 #: Mbit/s, dB, MHz), in the proto's order.
-MEASUREMENT_BOUNDS = {m: (f.metadata[0].ge, f.metadata[1].le) for m, f in InterfaceContext.model_fields.items()
-                      if m not in ("name", "access_type")}  # fmt: skip
+_MEASUREMENTS = {m: next(a for a in p["anyOf"] if a["type"] != "null")  # from the JSON schema: types.Cqi's too
+                 for m, p in InterfaceContext.model_json_schema()["properties"].items()
+                 if m not in ("name", "access_type")}  # fmt: skip
+MEASUREMENT_BOUNDS = {m: (p["minimum"], p["maximum"]) for m, p in _MEASUREMENTS.items()}
 #: Names at and just past each rule of ``IFNAME_PATTERN`` and the length bound (characters).
 IFNAMES = ["wlan0", "w" * MAX_NAME_LEN, "w" * (MAX_NAME_LEN + 1), "é" * MAX_NAME_LEN, "é" * (MAX_NAME_LEN + 1), ""]
 IFNAMES += [f"w{c}0" for c in ("/", " ", "\t", "\n", "\x00", "\x1f", "\x7f", "\x80", "\x85", "\xa0", "\u2003")]

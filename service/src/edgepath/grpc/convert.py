@@ -38,6 +38,7 @@ from edgepath.types import (
     ServerSelection,
     SteeringAdvice,
     SubflowHistory,
+    json_integer,
 )
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -205,7 +206,11 @@ def _column_schema(field: Any) -> tuple[int, float, float] | None:
     items = schema.get("items_schema", {})
     if schema.get("type") != "list" or set(schema) - {"type", "items_schema", "max_length", "metadata"}:
         return None
-    if items.get("type") != "float" or set(items) - {"type", "ge", "le", "metadata"} or "max_length" not in schema:
+    if (
+        items.get("type") != "float"
+        or set(items) - {"type", "ge", "le", "metadata", "strict"}
+        or "max_length" not in schema
+    ):
         return None
     if "ge" not in items or "le" not in items:
         return None
@@ -258,6 +263,17 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     }
 
 
+def _json_number(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """A measurement's number schema without what only JSON can send: ``strict`` (types.Number: no ``true``, no
+    ``"12"``) and the integer's pre-check (types.JSON_INTEGER), which a protobuf double or int32 always passes; None
+    for any other wrapper (the compiled check would not be the model's)."""
+    if schema.get("type") == "function-before":
+        if schema.get("function", {}).get("function") is not json_integer:
+            return None
+        schema = schema.get("schema", {})
+    return {k: v for k, v in schema.items() if k != "strict"} if schema.get("strict", True) is True else None
+
+
 def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> dict[str, Any] | None:
     """What the compiled decoding checks before it builds a ``model`` instance of an interface
     (``edgepath_native.InterfaceModel``), read from the model's own core schema: the name's most characters (its
@@ -283,7 +299,10 @@ def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> 
         kind = "int" if measurement == "cqi" else "float"
         if field.get("type") != "default" or field.get("default") is not None:
             return None
-        if field["schema"].get("type") != "nullable" or set(inner) != {"type", "ge", "le"} or inner["type"] != kind:
+        if field["schema"].get("type") != "nullable":
+            return None
+        inner = _json_number(inner)
+        if inner is None or set(inner) - {"metadata"} != {"type", "ge", "le"} or inner["type"] != kind:
             return None
         bounds.append((float(inner["ge"]), float(inner["le"])))
     return {"name_max": name["max_length"], "bounds": bounds}
