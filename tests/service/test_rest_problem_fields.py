@@ -246,6 +246,7 @@ def test_error_message_is_the_validators_own(x: Any, message: str | None) -> Non
         ({"link_speed_mbps": "144"}, None, "interfaces[0].link_speed_mbps", "Input should be a valid number"),
         ({"cqi": True}, None, "interfaces[0].cqi", "Input should be a valid integer"),
         ({"cqi": 9.5}, None, "interfaces[0].cqi", "Input should be a valid integer"),
+        ({"cqi": 9.0}, None, "interfaces[0].cqi", "Input should be a valid integer"),
         ({"cqi": "9"}, None, "interfaces[0].cqi", "Input should be a valid integer"),
         ({"loss": False}, None, "interfaces[0].loss", "Input should be a valid number"),
         (None, {"interface": "wlan0", "rtt_t_ms": [1.7e12], "rtt_ms": ["12"]}, "subflow_histories[0].rtt_ms[0]", ""),
@@ -260,16 +261,15 @@ def test_a_boolean_or_a_string_is_no_number(
     message: str,
 ) -> None:
     """A JSON ``true`` or ``"144"`` where the schema says number is a client's bug, refused naming the field (pydantic's
-    lax mode took them as 1 and 144, and the service decided on them); a JSON integer stays a number, and ``9.0`` an
-    integer."""
+    lax mode took them as 1 and 144, and the service decided on them); a JSON integer stays a number, and an integer
+    member takes JSON integers only (``9.0`` is refused, as ``true`` and ``"9"``)."""
     body = context("dev-a", interfaces=[{**WIFI, **(where or {})}])
     if value is not None:
         body["subflow_histories"] = [value]
     got = problem(app, 422, "POST", "/v1/recommendations", json=body, headers=auth(tokens, "dev-a"))
     assert got["field"] == field
     assert got["message"].startswith(message)
-    # an integer where a float goes, and 9.0 for an integer (JSON Schema 2020-12: a number with a zero fraction)
-    fine = context("dev-a", interfaces=[{**WIFI, "wifi_rssi_dbm": -60, "cqi": 9.0}])
+    fine = context("dev-a", interfaces=[{**WIFI, "wifi_rssi_dbm": -60, "cqi": 9}])  # an integer where a float goes
     (resp,) = call_all(app, [("POST", "/v1/recommendations", {"json": fine, "headers": auth(tokens, "dev-a")})])
     assert resp.status_code == 200, resp.text
 

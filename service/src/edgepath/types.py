@@ -102,9 +102,10 @@ def json_integer(value: Any) -> Any:
 #: integer, or a number with a zero fraction (``9.0``: an integer to JSON Schema 2020-12, OpenAPI 3.1's), is taken; a
 #: boolean, a string or ``9.5`` is invalid (422 / MEC 015's 400 naming the member).
 JSON_INTEGER = BeforeValidator(json_integer)
-#: A CQI a device sends (:data:`JSON_INTEGER`); the bounds inside the ``Annotated``, before the validator, stay in
-#: pydantic-core's integer check (on the attribute's ``Field`` they would become two Python validators after it).
-Cqi = Annotated[int, Field(ge=0, le=15), JSON_INTEGER]
+#: What a device sends as an integer (CQI, sizes in bytes): a JSON integer and nothing else (no ``true``, no ``"9"``,
+#: no ``9.0``), checked in pydantic-core with its bounds (the MEC 015 API, whose spec is OpenAPI 3.1, takes ``9.0``
+#: too: :data:`JSON_INTEGER`).
+Integer = Annotated[int, Strict()]
 
 MAX_INTERFACES = 16
 #: Smallest duration or RTT sample accepted, ms (1 µs). Smaller values are no measurement, and as divisors
@@ -133,7 +134,7 @@ class InterfaceContext(BaseModel):
     rsrp_dbm: Number | None = Field(None, ge=-156.0, le=-31.0, description="RSRP, dBm")
     rsrq_db: Number | None = Field(None, ge=-34.0, le=2.5, description="RSRQ, dB")
     sinr_db: Number | None = Field(None, ge=-30.0, le=50.0, description="SINR / RSSNR, dB")
-    cqi: Cqi | None = Field(None, description="Channel quality indicator")
+    cqi: Integer | None = Field(None, ge=0, le=15, description="Channel quality indicator")
     cell_rssi_dbm: Number | None = Field(None, ge=-140.0, le=0.0, description="Cellular RSSI, dBm")
     rtt_ms: Number | None = Field(None, ge=0.0, le=600_000.0, description="Path RTT, ms")
     loss: Number | None = Field(None, ge=0.0, le=1.0, description="Path loss, fraction")
@@ -380,8 +381,6 @@ MAX_CANDIDATES = 16
 MAX_RTT_SAMPLES = 64
 #: Largest content size accepted, bytes (1 PB).
 MAX_CONTENT_BYTES = 10**15
-#: A size in bytes a device sends (:data:`JSON_INTEGER`), at most :data:`MAX_CONTENT_BYTES`.
-ContentBytes = Annotated[int, Field(ge=0, le=MAX_CONTENT_BYTES), JSON_INTEGER]
 
 RttSampleMs = Annotated[
     float, Strict(), Field(ge=MIN_MEASURED_MS, le=600_000.0, description="RTT sample, ms (≥ 0.001)")
@@ -418,7 +417,7 @@ class ContentRequest(BaseModel):
 
     model_config = _STRICT
 
-    expected_size_bytes: ContentBytes = Field(description="Expected content size, bytes")
+    expected_size_bytes: Integer = Field(ge=0, le=MAX_CONTENT_BYTES, description="Expected content size, bytes")
     candidates: list[CandidateServer] = Field(min_length=1, max_length=MAX_CANDIDATES)
     default_interface: str | None = Field(
         None, min_length=1, max_length=MAX_NAME_LEN, description="Default DNS interface (DSS answer); None = first"
@@ -450,7 +449,7 @@ class ServerTransfer(BaseModel):
     model_config = _STRICT
 
     address: str = Field(min_length=1, max_length=255)
-    size_bytes: ContentBytes = Field(description="Bytes transferred")
+    size_bytes: Integer = Field(ge=0, le=MAX_CONTENT_BYTES, description="Bytes transferred")
     duration_ms: Number = Field(
         ge=MIN_MEASURED_MS, le=1e9, description="Transfer duration, ms (≥ 0.001: it divides the goodput)"
     )
