@@ -228,7 +228,7 @@ def authed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningSe
         yield svc, token
 
 
-def test_the_stream_is_authenticated_once_and_each_message_must_be_the_callers(
+def test_the_stream_is_authenticated_and_each_message_must_be_the_callers(
     authed: tuple[RunningService, str],
 ) -> None:
     svc, token = authed

@@ -48,6 +48,13 @@ def _lte() -> InterfaceContext:
     return InterfaceContext(name="wwan0", access_type=AccessType.LTE, rsrp_dbm=-90.0)
 
 
+def _content(*addresses: str) -> dict[str, Any]:
+    """A request's ``content`` block offering ``addresses`` (a transfer's server must be one of them)."""
+    paths = [{"interface": "wlan0", "rtt_ms_samples": [20.0]}]
+    candidates = [{"address": a, "dns_interface": "wlan0", "paths": paths} for a in addresses]
+    return {"expected_size_bytes": 5_000_000, "candidates": candidates}
+
+
 @pytest.mark.parametrize("mbps", [0.0, 6.5, 54.0, 866.7, 2402.0])
 def test_capacity_decodes_the_reported_link_speed(mbps: float) -> None:
     d = _decision([_wifi(mbps)])
@@ -168,7 +175,7 @@ def test_implausible_outcome_is_refused_over_rest() -> None:
 
 async def test_guard_bounds_the_rate_an_ssmp_transfer_implies() -> None:
     guard = OutcomeGuard(1.5, None, MemoryQuarantine())
-    d = _decision([_wifi(100.0)])
+    d = dataclasses.replace(_decision([_wifi(100.0)]), server_candidates=("192.0.2.1",))
     ok = {"address": "192.0.2.1", "size_bytes": 10_000_000, "duration_ms": 1000.0}  # 80 Mbit/s
     report = OutcomeReport(device_id="dev-a", decision_id="d1", throughput_bps=8e7, server_transfer=ok)
     assert await guard.admit(d, report) is True
@@ -189,7 +196,8 @@ def test_denormal_transfer_duration_is_a_4xx_naming_the_field(duration_ms: float
         running_service() as svc,
         httpx.Client(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http,
     ):
-        rec = http.post("/v1/recommendations", json=context_body("dev-a", link_speed_mbps=50.0)).json()
+        request = {**context_body("dev-a", link_speed_mbps=50.0), "content": _content("192.0.2.1")}
+        rec = http.post("/v1/recommendations", json=request).json()
         body: dict[str, Any] = {
             "device_id": "dev-a",
             "decision_id": rec["decision_id"],
@@ -214,7 +222,7 @@ def test_denormal_transfer_duration_is_invalid_argument_over_grpc(duration_ms: f
     with running_service() as svc, grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
         stub = pb_grpc.PathServiceStub(channel)
         request = pb.RecommendRequest(device_id="dev-a")
-        body = context_body("dev-a", link_speed_mbps=50.0)
+        body = {**context_body("dev-a", link_speed_mbps=50.0), "content": _content("192.0.2.1")}
         for i in body["interfaces"]:
             i["access_type"] = f"ACCESS_TYPE_{i['access_type']}"
         json_format.ParseDict(body, request)

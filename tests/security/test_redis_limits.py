@@ -7,6 +7,7 @@ loopback port, stopped by pid); skipped when the binary is missing.
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,14 +103,14 @@ def test_the_shared_outcome_cap_counts_every_report_a_device_makes(redis_url: st
         assert_outcome_cap_counts_every_report(svc.http_port, "dev-cap")
 
 
-async def test_a_batch_takes_one_shared_token_per_distinct_device(redis_url: str) -> None:
-    """RecommendBatch's callers (EdgeSecurity.admit_all): the Redis token calls run concurrently, each device
-    pays one token, and an empty bucket refuses with RateLimited (as the sequential loop did)."""
-    from edgepath.errors import RateLimited
-    from edgepath.security import EdgeSecurity
+async def test_a_batch_takes_one_shared_token_per_decision(redis_url: str) -> None:
+    """RecommendBatch's callers (EdgeSecurity.admit_batch): the Redis token calls of several devices run
+    concurrently, each device pays one token per item it names (one script call with its cost), an empty bucket
+    refuses with RateLimited naming the batch, and a cost above the burst is refused as invalid input."""
+    from edgepath.errors import InvalidInput, RateLimited
+    from edgepath.security import EdgeSecurity, batch_costs
     from edgepath.security.auth import Authenticator
     from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard
-    from edgepath.types import Principal
 
     client = Redis.from_url(redis_url)
     try:
@@ -119,13 +120,19 @@ async def test_a_batch_takes_one_shared_token_per_distinct_device(redis_url: str
             request_limiter=FallbackRateLimiter(limiter, MemoryRateLimiter(0.01, 2)),
             guard=OutcomeGuard(10.0, MemoryRateLimiter(1.0, 1), MemoryQuarantine(())),
         )
-        devices = [Principal(device_id=f"gw-{i}") for i in range(20)]
-        await security.admit_all(devices)
-        await security.admit_all(devices)  # burst 2: a second token each
+        devices = [f"gw-{i}" for i in range(20)]
+        await security.admit_batch(batch_costs(None, devices), len(devices))
+        await security.admit_batch(batch_costs(None, devices), len(devices))  # burst 2: a second token each
         assert await limiter.acquire("gw-0") > 0.0 and await limiter.acquire("gw-19") > 0.0  # both buckets empty
-        with pytest.raises(RateLimited):
-            await security.admit_all([Principal(device_id="fresh"), devices[3]])
+        with pytest.raises(RateLimited, match="batch of 2 decisions"):
+            await security.admit_batch(batch_costs(None, ["fresh", devices[3]]), 2)
         assert await limiter.acquire("fresh") == 0.0  # burst 2: one token left after the batch took one
         assert await limiter.acquire("fresh") > 0.0
+        await security.admit_batch(batch_costs(None, ["pair", "pair"]), 2)  # one device's two items: one call
+        assert await limiter.acquire("pair") > 0.0
+        assert await limiter.acquire("whole", 2) == 0.0 and await limiter.acquire("whole-2", 3) == math.inf
+        with pytest.raises(InvalidInput) as err:
+            await security.admit_batch(batch_costs(None, ["many"] * 3), 3)  # more than the bucket holds
+        assert err.value.field == "requests"
     finally:
         await client.aclose()

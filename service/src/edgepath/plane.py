@@ -22,6 +22,7 @@ import dataclasses
 import enum
 import functools
 import logging
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -45,6 +46,7 @@ from edgepath.types import (
     PRIMARY_PATH_SECTION,
     AccessType,
     ApplicationProfile,
+    ContentRequest,
     OutcomeAck,
     OutcomeReport,
     Principal,
@@ -191,7 +193,14 @@ def _decision_record(
         link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
         context=_raw_context(request),
         application_profile=_NAME[request.application_profile],  # congestion edge measurements (issue 20)
+        server_candidates=() if request.content is None else _candidate_addresses(request.content),
     )
+
+
+def _candidate_addresses(content: ContentRequest) -> tuple[str, ...]:
+    """The distinct candidate server addresses of ``content``, in request order (``DecisionRecord.server_candidates``:
+    the servers an outcome's ``server_transfer`` may name)."""
+    return tuple(dict.fromkeys(c.address for c in content.candidates))
 
 
 class DecisionPlane:
@@ -443,6 +452,11 @@ class DecisionPlane:
             Unknown or expired ``decision_id``.
         PermissionDenied
             The decision belongs to another device.
+        InvalidInput
+            The outcome guard found it implausible (:meth:`~edgepath.security.plausibility.OutcomeGuard.admit`: the
+            field named, counted as ``edgepath_outcomes_total{result="implausible"}``); nothing is recorded.
+        RateLimited
+            The device's outcome cap is spent.
         """
         if principal.device_id != report.device_id and not principal.is_admin:
             raise PermissionDenied("device_id does not match the authenticated device", field="device_id")
@@ -462,9 +476,17 @@ class DecisionPlane:
             latency_threshold_ms=self.settings.bandit.reward_latency_ms,
         )
         # security: bounded learning (raises InvalidInput / RateLimited; False = quarantined, never trained on)
-        if self.guard is not None and not await self.guard.admit(decision, report, cap_token):
-            self.metrics.outcomes.labels("quarantined").inc()
-            return OutcomeAck(decision_id=report.decision_id, accepted=False, duplicate=False, reward=reward)
+        max_rate_bps = math.inf
+        if self.guard is not None:
+            try:
+                bound = await self.guard.admission(decision, report, cap_token)
+            except InvalidInput:  # implausible: refused naming the field, nothing recorded
+                self.metrics.outcomes.labels("implausible").inc()
+                raise
+            if bound is None:
+                self.metrics.outcomes.labels("quarantined").inc()
+                return OutcomeAck(decision_id=report.decision_id, accepted=False, duplicate=False, reward=reward)
+            max_rate_bps = bound
         result = await self.store.claim_outcome(
             OutcomeRecord(
                 decision_id=decision.decision_id,
@@ -489,7 +511,9 @@ class DecisionPlane:
         if result is ClaimResult.NEW:  # the engines learn once per decision
             self._apprentice_observe(decision, report)
             self.observe_joined(decision, report, reward)
-            lesson = OutcomeInput(report=report, decision=decision, store=self.store, now_s=time.time())
+            lesson = OutcomeInput(
+                report=report, decision=decision, store=self.store, now_s=time.time(), max_rate_bps=max_rate_bps
+            )
             for engine in self.engines:
                 await engine.learn(lesson)
         return OutcomeAck(

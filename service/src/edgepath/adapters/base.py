@@ -29,6 +29,7 @@ Adapters are built from :class:`~edgepath.settings.Settings` and registered in o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -74,13 +75,18 @@ class DecisionInput:
 class OutcomeInput:
     """What an adapter may learn from: the device's report, the decision it answers, the store.
 
-    ``now_s`` is the time the outcome was accepted, Unix seconds.
+    ``now_s`` is the time the outcome was accepted, Unix seconds. ``max_rate_bps`` is the largest rate, bit/s, the
+    device can plausibly have measured on this decision (the outcome guard's bound:
+    :meth:`~edgepath.security.plausibility.OutcomeGuard.max_throughput_bps`, ``plausibility_factor`` × the
+    capacity the device reported in the decision's context); ``math.inf`` without a guard. An adapter bounds any
+    rate it derives from the report (SSMP's Eq. 2 score) by it.
     """
 
     report: OutcomeReport
     decision: DecisionRecord
     store: StateStore
     now_s: float
+    max_rate_bps: float = math.inf
 
 
 class EngineAdapter(Protocol):

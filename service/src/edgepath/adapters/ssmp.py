@@ -6,6 +6,12 @@ outcome's ``server_transfer``: Q_new of the completed transfer (Eq. 2) smoothed 
 stored score (Eq. 3, ``StateStore.update_server_score``), and each reported path's B and p folded
 into the server's stored per-path estimates with the same EWMA weight α.
 
+Every device's selection reads those stored scores, so what one outcome may contribute is bounded: the outcome
+guard (:mod:`edgepath.security.plausibility`) refuses a transfer from a server the decision was not choosing
+among, and one whose goodput or any path's B is above the reporting device's plausibility bound
+(``plausibility_factor`` × the capacity it reported in the decision's context); Q_new and each B are taken at
+most at that bound here (``OutcomeInput.max_rate_bps``).
+
 Per-path B and p (§IV-B-1: B is "based on the previous transmission"): a candidate path the device
 sends without ``loss`` or ``bandwidth_bps`` takes the server's stored estimate for that interface, so
 a device that only measures RTTs at decision time (its pings) still gets the elephant rule once the
@@ -106,7 +112,11 @@ async def select_server(
 
 
 async def record_server_transfer(
-    selector: ssmp.SsmpSelector, store: StateStore, transfer: ep_types.ServerTransfer, now_s: float
+    selector: ssmp.SsmpSelector,
+    store: StateStore,
+    transfer: ep_types.ServerTransfer,
+    now_s: float,
+    max_rate_bps: float = math.inf,
 ) -> None:
     """Fold a completed transfer into the server's stored score and per-path B and p.
 
@@ -114,16 +124,30 @@ async def record_server_transfer(
     estimate), else the transfer's goodput (:func:`edgepath.engines.ssmp.transfer_q_new_bps`); it is
     smoothed by Eq. 3. Each path's reported B and p are smoothed into the stored ones with the same
     α (a stale stored estimate is replaced, as Eq. 3 does with a stale Q).
+
+    ``max_rate_bps`` bounds what one transfer contributes, bit/s: each path's B and Q_new are taken at most at
+    it (``OutcomeInput.max_rate_bps``: the outcome guard's plausibility bound for the reporting device, which has
+    already refused a report whose B or goodput exceeds it). Eq. 2 sums over paths, and a path's B missing from
+    the report comes from the stored estimates, so Q_new could otherwise exceed the device's whole capacity;
+    the stored score is read by every device's selection.
     """
     prev = (await store.get_server_scores([transfer.address])).get(transfer.address)
     prev_state = ssmp.ServerState(prev.q_bps, prev.updated_at) if prev else None
     fresh = not ssmp.is_stale(prev_state, now_s, selector.config.stale_age_s)
-    paths = with_stored_paths(transfer.paths, prev, fresh)
-    q_new = ssmp.transfer_q_new_bps(transfer.size_bytes, transfer.duration_ms, paths)
+    reported = transfer.paths
+    if any(p.bandwidth_bps is not None and p.bandwidth_bps > max_rate_bps for p in reported):
+        reported = [
+            p.model_copy(update={"bandwidth_bps": max_rate_bps})
+            if p.bandwidth_bps is not None and p.bandwidth_bps > max_rate_bps
+            else p
+            for p in reported
+        ]
+    paths = with_stored_paths(reported, prev, fresh)
+    q_new = min(ssmp.transfer_q_new_bps(transfer.size_bytes, transfer.duration_ms, paths), max_rate_bps)
     state = selector.update(q_new, prev_state, now_s)
     alpha = selector.config.alpha
     estimates: dict[str, PathEstimate] = dict(prev.paths) if prev is not None and fresh else {}
-    for p in transfer.paths:
+    for p in reported:
         old = estimates.get(p.interface) or PathEstimate()
         estimates[p.interface] = PathEstimate(
             bandwidth_bps=_ewma(p.bandwidth_bps, old.bandwidth_bps, alpha), loss=_ewma(p.loss, old.loss, alpha)
@@ -156,4 +180,6 @@ class SsmpAdapter(EngineAdapter):
 
     async def learn(self, outcome: OutcomeInput) -> None:
         if outcome.report.server_transfer is not None:
-            await record_server_transfer(self.selector, outcome.store, outcome.report.server_transfer, outcome.now_s)
+            await record_server_transfer(
+                self.selector, outcome.store, outcome.report.server_transfer, outcome.now_s, outcome.max_rate_bps
+            )

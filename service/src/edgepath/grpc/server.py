@@ -27,8 +27,8 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_violati
 from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
-from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, declared_callers
-from edgepath.security.auth import declared_principal, identity_from_auth_context
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_costs, declared_callers
+from edgepath.security.auth import CallCredential, call_credential, declared_principal, identity_from_auth_context
 from edgepath.types import Principal, RecommendBatch, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
@@ -249,6 +249,13 @@ class PathServicer(pb_grpc.PathServiceServicer):
         await self.security.admit(principal)
         return principal
 
+    def _credentials(self, context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+        """The call's ``authorization`` metadata and verified client-certificate identity (None: absent)."""
+        assert self.security is not None
+        metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
+        peer = identity_from_auth_context(context.auth_context()) if self.security.auth.mtls else None
+        return metadata.get("authorization"), peer
+
     def authenticated(self, context: grpc.aio.ServicerContext) -> Principal | None:
         """The verified caller (client certificate, else bearer metadata), or None when authentication is off.
 
@@ -257,18 +264,37 @@ class PathServicer(pb_grpc.PathServiceServicer):
         Unauthenticated
         """
         assert self.security is not None
-        auth = self.security.auth
-        metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
-        peer = identity_from_auth_context(context.auth_context()) if auth.mtls else None
-        return auth.authenticate(authorization=metadata.get("authorization"), peer_identity=peer)
+        authorization, peer = self._credentials(context)
+        return self.security.auth.authenticate(authorization=authorization, peer_identity=peer)
 
     async def principals(self, context: grpc.aio.ServicerContext, declared_device_ids: list[str]) -> list[Principal]:
-        """The caller of each batch item: the authenticated principal for all (one budget token per batch),
-        or (authentication off) each item's self-declared device (one token per distinct device)."""
-        if self.security is not None and (principal := self.authenticated(context)) is not None:
-            await self.security.admit(principal)
-            return [principal] * len(declared_device_ids)
-        return await declared_callers(self.security, declared_device_ids)
+        """The caller of each batch item (:meth:`authenticated`, then :meth:`batch_principals`).
+
+        Raises
+        ------
+        Unauthenticated, RateLimited, InvalidInput
+        """
+        caller = self.authenticated(context) if self.security is not None else None
+        return await self.batch_principals(caller, declared_device_ids)
+
+    async def batch_principals(self, caller: Principal | None, declared_device_ids: list[str]) -> list[Principal]:
+        """The caller of each batch item: ``caller`` (the call's verified principal) for all, or (authentication off)
+        each item's self-declared device; one request token per decision, charged as
+        :func:`~edgepath.security.batch_costs` says (a device pays for each of its decisions; a gateway's admin
+        identity charges each item to the device it names, and one token of its own for the call).
+
+        Raises
+        ------
+        RateLimited
+            A device's bucket holds fewer tokens than the batch needs of it (the message names the batch).
+        InvalidInput
+            The batch needs more of a device's tokens than its full bucket holds (field ``requests``).
+        """
+        if caller is None:
+            return await declared_callers(self.security, declared_device_ids)
+        if self.security is not None:
+            await self.security.admit_batch(batch_costs(caller, declared_device_ids), len(declared_device_ids))
+        return [caller] * len(declared_device_ids)
 
     @takes_wire_bytes
     async def Recommend(
@@ -297,11 +323,11 @@ class PathServicer(pb_grpc.PathServiceServicer):
         await self.admit_call(context)
         try:
             try:
-                if self.security is not None:
-                    self.authenticated(context)  # refuse a bad credential before saying anything about the body
+                # a bad credential is refused before anything is said about the body
+                caller = self.authenticated(context) if self.security is not None else None
                 with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
                     batch = convert.recommend_batch_request(request, self.plane.settings.native_engines)
-                    principals = await self.principals(context, [r.device_id for r in batch.requests])
+                    principals = await self.batch_principals(caller, [r.device_id for r in batch.requests])
                     recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
                     return convert.recommendation_batch_wire(
                         RecommendBatch(recommendations=recs),
@@ -320,15 +346,19 @@ class PathServicer(pb_grpc.PathServiceServicer):
     ) -> Any:
         """One Recommend per message of the stream, replies in order (proto: ``RecommendStream``).
 
-        The credential is the call's (checked once, when the stream opens); each message takes one rate-limit
-        token of its caller and one admission slot, is validated and decided exactly as :meth:`Recommend`.
-        Any error ends the stream with Recommend's status and details plus trailing metadata
-        ``message-index`` (0-based); the replies already sent stand.
+        The credential is the call's: verified when the stream opens, and re-checked for every message
+        (:class:`~edgepath.security.auth.CallCredential`: a device token revoked since, within the tokens file's
+        ``recheck_s``, or a JWT past its ``exp`` ends the stream with UNAUTHENTICATED at that message; a
+        dictionary lookup and a clock read per message). Each message takes one rate-limit token of its caller and
+        one admission slot, is validated and decided exactly as :meth:`Recommend`. Any error ends the stream with
+        Recommend's status and details plus trailing metadata ``message-index`` (0-based); the replies already
+        sent stand.
         """
-        authenticated: Principal | None = None
+        credential: CallCredential | None = None
         if self.security is not None:
             try:
-                authenticated = self.authenticated(context)
+                authorization, peer = self._credentials(context)
+                credential = call_credential(self.security.auth, authorization=authorization, peer_identity=peer)
             except EdgePathError as exc:
                 await abort_with(context, exc, ((MESSAGE_INDEX_KEY, "0"),))
         index = 0
@@ -340,7 +370,11 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     if self.security is None:
                         principal = declared_principal(request.device_id)
                     else:  # as principal(): the call's credential, else (auth off) the self-declared device
-                        principal = authenticated or declared_principal(request.device_id)
+                        if credential is not None:
+                            credential.check()  # revoked or expired since the stream opened: UNAUTHENTICATED
+                            principal = credential.principal
+                        else:
+                            principal = declared_principal(request.device_id)
                         await self.security.admit(principal)
                     req = convert.recommend_request(request, self.plane.settings.native_engines)
                     rec = await self.plane.recommend(principal, req)

@@ -50,7 +50,7 @@ from starlette.routing import Match
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, Unauthenticated, Unavailable
+from edgepath.errors import EdgePathError, ErrorKind, PermissionDenied, RateLimited, Unauthenticated, Unavailable
 from edgepath.logs import new_request_id
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
@@ -58,7 +58,7 @@ from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
 from edgepath.rest.problem import BODY, declare_problems, field_problems, instance_uri, problem_body, problem_bytes
 from edgepath.rest.problem import problem_response as _problem_response
-from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, declared_callers
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_costs, declared_callers
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.security.auth import declared_principal
 from edgepath.types import (
@@ -248,6 +248,8 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
         return (400, 401, 403, 404, 413, 429, 503)
     if path.startswith("/v1/admin/"):
         return (401, 403, 413, 422, 429, 503)
+    if path == "/v1/status":
+        return (401, 403, 413, 429, 503)
     if path == "/v1/outcomes":
         return (400, 401, 403, 404, 413, 415, 422, 429, 503)
     if path in ("/v1/recommendations", "/v1/recommendations/batch"):
@@ -389,44 +391,74 @@ class Gate:
     """Authentication and the per-device request budget, shared by every router.
 
     With ``security`` every ``/v1`` route authenticates the bearer token (401 without a valid one
-    when authentication is configured) and takes a token from the caller's per-device bucket (429
+    when authentication is configured) and takes request tokens from the per-device buckets (429
     with ``Retry-After``). Without it (tests, library use) the self-declared ``device_id`` is trusted.
+
+    The routes that take a body authenticate first (:meth:`authenticate`), before the body is read or parsed, so a
+    caller without valid credentials learns nothing about its body (401, never a 422 naming a field) and costs no
+    parse; the budget is taken after the parse (:meth:`device`, :meth:`devices`: a batch costs one token per
+    decision, which the parsed body says), and the device-id match after that, in the plane.
     """
 
     def __init__(self, security: EdgeSecurity | None) -> None:
         self.security = security
 
+    def authenticate(self, request: Request) -> Principal | None:
+        """The verified caller of ``request`` (its ``Authorization: Bearer`` credential), or None when authentication
+        is off. Takes no request token.
+
+        Raises
+        ------
+        Unauthenticated
+            Credentials required but missing or invalid.
+        """
+        if self.security is None:
+            return None
+        return self.security.auth.authenticate(authorization=request.headers.get("authorization"))
+
     async def caller(self, request: Request) -> Principal | None:
-        """The authenticated caller (rate-limited here), or None when authentication is off.
+        """The authenticated caller (one request token taken here), or None when authentication is off.
 
         Raises
         ------
         Unauthenticated, RateLimited
         """
-        if self.security is None:
-            return None
-        principal = self.security.auth.authenticate(authorization=request.headers.get("authorization"))
-        if principal is not None:
+        principal = self.authenticate(request)
+        if principal is not None and self.security is not None:
             await self.security.admit(principal)
         return principal
 
-    async def device(self, request: Request, declared_device_id: str) -> Principal:
-        """The authenticated principal, or (authentication off: dev on loopback) the self-declared device."""
-        principal = await self.caller(request)
-        if principal is not None:
-            return principal
-        declared = declared_principal(declared_device_id)
-        if self.security is not None:
-            await self.security.admit(declared)
-        return declared
+    async def device(self, caller: Principal | None, declared_device_id: str) -> Principal:
+        """The principal of a single request, one request token taken from its bucket: ``caller``
+        (:meth:`authenticate`'s), or (authentication off: dev on loopback) the self-declared device.
 
-    async def devices(self, request: Request, declared_device_ids: Sequence[str]) -> list[Principal]:
-        """The caller of each item of a batch: the authenticated principal for all (one budget token per
-        batch), or (authentication off) each item's self-declared device (one token per distinct device)."""
-        principal = await self.caller(request)
-        if principal is not None:
-            return [principal] * len(declared_device_ids)
-        return await declared_callers(self.security, declared_device_ids)
+        Raises
+        ------
+        RateLimited
+        """
+        principal = caller if caller is not None else declared_principal(declared_device_id)
+        if self.security is not None:
+            await self.security.admit(principal)
+        return principal
+
+    async def devices(self, caller: Principal | None, declared_device_ids: Sequence[str]) -> list[Principal]:
+        """The caller of each item of a batch: ``caller`` (:meth:`authenticate`'s) for all, or (authentication off)
+        each item's self-declared device; one request token per decision, charged as
+        :func:`~edgepath.security.batch_costs` says (a device pays for each of its decisions, a gateway's admin
+        identity charges each item to the device it names and one token of its own for the call).
+
+        Raises
+        ------
+        RateLimited
+            A device's bucket holds fewer tokens than the batch needs of it (the message names the batch).
+        InvalidInput
+            The batch needs more of a device's tokens than its full bucket holds (field ``requests``).
+        """
+        if caller is None:
+            return await declared_callers(self.security, declared_device_ids)
+        if self.security is not None:
+            await self.security.admit_batch(batch_costs(caller, declared_device_ids), len(declared_device_ids))
+        return [caller] * len(declared_device_ids)
 
     async def admin(self, request: Request) -> Principal:
         """The authenticated caller of an admin route (the plane checks the admin flag).
@@ -481,8 +513,9 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     )
     async def recommend(request: Request) -> Response:
         """Radio context in, recommendation (primary path, decision record) out."""
+        caller = gate.authenticate(request)  # 401 before the body is read
         body = parse_body(await json_request_body(request), RecommendRequest)
-        return recommendation_response(await plane.recommend(await gate.device(request, body.device_id), body))
+        return recommendation_response(await plane.recommend(await gate.device(caller, body.device_id), body))
 
     @router.post(
         "/v1/recommendations/batch",
@@ -494,12 +527,14 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     async def recommend_batch(request: Request) -> Response:
         """Many devices' contexts in (a gateway for its clients), one recommendation each out, in order.
 
-        An invalid item refuses the whole batch (422 naming ``requests[i]....``); nothing is decided.
+        An invalid item refuses the whole batch (422 naming ``requests[i]....``); nothing is decided. Each decision
+        costs one request token (:meth:`Gate.devices`): a batch over budget is 429 with ``Retry-After``.
         """
+        caller = gate.authenticate(request)  # 401 before the body (up to 256 contexts) is read or parsed
         raw = await json_request_body(request)
         with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
             body = parse_body(raw, RecommendBatchRequest)
-            principals = await gate.devices(request, [r.device_id for r in body.requests])
+            principals = await gate.devices(caller, [r.device_id for r in body.requests])
             recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
             return recommendation_response(recs)
 
@@ -512,8 +547,9 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     )
     async def report_outcome(request: Request) -> Response:
         """Measured outcome of a decision in; acknowledgement out (idempotent)."""
+        caller = gate.authenticate(request)  # 401 before the body is read
         body = parse_body(await json_request_body(request), OutcomeReport)
-        return json_response(await plane.report_outcome(await gate.device(request, body.device_id), body))
+        return json_response(await plane.report_outcome(await gate.device(caller, body.device_id), body))
 
 
 def add_admin_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Gate) -> None:
@@ -582,12 +618,21 @@ def add_health_routes(router: FastAPI | APIRouter, plane: DecisionPlane, metrics
         return PlainTextResponse(generate_latest(plane.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def add_status_route(router: FastAPI | APIRouter, plane: DecisionPlane) -> None:
-    """``GET /v1/status``: serving mode, model and (apprentice mode) the learner's OPE estimate vs the baseline."""
+def add_status_route(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Gate) -> None:
+    """``GET /v1/status``: serving mode, model and (apprentice mode) the learner's OPE estimate vs the baseline.
 
-    @router.get("/v1/status", tags=["health"])
-    async def status() -> Response:
-        """Serving mode and model version; in apprentice mode the estimates, who serves, promotion events."""
+    An operator's view of the service-wide learning state, so with authentication configured it is an admin
+    route: an admin identity (401 without credentials, 403 for a device), one request token of its bucket (429).
+    Without authentication (``dev`` on loopback) it is as open as the rest of the service.
+    """
+
+    @router.get("/v1/status", tags=["health"], openapi_extra={"security": [{_BEARER_SCHEME: []}, {}]})
+    async def status(request: Request) -> Response:
+        """Serving mode and model version; in apprentice mode the estimates, who serves, promotion events (admin
+        identity required when authentication is configured)."""
+        caller = await gate.caller(request)
+        if caller is not None and not caller.is_admin:
+            raise PermissionDenied("admin identity required")
         return json_body(plane.status())
 
 
@@ -690,6 +735,6 @@ def create_app(
     serve_hot_routes_plain(app, HOT_PATHS)
     add_admin_routes(app, plane, gate)
     add_health_routes(app, plane, metrics=serve_metrics)
-    add_status_route(app, plane)  # apprentice mode (issue 18)
+    add_status_route(app, plane, gate)  # apprentice mode (issue 18)
     install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
     return app

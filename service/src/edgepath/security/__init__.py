@@ -8,17 +8,26 @@ calling, request budget) and to the decision plane (outcome guard).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from edgepath.errors import InvalidInput, RateLimited
 from edgepath.security.auth import Authenticator, TokenFile, declared_principal
 from edgepath.security.plausibility import OutcomeGuard
-from edgepath.security.ratelimit import RateLimiter, enforce, in_process, refuse_if_limited
+from edgepath.security.ratelimit import RateLimiter, enforce, in_process
 from edgepath.settings import Settings
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.types import Principal
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "EdgeSecurity", "build_outcome_guard", "build_security"]
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "EdgeSecurity",
+    "batch_costs",
+    "build_outcome_guard",
+    "build_security",
+    "declared_callers",
+]
 
 #: Bound of a request body / gRPC message without settings (the largest valid JSON request is ~0.5 MB).
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
@@ -37,40 +46,118 @@ class EdgeSecurity:
         """Take one request token for ``principal``; raises ``RateLimited`` when its bucket is empty."""
         await enforce(self.request_limiter, principal.device_id, "requests")
 
-    async def admit_all(self, principals: Sequence[Principal]) -> None:
-        """One request token for each of ``principals`` (the distinct devices of a ``RecommendBatch``).
+    async def admit_batch(self, costs: Mapping[str, int], decisions: int) -> None:
+        """Take each device's tokens of a ``RecommendBatch`` of ``decisions`` items (:func:`batch_costs`): ``cost``
+        tokens from the bucket of each ``device id → cost``, one limiter call per device (a device batching its own
+        contexts: one call).
 
-        With a shared (Redis) limiter the token calls run concurrently, so their round trips overlap instead of
-        queueing one after the other (issue 16: 64 sequential round trips were a third of a Redis batch); the
-        in-process limiter takes them in order, without a coroutine per device (:meth:`MemoryRateLimiter.take`).
-        Raises ``RateLimited`` when any bucket is empty (tokens taken by the others stay taken, as in a sequential
-        loop that stops at the first refusal).
+        With a shared (Redis) limiter the calls of several devices run concurrently, so their round trips overlap
+        instead of queueing one after the other (issue 16: 64 sequential round trips were a third of a Redis batch);
+        the in-process limiter takes them in order, without a coroutine per device (:meth:`MemoryRateLimiter.take`).
+        A refusal leaves the tokens the other devices' calls took taken, as a sequential loop that stops at the
+        first refusal would.
+
+        Raises
+        ------
+        RateLimited
+            A device's bucket holds fewer tokens than the batch needs of it; the message names the batch, the
+            retry hint is when they are back.
+        InvalidInput
+            The batch needs more of one device's tokens than its bucket holds when full (``rate_limit_burst``): no
+            wait helps (field ``requests``).
         """
         limiter = self.request_limiter
-        if limiter is None:
+        if limiter is None or not costs:
             return
         if in_process(limiter):
-            for principal in principals:
-                refuse_if_limited(limiter.take(principal.device_id))
+            for key, cost in costs.items():
+                _refuse_batch(limiter.take(key, cost), key, cost, decisions, limiter)
             return
-        outcomes = await asyncio.gather(*(self.admit(p) for p in principals), return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        if len(costs) == 1:
+            ((key, cost),) = costs.items()
+            _refuse_batch(await limiter.acquire(key, cost), key, cost, decisions, limiter)
+            return
+        results = await asyncio.gather(*(limiter.acquire(k, c) for k, c in costs.items()), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        for (key, cost), retry in zip(costs.items(), results, strict=True):
+            _refuse_batch(retry, key, cost, decisions, limiter)  # type: ignore[arg-type]  # exceptions raised above
 
 
-async def declared_callers(security: EdgeSecurity | None, device_ids: Sequence[str]) -> list[Principal]:
-    """The caller of each item of a batch when authentication is off (both transports): its self-declared device
-    (:func:`~edgepath.security.auth.declared_principal`), one request token per distinct device.
+def batch_costs(caller: Principal | None, device_ids: Sequence[str]) -> dict[str, int]:
+    """The request tokens a ``RecommendBatch`` of items naming ``device_ids`` costs, by bucket (a device id).
+
+    One token per decision, charged to the principal of that decision, so a batch costs what its items would as
+    single requests (a device's budget holds the same whatever way it asks):
+
+    * ``caller`` None (authentication off): each item's self-declared device (:func:`declared_principal`: its first
+      128 characters) pays for its own items;
+    * a device: every item is its own (the plane refuses any other), all ``len(device_ids)`` from its bucket;
+    * an admin (a gateway asking for its clients): each item costs the device it names one token, as that device's
+      own request would, so a gateway keeps working with per-device budgets and cannot spend more of a device's
+      decisions than the device itself could; the call costs the admin one token of its own, as before.
+    """
+    if caller is not None and not caller.is_admin:
+        return {caller.device_id: len(device_ids)}
+    costs: dict[str, int] = {}
+    for device_id in device_ids:
+        key = device_id if caller is not None else declared_principal(device_id).device_id
+        costs[key] = costs.get(key, 0) + 1
+    if caller is not None:
+        costs[caller.device_id] = costs.get(caller.device_id, 0) + 1
+    return costs
+
+
+def _burst_of(limiter: RateLimiter) -> int | None:
+    """The bucket capacity of ``limiter`` (a shared one's in-process fallback has the same), when it says."""
+    burst = getattr(limiter, "burst", None)
+    if burst is None:
+        burst = getattr(getattr(limiter, "fallback", None), "burst", None)
+    return burst if isinstance(burst, int) else None
+
+
+def _refuse_batch(retry_after_s: float, key: str, cost: int, items: int, limiter: RateLimiter) -> None:
+    """Raise when the ``cost`` tokens of device ``key`` that a batch of ``items`` decisions needs were refused
+    (``retry_after_s``: the limiter's answer, s; > 0 refused, ``math.inf`` never possible).
 
     Raises
     ------
     RateLimited
-        A device's bucket is empty (:meth:`EdgeSecurity.admit_all`).
+        ``retry_after_s`` finite and > 0 (its retry hint).
+    InvalidInput
+        ``retry_after_s`` infinite: ``cost`` is above the bucket's capacity (field ``requests``).
+    """
+    if retry_after_s <= 0.0:
+        return
+    if math.isinf(retry_after_s):
+        burst = _burst_of(limiter)
+        most = f" ({burst})" if burst is not None else ""
+        raise InvalidInput(
+            f"this batch of {items} decisions needs {cost} request tokens of device {key!r}, more than its "
+            f"rate-limit burst{most} holds: send fewer of its decisions per batch",
+            field="requests",
+        )
+    raise RateLimited(
+        f"too many requests for device {key!r}: this batch of {items} decisions needs {cost} of its request "
+        f"tokens; retry after {math.ceil(retry_after_s * 1000)} ms",
+        retry_after_s=retry_after_s,
+    )
+
+
+async def declared_callers(security: EdgeSecurity | None, device_ids: Sequence[str]) -> list[Principal]:
+    """The caller of each item of a batch when authentication is off (both transports): its self-declared device
+    (:func:`~edgepath.security.auth.declared_principal`), each paying one request token per item it names
+    (:func:`batch_costs`).
+
+    Raises
+    ------
+    RateLimited, InvalidInput
+        A device's bucket cannot pay for its items (:meth:`EdgeSecurity.admit_batch`).
     """
     declared = {d: declared_principal(d) for d in device_ids}
     if security is not None:
-        await security.admit_all(list(declared.values()))
+        await security.admit_batch(batch_costs(None, device_ids), len(device_ids))
     return [declared[d] for d in device_ids]
 
 

@@ -18,8 +18,12 @@ decision plane asks :class:`OutcomeGuard` before it queues an outcome:
    link speeds (at most ``decision_ttl_s`` after an upgrade) get the peak rates. The default factor 1.5
    leaves room for timing error on short transfers: goodput is below the PHY
    rate in practice. An implausible outcome is rejected as invalid input
-   naming ``throughput_bps``; the same bound applies to the rate an SSMP
-   ``server_transfer`` implies (``size_bytes`` × 8 / duration).
+   naming ``throughput_bps``, and counted (``edgepath_outcomes_total{result="implausible"}``); the same bound
+   applies to every other rate the report carries that another device's answer is built from: the rate an SSMP
+   ``server_transfer`` implies (``size_bytes`` × 8 / duration) and each of its paths' ``bandwidth_bps`` (the
+   server's Eq. 2 score, which the SSMP learner also bounds by it), and ``congestion_measurement.throughput_bps``
+   (the congestion engine's edge statistics). A ``server_transfer`` must name one of the decision's candidate
+   servers (``DecisionRecord.server_candidates``), or it is refused naming ``server_transfer.address``.
 3. **Per-device cap.** At most ``outcome_cap_per_window`` outcome reports per
    device per ``outcome_window_s`` (a token bucket with that capacity refilling
    over the window); beyond it the outcome is refused as rate limited, so no
@@ -45,7 +49,7 @@ from edgepath.state.base import DecisionRecord
 
 # The quarantine sets live with the state backends (edgepath.state.limits); re-exported for callers of this module.
 from edgepath.state.limits import MemoryQuarantine, QuarantineSet, RedisQuarantine
-from edgepath.types import AccessType, InterfaceContext, OutcomeReport
+from edgepath.types import AccessType, InterfaceContext, OutcomeReport, ServerTransfer
 
 __all__ = [
     "ACCESS_PEAK_BPS",
@@ -165,22 +169,48 @@ class OutcomeGuard:
     async def admit(
         self, decision: DecisionRecord, report: OutcomeReport, cap_token: asyncio.Future[float] | None = None
     ) -> bool:
-        """True when the outcome may be trained on; False when its device is quarantined.
+        """True when the outcome may be trained on; False when its device is quarantined (:meth:`admission`).
+
+        Raises
+        ------
+        InvalidInput, RateLimited
+            As :meth:`admission`.
+        """
+        return await self.admission(decision, report, cap_token) is not None
+
+    async def admission(
+        self, decision: DecisionRecord, report: OutcomeReport, cap_token: asyncio.Future[float] | None = None
+    ) -> float | None:
+        """The outcome's plausibility bound, bit/s (:meth:`max_throughput_bps`), when it may be trained on; None when
+        its device is quarantined. The learners bound any rate they derive from the report by it
+        (``OutcomeInput.max_rate_bps``).
 
         ``cap_token``: the report's :meth:`take_cap_token`, taken before the decision was looked up; without it one
         is taken here, before the checks, as every report's is.
 
+        Every rate the report carries is bounded by the same limit, because each reaches a model other devices are
+        served from: ``throughput_bps`` (the bandit's reward), the rate an SSMP ``server_transfer`` implies and
+        each of its paths' ``bandwidth_bps`` (a server's Eq. 2 score ``Q`` and stored per-path ``B``, which every
+        device's CDN server selection reads), and ``congestion_measurement.throughput_bps`` (the congestion
+        engine's edge statistics, from which BULK advice is decided). A ``server_transfer`` must name one of the
+        decision's candidate servers (``DecisionRecord.server_candidates``: the request's ``content.candidates``),
+        so a device can report only on servers it was deciding between; a decision logged before records kept
+        them, or one whose request named no content, accepts no ``server_transfer``.
+
         Raises
         ------
         InvalidInput
-            ``throughput_bps`` above :meth:`max_throughput_bps` (field ``throughput_bps``).
+            Implausible, naming the field: ``throughput_bps``, ``congestion_measurement.throughput_bps``,
+            ``server_transfer.address`` (not a candidate of this decision), ``server_transfer.duration_ms``
+            (``size_bytes`` × 8 / duration above the limit) or ``server_transfer.paths[i].bandwidth_bps`` above
+            :meth:`max_throughput_bps`.
         RateLimited
             The device exceeded its outcome cap for the window.
         """
         if cap_token is None:
             cap_token = await self.take_cap_token(decision.device_id)
         if await self.quarantine.contains(decision.device_id):
-            return False
+            return None
         limit = self.max_throughput_bps(decision)
         if not math.isfinite(report.throughput_bps) or report.throughput_bps > limit:
             raise InvalidInput(
@@ -188,17 +218,44 @@ class OutcomeGuard:
                 f"({limit:.3g} bit/s)",
                 field="throughput_bps",
             )
-        transfer = getattr(report, "server_transfer", None)  # SSMP (issue 4): the transfer's implied rate too
-        if transfer is not None and transfer.duration_ms > 0:
+        measured = getattr(report, "congestion_measurement", None)  # issue 20: the edge's BULK advice reads it
+        if measured is not None and measured.throughput_bps is not None and measured.throughput_bps > limit:
+            raise InvalidInput(
+                f"implausible: above {self.plausibility_factor:g} x the capacity the device reported "
+                f"({limit:.3g} bit/s)",
+                field="congestion_measurement.throughput_bps",
+            )
+        transfer = getattr(report, "server_transfer", None)  # SSMP (issue 4): what feeds every device's selection
+        if transfer is not None:
+            self._check_transfer(decision, transfer, limit)
+        if cap_token is not None:
+            refuse_if_limited(await cap_token, "outcomes")
+        return limit
+
+    def _check_transfer(self, decision: DecisionRecord, transfer: ServerTransfer, limit: float) -> None:
+        """Refuse a ``server_transfer`` from a server the decision was not choosing among, or whose implied rate or
+        any path's ``bandwidth_bps`` is above ``limit`` (bit/s); see :meth:`admission`."""
+        if transfer.address not in decision.server_candidates:
+            raise InvalidInput(
+                f"{transfer.address!r} was not among this decision's candidate servers"
+                if decision.server_candidates
+                else "this decision named no candidate servers (content.candidates): no server transfer to learn",
+                field="server_transfer.address",
+            )
+        if transfer.duration_ms > 0:
             implied_bps = transfer.size_bytes * 8.0 / (transfer.duration_ms / 1000.0)
             if implied_bps > limit:
                 raise InvalidInput(
                     f"implausible: size_bytes/duration_ms implies {implied_bps:.3g} bit/s, above {limit:.3g} bit/s",
                     field="server_transfer.duration_ms",
                 )
-        if cap_token is not None:
-            refuse_if_limited(await cap_token, "outcomes")
-        return True
+        for i, path in enumerate(transfer.paths):
+            if path.bandwidth_bps is not None and path.bandwidth_bps > limit:
+                raise InvalidInput(
+                    f"implausible: above {self.plausibility_factor:g} x the capacity the device reported "
+                    f"({limit:.3g} bit/s)",
+                    field=f"server_transfer.paths[{i}].bandwidth_bps",
+                )
 
 
 #: Shared-cap tokens in flight (:meth:`OutcomeGuard.take_cap_token`): the event loop keeps only weak references.

@@ -100,6 +100,11 @@ class DecisionRecord:
     application_profile: str = ""
     """The request's ``application_profile`` (``ApplicationProfile`` value), or "" in records written before
     the field existed (their congestion measurements are not counted)."""
+    # --- SSMP: what an outcome's server_transfer may name ---
+    server_candidates: tuple[str, ...] = ()
+    """The distinct ``address`` es of the request's ``content.candidates``, in request order; () when the request
+    named no content, or in records written before the field existed. The outcome guard refuses a
+    ``server_transfer`` from any other server (:mod:`edgepath.security.plausibility`)."""
 
 
 @dataclass(frozen=True)

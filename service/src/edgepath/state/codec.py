@@ -54,7 +54,7 @@ def _decode(cls: type[_R], raw: bytes | str, tuples: tuple[str, ...]) -> _R:
 
 def decode_decision(raw: bytes | str) -> DecisionRecord:
     """A stored decision record (:func:`_decode`)."""
-    return _decode(DecisionRecord, raw, ("arms", "features", "link_speed_mbps"))
+    return _decode(DecisionRecord, raw, ("arms", "features", "link_speed_mbps", "server_candidates"))
 
 
 def decode_logged_decision(raw: bytes | str) -> LoggedDecision:

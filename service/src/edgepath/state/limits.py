@@ -3,7 +3,7 @@
 Per-device token buckets (GCRA)
 -------------------------------
 A bucket holds at most ``burst`` tokens and refills at ``rate_per_s`` tokens
-per second; each call takes one. It is implemented as the Generic Cell Rate
+per second; each call takes one (or ``cost``, below). It is implemented as the Generic Cell Rate
 Algorithm (ITU-T I.371 / ATM Forum TM 4.0 "virtual scheduling"), which is
 equivalent to that token bucket and stores one number per key: the
 *theoretical arrival time* ``tat``. With emission interval ``T = 1/rate`` a
@@ -21,6 +21,11 @@ The test is computed as ``max(tat, now) - (burst - 1)·T <= now``: the same ineq
 and taking ``burst·T`` off again, which in floating point can leave ``now`` one ulp short and refuse a full
 bucket's token (at ~0.8 % of ``time.monotonic`` readings for ``T`` = 3600 s).
 
+A call may take ``cost`` tokens at once (a ``RecommendBatch`` pays one per decision, in one call): ``new_tat =
+max(tat, now) + cost·T``, allowed when ``max(tat, now) - (burst - cost)·T <= now`` (``cost`` = 1 is the test
+above, to the bit). All or nothing: a refused call takes none. A cost above ``burst`` never fits the bucket; the
+limiters answer ``math.inf`` for it (no wait helps), and the callers refuse it as invalid input.
+
 Quarantine sets
 ---------------
 Devices whose outcomes are acknowledged but never trained on (:mod:`edgepath.security.plausibility`
@@ -32,6 +37,7 @@ Only :mod:`edgepath.state` builds these on a Redis client (:class:`~edgepath.sta
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -41,14 +47,15 @@ from edgepath.state.codec import TtlIndex
 
 
 class RateLimiter(Protocol):
-    """Takes one token from ``key``'s bucket."""
+    """Takes ``cost`` tokens (default one) from ``key``'s bucket, all or none."""
 
-    async def acquire(self, key: str) -> float:
-        """0.0 when allowed (a token was taken), else the seconds to wait before a retry can succeed."""
+    async def acquire(self, key: str, cost: int = 1) -> float:
+        """0.0 when allowed (the tokens were taken), else the seconds to wait before a retry can succeed
+        (``math.inf`` when ``cost`` exceeds the bucket's capacity: no wait helps)."""
 
 
-def gcra_step(tat: float, now: float, interval_s: float, burst: int) -> tuple[float, float]:
-    """One GCRA decision: ``(new tat, retry_after_s)``; ``retry_after_s == 0`` means allowed.
+def gcra_step(tat: float, now: float, interval_s: float, burst: int, cost: int = 1) -> tuple[float, float]:
+    """One GCRA decision for ``cost`` tokens: ``(new tat, retry_after_s)``; ``retry_after_s == 0`` means allowed.
 
     Parameters
     ----------
@@ -60,12 +67,16 @@ def gcra_step(tat: float, now: float, interval_s: float, burst: int) -> tuple[fl
         ``1 / rate_per_s``.
     burst:
         Bucket capacity, ≥ 1.
+    cost:
+        Tokens taken, ≥ 1; above ``burst`` the call is never allowed (``retry_after_s`` is ``math.inf``).
     """
+    if cost > burst:
+        return tat, math.inf
     start = max(tat, now)
-    allow_at = start - (burst - 1) * interval_s  # = new tat - burst·T, rounded once (module docstring)
+    allow_at = start - (burst - cost) * interval_s  # = new tat - burst·T, rounded once (module docstring)
     if allow_at > now:
         return tat, allow_at - now
-    return start + interval_s, 0.0
+    return start + cost * interval_s, 0.0
 
 
 class MemoryRateLimiter:
@@ -93,14 +104,15 @@ class MemoryRateLimiter:
         # one entry per device key; TtlIndex keeps no linked-list objects the garbage collector would walk
         self._tat = TtlIndex(max_keys, burst * self.interval_s + 1.0, timer=clock)
 
-    async def acquire(self, key: str) -> float:
-        return self.take(key)
+    async def acquire(self, key: str, cost: int = 1) -> float:
+        return self.take(key, cost)
 
-    def take(self, key: str) -> float:
-        """:meth:`acquire` without a coroutine (the buckets are in process): 0.0 when a token was taken, else the
-        seconds until one is back. A ``RecommendBatch`` takes one per distinct device, up to 256 (issue 16)."""
+    def take(self, key: str, cost: int = 1) -> float:
+        """:meth:`acquire` without a coroutine (the buckets are in process): 0.0 when ``cost`` tokens were taken,
+        else the seconds until they are back (``math.inf`` for a cost above ``burst``). A ``RecommendBatch`` takes
+        one call per device it decides for, costing that device's items (issue 16)."""
         now = self.clock()
-        new_tat, retry = gcra_step(self._tat.get(key, 0.0), now, self.interval_s, self.burst)
+        new_tat, retry = gcra_step(self._tat.get(key, 0.0), now, self.interval_s, self.burst, cost)
         if retry == 0.0:
             self._tat[key] = new_tat
         return retry
@@ -111,10 +123,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3] or '1')
+if cost > burst then return 'inf' end
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
-local new_tat = tat + interval
-local allow_at = tat - (burst - 1) * interval
+local new_tat = tat + cost * interval
+local allow_at = tat - (burst - cost) * interval
 if allow_at > now then return tostring(allow_at - now) end
 redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil((new_tat - now) * 1000) + 1)
 return '0'
@@ -142,9 +156,9 @@ class RedisRateLimiter:
         self.prefix = prefix
         self._script = client.register_script(_GCRA_LUA)
 
-    async def acquire(self, key: str) -> float:
-        result = await self._script(keys=[self.prefix + key], args=[repr(self.interval_s), self.burst])
-        return float(result.decode() if isinstance(result, bytes) else result)
+    async def acquire(self, key: str, cost: int = 1) -> float:
+        result = await self._script(keys=[self.prefix + key], args=[repr(self.interval_s), self.burst, cost])
+        return float(result.decode() if isinstance(result, bytes) else result)  # 'inf': a cost above burst
 
 
 class FallbackRateLimiter:
@@ -170,16 +184,16 @@ class FallbackRateLimiter:
         self.clock = clock
         self._failed_at: float | None = None
 
-    async def acquire(self, key: str) -> float:
+    async def acquire(self, key: str, cost: int = 1) -> float:
         from redis.exceptions import RedisError
 
         if self._failed_at is not None and self.clock() - self._failed_at < self.retry_shared_after_s:
-            return await self.fallback.acquire(key)
+            return await self.fallback.acquire(key, cost)
         try:
-            retry = await self.primary.acquire(key)
+            retry = await self.primary.acquire(key, cost)
         except (RedisError, OSError, TimeoutError):
             self._failed_at = self.clock()
-            return await self.fallback.acquire(key)
+            return await self.fallback.acquire(key, cost)
         self._failed_at = None
         return retry
 

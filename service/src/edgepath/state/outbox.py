@@ -55,6 +55,7 @@ def _decision(d: dict[str, Any]) -> DecisionRecord:
     d["arms"] = tuple(d["arms"])
     d["features"] = tuple(d["features"])
     d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
+    d["server_candidates"] = tuple(d.get("server_candidates", ()))
     return DecisionRecord(**d)
 
 
