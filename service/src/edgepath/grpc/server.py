@@ -27,7 +27,7 @@ from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_violati
 from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
-from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_costs, declared_callers
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_callers
 from edgepath.security.auth import CallCredential, call_credential, declared_principal, identity_from_auth_context
 from edgepath.types import Principal, RecommendBatch, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
@@ -278,23 +278,14 @@ class PathServicer(pb_grpc.PathServiceServicer):
         return await self.batch_principals(caller, declared_device_ids)
 
     async def batch_principals(self, caller: Principal | None, declared_device_ids: list[str]) -> list[Principal]:
-        """The caller of each batch item: ``caller`` (the call's verified principal) for all, or (authentication off)
-        each item's self-declared device; one request token per decision, charged as
-        :func:`~edgepath.security.batch_costs` says (a device pays for each of its decisions; a gateway's admin
-        identity charges each item to the device it names, and one token of its own for the call).
+        """The caller of each item of a batch, its request tokens taken (:func:`~edgepath.security.batch_callers`).
 
         Raises
         ------
-        RateLimited
-            A device's bucket holds fewer tokens than the batch needs of it (the message names the batch).
-        InvalidInput
-            The batch needs more of a device's tokens than its full bucket holds (field ``requests``).
+        RateLimited, InvalidInput
+            A device's bucket cannot pay for its items.
         """
-        if caller is None:
-            return await declared_callers(self.security, declared_device_ids)
-        if self.security is not None:
-            await self.security.admit_batch(batch_costs(caller, declared_device_ids), len(declared_device_ids))
-        return [caller] * len(declared_device_ids)
+        return await batch_callers(self.security, caller, declared_device_ids)
 
     @takes_wire_bytes
     async def Recommend(

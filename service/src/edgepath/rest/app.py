@@ -58,7 +58,7 @@ from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
 from edgepath.rest.problem import BODY, declare_problems, field_problems, instance_uri, problem_body, problem_bytes
 from edgepath.rest.problem import problem_response as _problem_response
-from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_costs, declared_callers
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_callers
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.security.auth import declared_principal
 from edgepath.types import (
@@ -442,23 +442,14 @@ class Gate:
         return principal
 
     async def devices(self, caller: Principal | None, declared_device_ids: Sequence[str]) -> list[Principal]:
-        """The caller of each item of a batch: ``caller`` (:meth:`authenticate`'s) for all, or (authentication off)
-        each item's self-declared device; one request token per decision, charged as
-        :func:`~edgepath.security.batch_costs` says (a device pays for each of its decisions, a gateway's admin
-        identity charges each item to the device it names and one token of its own for the call).
+        """The caller of each item of a batch, its request tokens taken (:func:`~edgepath.security.batch_callers`).
 
         Raises
         ------
-        RateLimited
-            A device's bucket holds fewer tokens than the batch needs of it (the message names the batch).
-        InvalidInput
-            The batch needs more of a device's tokens than its full bucket holds (field ``requests``).
+        RateLimited, InvalidInput
+            A device's bucket cannot pay for its items.
         """
-        if caller is None:
-            return await declared_callers(self.security, declared_device_ids)
-        if self.security is not None:
-            await self.security.admit_batch(batch_costs(caller, declared_device_ids), len(declared_device_ids))
-        return [caller] * len(declared_device_ids)
+        return await batch_callers(self.security, caller, declared_device_ids)
 
     async def admin(self, request: Request) -> Principal:
         """The authenticated caller of an admin route (the plane checks the admin flag).

@@ -23,10 +23,10 @@ from edgepath.types import Principal
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
     "EdgeSecurity",
+    "batch_callers",
     "batch_costs",
     "build_outcome_guard",
     "build_security",
-    "declared_callers",
 ]
 
 #: Bound of a request body / gRPC message without settings (the largest valid JSON request is ~0.5 MB).
@@ -145,20 +145,30 @@ def _refuse_batch(retry_after_s: float, key: str, cost: int, items: int, limiter
     )
 
 
-async def declared_callers(security: EdgeSecurity | None, device_ids: Sequence[str]) -> list[Principal]:
-    """The caller of each item of a batch when authentication is off (both transports): its self-declared device
-    (:func:`~edgepath.security.auth.declared_principal`), each paying one request token per item it names
-    (:func:`batch_costs`).
+async def batch_callers(
+    security: EdgeSecurity | None, caller: Principal | None, device_ids: Sequence[str]
+) -> list[Principal]:
+    """The caller of each item of a batch naming ``device_ids`` (both transports): ``caller``, the call's verified
+    principal, for every item, or (``caller`` None: authentication off) each item's self-declared device
+    (:func:`~edgepath.security.auth.declared_principal`); one request token per decision, charged as
+    :func:`batch_costs` says (a device pays for each of its decisions, a gateway's admin identity charges each item
+    to the device it names and one token of its own for the call).
 
     Raises
     ------
-    RateLimited, InvalidInput
-        A device's bucket cannot pay for its items (:meth:`EdgeSecurity.admit_batch`).
+    RateLimited
+        A device's bucket holds fewer tokens than the batch needs of it (the message names the batch).
+    InvalidInput
+        The batch needs more of a device's tokens than its full bucket holds (field ``requests``).
     """
-    declared = {d: declared_principal(d) for d in device_ids}
+    if caller is None:
+        declared = {d: declared_principal(d) for d in device_ids}
+        principals = [declared[d] for d in device_ids]
+    else:
+        principals = [caller] * len(device_ids)
     if security is not None:
-        await security.admit_batch(batch_costs(None, device_ids), len(device_ids))
-    return [declared[d] for d in device_ids]
+        await security.admit_batch(batch_costs(caller, device_ids), len(device_ids))
+    return principals
 
 
 def build_outcome_guard(settings: Settings, backend: StateBackend | None = None) -> OutcomeGuard:
