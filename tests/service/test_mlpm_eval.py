@@ -121,3 +121,59 @@ def test_cli_on_shared_data(tmp_path: Path) -> None:
     assert [d["simultaneous"] for d in report["datasets"]] == [True, False]
     assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "mlpm vs lortt" in result.output
+
+
+def test_cli_scores_the_classifier_the_service_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`eval mlpm` decides with the settings' mlpm.classifier (default: the fitted one, as adapters.mlpm serves),
+    names it in the report, and scores the hand-set one on request (--classifier or EDGEPATH_MLPM__CLASSIFIER)."""
+    from edgepath.adapters import mlpm as mlpm_adapter
+    from edgepath.engines import mlpm
+    from edgepath.settings import load_settings
+
+    # The service's choice of classifier, per priority and setting, is the one the evaluation resolves.
+    for value in mlpm_eval.CLASSIFIERS:
+        settings = load_settings(mlpm_classifier=value)
+        for profile in mlpm_eval.ApplicationProfile:
+            priority = mlpm.PROFILE_PRIORITY[profile]
+            assert mlpm_eval.classifier_for(profile, value) is mlpm_adapter._fitted(priority, settings)
+    # Path A: 10 Mbit/s at 50 ms; path B: 1 Mbit/s at 40 ms. For a latency profile the hand-set classifier
+    # (gain 8, 0.8/0.2 split) still prioritises A, the fitted one (RTT weight ~17, throughput ~0.2) B.
+    a = ucc_file(tmp_path / "a.csv", 60, dl_kbps=10_000, ping_ms=50)
+    b = ucc_file(tmp_path / "b.csv", 60, dl_kbps=1_000, ping_ms=40)
+
+    def run(*extra: str) -> dict:
+        out = tmp_path / f"r{len(list(tmp_path.glob('r*.json')))}.json"
+        args = ["eval", "mlpm", "--ucc", str(a), str(b), "--profile", "INTERACTIVE", "--bootstrap", "100"]
+        result = CliRunner().invoke(app, [*args, *extra, "--report", str(out), "--plot", str(tmp_path / "p.png")])
+        assert result.exit_code == 0, result.output
+        report = json.loads(out.read_text())
+        assert f"MLPM classifier: {report['method']['classifier']}" in result.output
+        return report
+
+    monkeypatch.delenv("EDGEPATH_MLPM__CLASSIFIER", raising=False)
+    monkeypatch.delenv("EDGEPATH_MLPM_CLASSIFIER", raising=False)
+    served = run()
+    assert served["method"]["classifier"] == "fitted"
+    assert served["method"]["classifier_source"] == mlpm.FITTED_SOURCE
+    trace = mlpm_eval.ucc_pair(a, b)
+    profile = mlpm_eval.ApplicationProfile.INTERACTIVE
+    fitted = mlpm_eval.build_report([trace], profile=profile, fitted=mlpm.FITTED[mlpm.Priority.LATENCY], reps=100)
+    hand_set = mlpm_eval.build_report([trace], profile=profile, reps=100)
+    choices = served["datasets"][0]["schedulers"]["mlpm"]["choices"]
+    assert choices == fitted["datasets"][0]["schedulers"]["mlpm"]["choices"]
+    assert choices != hand_set["datasets"][0]["schedulers"]["mlpm"]["choices"]
+
+    on_request = run("--classifier", "hand_set")
+    assert on_request["method"]["classifier"] == "hand_set"
+    assert on_request["method"]["gain"] == 8.0 and on_request["method"]["bias"] == -4.0
+    assert (
+        on_request["datasets"][0]["schedulers"]["mlpm"]["choices"]
+        == (hand_set["datasets"][0]["schedulers"]["mlpm"]["choices"])
+    )
+    monkeypatch.setenv("EDGEPATH_MLPM__CLASSIFIER", "hand_set")
+    assert run()["method"]["classifier"] == "hand_set"
+
+    bad = CliRunner().invoke(
+        app, ["eval", "mlpm", "--ucc", str(a), str(b), "--classifier", "learned", "--report", "x", "--plot", "y"]
+    )
+    assert bad.exit_code == 2 and "mlpm.classifier" in bad.output

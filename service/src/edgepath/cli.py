@@ -949,6 +949,13 @@ def eval_mlpm(
         str, typer.Option(help="Application profile: UNSPECIFIED, STREAMING, BULK, LOSS_SENSITIVE, INTERACTIVE")
     ] = "UNSPECIFIED",
     window: Annotated[Optional[int], typer.Option(min=1, max=64, help="MLPM window, samples (default 20)")] = None,
+    classifier: Annotated[
+        Optional[str],
+        typer.Option(
+            help="MLPM classifier to score: fitted or hand_set (default: the service's setting mlpm.classifier, "
+            "EDGEPATH_MLPM__CLASSIFIER, itself 'fitted' by default)"
+        ),
+    ] = None,
     block_len: Annotated[int, typer.Option(min=1, help="Bootstrap block length, steps")] = 10,
     bootstrap: Annotated[int, typer.Option(min=100, help="Bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option(help="Random seed of the bootstrap")] = 0,
@@ -959,6 +966,9 @@ def eval_mlpm(
     carriers) and --ucc FILE FILE (two UCC 5G traces paired by seconds since start; not
     simultaneous). Without inputs: 5Gophers driving traces 1 and 2 and one UCC driving pair
     from ../shared/data when present.
+
+    MLPM decides with the classifier the service serves (setting mlpm.classifier: the fitted one by
+    default; --classifier hand_set scores the hand-set gain/bias/profile split); the report names it.
     """
     require_lab("edgepath eval mlpm")
     from edgepath.evaluation import mlpm_eval
@@ -978,7 +988,11 @@ def eval_mlpm(
     except ValueError as exc:
         raise typer.BadParameter(f"unknown profile {profile!r}", param_hint="--profile") from exc
     try:
-        params = mlpm_parameters(load_settings())
+        settings = load_settings(mlpm_classifier=classifier)
+    except ValidationError as exc:
+        raise typer.BadParameter(describe_errors(exc)) from exc  # names --classifier's setting, mlpm.classifier
+    try:
+        params = mlpm_parameters(settings)
         if window:
             params["window"] = window
         traces = mlpm_eval.load_traces(gophers, ucc)
@@ -986,6 +1000,7 @@ def eval_mlpm(
             traces,
             profile=app_profile,
             **params,
+            fitted=mlpm_eval.classifier_for(app_profile, settings.mlpm.classifier),
             block_len=block_len,
             reps=bootstrap,
             seed=seed,

@@ -28,6 +28,9 @@ RTT) at ``t``:
 
 * ``mlpm``: :func:`edgepath.engines.mlpm.decide` on the last ``window`` samples of every path
   (throughput: the per-second series; RTT: the ping samples), horizon 1 s; its prioritised subflow.
+  The classifier is the one the service serves under its setting ``mlpm.classifier``
+  (:func:`classifier_for`: the fitted ``engines.mlpm.FITTED`` of the profile's priority by default,
+  or the hand-set gain/bias/profile split); the report's ``method.classifier`` names it.
 * ``lortt``: lowest last-observed RTT (the paper's LoRTT; what the Linux default scheduler
   prefers). Where the trace has no RTT (5Gophers) or some path has no ping yet, it is the greedy
   pick on the last observed throughput — counted per dataset in ``lortt_fallback_steps``.
@@ -62,6 +65,42 @@ from edgepath.engines import mlpm
 from edgepath.types import ApplicationProfile
 
 SCHEDULERS = ("mlpm", "lortt", "round_robin", "oracle")
+
+#: The values of the service's setting ``mlpm.classifier`` (``EDGEPATH_MLPM__CLASSIFIER``), which ``eval mlpm`` follows.
+CLASSIFIERS = ("fitted", "hand_set")
+
+
+def classifier_for(profile: ApplicationProfile, classifier: str) -> mlpm.FittedClassifier | None:
+    """The fitted classifier the service decides ``profile`` with when its setting ``mlpm.classifier`` is
+    ``classifier`` (as ``adapters.mlpm`` chooses: :data:`~edgepath.engines.mlpm.FITTED` of the profile's priority),
+    or None for ``"hand_set"`` (gain, bias and the profile split).
+
+    Raises
+    ------
+    ValueError
+        For a name outside :data:`CLASSIFIERS`.
+    """
+    if classifier not in CLASSIFIERS:
+        raise ValueError(f"unknown MLPM classifier {classifier!r} (one of {', '.join(CLASSIFIERS)})")
+    return mlpm.FITTED.get(mlpm.PROFILE_PRIORITY[profile]) if classifier == "fitted" else None
+
+
+def classifier_method(fitted: mlpm.FittedClassifier | None, gain: float, bias: float | None) -> dict[str, Any]:
+    """The report's description of the classifier MLPM was scored with (``method``'s classifier keys)."""
+    b = mlpm.default_bias(gain) if bias is None else bias
+    if fitted is None:
+        return {"classifier": "hand_set", "gain": gain, "bias": b}
+    return {
+        "classifier": "fitted",
+        "classifier_source": fitted.source,
+        "classifier_terms": {
+            fs: {"weights": list(w), "bias": fitted.bias.get(fs, b)} for fs, w in sorted(fitted.weights.items())
+        },
+        "gain": gain,
+        "bias": b,
+        "gain_bias_note": "the hand-set gain and bias apply only to a feature set the fitted classifier lacks",
+    }
+
 
 #: Silva et al. (2020), Table II and Section IV: MLPM vs the NS-3 default and LoRTT (prioritised packets).
 PAPER_TABLE_II: dict[str, Any] = {
@@ -451,8 +490,7 @@ def build_report(
             "mlpm_priority": mlpm.PROFILE_PRIORITY[profile].value,
             "window_samples": window,
             "horizon_s": horizon_s,
-            "gain": gain,
-            "bias": mlpm.default_bias(gain) if bias is None else bias,
+            **classifier_method(fitted, gain, bias),
             "ci": f"95% moving-block bootstrap, block {block_len} steps, {reps} resamples, seed {seed}",
             "gains": "100·(mean_mlpm / mean_baseline − 1), paired block bootstrap CI",
         },
@@ -501,8 +539,17 @@ def plot_report(report: dict[str, Any], path: Path) -> None:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """Plain-text table of the pooled results and the gains next to the paper's."""
-    lines = [f"{'scheduler':<12} {'throughput Mbit/s (95% CI)':<32} {'RTT ms (95% CI)':<28}"]
+    """Plain-text table of the pooled results and the gains next to the paper's, under the classifier scored."""
+    m = report["method"]
+    named = m.get("classifier", "hand_set")
+    if named == "fitted":
+        named += f" ({m.get('classifier_source', '')})" if m.get("classifier_source") else ""
+    else:
+        named += f" (gain {m.get('gain')}, bias {m.get('bias')})"
+    lines = [
+        f"MLPM classifier: {named}; profile {m.get('profile')} (priority {m.get('mlpm_priority')})",
+        f"{'scheduler':<12} {'throughput Mbit/s (95% CI)':<32} {'RTT ms (95% CI)':<28}",
+    ]
     for s in SCHEDULERS:
         e = report["schedulers"][s]
         thr = f"{e['mean_throughput_mbps']} [{e['mean_throughput_mbps_ci95'][0]}, {e['mean_throughput_mbps_ci95'][1]}]"
