@@ -85,11 +85,12 @@ class PathServiceServicer:
     def RecommendStream(self, request_iterator, context):
         """Radio contexts sent continuously on one stream, one recommendation out per context, in order
         (issue 16; gRPC only, REST has no stream). Each message is handled exactly as a Recommend call:
-        same validation, authentication (the call's credential, once per stream), one rate-limit token and
-        one admission slot per message, same decision record. An invalid message, a refused caller, a rate
-        limit or shedding ends the stream with that status (INVALID_ARGUMENT naming the field, as Recommend;
-        trailing metadata "message-index" = the 0-based index of the message that ended it); the replies
-        already sent stand and their decisions are logged.
+        same validation, authentication (the call's credential, verified when the stream opens and
+        re-checked per message), one rate-limit token and one admission slot per message, same decision
+        record. An invalid message, a refused caller, a rate limit or shedding ends the stream with that
+        status (INVALID_ARGUMENT naming the field, as Recommend; trailing metadata "message-index" = the
+        0-based index of the message that ended it); the replies already sent stand and their decisions
+        are logged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
