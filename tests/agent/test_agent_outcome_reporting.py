@@ -8,7 +8,7 @@ decision's configuration was in effect, on the path the decision chose, or it is
   apply (or a clean stop), and the step that closes it reports it with that decision's id: a decision that
   switched the primary gets the bytes of the interface it switched to; a refused recommendation leaves the
   interval running; the upstream guard's override or switch during it means no outcome; a clean stop reports
-  (or, while the service is unreachable, queues) the last interval;
+  (or, while the service is unreachable, queues, and keeps in ``pending_file``) the last interval;
 * on an idle link: fewer than ``PASSIVE_MIN_BYTES`` bytes (0 included) or an interval shorter than
   ``PASSIVE_MIN_S`` is no throughput: no outcome (the reason at DEBUG and in the status record's
   ``no_outcome_reason``), no history sample; a busy link still reports;
@@ -20,6 +20,7 @@ counters and clock (no sleeping, no network).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
@@ -371,12 +372,14 @@ class UnreachableReports(ScriptedClient):
         raise ServiceError("UNAVAILABLE", "connection refused")
 
 
+@pytest.mark.parametrize("keeping", [True, False], ids=["pending_file", "in-memory"])
 def test_a_stop_while_the_service_is_unreachable_queues_the_last_interval(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Any, keeping: bool
 ) -> None:
     device = Device(monkeypatch)
     client = UnreachableReports(["wlan0", "wwan0"])
-    agent = passive_agent(client)
+    path = tmp_path / "pending-outcomes.json"
+    agent = passive_agent(client, pending_file=path if keeping else None)
     agent.step()
     device.carry(30.0, wlan0=3_000_000)
     agent.step()  # d1's outcome: the report fails, queued
@@ -384,15 +387,21 @@ def test_a_stop_while_the_service_is_unreachable_queues_the_last_interval(
     device.carry(30.0, wwan0=3_000_000)
     agent._service_answered(False, "UNAVAILABLE: connection refused")  # the last call got no answer
     calls = len(client.outcomes)
-    with caplog.at_level(logging.WARNING, logger="edgepath_agent"):
+    with caplog.at_level(logging.INFO, logger="edgepath_agent"):
         closed = agent.close_at_stop()
     assert closed is not None and closed.outcome is not None and closed.ack is None
     assert len(client.outcomes) == calls  # queued without calling an unreachable service
     assert [o["decision_id"] for o in agent.pending] == ["d1", "d2"]
     assert agent.last_outcome is not None and agent.last_outcome["decision_id"] == "d2"
     assert not agent.last_outcome["delivered"]
-    lost = [r.getMessage() for r in caplog.records if "stopping with 2 outcome(s)" in r.getMessage()]
-    assert lost and "lost when the agent exits" in lost[0]
+    said = [r for r in caplog.records if "stopping with 2 outcome(s)" in r.getMessage()]
+    assert len(said) == 1
+    if keeping:  # kept for the next start (tests/agent/test_agent_pending_outcomes.py): no loss to warn about
+        assert f"kept in {path}" in said[0].getMessage() and said[0].levelno == logging.INFO
+        assert [o["decision_id"] for o in json.loads(path.read_text())["outcomes"]] == ["d1", "d2"]
+    else:
+        assert "lost when the agent exits (pending_file is unset)" in said[0].getMessage()
+        assert said[0].levelno == logging.WARNING and not path.exists()
 
 
 class Ssmp:

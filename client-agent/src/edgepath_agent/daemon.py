@@ -30,10 +30,12 @@ One :meth:`Agent.step`:
    reason; that step then reports no outcome (none is made up), the failure is counted in the status record
    (``probe.failures``, ``probe.last_error``) and the next step runs as usual, the applied configuration staying
    in place;
-5. **report** it; outcomes that can't be delivered are kept (bounded queue) and
-   re-sent later — the service ignores duplicates, so nothing is counted twice (the queue is held in memory: what
-   is still queued when the agent exits is lost, and logged). An outcome must describe the interval during which
-   its decision's configuration was in effect on the path the decision chose, or not be sent: none is reported by
+5. **report** it; outcomes that can't be delivered are kept (bounded queue, ``max_pending_outcomes``) and
+   re-sent later — the service ignores duplicates, so nothing is counted twice; one it answers ``NOT_FOUND`` (404:
+   its decision is unknown, or expired with its TTL) or refuses otherwise is dropped, not retried. The queue is also
+   kept in ``pending_file`` (pending.py: rewritten whenever it changes, read at start), so a restart loses none. An
+   outcome must describe the interval during which its decision's configuration was in effect on the path the
+   decision chose, or not be sent: none is reported by
    a dry run (``backend = "dry-run"``: its routes are unchanged; said once in the log, ``outcomes`` in the status
    record), when the upstream guard overrode the primary (at the apply, or, under the passive meter, during the
    decision's interval), for a fixed primary (no decision), or for an idle link under the passive meter (fewer
@@ -44,9 +46,9 @@ One :meth:`Agent.step`:
    effect (:func:`congestion_measurement`), which the service counts towards its congestion advice.
 
 On SIGTERM/SIGINT (or after ``--steps``) the loop ends, the passive meter's last interval is closed and
-reported (queued, and so lost, while the service is unreachable; none when idle) and, with ``restore_on_exit``,
-the journal's snapshot is restored. Configuration precedence (pydantic-settings sources):
-command line > ``EDGEPATH_AGENT_*`` environment variables > file (TOML/JSON) > defaults;
+reported (queued, and kept in ``pending_file`` for the next start, while the service is unreachable; none when
+idle) and, with ``restore_on_exit``, the journal's snapshot is restored. Configuration precedence
+(pydantic-settings sources): command line > ``EDGEPATH_AGENT_*`` environment variables > file (TOML/JSON) > defaults;
 client-agent/agent.toml.example lists every setting with its default. An ``EDGEPATH_AGENT_*``
 variable that names no setting is warned about at start (:func:`warn_unknown_env`).
 """
@@ -114,6 +116,7 @@ from edgepath_agent.journal_log import sd_notify, watchdog_interval_s
 from edgepath_agent.messages import CongestionMeasurement, OutcomeAck, PrimaryPath, Recommendation
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
+from edgepath_agent.pending import DEFAULT_PENDING_FILE, load_pending, write_pending
 from edgepath_agent.safety import ClientCredentials, check_key_file
 from edgepath_agent.ssmp import SsmpStep
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
@@ -232,6 +235,11 @@ class AgentConfig(BaseSettings):
     )
     netns: str | None = None
     journal: Path = Path("/var/lib/edgepath-agent/journal.json")
+    pending_file: Path | None = Field(
+        default=DEFAULT_PENDING_FILE,
+        description="Outcomes the service has not received yet, kept across restarts (pending.py); "
+        'None or "": in memory only',
+    )
     restore_on_exit: bool = True
     cc_profile: Literal["throughput", "latency", "coupled", "default"] = "default"
     manage_cc: bool = True
@@ -307,6 +315,15 @@ class AgentConfig(BaseSettings):
         default_factory=dict,
         description="Managed interface → IPv4 address of its network's DNS server (SSMP); other keys are refused",
     )
+
+    @field_validator("pending_file", mode="before")
+    @classmethod
+    def _no_pending_file(cls, value: Any) -> Any:
+        """An empty ``pending_file`` (``pending_file = ""``: TOML has no null; ``EDGEPATH_AGENT_PENDING_FILE=``)
+        turns the file off, as ``None`` does (JSON ``null``)."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
 
     @field_validator("interfaces", mode="before")
     @classmethod
@@ -657,6 +674,8 @@ _REPORTED_AGAIN_WHEN = {GONE: "it exists again", DOWN: "it is up with an address
 
 #: Refusals of who this device is (gRPC status names, HTTP statuses): configuration errors, not worth a retry.
 CREDENTIAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", 401, 403})
+#: The service's answer to an outcome whose decision it does not know, or no longer (its TTL passed): dropped.
+EXPIRED_CODES = frozenset({"NOT_FOUND", 404})
 
 
 class CredentialsRefused(RuntimeError):
@@ -758,6 +777,15 @@ class Agent:
                 "an outcome would train the wrong arm)"
             )
         self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
+        #: Where :attr:`pending` is kept across restarts (``pending_file``; pending.py); ``None``: in memory only
+        #: (unset, or a dry run, which reports no outcome and keeps no file).
+        self.pending_file: Path | None = config.pending_file if self.outcomes_off is None else None
+        #: :attr:`pending` changed since ``pending_file`` was last written.
+        self._pending_dirty = False
+        #: Why ``pending_file`` could not be written last (warned once), ``None`` once it could.
+        self._pending_error: str | None = None
+        if self.pending_file is not None:
+            self._load_pending(self.pending_file)
         self.last_recommendation: Recommendation | None = None
         self.last_outcome: dict[str, Any] | None = None
         self.service_reachable: bool | None = None
@@ -778,6 +806,113 @@ class Agent:
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
             name: (deque(maxlen=n), deque(maxlen=n)) for name in config.interfaces
         }
+
+    def _load_pending(self, path: Path) -> None:
+        """Queue the outcomes kept at ``path`` by an earlier run (:func:`~edgepath_agent.pending.load_pending`):
+        this device's, the newest ``max_pending_outcomes``. What was dropped is logged at WARNING (another
+        ``device_id``, over the bound), a bad file once at WARNING (moved aside; the queue starts empty)."""
+        bound = self.pending.maxlen or 1
+        loaded = load_pending(path, self.config.device_id, bound)
+        if loaded.problem is not None:
+            aside = f"moved to {loaded.moved_to}" if loaded.moved_to is not None else "left in place"
+            log.warning(
+                "pending outcomes file %s %s: %s, starting with no pending outcome",
+                path,
+                loaded.problem,
+                aside,
+                extra={"pending_file": str(path), "error": loaded.problem},
+            )
+            self._pending_dirty = loaded.moved_to is None  # a bad file left in place is replaced at the next write
+            return
+        self.pending.extend(loaded.outcomes)
+        dropped = []
+        if loaded.other_device:
+            dropped.append(f"{loaded.other_device} of another device_id than {self.config.device_id!r}")
+        if loaded.over_bound:
+            dropped.append(f"the {loaded.over_bound} oldest over max_pending_outcomes = {bound}")
+        extra = {
+            "pending_file": str(path),
+            "pending_outcomes": len(loaded.outcomes),
+            "dropped": loaded.other_device + loaded.over_bound,
+        }
+        if dropped:
+            log.warning(
+                "loaded %d pending outcome(s) from %s; dropped %s",
+                len(loaded.outcomes),
+                path,
+                " and ".join(dropped),
+                extra=extra,
+            )
+            self._pending_dirty = True
+        elif loaded.outcomes:
+            log.info(
+                "loaded %d pending outcome(s) from %s (re-sent at the next step)",
+                len(loaded.outcomes),
+                path,
+                extra=extra,
+            )
+
+    def save_pending(self) -> bool:
+        """Write :attr:`pending` to ``pending_file`` if it changed since the last write (atomically, 0600; an empty
+        queue removes the file). A failure is logged once at WARNING, never fatal, and retried at the next change
+        or stop. Returns whether the file holds the queue now (``False`` without a file)."""
+        if self.pending_file is None:
+            return False
+        if not self._pending_dirty:
+            return self._pending_error is None
+        try:
+            write_pending(self.pending_file, self.pending)
+        except (OSError, TypeError, ValueError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if self._pending_error is None:
+                log.warning(
+                    "pending outcomes file %s not written (%s): outcomes queued now are lost if the agent exits "
+                    "before the service receives them",
+                    self.pending_file,
+                    reason,
+                    extra={"pending_file": str(self.pending_file), "error": reason},
+                )
+            self._pending_error = reason
+            return False
+        if self._pending_error is not None:
+            log.info("pending outcomes file %s written again", self.pending_file)
+        self._pending_error = None
+        self._pending_dirty = False
+        return True
+
+    def _pending_changed(self) -> None:
+        """:attr:`pending` changed: keep it (:meth:`save_pending`)."""
+        self._pending_dirty = True
+        self.save_pending()
+
+    def _enqueue(self, outcome: dict[str, Any]) -> None:
+        """Append ``outcome`` to :attr:`pending` (a full queue drops its oldest, logged) and keep the queue."""
+        if len(self.pending) == self.pending.maxlen:
+            oldest = self.pending[0].get("decision_id")
+            log.warning(
+                "pending outcome queue full (max_pending_outcomes = %d): the oldest, for %s, is dropped",
+                self.pending.maxlen,
+                oldest,
+                extra={"decision_id": oldest},
+            )
+        self.pending.append(outcome)
+        self._pending_changed()
+
+    def _dropped(self, outcome: Mapping[str, Any], exc: ServiceError, queued: bool) -> None:
+        """Log an outcome the service refused for good (not transient, not the credentials): it is not retried. The
+        service answers ``NOT_FOUND`` (404) for a decision it does not know, or no longer: its TTL passed."""
+        decision_id = outcome.get("decision_id")
+        what = "queued outcome" if queued else "outcome"
+        if exc.code in EXPIRED_CODES:
+            log.warning(
+                "%s for %s dropped: the service does not know its decision (unknown, or expired: its TTL passed): %s",
+                what,
+                decision_id,
+                exc,
+                extra={"decision_id": decision_id, "error": str(exc)},
+            )
+            return
+        log.error("%s for %s refused, dropped: %s", what, decision_id, exc, extra={"decision_id": decision_id})
 
     def _build_guard(self) -> PrimaryGuard | None:
         target = self.config.upstream_target_addr() if self.config.upstream_check else None
@@ -1260,9 +1395,10 @@ class Agent:
         :meth:`step`: none for an idle reading, a dry run, a fixed primary or the upstream guard's override.
 
         While the service is unreachable (the last call got no answer, or queued outcomes still cannot be
-        delivered) the outcome is queued without calling it. Queued outcomes are kept in memory only: those still
-        queued are logged (WARNING) and lost when the agent exits. Returns the closed interval (``None`` when none
-        was open: an active meter, or no decision applied).
+        delivered) the outcome is queued without calling it. Outcomes still queued then are kept in ``pending_file``
+        for the next start (:meth:`keep_pending_at_stop`: logged at INFO; at WARNING when they are lost, without a
+        file or when it cannot be written). Returns the closed interval (``None`` when none was open: an active
+        meter, or no decision applied).
 
         Raises
         ------
@@ -1270,23 +1406,46 @@ class Agent:
             When the service refuses this device's credentials.
         """
         interval, self.interval = self.interval, None
-        if interval is None:
-            return None
-        end = self._end_reading(interval)
-        deliver = self.service_reachable is not False
-        if deliver and self.pending:
-            self.flush_outcomes()
-            deliver = not self.pending
-        closed = self._close(interval, end, deliver=deliver)
-        self.no_outcome_reason = closed.no_outcome
-        if self.pending:
-            log.warning(
-                "stopping with %d outcome(s) the service has not received (%s); they are lost when the agent exits",
-                len(self.pending),
-                self.service_error or "service unreachable",
-                extra={"pending_outcomes": len(self.pending)},
-            )
+        closed = None
+        if interval is not None:
+            end = self._end_reading(interval)
+            deliver = self.service_reachable is not False
+            if deliver and self.pending:
+                self.flush_outcomes()
+                deliver = not self.pending
+            closed = self._close(interval, end, deliver=deliver)
+            self.no_outcome_reason = closed.no_outcome
+        self.keep_pending_at_stop()
         return closed
+
+    def keep_pending_at_stop(self) -> bool:
+        """At the stop, write the queue to ``pending_file`` (:meth:`save_pending`) and log what happens to the
+        outcomes still queued: kept for the next start (INFO), or lost (WARNING: no file, or it cannot be written).
+        Returns whether they are kept (``True`` for none)."""
+        kept = self.save_pending()
+        if not self.pending:
+            return True
+        why = self.service_error or "service unreachable"
+        extra = {"pending_outcomes": len(self.pending), "pending_file": str(self.pending_file or "")}
+        if kept:
+            log.info(
+                "stopping with %d outcome(s) the service has not received (%s); kept in %s, re-sent after the next "
+                "start",
+                len(self.pending),
+                why,
+                self.pending_file,
+                extra=extra,
+            )
+            return True
+        lost = self._pending_error if self.pending_file is not None else "pending_file is unset"
+        log.warning(
+            "stopping with %d outcome(s) the service has not received (%s); they are lost when the agent exits (%s)",
+            len(self.pending),
+            why,
+            lost,
+            extra=extra,
+        )
+        return False
 
     def _no_outcome(
         self,
@@ -1379,12 +1538,7 @@ class Agent:
         except ServiceError as exc:
             self._raise_if_credentials_refused(exc)
             if not is_transient(exc):
-                log.error(
-                    "outcome for %s refused: %s",
-                    outcome.get("decision_id"),
-                    exc,
-                    extra={"decision_id": outcome.get("decision_id")},
-                )
+                self._dropped(outcome, exc, queued=False)
                 return None
             log.warning(
                 "outcome for %s queued (%s)",
@@ -1392,7 +1546,7 @@ class Agent:
                 exc,
                 extra={"decision_id": outcome.get("decision_id")},
             )
-            self.pending.append(outcome)
+            self._enqueue(outcome)
             return None
         self.last_outcome.update(delivered=True, reward=ack.reward)
         return ack
@@ -1406,7 +1560,7 @@ class Agent:
             why,
             extra={"decision_id": outcome.get("decision_id")},
         )
-        self.pending.append(outcome)
+        self._enqueue(outcome)
 
     def status_record(self) -> dict[str, Any]:
         """The status record (fields in :mod:`edgepath_agent.status`) for the current state.
@@ -1473,19 +1627,42 @@ class Agent:
                 self._status_warned = True
 
     def flush_outcomes(self) -> int:
-        """Re-send queued outcomes; returns how many were delivered."""
+        """Re-send queued outcomes, oldest first, until one fails transiently; returns how many were delivered.
+
+        One the service acknowledges as a duplicate (it had it already) counts as delivered; one it answers
+        ``NOT_FOUND`` (404: its decision is unknown or expired) or refuses otherwise is dropped (logged,
+        :meth:`_dropped`), not retried. The queue is written to ``pending_file`` once, after the flush.
+
+        Raises
+        ------
+        CredentialsRefused
+            When the service refuses this device's credentials (that outcome stays queued).
+        """
         sent = 0
-        while self.pending:
-            outcome = self.pending[0]
-            try:
-                self.client.report_outcome(outcome)
-            except ServiceError as exc:
-                self._raise_if_credentials_refused(exc)
-                if is_transient(exc):
-                    break
-                log.error("queued outcome for %s refused: %s", outcome.get("decision_id"), exc)
-            self.pending.popleft()
-            sent += 1
+        changed = False
+        try:
+            while self.pending:
+                outcome = self.pending[0]
+                try:
+                    ack = self.client.report_outcome(outcome)
+                except ServiceError as exc:
+                    self._raise_if_credentials_refused(exc)
+                    if is_transient(exc):
+                        break
+                    self._dropped(outcome, exc, queued=True)
+                else:
+                    sent += 1
+                    if ack.duplicate:
+                        log.debug(
+                            "queued outcome for %s: the service had it already (duplicate)",
+                            outcome.get("decision_id"),
+                            extra={"decision_id": outcome.get("decision_id")},
+                        )
+                self.pending.popleft()
+                changed = True
+        finally:
+            if changed:
+                self._pending_changed()
         return sent
 
     def run(self, stop: threading.Event, max_steps: int | None = None) -> int:
@@ -1529,6 +1706,7 @@ class Agent:
                 self.applier.rollback()
             except CredentialsRefused:
                 self.write_status()  # `status` shows the refusal (service block) after the agent has exited
+                self.keep_pending_at_stop()
                 sd_notify("STOPPING=1")
                 raise
             steps += 1
@@ -1571,8 +1749,10 @@ class Agent:
             stop.wait(max(0.0, left))
 
     def close(self, restore: bool | None = None) -> None:
-        """Restore the journalled state (if ``restore``/``restore_on_exit``) and close the client."""
+        """Write the queue to ``pending_file`` if it changed (:meth:`save_pending`: after a crash of the loop too),
+        restore the journalled state (if ``restore``/``restore_on_exit``) and close the client."""
         try:
+            self.save_pending()
             if self.config.restore_on_exit if restore is None else restore:
                 self.applier.rollback()
         finally:

@@ -23,7 +23,7 @@ Record (JSON object; times are Unix epoch milliseconds):
     meter's last interval) reported no outcome (a dry run, an idle link, a failed probe, the upstream guard's
     override, …); null when it reported one. Under the passive meter a step reports the previous decision's
     outcome (its interval), so the reason names that decision
-``pending_outcomes``: outcomes queued while the service was unreachable
+``pending_outcomes``: outcomes queued while the service was unreachable (kept across restarts in ``pending_file``)
 ``probe``: ``target`` (``HOST:PORT`` or null), ``tool`` (``iperf3``, ``builtin`` or ``passive``),
     ``mptcp_mode``, ``version`` (iperf3's), ``last_error`` (why the last probe failed, e.g. its
     server refused the connection; null once a probe runs without error), ``failures`` (probes that

@@ -145,6 +145,7 @@ def run_inside(p: MlpmParams, report: Path, plot: Path | None) -> dict[str, Any]
             service=[f"grpc://127.0.0.1:{ports['grpc_port']}", f"http://127.0.0.1:{ports['http_port']}"],
             interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
             journal=work / "journal.json",
+            pending_file=None,  # a throw-away service: nothing to re-send to it after the run
             backup_weight_threshold=p.backup_weight_threshold,
             follow_mlpm=True,
             manage_cc=False,

@@ -172,6 +172,7 @@ def run_inside(p: ScenarioParams, report: Path, plot: Path | None) -> dict[str, 
             probe_tool="builtin",  # the testbed's own TransferServer (server-side kernel counters in the trailer)
             probe_bytes=p.size_bytes,
             journal=work / "journal.json",
+            pending_file=None,  # a throw-away service: nothing to re-send to it after the run
             # Isolate the primary path: the three policies differ only in the initial subflow's interface
             # (no backup flags from MLPM weights, the namespace's default congestion control for all).
             backup_weight_threshold=0.0,
