@@ -79,16 +79,93 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(render: Any, val
             pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} ({value_set}): {exc.message} at {list(exc.path)}")
 
 
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a LabelSelector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist) selects ``labels``."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        key, op, values = expr["key"], expr["operator"], expr.get("values", [])
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def service_monitor_endpoints(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Port name → endpoint of the release's ServiceMonitor."""
+    return {e["port"]: e for e in one(objects, "ServiceMonitor")["spec"]["endpoints"]}
+
+
 def test_service_monitor_scrapes_the_metrics_endpoint(render: Any) -> None:
     objects = render("monitoring-networkpolicy-values.yaml")
     sm = one(objects, "ServiceMonitor")
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
-    (endpoint,) = sm["spec"]["endpoints"]
+    endpoint = service_monitor_endpoints(objects)["metrics"]
     # metrics on their own plain-HTTP port by default (settings.metricsPort; issue 22)
-    assert endpoint["path"] == "/metrics" and endpoint["port"] == "metrics" and endpoint["scheme"] == "http"
+    assert endpoint["path"] == "/metrics" and endpoint["scheme"] == "http"
     svc = one(objects, "Service", "ep-edgepath")
-    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["spec"]["selector"].items()
+    assert selects(sm["spec"]["selector"], svc["metadata"]["labels"])
+    assert not selects(sm["spec"]["selector"], one(objects, "Service", "-redis")["metadata"]["labels"])
     assert not by_kind(render("defaults"), "ServiceMonitor"), "ServiceMonitor must be optional (off by default)"
+
+
+def test_the_trainers_metrics_are_scraped_under_the_deciders_job_and_open_to_the_scrapers(render: Any) -> None:
+    """``edgepath train`` counts what only it sees (``edgepath_outcomes_dropped_total{reason="undecodable"}``, the
+    snapshots it refuses) but nothing scraped it: no port, and a ServiceMonitor selecting the deciders only. Its
+    ``metrics`` port (trainer.metricsPort, EDGEPATH_METRICS_PORT of its container) is behind a headless Service the
+    ServiceMonitor selects, relabelled to the deciders' job, which the alerts select; its NetworkPolicy admits the
+    metrics scrapers to that port only, and nobody when none is named (as the deciders' metrics port)."""
+    objects = render("monitoring-networkpolicy-values.yaml")
+    pod = one(objects, "Deployment", "-trainer")["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 9090}
+    served = [e["value"] for e in c["env"] if e["name"] == "EDGEPATH_METRICS_PORT"]
+    assert served and served[-1] == "9090", "the last entry wins over the shared ConfigMap's (env over envFrom)"
+    svc = one(objects, "Service", "-trainer")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (svc_port,) = svc["spec"]["ports"]
+    assert svc_port["targetPort"] == "metrics"
+    sm = one(objects, "ServiceMonitor")
+    assert selects(sm["spec"]["selector"], svc["metadata"]["labels"])
+    endpoints = service_monitor_endpoints(objects)
+    endpoint = endpoints[svc_port["name"]]
+    assert endpoint["path"] == "/metrics" and endpoint["scheme"] == "http"
+    # each Service is scraped by one endpoint only
+    deciders = one(objects, "Service", "ep-edgepath")
+    assert {p["name"] for p in deciders["spec"]["ports"]} & set(endpoints) == {"metrics"}
+    assert {p["name"] for p in svc["spec"]["ports"]} & set(endpoints) == {svc_port["name"]}
+    # the job: the deciders' is their Service's name (Prometheus Operator's default); the alerts select it
+    (relabel,) = endpoint["relabelings"]
+    assert relabel["targetLabel"] == "job" and relabel.get("action", "replace") == "replace"
+    assert "sourceLabels" not in relabel and relabel["replacement"] == deciders["metadata"]["name"]
+    rules = one(objects, "PrometheusRule")["spec"]["groups"]
+    assert {j for g in rules for r in g["rules"] for j in re.findall(r'job="([^"]+)"', r["expr"])} == {
+        relabel["replacement"]
+    }
+    # NetworkPolicy: the scrapers reach the trainer's metrics port, nothing else reaches the trainer
+    policies = [
+        np for np in by_kind(objects, "NetworkPolicy") if selects(np["spec"]["podSelector"], pod["metadata"]["labels"])
+    ]
+    assert [np["metadata"]["name"] for np in policies] == ["ep-edgepath-trainer"]
+    (rule,) = policies[0]["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert policies[0]["spec"]["policyTypes"] == ["Ingress"]
+    (closed,) = [
+        np for np in by_kind(render("defaults"), "NetworkPolicy") if np["metadata"]["name"].endswith("-trainer")
+    ]
+    assert closed["spec"]["ingress"] == [], "no scrapers named: the trainer's metrics port is closed, as the deciders'"
+    # no trainer: nothing of it, and the ServiceMonitor selects the deciders as before
+    without = render("monitoring-networkpolicy-values.yaml", "--set", "trainer.enabled=false")
+    assert not [o for o in without if o["metadata"]["name"].endswith("-trainer")]
+    assert set(service_monitor_endpoints(without)) == {"metrics"}
 
 
 def test_default_ports_match_the_service_settings(render: Any) -> None:
@@ -362,9 +439,11 @@ def test_network_policies_limit_redis_to_the_release(render: Any) -> None:
         "the helm test pod must still reach the service"
     )
     default_nps = by_kind(render("defaults"), "NetworkPolicy")
-    assert {np["metadata"]["name"] for np in default_nps} == {"ep-edgepath", "ep-edgepath-redis"}, (
-        "NetworkPolicies must be on by default (any pod could otherwise write the outcome stream)"
-    )
+    assert {np["metadata"]["name"] for np in default_nps} == {
+        "ep-edgepath",
+        "ep-edgepath-trainer",
+        "ep-edgepath-redis",
+    }, "NetworkPolicies must be on by default (any pod could otherwise write the outcome stream)"
 
 
 def test_helm_test_hook_calls_the_service(render: Any) -> None:
@@ -731,6 +810,7 @@ def test_notes_tell_the_operator_what_the_defaults_leave_to_them(helm_bin: str, 
     notes = _notes(helm_bin, tmp_path / "defaults", *values_args("defaults"))
     assert "edgepath:0.1.0" in notes and "image.registry" in notes and "docker build" in notes
     assert "networkPolicy.metricsScrapers" in notes and "GET /metrics (port 9090) is closed" in notes
+    assert "the trainer's (port 9090) too" in notes and "ep-edgepath-trainer.edge.svc:9090/metrics" in notes
     assert "ep-edgepath.edge.svc:9090/metrics" in notes, "metrics are on a port of their own, not the REST port"
     assert "/metrics" not in next(line for line in notes.splitlines() if line.strip().startswith("REST"))
     assert "model.hmac" not in notes, "no model configured: nothing to sign"
@@ -788,7 +868,7 @@ def test_platform_values_reach_the_pods(render: Any) -> None:
     assert names == ["edgepath", "log-shipper"], "sidecars run beside the service"
     main = spec["containers"][0]
     assert main["image"].startswith("registry.example.invalid/platform/edgepath@sha256:")
-    assert {"name": "OTEL_SERVICE_NAME", "value": "edgepath"} in main["env"]
+    assert {"name": "OTEL_SERVICE_NAME", "value": "edgepath-edge-platform"} in main["env"]
     assert {"name": "ca-bundle", "mountPath": "/etc/ssl/corporate", "readOnly": True} in main["volumeMounts"]
     assert "ca-bundle" in {v["name"] for v in spec["volumes"]}
     assert main["securityContext"]["runAsUser"] == 10001
@@ -1252,7 +1332,7 @@ def test_the_service_monitor_checks_the_configured_server_name(render: Any) -> N
         "--set", "serviceMonitor.enabled=true", "--set", "settings.metricsPort=0",
         "--set", "tls.serverName=edge.example.org",
     )  # fmt: skip
-    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    endpoint = service_monitor_endpoints(objects)["http"]
     assert endpoint["scheme"] == "https"
     assert endpoint["tlsConfig"]["serverName"] == "edge.example.org"
     live = _probes(objects)["livenessProbe"]["exec"]["command"]

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from deploy_helpers import ROOT, by_kind, one
+from deploy_helpers import CHART, ROOT, by_kind, one
 from prometheus_client.parser import text_string_to_metric_families
 from service_harness import running_service
 
@@ -153,3 +153,93 @@ def test_every_metric_in_rules_and_dashboard_is_exported_by_a_running_service(re
     assert used, "no metric found in the rules and the dashboard"
     missing = {name: sorted(src) for name, src in used.items() if name not in exported}
     assert not missing, f"metrics used but not exported by the service: {missing}"
+
+
+def _values_adapter_rule() -> list[dict[str, Any]]:
+    """The prometheus-adapter rule values.yaml documents beside autoscaling.extraMetrics (a commented YAML list)."""
+    block = (CHART / "values.yaml").read_text().split("\nautoscaling:\n", 1)[1].split("\n  extraMetrics:", 1)[0]
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  #   - seriesQuery:"))
+    rule = []
+    for line in lines[start:]:
+        if not line.startswith("  #   "):
+            break
+        rule.append(line[len("  #   ") :])
+    return list(yaml.safe_load("\n".join(rule)))
+
+
+def _readme_adapter_rule() -> list[dict[str, Any]]:
+    """The rule README "Operating it" gives (the YAML block of its "Autoscaling on decisions/s" item)."""
+    item = (ROOT / "README.md").read_text().split("**Autoscaling on decisions/s**", 1)[1]
+    block = item.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return list(yaml.safe_load("\n".join(line.removeprefix("  ") for line in block.splitlines())))
+
+
+def test_the_hpa_metric_example_is_what_the_documented_adapter_rule_serves(
+    render: Any, promtool: str, tmp_path: Path
+) -> None:
+    """The HPA examples (values.yaml's comment, ci/platform-gitops-values.yaml) name ``edgepath_decisions_per_second``,
+    which the service does not export: the prometheus-adapter rule that derives it from ``edgepath_decisions_total``
+    is documented in values.yaml and the README (the same rule), names that metric, and its query, expanded as the
+    adapter expands it for pods, is decisions per second per pod over every policy and access type (promtool)."""
+    (rule,) = _values_adapter_rule()
+    assert [rule] == _readme_adapter_rule(), "values.yaml and README document the same rule"
+    served = rule["name"]["as"]
+    assert served == "edgepath_decisions_per_second"
+    gitops = one(render("platform-gitops-values.yaml"), "HorizontalPodAutoscaler")["spec"]["metrics"]
+    assert [m["pods"]["metric"]["name"] for m in gitops if m["type"] == "Pods"] == [served]
+    example = re.findall(r"metric: \{name: ([a-z_]+)\}", (CHART / "values.yaml").read_text())
+    assert example == [served]
+    # the series it reads: a counter the service exports, with the pod and namespace labels the adapter maps
+    source = "edgepath_decisions_total"
+    assert re.fullmatch(rule["name"]["matches"], source) and rule["seriesQuery"].startswith(source + "{")
+    assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}
+    from edgepath.metrics import Metrics
+    from prometheus_client import generate_latest
+
+    assert f"# TYPE {source} counter" in generate_latest(Metrics.create().registry).decode()
+    query = (
+        rule["metricsQuery"]
+        .replace("<<.Series>>", source)
+        .replace("<<.LabelMatchers>>", 'namespace="edge",pod=~"p1|p2"')
+        .replace("<<.GroupBy>>", "pod")
+    )
+    assert "<<" not in query, query
+    (tmp_path / "adapter.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "adapter", "rules": [{"record": served, "expr": query}]}]})
+    )
+    series = f'{source}{{namespace="edge",job="ep-edgepath",pod="%s",policy="ridge_squarecb",access_type="%s"}}'
+    (tmp_path / "adapter_test.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": ["adapter.yaml"],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": [
+                            {"series": series % ("p1", "WIFI"), "values": "0+30x10"},  # 0.5/s
+                            {"series": series % ("p1", "LTE"), "values": "0+30x10"},  # 0.5/s
+                            {"series": series % ("p2", "WIFI"), "values": "0+120x10"},  # 2/s
+                            {"series": series.replace('"edge"', '"other"', 1) % ("p1", "WIFI"), "values": "0+600x10"},
+                        ],
+                        "promql_expr_test": [
+                            {
+                                "expr": served,
+                                "eval_time": "10m",
+                                "exp_samples": [
+                                    {"labels": f'{served}{{pod="p1"}}', "value": 1},
+                                    {"labels": f'{served}{{pod="p2"}}', "value": 2},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+            sort_keys=False,
+        )
+    )
+    unit = subprocess.run(
+        [promtool, "test", "rules", "adapter_test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert unit.returncode == 0, unit.stdout + unit.stderr

@@ -3,8 +3,13 @@ latency; the domain metrics an operator watches; and ``metrics_port`` moving ``/
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
+import edgepath
 import grpc
 import httpx
+from edgepath.state.base import ClaimResult
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -105,3 +110,68 @@ def test_every_grpc_service_is_observed_without_an_interceptor() -> None:
     reflection = {"grpc_service": "grpc.reflection.v1alpha.ServerReflection", "grpc_method": "ServerReflectionInfo"}
     assert value(got, "grpc_server_handled_total", grpc_code="OK", **reflection) == 1
     assert value(got, "grpc_server_handled_total", grpc_method="Recommend", grpc_code="INVALID_ARGUMENT") == 1
+
+
+#: Counter attribute of ``Metrics`` → (exported series, label) of the counters counted by a fixed set of label values.
+FIXED_LABEL_COUNTERS = {
+    "outcomes": ("edgepath_outcomes_total", "result"),
+    "outcomes_dropped": ("edgepath_outcomes_dropped_total", "reason"),
+    "snapshots_rejected": ("edgepath_snapshots_rejected_total", "reason"),
+    "decision_log_dropped": ("edgepath_decision_log_dropped_total", "reason"),
+    "shed": ("edgepath_shed_total", "transport"),
+}
+#: Helpers that pass their first argument on as a label value: (module, callable) → counter attribute.
+LABEL_PASSING = {
+    ("state/redis.py", "_drop"): "outcomes_dropped",
+    ("state/redis.py", "_drop_log_entry"): "decision_log_dropped",
+    ("training/snapshots.py", "_reject"): "snapshots_rejected",
+    ("training/snapshots.py", "SnapshotRejectedError"): "snapshots_rejected",
+}
+
+
+def counted_label_values() -> dict[str, set[str]]:
+    """The label values the service's code counts under, per counter of :data:`FIXED_LABEL_COUNTERS`: literal
+    ``metrics.<counter>.labels("…")`` arguments anywhere in the package, literal first arguments of the helpers of
+    :data:`LABEL_PASSING`, and (``edgepath_outcomes_total``, counted as ``result.value``) the ``ClaimResult``s."""
+    package = Path(edgepath.__file__).parent
+    found: dict[str, set[str]] = {attr: set() for attr in FIXED_LABEL_COUNTERS}
+    found["outcomes"] |= {result.value for result in ClaimResult}
+    for path in package.rglob("*.py"):
+        module = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+                continue
+            func, label = node.func, node.args[0].value
+            if not isinstance(label, str):
+                continue
+            if isinstance(func, ast.Attribute) and func.attr == "labels" and isinstance(func.value, ast.Attribute):
+                if func.value.attr in FIXED_LABEL_COUNTERS:
+                    found[func.value.attr].add(label)
+                continue
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if (module, name) in LABEL_PASSING:
+                found[LABEL_PASSING[(module, name)]].add(label)
+    return found
+
+
+def test_a_fresh_service_exports_every_counted_label_value_at_zero() -> None:
+    """Alerts and panels take ``increase()``/``rate()`` of these counters (EdgePathSnapshotsRejected,
+    EdgePathOutcomesDropped, EdgePathModelStale, EdgePathOutcomesQuarantined): a series the service created only
+    when it first counted appeared at 1, and ``increase()`` over a window starting at its birth saw nothing, so one
+    refused snapshot per pod and reason never fired. Every label value the code counts under is exported at 0
+    before anything happened (the trainer's own: tests/service/state/test_trainer_metrics.py)."""
+    counted = counted_label_values()
+    assert {"undecodable", "outbox_full"} <= counted["outcomes_dropped"], "the source scan found the drop reasons"
+    assert {"bad_signature", "unsigned"} <= counted["snapshots_rejected"], "the source scan found the refusals"
+    assert {"new", "quarantined", "implausible"} <= counted["outcomes"]
+    with running_service() as svc:
+        scrape = httpx.get(f"{svc.http_url}/metrics", timeout=5)
+    assert scrape.status_code == 200
+    got = samples(scrape.text)
+    missing = [
+        f"{series}{{{label}={value!r}}}"
+        for attr, (series, label) in FIXED_LABEL_COUNTERS.items()
+        for value in sorted(counted[attr])
+        if got.get((series, frozenset({(label, value)}))) != 0
+    ]
+    assert not missing, f"not exported at 0 by a fresh service: {missing}"

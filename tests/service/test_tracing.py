@@ -8,6 +8,7 @@ import asyncio
 
 import grpc
 import httpx
+import pytest
 from edgepath.admission import Admission
 from edgepath.grpc.server import create_server
 from edgepath.main import Service
@@ -59,4 +60,37 @@ def test_both_transports_emit_server_spans_continuing_the_callers_trace() -> Non
     assert not any("healthz" in name for name in names)
     servers = [s for s in spans if s.kind.name == "SERVER"]
     assert servers and all(format(s.context.trace_id, "032x") == TRACE_ID for s in servers)
+    provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "service_name"),
+    [
+        ({}, "edgepath"),
+        ({"OTEL_SERVICE_NAME": "edgepath-audit"}, "edgepath-audit"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=edge-paths,deployment.environment=staging"}, "edge-paths"),
+        (
+            {"OTEL_SERVICE_NAME": "edgepath-audit", "OTEL_RESOURCE_ATTRIBUTES": "service.name=edge-paths"},
+            "edgepath-audit",
+        ),
+    ],
+)
+def test_spans_carry_the_service_name_the_environment_sets(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], service_name: str
+) -> None:
+    """The resource comes from ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` (OTEL_SERVICE_NAME first, as the
+    SDK specifies); ``edgepath`` only when neither names the service. A hard-coded ``service.name`` had overridden
+    the environment: OTEL_SERVICE_NAME=edgepath-audit still exported every span as ``edgepath``."""
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    exporter = InMemorySpanExporter()
+    provider = build_tracer_provider(exporter)
+    provider.get_tracer(__name__).start_span("probe").end()
+    provider.force_flush()
+    (span,) = exporter.get_finished_spans()
+    assert span.resource.attributes["service.name"] == service_name
+    if "deployment.environment" in env.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+        assert span.resource.attributes["deployment.environment"] == "staging", "the other attributes are kept"
     provider.shutdown()

@@ -310,6 +310,7 @@ def train(
 
     Consumes the outcome stream, refits every ``batch_size`` outcomes and publishes signed,
     versioned model snapshots that the serving replicas hot-swap. Stops on SIGINT/SIGTERM.
+    With metrics_port (EDGEPATH_METRICS_PORT) set, serves its counters at GET /metrics there.
     """
     try:
         settings = load_settings(
@@ -321,14 +322,17 @@ def train(
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
     known_policy(settings.policy, param_hint=None)
     configure_logging(settings.log_level, settings.log_format)
-    from edgepath.main import run_trainer
+    from edgepath.main import PortUnavailable, run_trainer
     from edgepath.training.online import renice
 
     # Training never starves serving (issue 16): where the trainer shares cores with deciders, the
     # scheduler serves the deciders first; the trainer takes what is left (it only falls behind). Every
     # thread of it: os.nice would lower only this one.
     renice(10)
-    asyncio.run(run_trainer(settings))
+    try:
+        asyncio.run(run_trainer(settings))
+    except PortUnavailable as exc:  # the metrics port in use: one line, exit 2, nothing running
+        raise typer.BadParameter(str(exc)) from exc
 
 
 # --- eval sub-app: `edgepath eval <name>` (shared by the evaluations; issue 4 created it) ---

@@ -725,12 +725,18 @@ async def run_trainer(settings: Settings) -> None:
     """Body of ``edgepath train``: compete for the trainer lock of the shared backend and train while holding it.
 
     Consumes the outcome stream, refits every ``settings.batch_size`` outcomes and publishes signed,
-    versioned model snapshots that the serving replicas hot-swap; returns on SIGINT/SIGTERM.
+    versioned model snapshots that the serving replicas hot-swap; returns on SIGINT/SIGTERM. With
+    ``settings.metrics_port`` set, serves ``GET /metrics`` there (plain HTTP, prometheus_client's threaded server,
+    as ``edgepath serve`` serves its metrics port): the counters the trainer updates
+    (:meth:`~edgepath.metrics.Metrics.trainer_registry`: outcome-log entries it drops as undecodable, snapshots
+    it refuses), each known reason at 0 from the start.
 
     Raises
     ------
     ValueError
         ``settings.store_url`` names no shared store (``memory://``: nothing to share a model with).
+    PortUnavailable
+        ``settings.metrics_port`` cannot be bound (nothing was started).
     """
     from edgepath.training.leader import TrainerRole
     from edgepath.training.snapshots import SnapshotStore
@@ -738,36 +744,53 @@ async def run_trainer(settings: Settings) -> None:
     if not settings.store_is_shared:
         raise ValueError("train needs a shared store: --store redis://HOST:PORT/DB")
     metrics = Metrics.create()
-    if settings.outbox_dir is not None:
-        # The outbox journals what a replica acknowledged while Redis was away; a trainer acknowledges nothing to a
-        # device, so it keeps none (the chart's trainer shares the deciders' settings but not their outbox volume).
-        log.info("train keeps no degraded-mode outbox: outbox_dir %s is for serving replicas", settings.outbox_dir)
-        settings = settings.model_copy(update={"outbox_dir": None})
-    backend = build_backend(settings, metrics)
-    snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
-    registry = ModelRegistry(build_model(settings))
-    # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where the
-    # trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
-    refitter = ProcessRefitter()
-    role = TrainerRole(
-        backend,
-        snapshots,
-        registry,
-        settings.batch_size,
-        settings.trainer_lock_ttl_s,
-        refitter=refitter,
-        min_publish_interval_s=settings.trainer_publish_interval_s,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    log.info("trainer %s waiting for the trainer lock", role.consumer)
+    metrics_server: Any = None
+    if settings.metrics_port is not None:  # before anything else starts: a port in use stops nothing half-built
+        from prometheus_client import start_http_server
+
+        try:
+            metrics_server, _ = start_http_server(
+                settings.metrics_port, addr=settings.host, registry=metrics.trainer_registry()
+            )
+        except OSError as exc:
+            raise PortUnavailable("metrics", settings.host, settings.metrics_port, exc) from exc
+        log.info("trainer metrics: http://%s:%d/metrics", settings.host, metrics_server.server_port)
     try:
-        await role.run(stop)
+        if settings.outbox_dir is not None:
+            # The outbox journals what a replica acknowledged while Redis was away; a trainer acknowledges nothing to
+            # a device, so it keeps none (the chart's trainer shares the deciders' settings but not their outbox
+            # volume).
+            log.info("train keeps no degraded-mode outbox: outbox_dir %s is for serving replicas", settings.outbox_dir)
+            settings = settings.model_copy(update={"outbox_dir": None})
+        backend = build_backend(settings, metrics)
+        snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
+        registry = ModelRegistry(build_model(settings))
+        # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where
+        # the trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
+        refitter = ProcessRefitter()
+        role = TrainerRole(
+            backend,
+            snapshots,
+            registry,
+            settings.batch_size,
+            settings.trainer_lock_ttl_s,
+            refitter=refitter,
+            min_publish_interval_s=settings.trainer_publish_interval_s,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("trainer %s waiting for the trainer lock", role.consumer)
+        try:
+            await role.run(stop)
+        finally:
+            refitter.close()
+            await backend.close()
     finally:
-        refitter.close()
-        await backend.close()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+            metrics_server.server_close()
 
 
 def ssmp_config(settings: Settings, alpha: float | None = None) -> Any:

@@ -143,6 +143,23 @@ class _HotCollector(Collector):
             yield metric.collect()
 
 
+#: Every label value the service counts under, per counter (Prometheus's instrumentation practice: a labelled
+#: series exported at 0 from the first scrape, so ``increase()``/``rate()`` see its first event; a series born at 1
+#: is never seen to increase). tests/service/test_service_metrics.py checks these against the label values the code
+#: passes. ``edgepath_outcomes_total{result}``: the outcome report's result (``ClaimResult`` values and the refusals
+#: before the claim, edgepath.plane).
+OUTCOME_RESULTS = ("new", "duplicate", "unknown", "wrong_device", "implausible", "quarantined")
+#: ``edgepath_outcomes_dropped_total{reason}`` (edgepath.state.redis).
+OUTCOME_DROP_REASONS = ("outbox_full", "decision_outbox_full", "flush_unknown_decision", "undecodable")
+#: ``edgepath_snapshots_rejected_total{reason}`` (edgepath.training.snapshots).
+SNAPSHOT_REJECT_REASONS = ("unsigned", "bad_signature", "wrong_type", "unreadable")
+#: ``edgepath_decision_log_dropped_total{reason}`` (edgepath.state.redis).
+DECISION_LOG_DROP_REASONS = ("degraded", "unreachable")
+#: ``edgepath_shed_total{transport}`` (edgepath.rest.app, edgepath.grpc.server).
+SHED_TRANSPORTS = ("rest", "grpc")
+#: Families ``edgepath train`` serves (:meth:`Metrics.trainer_registry`).
+TRAINER_METRICS = ("edgepath_outcomes_dropped", "edgepath_snapshots_rejected")
+
 #: Latency buckets of the per-transport request metrics, s (the decision itself takes ~0.1-1 ms; the p99 targets
 #: of issue 16 are tens of ms).
 REQUEST_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -210,6 +227,30 @@ class Metrics:
             )
         children[0].inc()
         children[1].observe(seconds)
+
+    def trainer_registry(self) -> CollectorRegistry:
+        """A registry of the counters ``edgepath train`` updates (:data:`TRAINER_METRICS`), for its ``GET /metrics``:
+        the trainer is scraped under the deciders' job, where the serving gauges it never sets (model version,
+        publication time, admission) would read as a pod serving model 0 since 1970."""
+        reg = CollectorRegistry()
+        reg.register(self.outcomes_dropped)
+        reg.register(self.snapshots_rejected)
+        return reg
+
+    def _initialise_label_sets(self) -> None:
+        """Create every known label set at 0 (:data:`OUTCOME_RESULTS` and the others above), and the unlabelled hot
+        counters, so that each series is exported from the first scrape."""
+        for family, values in (
+            (self.outcomes, OUTCOME_RESULTS),
+            (self.outcomes_dropped, OUTCOME_DROP_REASONS),
+            (self.snapshots_rejected, SNAPSHOT_REJECT_REASONS),
+            (self.decision_log_dropped, DECISION_LOG_DROP_REASONS),
+            (self.shed, SHED_TRANSPORTS),
+        ):
+            for value in values:
+                family.labels(value)
+        self.redis_round_trips.labels()
+        self.redis_commands.labels()
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:
@@ -295,7 +336,7 @@ class Metrics:
                 redis_commands,
             )
         )
-        return cls(
+        metrics = cls(
             registry=reg,
             decisions=decisions,
             outcomes=outcomes,
@@ -364,3 +405,5 @@ class Metrics:
             redis_round_trips=redis_round_trips,
             redis_commands=redis_commands,
         )
+        metrics._initialise_label_sets()
+        return metrics

@@ -12,12 +12,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 #: Routes never traced (probes and scrapes would drown the requests).
 UNTRACED_URLS = "healthz,readyz,metrics"
+#: ``service.name`` of the spans when the environment names none.
+DEFAULT_SERVICE_NAME = "edgepath"
+
+
+def service_resource() -> Resource:
+    """The SDK's resource from the environment (``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME``, which wins over
+    a ``service.name`` there), with ``service.name`` :data:`DEFAULT_SERVICE_NAME` only when neither names one."""
+    named = OTELResourceDetector().detect().attributes.get(SERVICE_NAME)
+    return Resource.create() if named else Resource.create({SERVICE_NAME: DEFAULT_SERVICE_NAME})
 
 
 def build_tracer_provider(exporter: SpanExporter | None = None) -> TracerProvider:
@@ -26,7 +35,7 @@ def build_tracer_provider(exporter: SpanExporter | None = None) -> TracerProvide
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "edgepath"}))
+    provider = TracerProvider(resource=service_resource())
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 

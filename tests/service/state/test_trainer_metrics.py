@@ -1,0 +1,93 @@
+"""``edgepath train`` serves its own counters at ``GET /metrics`` (``metrics_port``): the outcome-log entries only the
+trainer drops (``edgepath_outcomes_dropped_total{reason="undecodable"}``) and the snapshots it refuses were counted in
+a process nobody scraped. A real trainer process on a real redis-server (tests/service/state/cluster_helpers.py)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from edgepath.metrics import OUTCOME_DROP_REASONS, SNAPSHOT_REJECT_REASONS
+from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
+
+from state.cluster_helpers import Cluster
+from state.redis_helpers import RedisServer, wait_until
+
+_SERVED = re.compile(r"trainer metrics: http://127\.0\.0\.1:(\d+)/metrics")
+
+
+def _scrape(port: int) -> dict[tuple[str, str], float]:
+    """(series name, reason label) → value of a ``GET /metrics``."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).raise_for_status().text
+    return {
+        (s.name, s.labels.get("reason", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_the_trainer_serves_its_counters_on_its_metrics_port(
+    tmp_path: Path, redis_server: RedisServer, namespace: str
+) -> None:
+    cluster = Cluster(tmp_path, redis_server, namespace=namespace)
+    try:
+        trainer = cluster.start_trainer(extra_env={"EDGEPATH_METRICS_PORT": "0", "EDGEPATH_HOST": "127.0.0.1"})
+        served = wait_until(
+            lambda: _SERVED.search(trainer.log.read_text()) or trainer.popen.poll() is not None,
+            60,
+            what="the trainer to serve its metrics",
+        )
+        assert trainer.popen.poll() is None, cluster.logs()
+        port = int(served.group(1))
+        first = _scrape(port)
+        # every reason at 0 from the start (an alert's increase() sees the first one), and nothing else: the trainer
+        # is scraped under the deciders' job, where serving gauges it never sets would read as a pod on model 0
+        assert {("edgepath_outcomes_dropped_total", r): 0.0 for r in OUTCOME_DROP_REASONS}.items() <= first.items()
+        assert {("edgepath_snapshots_rejected_total", r): 0.0 for r in SNAPSHOT_REJECT_REASONS}.items() <= first.items()
+        assert {name for name, _ in first} <= {
+            "edgepath_outcomes_dropped_total",
+            "edgepath_outcomes_dropped_created",
+            "edgepath_snapshots_rejected_total",
+            "edgepath_snapshots_rejected_created",
+        }, sorted(first)
+        # an outcome-log entry no replica could have written: the trainer drops it and counts it
+        with Redis.from_url(redis_server.url) as r:
+            r.xadd(f"{namespace}:outcomes", {"o": b"not an outcome record"})
+        wait_until(
+            lambda: (
+                _scrape(port).get(("edgepath_outcomes_dropped_total", "undecodable")) == 1.0
+                or trainer.popen.poll() is not None
+            ),
+            30,
+            what="the trainer to count the undecodable entry",
+        )
+        assert trainer.popen.poll() is None, cluster.logs()
+        assert trainer.stop(signal.SIGTERM) == 0, cluster.logs()
+    finally:
+        cluster.close()
+
+
+def test_a_busy_trainer_metrics_port_is_one_line_and_exit_2(
+    tmp_path: Path, redis_server: RedisServer, namespace: str
+) -> None:
+    cluster = Cluster(tmp_path, redis_server, namespace=namespace)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "edgepath.cli", "train", "--store", redis_server.url],
+            env=cluster.child_env({"EDGEPATH_METRICS_PORT": str(port), "EDGEPATH_HOST": "127.0.0.1"}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"metrics port {port} on 127.0.0.1 is in use" in proc.stderr
+    assert "Traceback" not in proc.stderr
