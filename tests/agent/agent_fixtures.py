@@ -1,4 +1,4 @@
-"""Helpers for the hand-written tool-output fixtures (see fixtures/README.md)."""
+"""Helpers of the agent tests: the hand-written tool-output fixtures (see fixtures/README.md) and a scripted clock."""
 
 from __future__ import annotations
 
@@ -14,3 +14,16 @@ def fixture(name: str) -> str:
     assert sep, f"{name} lacks its provenance header"
     assert "not captured" in head
     return body
+
+
+class Clock:
+    """``daemon.time`` stand-in: ``monotonic()`` and ``time()`` return what the test set."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from agent_fixtures import Clock
 from edgepath_agent import daemon
 from edgepath_agent.applier import Applier, ApplyError, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.client import FailoverClient, ServiceError, connect
@@ -111,19 +112,6 @@ class RecordingClient:
 
     def close(self) -> None:
         pass
-
-
-class Clock:
-    """``daemon.time`` stand-in: ``monotonic()`` and ``time()`` return what the test set."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
 
 
 def test_the_passive_meter_reports_no_outcome_for_an_idle_link(

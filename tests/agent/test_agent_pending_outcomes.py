@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fixtures import Clock
 from edgepath_agent import daemon
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.client import ServiceError
@@ -75,19 +76,6 @@ class Service:
 
     def close(self) -> None:
         pass
-
-
-class Clock:
-    """``daemon.time`` stand-in: ``monotonic()`` and ``time()`` return what the test set."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
 
 
 class Device:
