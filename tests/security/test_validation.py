@@ -24,21 +24,11 @@ from edgepath.wire import edgepath_pb2 as pb
 from pydantic import ValidationError
 
 
-def _constraints(info: Any) -> list[Any]:
-    """A field's metadata, and that of the ``Annotated`` type inside its ``X | None`` (types.Cqi's bounds)."""
-    found = list(info.metadata)
-    for arg in typing.get_args(info.annotation):
-        if typing.get_origin(arg) is typing.Annotated:
-            for meta in typing.get_args(arg)[1:]:
-                found += getattr(meta, "metadata", [meta])
-    return found
-
-
 def _ranged_fields(model: type[Any]) -> list[tuple[str, float | None, float | None]]:
     out = []
     for name, info in model.model_fields.items():
         lo = hi = None
-        for m in _constraints(info):
+        for m in info.metadata:
             if isinstance(m, (Ge, Gt)):
                 lo = float(m.ge if isinstance(m, Ge) else m.gt)
             if isinstance(m, (Le, Lt)):

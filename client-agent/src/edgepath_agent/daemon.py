@@ -630,6 +630,16 @@ class ClosedInterval:
 _EndReading = tuple[TransferResult | None, str | None, OSError | None]
 
 
+def _log_no_outcome(decision_id: str | None, interface: str, reason: str | None) -> None:
+    """Log, at DEBUG, why the decision ``decision_id`` (applied on ``interface``) gets no outcome."""
+    log.debug(
+        "no outcome for decision %s: %s",
+        decision_id or "-",
+        reason,
+        extra={"decision_id": decision_id, "interface": interface, "reason": reason},
+    )
+
+
 @dataclass
 class StepResult:
     """What one step did.
@@ -1195,12 +1205,7 @@ class Agent:
             else:
                 self._queue(outcome, "the service is unreachable")
         else:
-            log.debug(
-                "no outcome for decision %s: %s",
-                interval.decision_id or "-",
-                no_outcome,
-                extra={"decision_id": interval.decision_id, "interface": interval.interface, "reason": no_outcome},
-            )
+            _log_no_outcome(interval.decision_id, interval.interface, no_outcome)
         return ClosedInterval(
             interval, reading, outcome, ack, no_outcome, probe_error=self.probe_error if failed else None
         )
@@ -1335,12 +1340,7 @@ class Agent:
                 outcome["congestion_measurement"] = cc.as_json()
             ack = self._report(outcome)
         else:
-            log.debug(
-                "no outcome for decision %s: %s",
-                rec.decision_id or "-",
-                no_outcome,
-                extra={"decision_id": rec.decision_id, "interface": applied.primary, "reason": no_outcome},
-            )
+            _log_no_outcome(rec.decision_id, applied.primary, no_outcome)
         self.no_outcome_reason = no_outcome
         return StepResult(
             request,

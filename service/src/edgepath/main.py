@@ -422,22 +422,14 @@ class Service:
                 min_publish_interval_s=settings.trainer_publish_interval_s,
             )
             return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
-        from edgepath.training.leader import TrainerRole
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
 
         snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
         follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
         role = None
         if settings.trainer:
-            role = TrainerRole(
-                backend,
-                snapshots,
-                registry,
-                settings.batch_size,
-                settings.trainer_lock_ttl_s,
-                refitter=ProcessRefitter(),  # a refit never holds the serving loop's GIL, nor its CPU
-                min_publish_interval_s=settings.trainer_publish_interval_s,
-            )
+            # a refit never holds the serving loop's GIL, nor its CPU
+            role = build_trainer_role(settings, backend, snapshots, registry, ProcessRefitter())
         from edgepath.training.exploration import FleetExploration
 
         exploration = FleetExploration(backend, registry, period_s=settings.exploration_sync_s)
@@ -721,6 +713,24 @@ class Service:
             await asyncio.sleep(period_s)
 
 
+def build_trainer_role(
+    settings: Settings, backend: StateBackend, snapshots: Any, registry: ModelRegistry, refitter: ProcessRefitter
+) -> Any:
+    """The :class:`~edgepath.training.leader.TrainerRole` of ``settings`` (batch size, lock TTL, publish interval) on a
+    shared ``backend``: ``edgepath train``'s and ``serve --trainer``'s, one construction."""
+    from edgepath.training.leader import TrainerRole
+
+    return TrainerRole(
+        backend,
+        snapshots,
+        registry,
+        settings.batch_size,
+        settings.trainer_lock_ttl_s,
+        refitter=refitter,
+        min_publish_interval_s=settings.trainer_publish_interval_s,
+    )
+
+
 async def run_trainer(settings: Settings) -> None:
     """Body of ``edgepath train``: compete for the trainer lock of the shared backend and train while holding it.
 
@@ -738,7 +748,6 @@ async def run_trainer(settings: Settings) -> None:
     PortUnavailable
         ``settings.metrics_port`` cannot be bound (nothing was started).
     """
-    from edgepath.training.leader import TrainerRole
     from edgepath.training.snapshots import SnapshotStore
 
     if not settings.store_is_shared:
@@ -768,15 +777,7 @@ async def run_trainer(settings: Settings) -> None:
         # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where
         # the trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
         refitter = ProcessRefitter()
-        role = TrainerRole(
-            backend,
-            snapshots,
-            registry,
-            settings.batch_size,
-            settings.trainer_lock_ttl_s,
-            refitter=refitter,
-            min_publish_interval_s=settings.trainer_publish_interval_s,
-        )
+        role = build_trainer_role(settings, backend, snapshots, registry, refitter)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -84,7 +84,7 @@ _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 Number = Annotated[float, Strict()]
 
 
-def json_integer(value: Any) -> Any:
+def _json_integer(value: Any) -> Any:
     """Refuse, before pydantic's integer validation, the JSON values it would coerce that are not integers:
     ``true``/``false`` (taken as 1/0) and strings (``"1"``).
 
@@ -101,7 +101,7 @@ def json_integer(value: Any) -> Any:
 #: Of an integer member (last in its ``Annotated``, after any bounds, so that the OpenAPI schema keeps them): a JSON
 #: integer, or a number with a zero fraction (``9.0``: an integer to JSON Schema 2020-12, OpenAPI 3.1's), is taken; a
 #: boolean, a string or ``9.5`` is invalid (422 / MEC 015's 400 naming the member).
-JSON_INTEGER = BeforeValidator(json_integer)
+JSON_INTEGER = BeforeValidator(_json_integer)
 #: What a device sends as an integer (CQI, sizes in bytes): a JSON integer and nothing else (no ``true``, no ``"9"``,
 #: no ``9.0``), checked in pydantic-core with its bounds (the MEC 015 API, whose spec is OpenAPI 3.1, takes ``9.0``
 #: too: :data:`JSON_INTEGER`).

@@ -38,7 +38,6 @@ from edgepath.types import (
     ServerSelection,
     SteeringAdvice,
     SubflowHistory,
-    json_integer,
 )
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -263,15 +262,10 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     }
 
 
-def _json_number(schema: dict[str, Any]) -> dict[str, Any] | None:
-    """A measurement's number schema without what only JSON can send: ``strict`` (types.Number: no ``true``, no
-    ``"12"``) and the integer's pre-check (types.JSON_INTEGER), which a protobuf double or int32 always passes; None
-    for any other wrapper (the compiled check would not be the model's)."""
-    if schema.get("type") == "function-before":
-        if schema.get("function", {}).get("function") is not json_integer:
-            return None
-        schema = schema.get("schema", {})
-    return {k: v for k, v in schema.items() if k != "strict"} if schema.get("strict", True) is True else None
+def _json_number(schema: dict[str, Any]) -> dict[str, Any]:
+    """A measurement's number schema without ``strict`` (types.Number, types.Integer: no ``true``, no ``"12"``),
+    which only JSON can send: a protobuf double or int32 always passes it."""
+    return {k: v for k, v in schema.items() if k != "strict"}
 
 
 def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> dict[str, Any] | None:
@@ -302,7 +296,7 @@ def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> 
         if field["schema"].get("type") != "nullable":
             return None
         inner = _json_number(inner)
-        if inner is None or set(inner) - {"metadata"} != {"type", "ge", "le"} or inner["type"] != kind:
+        if set(inner) - {"metadata"} != {"type", "ge", "le"} or inner["type"] != kind:
             return None
         bounds.append((float(inner["ge"]), float(inner["le"])))
     return {"name_max": name["max_length"], "bounds": bounds}
