@@ -48,6 +48,7 @@ grpc_gevent.init_gevent()  # grpcio cooperates with gevent (locust's gRPC patter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from edgepath_agent.wire import edgepath_pb2 as pb  # noqa: E402
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc  # noqa: E402
+from tls_names import verified_context_factory  # noqa: E402
 from workload import (  # noqa: E402
     AGENT_HISTORY_SAMPLES,
     HISTORY_FORMS,
@@ -202,15 +203,11 @@ class RestDevice(_DeviceStream, FastHttpUser):
     def __init__(self, environment: Any) -> None:
         opts = _options_of(environment)
         if opts and opts.ca_file:  # verify the service's certificate (locust's FastHttpUser skips it by default)
-            ca_file, server_name = opts.ca_file, opts.tls_server_name
             self.insecure = False
-
-            def verified() -> Any:
-                context = gevent.ssl.create_default_context(cafile=ca_file)
-                context.check_hostname = not server_name  # a name override is checked by the CA chain only
-                return context
-
-            self.ssl_context_factory = verified
+            # the chain against the CA, the name against --tls-server-name (else the host dialled), as gRPC does
+            self.ssl_context_factory = verified_context_factory(
+                opts.ca_file, opts.tls_server_name, gevent.ssl.SSLContext
+            )
         super().__init__(environment)
 
     def on_start(self) -> None:
