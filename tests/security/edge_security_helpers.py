@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,7 @@ def _cert(
     ca: bool = False,
     san: list[x509.GeneralName] | None = None,
     client: bool = False,
+    valid_for: dt.timedelta = dt.timedelta(days=1),
 ) -> x509.Certificate:
     now = dt.datetime.now(dt.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject_cn)])
@@ -114,7 +115,7 @@ def _cert(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
+        .not_valid_after(now + valid_for)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if ca:
@@ -140,10 +141,16 @@ def _cert(
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def make_pki(directory: Path, clients: Sequence[str] = ("dev-a",), rogue_clients: Sequence[str] = ()) -> Pki:
+def make_pki(
+    directory: Path,
+    clients: Sequence[str] = ("dev-a",),
+    rogue_clients: Sequence[str] = (),
+    valid_for: Mapping[str, dt.timedelta] | None = None,
+) -> Pki:
     """Generate a CA, a server certificate for localhost/127.0.0.1 and client certificates (CN = device id).
 
-    ``rogue_clients`` get certificates from a second, untrusted CA.
+    ``rogue_clients`` get certificates from a second, untrusted CA. Every certificate is valid from 5 minutes ago
+    for a day, a client named in ``valid_for`` for that long from now (its ``notAfter``, to the second).
     """
     directory.mkdir(parents=True, exist_ok=True)
     pem = serialization.Encoding.PEM
@@ -162,7 +169,8 @@ def make_pki(directory: Path, clients: Sequence[str] = ("dev-a",), rogue_clients
         issuer_cert, issuer_key = cas[ca_name]
         for cn in names:
             key = _key()
-            cert = _cert(cn, key, issuer_cert.subject, issuer_key, client=True)
+            lifetime = (valid_for or {}).get(cn, dt.timedelta(days=1))
+            cert = _cert(cn, key, issuer_cert.subject, issuer_key, client=True, valid_for=lifetime)
             (directory / f"{ca_name}-{cn}.crt").write_bytes(cert.public_bytes(pem))
             _write_key(directory / f"{ca_name}-{cn}.key", key)
     return Pki(directory / "ca.crt", directory / "server.crt", directory / "server.key", directory)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import ssl
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,15 +13,22 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from cryptography import x509
 from edge_security_helpers import context_body, make_pki, running_service
-from edgepath.security.auth import TokenFile
+from edgepath.errors import Unauthenticated
+from edgepath.security.auth import TokenFile, certificate_not_after
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    return make_pki(tmp_path_factory.mktemp("pki"), clients=["dev-a"], rogue_clients=["dev-a"])
+    return make_pki(
+        tmp_path_factory.mktemp("pki"),
+        clients=["dev-a", "dev-short"],
+        rogue_clients=["dev-a"],
+        valid_for={"dev-short": dt.timedelta(minutes=10)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +116,83 @@ def test_the_start_up_line_says_what_a_caller_must_present(tls_service: Any) -> 
     assert "TLS, client certificates required on gRPC, authentication on (profile prod)" in line
     assert "store memory://, trainer in this process" in line
     assert "http://" not in line
+
+
+class ScriptedClock:
+    """Wall-clock Unix seconds that move only when the test says (the authenticator's ``clock``)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(tls_service: Any) -> Iterator[ScriptedClock]:
+    """The running service's authenticator on a scripted clock for one test."""
+    auth = tls_service.service.security.auth
+    scripted = ScriptedClock()
+    auth.clock = scripted
+    yield scripted
+    auth.clock = time.time
+
+
+def _not_after(cert: Path) -> float:
+    return x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc.timestamp()
+
+
+async def _ask(call: Any, device_id: str) -> Any:
+    """Send one message on an open RecommendStream; its reply, or the error that ended the stream."""
+    try:
+        await call.write(_request(device_id))
+        return await call.read()
+    except grpc.aio.AioRpcError as exc:
+        return exc
+
+
+def test_a_client_certificate_that_expires_mid_stream_refuses_the_next_message(
+    tls_service: Any, pki: Any, clock: ScriptedClock
+) -> None:
+    """The handshake checked the certificate once; the stream checks its notAfter (valid through that second) at
+    every message: past it, UNAUTHENTICATED saying so, trailing ``message-index``; the replies sent stand, and a
+    stream of a certificate still valid goes on."""
+    short_cert, short_key = pki.client("dev-short")
+    not_after = _not_after(short_cert)
+
+    def credentials(cert: Path, key: Path) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(pki.ca_cert.read_bytes(), key.read_bytes(), cert.read_bytes())
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        address = f"localhost:{tls_service.grpc_port}"
+        async with (
+            grpc.aio.secure_channel(address, credentials(short_cert, short_key)) as short_channel,
+            grpc.aio.secure_channel(address, credentials(*pki.client("dev-a"))) as long_channel,
+        ):
+            short = pb_grpc.PathServiceStub(short_channel).RecommendStream(timeout=30.0)
+            other = pb_grpc.PathServiceStub(long_channel).RecommendStream(timeout=30.0)
+            answers = [await _ask(short, "dev-short")]
+            clock.now = not_after  # the last second it is valid
+            answers.append(await _ask(short, "dev-short"))
+            clock.now = not_after + 1.0
+            answers.append(await _ask(short, "dev-short"))
+            others = [await _ask(other, "dev-a")]
+            other.cancel()
+            return answers, others
+
+    answers, others = asyncio.run(run())
+    assert all(isinstance(a, pb.Recommendation) and a.decision_id for a in answers[:2]), answers[:2]
+    refused = answers[2]
+    assert isinstance(refused, grpc.aio.AioRpcError), refused
+    assert refused.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert "certificate expired" in (refused.details() or "")
+    assert {str(k): str(v) for k, v in refused.trailing_metadata() or ()}["message-index"] == "2"
+    assert isinstance(others[0], pb.Recommendation), others[0]  # dev-a's certificate is valid for a day
+
+
+def test_certificate_not_after_reads_the_peers_pem(pki: Any) -> None:
+    cert = pki.client("dev-short")[0]
+    assert certificate_not_after({"x509_pem_cert": [cert.read_bytes()]}) == _not_after(cert)
+    assert certificate_not_after({"x509_common_name": [b"dev-a"]}) is None  # no certificate: nothing to bound
+    with pytest.raises(Unauthenticated, match="unreadable"):
+        certificate_not_after({"x509_pem_cert": [b"-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----"]})

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import jwt
 import pytest
 from edgepath.security.auth import TokenFile, issue_jwt
 from edgepath.wire import edgepath_pb2 as pb
@@ -87,18 +88,25 @@ def test_a_token_revoked_mid_stream_refuses_the_next_message(secured: RunningSer
 
 
 def test_a_jwt_that_expires_mid_stream_refuses_the_next_message(secured: RunningService) -> None:
-    token = issue_jwt(JWT_KEY, "streamer-jwt", ttl_s=2)
-    expires = int(time.time()) + 2  # issue_jwt's exp (whole seconds)
+    """The stream re-checks ``exp`` on the authenticator's clock (scripted here: no waiting for a real expiry)."""
+    token = issue_jwt(JWT_KEY, "streamer-jwt", ttl_s=600)
+    expires = float(jwt.decode(token, options={"verify_signature": False})["exp"])
+    auth = secured.service.security.auth  # type: ignore[union-attr]
+    now = [time.time()]
+    auth.clock = lambda: now[0]
 
     async def run() -> list[Any]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{secured.grpc_port}") as channel:
             stream = Stream(channel, token)
             answers = [await stream.ask("streamer-jwt")]
-            await asyncio.sleep(max(0.0, expires - time.time()) + 0.2)
+            now[0] = expires  # exp is the first second it no longer holds (RFC 7519 §4.1.4)
             answers.append(await stream.ask("streamer-jwt"))
             return answers
 
-    answers = asyncio.run(run())
+    try:
+        answers = asyncio.run(run())
+    finally:
+        auth.clock = time.time
     assert isinstance(answers[0], pb.Recommendation), answers[0]
     assert refused(answers[1], "1"), answers[1]
     assert "expired" in (answers[1].details() or "")

@@ -28,7 +28,13 @@ from edgepath.grpc import convert
 from edgepath.grpc.observe import CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_callers
-from edgepath.security.auth import CallCredential, call_credential, declared_principal, identity_from_auth_context
+from edgepath.security.auth import (
+    CallCredential,
+    call_credential,
+    certificate_not_after,
+    declared_principal,
+    identity_from_auth_context,
+)
 from edgepath.types import Principal, RecommendBatch, RecommendRequest
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
@@ -112,11 +118,13 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 def takes_wire_bytes(method: _Method) -> _Method:
     """Mark a unary servicer method that is handed its request's wire bytes when served (:func:`add_servicer`),
-    and reads them itself: with the compiled decoding (:data:`edgepath.grpc.convert.NATIVE_DECODING`) straight
-    from the bytes, without the parse into a message and the serialisation back (issue 16). Such a method takes a
-    message too (a direct caller's), and refuses bytes that do not parse with INVALID_ARGUMENT
-    (:data:`~edgepath.grpc.convert.MALFORMED`), as the parse in the handler would. It may answer with wire bytes
-    (:data:`~edgepath.grpc.convert.NATIVE_ENCODING`) or a message, which is serialised."""
+    and reads them itself: after it has authenticated the caller (a caller without valid credentials costs no
+    parse and learns nothing about its bytes: UNAUTHENTICATED, never INVALID_ARGUMENT), and with the compiled
+    decoding (:data:`edgepath.grpc.convert.NATIVE_DECODING`) straight from the bytes where it has one, without the
+    parse into a message and the serialisation back (issue 16). Such a method takes a message too (a direct
+    caller's), and refuses bytes that do not parse with INVALID_ARGUMENT (:data:`~edgepath.grpc.convert.MALFORMED`),
+    as the parse in the handler would. It may answer with wire bytes (:data:`~edgepath.grpc.convert.NATIVE_ENCODING`)
+    or a message, which is serialised."""
     method.takes_wire_bytes = True  # type: ignore[attr-defined]
     return method
 
@@ -132,7 +140,8 @@ def _serialized_unless_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any
 
 def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """Same unary-unary handler, but the request bytes are parsed inside the call (or, for a method marked
-    :func:`takes_wire_bytes`, handed to it as they are).
+    :func:`takes_wire_bytes`, handed to it as they are: every ``PathService`` method is, so that it authenticates
+    before it parses).
 
     grpc answers a request its deserializer rejects with INTERNAL; parsing in
     the handler turns malformed protobuf bytes into INVALID_ARGUMENT instead.
@@ -160,7 +169,10 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """Same stream-stream handler, each request message parsed inside the call (malformed bytes end the stream
     with INVALID_ARGUMENT and trailing metadata ``message-index``, as :func:`_parse_in_handler` for unary calls);
-    a reply already in wire bytes (:data:`~edgepath.grpc.convert.NATIVE_ENCODING`) passes the serializer through."""
+    a reply already in wire bytes (:data:`~edgepath.grpc.convert.NATIVE_ENCODING`) passes the serializer through.
+
+    A message is parsed only when the servicer asks for it: ``RecommendStream`` verifies the call's credential
+    first, so a caller without valid credentials gets UNAUTHENTICATED whatever its first message holds."""
     parse, behavior = handler.request_deserializer, handler.stream_stream
 
     async def call(raw_messages: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -237,16 +249,36 @@ class PathServicer(pb_grpc.PathServiceServicer):
 
     async def principal(self, context: grpc.aio.ServicerContext, declared_device_id: str) -> Principal:
         """The caller: verified client certificate (mTLS), else ``authorization: Bearer`` metadata, else (auth off)
-        the self-declared device; then one token from its per-device bucket.
+        the self-declared device; then one token from its per-device bucket (:meth:`caller`, then :meth:`device`).
 
         Raises
         ------
         Unauthenticated, RateLimited
         """
-        if self.security is None:
-            return declared_principal(declared_device_id)
-        principal = self.authenticated(context) or declared_principal(declared_device_id)
-        await self.security.admit(principal)
+        return await self.device(self.caller(context), declared_device_id)
+
+    def caller(self, context: grpc.aio.ServicerContext) -> Principal | None:
+        """The call's verified caller (:meth:`authenticated`), or None when authentication is off or there is no
+        security at all; takes no request token. The methods call it before they read their request's bytes.
+
+        Raises
+        ------
+        Unauthenticated
+            Credentials required but missing or invalid.
+        """
+        return self.authenticated(context) if self.security is not None else None
+
+    async def device(self, caller: Principal | None, declared_device_id: str) -> Principal:
+        """The principal of a single request, one request token taken from its bucket: ``caller`` (:meth:`caller`'s,
+        once per call), or (authentication off) the self-declared device of the parsed request.
+
+        Raises
+        ------
+        RateLimited
+        """
+        principal = caller if caller is not None else declared_principal(declared_device_id)
+        if self.security is not None:
+            await self.security.admit(principal)
         return principal
 
     def _credentials(self, context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
@@ -274,8 +306,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         ------
         Unauthenticated, RateLimited, InvalidInput
         """
-        caller = self.authenticated(context) if self.security is not None else None
-        return await self.batch_principals(caller, declared_device_ids)
+        return await self.batch_principals(self.caller(context), declared_device_ids)
 
     async def batch_principals(self, caller: Principal | None, declared_device_ids: list[str]) -> list[Principal]:
         """The caller of each item of a batch, its request tokens taken (:func:`~edgepath.security.batch_callers`).
@@ -295,8 +326,9 @@ class PathServicer(pb_grpc.PathServiceServicer):
         native = self.plane.settings.native_engines
         try:
             try:
+                caller = self.caller(context)  # a bad credential is refused before the bytes are read
                 values = convert.recommend_request_values(request, native)  # read, not yet validated
-                principal = await self.principal(context, values["device_id"])
+                principal = await self.device(caller, values["device_id"])
                 req = RecommendRequest.model_validate(values)
                 rec = await self.plane.recommend(principal, req)
             except ValidationError as exc:
@@ -314,8 +346,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         await self.admit_call(context)
         try:
             try:
-                # a bad credential is refused before anything is said about the body
-                caller = self.authenticated(context) if self.security is not None else None
+                caller = self.caller(context)  # a bad credential is refused before anything is said about the body
                 with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
                     batch = convert.recommend_batch_request(request, self.plane.settings.native_engines)
                     principals = await self.batch_principals(caller, [r.device_id for r in batch.requests])
@@ -337,19 +368,24 @@ class PathServicer(pb_grpc.PathServiceServicer):
     ) -> Any:
         """One Recommend per message of the stream, replies in order (proto: ``RecommendStream``).
 
-        The credential is the call's: verified when the stream opens, and re-checked for every message
-        (:class:`~edgepath.security.auth.CallCredential`: a device token revoked since, within the tokens file's
-        ``recheck_s``, or a JWT past its ``exp`` ends the stream with UNAUTHENTICATED at that message; a
-        dictionary lookup and a clock read per message). Each message takes one rate-limit token of its caller and
-        one admission slot, is validated and decided exactly as :meth:`Recommend`. Any error ends the stream with
-        Recommend's status and details plus trailing metadata ``message-index`` (0-based); the replies already
-        sent stand.
+        The credential is the call's: verified when the stream opens, before any message is parsed (a caller
+        without valid credentials gets UNAUTHENTICATED, ``message-index`` 0, whatever its first message holds),
+        and re-checked for every message (:class:`~edgepath.security.auth.CallCredential`: a device token revoked
+        since, within the tokens file's ``recheck_s``, a JWT past its ``exp`` or a client certificate past its
+        ``notAfter``, read once when the stream opens, ends the stream with UNAUTHENTICATED at that message; a
+        dictionary lookup and a clock read per message, on the authenticator's clock). Each message takes one
+        rate-limit token of its caller and one admission slot, is validated and decided exactly as
+        :meth:`Recommend`. Any error ends the stream with Recommend's status and details plus trailing metadata
+        ``message-index`` (0-based); the replies already sent stand.
         """
         credential: CallCredential | None = None
         if self.security is not None:
             try:
                 authorization, peer = self._credentials(context)
-                credential = call_credential(self.security.auth, authorization=authorization, peer_identity=peer)
+                not_after = certificate_not_after(context.auth_context()) if peer else None
+                credential = call_credential(
+                    self.security.auth, authorization=authorization, peer_identity=peer, peer_not_after=not_after
+                )
             except EdgePathError as exc:
                 await abort_with(context, exc, ((MESSAGE_INDEX_KEY, "0"),))
         index = 0
@@ -362,7 +398,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
                         principal = declared_principal(request.device_id)
                     else:  # as principal(): the call's credential, else (auth off) the self-declared device
                         if credential is not None:
-                            credential.check()  # revoked or expired since the stream opened: UNAUTHENTICATED
+                            credential.check()  # revoked, or JWT/certificate expired since the stream opened
                             principal = credential.principal
                         else:
                             principal = declared_principal(request.device_id)
@@ -379,12 +415,17 @@ class PathServicer(pb_grpc.PathServiceServicer):
             index += 1
             yield reply
 
-    async def ReportOutcome(self, request: pb.OutcomeRequest, context: grpc.aio.ServicerContext) -> pb.OutcomeAck:
+    @takes_wire_bytes
+    async def ReportOutcome(
+        self, request: pb.OutcomeRequest | bytes, context: grpc.aio.ServicerContext
+    ) -> pb.OutcomeAck:
         await self.admit_call(context)
         try:
             try:
-                principal = await self.principal(context, request.device_id)
-                report = convert.outcome_report(request)
+                caller = self.caller(context)  # a bad credential is refused before the bytes are parsed
+                message = convert.parse_wire(pb.OutcomeRequest, request) if isinstance(request, bytes) else request
+                principal = await self.device(caller, message.device_id)
+                report = convert.outcome_report(message)
                 ack = await self.plane.report_outcome(principal, report)
             except ValidationError as exc:
                 await abort_invalid(context, exc)

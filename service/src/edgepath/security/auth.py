@@ -15,6 +15,9 @@ Three credentials are accepted (any subset may be configured; see SECURITY.md):
 * **mTLS client certificates** (gRPC): the TLS layer verifies the chain
   against ``tls_client_ca_file``; the identity is the certificate's subject CN
   (or, without a CN, its first DNS/URI SAN) read from the call's auth context.
+  The handshake checks the validity period once per connection; a
+  ``RecommendStream`` re-checks the certificate's ``notAfter`` per message
+  (:func:`certificate_not_after`, :class:`CallCredential`).
 
 When no method is configured (``dev`` profile, loopback only) the caller's
 self-declared ``device_id`` is trusted, as before authentication existed.
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+from cryptography import x509
 
 from edgepath.errors import InvalidInput, Unauthenticated
 from edgepath.types import Principal
@@ -233,6 +237,30 @@ def identity_from_auth_context(auth_context: Mapping[str, Sequence[bytes]]) -> s
     return None
 
 
+def certificate_not_after(auth_context: Mapping[str, Sequence[bytes]]) -> float | None:
+    """The ``notAfter`` of a verified gRPC TLS peer's certificate, Unix s (UTC); None without a certificate.
+
+    ``auth_context`` is ``ServicerContext.auth_context()``: gRPC puts the peer's leaf certificate, PEM, under
+    ``x509_pem_cert`` once the TLS layer verified it; it is parsed with ``cryptography`` (~11 µs for a P-256
+    certificate: read once per long call, not per message). RFC 5280 §4.1.2.5: the certificate is valid through
+    ``notAfter`` inclusive.
+
+    Raises
+    ------
+    Unauthenticated
+        A certificate is there but does not parse (the stream is refused rather than served without a bound).
+    """
+    pems = auth_context.get("x509_pem_cert") or ()
+    if not pems:
+        return None
+    pem = pems[0] if isinstance(pems[0], bytes) else str(pems[0]).encode()
+    try:
+        certificate = x509.load_pem_x509_certificate(pem)
+    except ValueError:
+        raise Unauthenticated("client certificate unreadable: its validity period cannot be checked") from None
+    return certificate.not_valid_after_utc.timestamp()
+
+
 class Authenticator:
     """Turns credentials into a :class:`Principal`.
 
@@ -246,6 +274,10 @@ class Authenticator:
         Identities treated as admins (in addition to tokens/JWTs flagged admin).
     mtls:
         True when gRPC verifies client certificates (their CN is an identity).
+    clock:
+        Wall-clock Unix seconds (:func:`time.time`) against which a long call re-checks a JWT's ``exp`` and a
+        client certificate's ``notAfter`` (:class:`CallCredential`); tests set their own. PyJWT checks ``exp``
+        when a credential is first verified with its own clock.
     """
 
     def __init__(
@@ -254,11 +286,13 @@ class Authenticator:
         jwt_key: str = "",
         admin_ids: Iterable[str] = (),
         mtls: bool = False,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.tokens = tokens
         self.jwt_key = jwt_key
         self.admin_ids = frozenset(admin_ids)
         self.mtls = mtls
+        self.clock = clock
         # One immutable Principal per identity and admin flag (a pydantic model, ~1.2 µs to build per call)
         self._principal = functools.lru_cache(maxsize=_PRINCIPALS_KEPT)(self._new_principal)
 
@@ -333,13 +367,17 @@ class CallCredential:
 
     ``token_sha256``: a device token's digest, looked up again in ``tokens`` (the tokens file is reloaded at most
     once per ``TokenFile.recheck_s``: a revoked token is refused within that); ``expires_at``: a JWT's ``exp``,
-    Unix s. A client certificate has neither: the TLS layer verified it when the connection opened.
+    Unix s. ``certificate_not_after``: a client certificate's ``notAfter``, Unix s (the TLS layer checked the
+    validity period when the connection opened, not since; valid through that second, RFC 5280 §4.1.2.5).
+    ``clock``: wall-clock Unix seconds (:attr:`Authenticator.clock`).
     """
 
     principal: Principal
     tokens: TokenFile | None = None
     token_sha256: str | None = None
     expires_at: float | None = None
+    certificate_not_after: float | None = None
+    clock: Callable[[], float] = time.time
 
     def check(self) -> None:
         """Nothing while the credential still holds (~0.2 µs: a dictionary lookup and a clock read).
@@ -347,21 +385,34 @@ class CallCredential:
         Raises
         ------
         Unauthenticated
-            The device token was revoked (no longer in the tokens file) or the JWT has expired since the call
-            opened.
+            The device token was revoked (no longer in the tokens file), or the JWT or the client certificate has
+            expired since the call opened.
         """
         if self.token_sha256 is not None and self.tokens is not None:
             if self.tokens.lookup_digest(self.token_sha256) is None:
                 raise Unauthenticated("token revoked")
-        if self.expires_at is not None and time.time() >= self.expires_at:
+        if self.expires_at is not None and self.clock() >= self.expires_at:
             raise Unauthenticated("JWT expired")
+        if self.certificate_not_after is not None and self.clock() > self.certificate_not_after:
+            raise Unauthenticated(f"client certificate expired (notAfter {_utc(self.certificate_not_after)})")
+
+
+def _utc(unix_s: float) -> str:
+    """``unix_s`` as an ISO 8601 UTC time to the second (``2026-01-31T12:00:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
 
 
 def call_credential(
-    auth: Authenticator, *, authorization: str | None = None, peer_identity: str | None = None
+    auth: Authenticator,
+    *,
+    authorization: str | None = None,
+    peer_identity: str | None = None,
+    peer_not_after: float | None = None,
 ) -> CallCredential | None:
     """:meth:`Authenticator.authenticate`, and what keeps the credential checkable for the rest of a long call
-    (:class:`CallCredential`); None when authentication is off.
+    (:class:`CallCredential`, on ``auth``'s clock); None when authentication is off. ``peer_not_after``: the
+    verified client certificate's ``notAfter``, Unix s (:func:`certificate_not_after`), which bounds the call when
+    the certificate is the credential.
 
     Raises
     ------
@@ -372,13 +423,13 @@ def call_credential(
     if principal is None:
         return None
     if peer_identity or not authorization:
-        return CallCredential(principal)
+        return CallCredential(principal, certificate_not_after=peer_not_after, clock=auth.clock)
     token = authorization.strip().partition(" ")[2].strip()
     if auth.tokens is not None and token.startswith(TOKEN_PREFIX):
-        return CallCredential(principal, tokens=auth.tokens, token_sha256=hash_token(token))
+        return CallCredential(principal, tokens=auth.tokens, token_sha256=hash_token(token), clock=auth.clock)
     # a JWT authenticate() verified: its exp (required) bounds the call
     claims = jwt.decode(token, options={"verify_signature": False})
-    return CallCredential(principal, expires_at=float(claims["exp"]))
+    return CallCredential(principal, expires_at=float(claims["exp"]), clock=auth.clock)
 
 
 def issue_jwt(key: str, device_id: str, *, ttl_s: float = 3600.0, admin: bool = False) -> str:
