@@ -276,9 +276,10 @@ def run(
     78  (EX_CONFIG) a configuration error no restart heals: invalid settings
         or settings file, --dry-run with backend = networkmanager, a kernel
         without MPTCP, an unusable journal (not writable, not a journal,
-        another namespace's state), no ip (iproute2) or iperf3 where needed,
-        laminar = on where unsupported, the service refusing this device's
-        credentials (after restoring the state, as on SIGTERM)
+        another namespace's state, or a record the other kind of backend
+        left there: roll it back first), no ip (iproute2) or iperf3 where
+        needed, laminar = on where unsupported, the service refusing this
+        device's credentials (after restoring the state, as on SIGTERM)
 
     The systemd unit does not restart the agent after 3 or 78
     (RestartPreventExitStatus=). --dry-run checks the configured backend, then
@@ -364,7 +365,7 @@ def run(
     try:
         check_mptcp(cfg.backend, cfg.netns)
         if cfg.backend != "dry-run":  # a dry run neither reads nor writes the journal
-            check_for_run(cfg.journal, cfg.netns)
+            check_for_run(cfg.journal, cfg.netns, cfg.backend)  # also: no other backend's record left there
     except (MptcpUnavailable, JournalError) as exc:
         fail(str(exc), EXIT_CONFIG)
     try:

@@ -4,7 +4,9 @@ One :meth:`Agent.step`:
 
 1. **collect** the radio/path context of the managed interfaces (collector/), leaving out
    those that are down or have no address other than a link-local one (collector/link.py;
-   logged when one leaves or comes back); with none left the step is skipped (logged);
+   logged when one leaves or comes back); with none left the step is skipped (logged). The links and
+   addresses are dumped once per step (:meth:`Agent.read_links`) and that snapshot serves the whole step:
+   the link check, the path collectors, the upstream probe's source address, the applier's endpoints;
 2. **decide**: ask the service (gRPC first, REST fallback, retries with backoff);
    when it is unreachable the agent *keeps the last applied configuration* and
    tries again next step;
@@ -99,14 +101,16 @@ from edgepath_agent.collector import (
     DiagPathCollector,
     KernelCapabilities,
     KernelCollector,
+    LinkAwareCollector,
     LinkReader,
-    LinkState,
+    LinkSnapshot,
     ModemCollector,
     Nl80211WifiCollector,
     PathCollector,
     StaticCollector,
     WifiCollector,
     interface_counters,
+    ipv4_addresses,
     merge_contexts,
     unusable_reason,
 )
@@ -740,7 +744,10 @@ class Agent:
         Reads the interfaces' link state (a :class:`~edgepath_agent.collector.LinkReader`, which
         :func:`build_agent` passes): an interface that is down or has no address other than a
         link-local one is left out of the request (:meth:`reportable`). ``None``: every interface
-        the collectors describe is reported.
+        the collectors describe is reported. It is called once per step (:meth:`read_links`), and that
+        snapshot serves the whole step: the link check, the path collectors' address map
+        (:class:`~edgepath_agent.collector.LinkAwareCollector`), the upstream probe's source address and
+        the applier's endpoint addresses, so a step dumps links and addresses once.
     """
 
     def __init__(
@@ -752,10 +759,13 @@ class Agent:
         measure: Callable[[str], TransferResult | None] | None = None,
         guard: PrimaryGuard | None = None,
         ssmp: SsmpStep | None = None,
-        links: Callable[[], Mapping[str, LinkState]] | None = None,
+        links: Callable[[], LinkSnapshot] | None = None,
     ) -> None:
         self.config = config
         self.links = links
+        #: The link snapshot of the step running now (:meth:`step`; ``None`` between steps, or when it could not be
+        #: read): every reader of links or addresses in the step uses it instead of dumping them again.
+        self._step_links: LinkSnapshot | None = None
         #: Managed interfaces left out of the last request, with why (``"has no address"``, ``"is down"``, …).
         self.unreported: dict[str, str] = {}
         self._links_error: str | None = None
@@ -933,7 +943,10 @@ class Agent:
         def prober(interface: str) -> UpstreamProbe:
             source: str | None = None  # no address known: the device binding alone still pins the path
             try:
-                addresses = self.applier.backend.read_addresses().get(interface)
+                # In a step, the step's snapshot; between steps (watch_upstream), the backend's reading now.
+                snapshot = self._step_links
+                by_name = ipv4_addresses(snapshot) if snapshot is not None else self.applier.backend.read_addresses()
+                addresses = by_name.get(interface)
             except Exception:
                 addresses = None
             if addresses:
@@ -1006,24 +1019,48 @@ class Agent:
         log.warning("primary %s → %s: %s", current, new, reason, extra=extra)
         return new
 
+    def read_links(self) -> LinkSnapshot | None:
+        """One snapshot of the interfaces' links and addresses (``links``: one rtnetlink dump of each), ``None``
+        without a link reader or when it cannot be read (logged once at WARNING, its return once at INFO)."""
+        if self.links is None:
+            return None
+        try:
+            states = self.links()
+        except Exception as exc:  # an unreadable link state must not stop the agent: report as before
+            if self._links_error is None:
+                log.warning("cannot read the interfaces' link state (%s): reporting every interface", exc)
+            self._links_error = str(exc) or type(exc).__name__
+            return None
+        if self._links_error is not None:
+            log.info("the interfaces' link state is readable again")
+            self._links_error = None
+        return states
+
     def context(self) -> dict[str, Any]:
-        """The ``RecommendRequest`` for the current readings.
+        """The ``RecommendRequest`` for the current readings (links and addresses read now, :meth:`read_links`).
 
         Besides the interfaces' radio/path context it carries the kernel's
         capabilities (read by a :class:`KernelCollector`, if one is configured), the
         application profile, and each interface's recent measured RTT/throughput
         samples (``subflow_histories``, MLPM's time series) from this agent's meter.
         """
+        return self._context(self.read_links())
+
+    def _context(self, links: LinkSnapshot | None) -> dict[str, Any]:
+        """:meth:`context` from the link snapshot ``links`` (``None``: none; collectors read addresses themselves)."""
         readings = []
         kernel = None
         for c in self.collectors:
             try:
-                readings.append(c.collect())
+                if links is not None and isinstance(c, LinkAwareCollector):
+                    readings.append(c.collect_with_links(links))
+                else:
+                    readings.append(c.collect())
             except Exception as exc:  # a broken source must not stop the agent
                 log.warning("collector %s failed: %s", getattr(c, "name", c), exc)
             if isinstance(c, KernelCollector):
                 kernel = c.capabilities
-        interfaces = self.reportable(merge_contexts(readings, only=self.config.interfaces))
+        interfaces = self.reportable(merge_contexts(readings, only=self.config.interfaces), links)
         request: dict[str, Any] = {"device_id": self.config.device_id, "interfaces": interfaces}
         if self.config.application_profile != "UNSPECIFIED":
             request["application_profile"] = self.config.application_profile
@@ -1044,28 +1081,19 @@ class Agent:
             request["subflow_histories"] = histories
         return request
 
-    def reportable(self, interfaces: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``interfaces`` (request entries) without those that cannot carry a path now.
+    def reportable(self, interfaces: list[dict[str, Any]], links: LinkSnapshot | None) -> list[dict[str, Any]]:
+        """``interfaces`` (request entries) without those that cannot carry a path according to the snapshot
+        ``links`` (:meth:`read_links`).
 
         An interface is left out when it is gone, down (no ``IFF_UP`` or no carrier) or has no address
         other than a link-local one (:func:`~edgepath_agent.collector.link.unusable_reason`); the ones left
         out, with why, are in :attr:`unreported`. Leaving is logged once at WARNING ("wwan0 has no address;
         not reported to the service until it has one"), coming back once at INFO, not at every step.
-        Without a link reader (``links``), or when the link state cannot be read (logged once), every
-        interface is kept.
+        Without a snapshot (no link reader, or the link state could not be read), every interface is kept.
         """
-        if self.links is None:
+        if links is None:
             return interfaces
-        try:
-            states = self.links()
-        except Exception as exc:  # an unreadable link state must not stop the agent: report as before
-            if self._links_error is None:
-                log.warning("cannot read the interfaces' link state (%s): reporting every interface", exc)
-            self._links_error = str(exc) or type(exc).__name__
-            return interfaces
-        if self._links_error is not None:
-            log.info("the interfaces' link state is readable again")
-            self._links_error = None
+        states = links
         now = {
             name: reason for name in self.config.interfaces if (reason := unusable_reason(states.get(name))) is not None
         }
@@ -1263,7 +1291,17 @@ class Agent:
         ApplyError
             When applying the recommendation fails (the caller restores the previous state).
         """
-        request = self.context()
+        # One snapshot of links and addresses per step (read_links), used by every part of it; none is kept for the
+        # next step, nor for the upstream checks between steps.
+        self._step_links = self.read_links()
+        try:
+            return self._step(primary, self._step_links)
+        finally:
+            self._step_links = None
+
+    def _step(self, primary: str | None, links: LinkSnapshot | None) -> StepResult:
+        """:meth:`step` with the step's link snapshot ``links`` (``None``: none; each reader reads its own)."""
+        request = self._context(links)
         if primary is None and not request["interfaces"] and self.unreported:
             return self._skip_step(request)
         self._skipping = False
@@ -1298,7 +1336,10 @@ class Agent:
         ending = self.interval if self._passive else None
         end = self._end_reading(ending) if ending is not None else None
         try:
-            applied = self.applier.apply(to_apply)
+            if links is None:  # no snapshot: the applier reads the addresses itself
+                applied = self.applier.apply(to_apply)
+            else:
+                applied = self.applier.apply(to_apply, addresses=ipv4_addresses(links))
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed: the interval runs on
             log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.decision_id})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))

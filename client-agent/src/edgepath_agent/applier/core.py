@@ -303,10 +303,19 @@ class Applier:
         """This device's interfaces as the backend sees them (with an address, a default route or an endpoint)."""
         return set(addresses) | {r.dev for r in state.default_routes} | {e.dev for e in state.endpoints if e.dev}
 
-    def apply(self, recommendation: Recommendation | Mapping[str, Any]) -> Applied:
+    def apply(
+        self,
+        recommendation: Recommendation | Mapping[str, Any],
+        addresses: Mapping[str, Sequence[str]] | None = None,
+    ) -> Applied:
         """Make the kernel state match ``recommendation`` (idempotent: no-op when it already does).
 
         Only the fields :func:`edgepath_agent.safety.safe_decision` validates are used.
+
+        ``addresses`` (``{ifname: [IPv4 addresses of global scope]}``, the shape of the backend's
+        ``read_addresses()``): the device's addresses as the agent's step read them (its link snapshot, which the
+        request to the service was built from), so that the step does not dump them again; ``None``: read from the
+        backend now. They become the MPTCP endpoints and are what the safety checks hold the recommendation to.
 
         Raises
         ------
@@ -317,7 +326,8 @@ class Applier:
             keeps the snapshot: call :meth:`rollback`).
         """
         current = self.read_state()
-        addresses = self.backend.read_addresses()
+        if addresses is None:
+            addresses = self.backend.read_addresses()
         decision_id = safety.decision_id_of(recommendation)
         try:
             decision = safety.safe_decision(

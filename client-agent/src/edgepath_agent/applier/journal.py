@@ -10,6 +10,19 @@ The file records the network namespace the snapshot was taken in (``netns``: a n
 (:func:`rollback_netns`), whatever namespace ``rollback`` is started from. Journals written
 before it was recorded (``"version": 1``) carry no ``netns``: their rollback goes where it is
 told (``--netns``).
+
+**One record per file, whichever backend wrote it.** The ``command`` and ``netlink`` backends write this
+journal (the same snapshot format: either restores the other's); the ``networkmanager`` backend writes its
+own record to the same ``journal`` path (``{"backend": "networkmanager", "interfaces": [...]}``,
+:mod:`edgepath_agent.applier.networkmanager`). A run with one kind of backend while the file still holds the
+other kind's record (an earlier run that did not roll back: a crash, a failed rollback, then ``backend``
+switched in agent.toml) would write its record over it and leave that run's changes on the device with no
+record to roll them back from. So such a run is refused before it changes anything
+(:func:`check_for_run`, and :meth:`Journal.begin` / the NetworkManager applier as a backstop), naming the
+record and the command that restores it (``edgepath-agent rollback --journal PATH``, which restores either
+kind); ``run`` exits 78. Two files, each rolled back in turn, would not give back the state before the agent
+either: both backends change the same devices' routes and MPTCP endpoints, so the second backend's "prior
+state" would already hold the first one's changes.
 """
 
 from __future__ import annotations
@@ -48,6 +61,21 @@ def _where(netns: str | None) -> str:
     return f"network namespace {netns}" if netns else "the agent's own (host) network namespace"
 
 
+#: The backends that write a :class:`Journal` (the other one, ``networkmanager``, writes its own record).
+JOURNAL_BACKENDS = ("command", "netlink", "dry-run")
+
+
+def other_backend_record(path: Path, recorded: str, changed: str, backend: str) -> str:
+    """The refusal when ``path`` holds backend ``recorded``'s record of ``changed`` (not rolled back) and a run with
+    ``backend``, which writes another kind of record there, would replace it: names both and the way out."""
+    return (
+        f"journal {path} holds the record of {changed} that an earlier run with backend = {recorded} made and did "
+        f"not roll back; this run uses backend = {backend}, whose own record would replace it and leave those "
+        f"changes on the device without a rollback: restore them first with `edgepath-agent rollback --journal "
+        f"{path}`, then start the agent again"
+    )
+
+
 class Journal:
     """Snapshot + entries, persisted at ``path`` (in memory only when ``path`` is ``None``).
 
@@ -57,6 +85,9 @@ class Journal:
         Network namespace the snapshot was taken in (``None``: the agent's own).
     netns_recorded
         Whether the file said so (``False`` for a version-1 journal, or before :meth:`begin`).
+    other_backend
+        ``"networkmanager"`` when the file holds that backend's record instead (no snapshot: see the module
+        docstring), ``None`` otherwise; :attr:`other_interfaces` are the interfaces it changed.
 
     Raises
     ------
@@ -73,6 +104,8 @@ class Journal:
         self.entries: list[dict[str, Any]] = []
         self.netns: str | None = None
         self.netns_recorded = False
+        self.other_backend: str | None = None
+        self.other_interfaces: list[str] = []
         if path is not None:
             self._load(path)
 
@@ -97,6 +130,12 @@ class Journal:
                 raise TypeError(f"netns is {netns!r}")
             snapshot = NetState.from_dict(data["snapshot"]) if data.get("snapshot") else None
             entries = list(data.get("entries") or [])
+            other = data.get("backend")
+            if other is not None and not isinstance(other, str):
+                raise TypeError(f"backend is {other!r}")
+            if other in JOURNAL_BACKENDS:
+                other = None
+            interfaces = [str(name) for name in data.get("interfaces") or []] if other is not None else []
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise JournalError(
                 f"journal {path} is not a journal written by edgepath-agent ({exc}); the state it recorded "
@@ -106,6 +145,8 @@ class Journal:
         self.entries = entries
         self.netns = netns
         self.netns_recorded = "netns" in data
+        self.other_backend = other
+        self.other_interfaces = interfaces
 
     @property
     def active(self) -> bool:
@@ -120,13 +161,22 @@ class Journal:
         Raises
         ------
         JournalError
-            When the journal file cannot be written.
+            When the journal file cannot be written, or holds another backend's record (:attr:`other_backend`:
+            nothing is written, the caller changes nothing).
         """
+        if self.other_backend is not None:
+            raise JournalError(self._other_record("command or netlink"))
         if self.snapshot is None:
             self.snapshot = state
             self.netns = netns if netns_known else None
             self.netns_recorded = netns_known
             self._save()
+
+    def _other_record(self, backend: str) -> str:
+        """:func:`other_backend_record` for the record this file holds (:attr:`other_backend`)."""
+        changed = ", ".join(self.other_interfaces) or "no interface"
+        what = f"changes to the NetworkManager connections of {changed}"
+        return other_backend_record(self.path or Path(), str(self.other_backend), what, backend)
 
     def record(self, op: str, args: dict[str, Any], argv: list[str] | None, ok: bool, error: str | None = None) -> None:
         """Append one operation to the audit trail.
@@ -197,20 +247,34 @@ class Journal:
         os.unlink(probe)
 
 
-def check_for_run(path: Path, netns: str | None) -> Journal:
-    """The journal ``run`` will use, checked before anything is touched: readable when it exists, writable, and
-    when it still holds a snapshot (a run that did not restore it), one taken in ``netns``.
+def check_for_run(path: Path, netns: str | None, backend: str = "command") -> Journal:
+    """The journal ``run`` will use with applier ``backend`` (``command``, ``netlink`` or ``networkmanager``),
+    checked before anything is touched: readable when it exists, writable, holding no record of the other kind of
+    backend that an earlier run did not roll back (see the module docstring), and when it still holds a snapshot
+    (a run that did not restore it), one taken in ``netns``.
 
     Raises
     ------
     JournalError
-        When the file is not a journal, cannot be written, or holds the state of another network namespace
-        (the message says to roll that back first).
+        When the file is not a journal, cannot be written, holds the other kind of backend's record (the
+        ``networkmanager`` one for ``command``/``netlink``, a snapshot for ``networkmanager``), or the state of
+        another network namespace (the message says to roll that back first, naming the command).
     """
     try:
         journal = Journal(path)
     except PermissionError as exc:
         raise JournalError(f"journal {path} cannot be read ({exc.strerror}): run as the agent's user or root") from exc
+    if backend in JOURNAL_BACKENDS and journal.other_backend is not None:
+        raise JournalError(journal._other_record(backend))
+    if backend not in JOURNAL_BACKENDS and journal.active:
+        raise JournalError(
+            other_backend_record(
+                path,
+                "command or netlink",
+                f"changes to the MPTCP endpoints, routes and sysctls of {_where(journal.netns)}",
+                backend,
+            )
+        )
     if journal.active and journal.netns_recorded and journal.netns != netns:
         raise JournalError(
             f"journal {path} holds the state of {_where(journal.netns)}, which an earlier run did not restore, "

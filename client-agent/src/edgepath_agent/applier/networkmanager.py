@@ -17,7 +17,10 @@ managed device and asks NetworkManager to reapply it:
 Only the applied connection changes, never the saved profile, so the restore is
 ``Reapply`` with an empty connection (NetworkManager re-applies the profile as saved) for
 each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``
-(the journal file records the backend and the interfaces). The namespace's
+(the journal file records the backend and the interfaces). The record is the ``journal`` file the
+``command`` backend would use: a start with this backend while it holds that backend's snapshot is refused
+(:func:`~edgepath_agent.applier.journal.check_for_run`; here before writing, as a backstop), and an
+earlier run's record that was not rolled back is kept: its interfaces are restored with this run's. The namespace's
 ``net.ipv4.tcp_congestion_control`` is not NetworkManager's: it is set (and restored)
 with sysctl as by the command backend. ``ip mptcp limits`` are left to NetworkManager and
 the kernel.
@@ -44,6 +47,7 @@ from typing import Any
 from edgepath_agent import safety
 from edgepath_agent.applier.backend import CommandBackend
 from edgepath_agent.applier.core import CC_SYSCTL, Applied, ApplierConfig, ApplyError, RejectedRecommendation, choose_cc
+from edgepath_agent.applier.journal import Journal, JournalError, other_backend_record
 from edgepath_agent.applier.state import NetState
 from edgepath_agent.messages import Recommendation
 
@@ -97,7 +101,8 @@ class NetworkManagerApplier:
     bus_address
         The system bus (default: ``DBUS_SYSTEM_BUS_ADDRESS`` or the standard socket).
     journal_path
-        Where the backend and the changed interfaces are recorded for a crash restore (``None``: not kept).
+        Where the backend and the changed interfaces are recorded for a crash restore (``None``: not kept). An
+        earlier run's record there (not rolled back) is taken over: its interfaces count as changed.
     netns
         Network namespace of the interfaces (addresses and the CC sysctl are read/set there).
     allowed_cc
@@ -124,7 +129,9 @@ class NetworkManagerApplier:
         self.timeout_s = timeout_s
         self.backend = CommandBackend(netns=netns)  # read-only addresses, and the CC sysctl
         self.last: Applied | None = None
-        self.changed: set[str] = set()
+        earlier = journal_backend(journal_path) if journal_path is not None else None
+        #: Interfaces whose applied connection this agent changed (and an earlier run's, from its record).
+        self.changed: set[str] = {str(n) for n in (earlier or {}).get("interfaces", [])}
         self._original_cc: str | None = None
 
     # --- D-Bus -----------------------------------------------------------------------------------------------
@@ -184,8 +191,15 @@ class NetworkManagerApplier:
     def read_state(self) -> NetState:
         return self.backend.read_state(self.config.sysctl_keys)
 
-    def apply(self, recommendation: Recommendation | Mapping[str, Any]) -> Applied:
+    def apply(
+        self,
+        recommendation: Recommendation | Mapping[str, Any],
+        addresses: Mapping[str, Sequence[str]] | None = None,
+    ) -> Applied:
         """Apply the primary path (route metrics), MPTCP flags and congestion control through NetworkManager.
+
+        ``addresses``: as for :meth:`~edgepath_agent.applier.core.Applier.apply` (the step's snapshot; ``None``:
+        read now).
 
         Raises
         ------
@@ -194,7 +208,8 @@ class NetworkManagerApplier:
         ApplyError
             When NetworkManager refuses a change or a device has no active connection.
         """
-        addresses = self.backend.read_addresses()
+        if addresses is None:
+            addresses = self.backend.read_addresses()
         decision_id = safety.decision_id_of(recommendation)
         try:
             decision = safety.safe_decision(
@@ -249,8 +264,25 @@ class NetworkManagerApplier:
         return self.last
 
     def _journal(self, interface: str) -> None:
+        """Record ``interface`` as changed, before it is.
+
+        Raises
+        ------
+        JournalError
+            When the journal file holds the ``command``/``netlink`` backend's snapshot (an earlier run did not roll
+            it back: replacing it would leave those changes without a rollback), or is no journal.
+        """
         if self.journal_path is None or interface in self.changed:
             return
+        if Journal(self.journal_path).active:
+            raise JournalError(
+                other_backend_record(
+                    self.journal_path,
+                    "command or netlink",
+                    "changes to the MPTCP endpoints, routes and sysctls",
+                    "networkmanager",
+                )
+            )
         record = {"backend": "networkmanager", "interfaces": sorted(self.changed | {interface})}
         tmp = self.journal_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))

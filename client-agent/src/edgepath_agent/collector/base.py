@@ -34,6 +34,24 @@ class Collector(Protocol):
         """Current readings; ``{}`` when the source is absent. Never raises for a missing tool."""
 
 
+@runtime_checkable
+class LinkAwareCollector(Protocol):
+    """A :class:`Collector` that needs the interfaces' addresses and can take them from the step's snapshot.
+
+    ``links`` is a :data:`~edgepath_agent.collector.link.LinkSnapshot` (interface name → ``LinkState``) read once
+    per agent step; :meth:`collect_with_links` returns what :meth:`Collector.collect` would, without reading links
+    or addresses itself.
+    """
+
+    name: str
+
+    def collect(self) -> Readings:
+        """Current readings, reading the addresses itself."""
+
+    def collect_with_links(self, links: Mapping[str, Any]) -> Readings:
+        """Current readings, with the addresses of ``links`` (no link or address dump of its own)."""
+
+
 def run_tool(argv: Sequence[str], timeout_s: float = 3.0) -> str | None:
     """Run a read-only tool and return its stdout, or ``None`` if absent/failing.
 

@@ -150,6 +150,40 @@ def link_states_ip_json(text: str) -> dict[str, LinkState]:
     return out
 
 
+#: One reading of every interface's :class:`LinkState` (one ``RTM_GETLINK`` and one ``RTM_GETADDR`` dump), by name:
+#: what :class:`LinkReader` returns. An agent step takes one and hands it to everything in the step that needs
+#: links or addresses (the link check, the path collectors' address map, the upstream probe's source address, the
+#: applier's endpoint addresses) instead of each dumping them again; the next step takes a new one.
+LinkSnapshot = Mapping[str, LinkState]
+
+
+def address_owners(links: LinkSnapshot) -> dict[str, str]:
+    """Interface name of every address of ``links`` (any family, any scope), keyed by the address in
+    :mod:`ipaddress`'s canonical text: what the path collectors map a socket's local address with (the table
+    ``ip -j addr show`` gives :func:`~edgepath_agent.collector.path.parse_ip_addr_json`). Unparsable addresses
+    are left out."""
+    owners: dict[str, str] = {}
+    for name, state in links.items():
+        for address in state.addresses:
+            try:
+                owners[str(ipaddress.ip_address(address.address.split("%", 1)[0]))] = name
+            except ValueError:
+                continue
+    return owners
+
+
+def ipv4_addresses(links: LinkSnapshot) -> dict[str, list[str]]:
+    """``{ifname: [IPv4 addresses of global (universe) scope]}``, in the kernel's order, of ``links``: the shape and
+    the selection of the applier backends' ``read_addresses()`` (``ip -j addr show``: family ``inet``, scope
+    ``global``). Interfaces without one are left out."""
+    out: dict[str, list[str]] = {}
+    for name, state in links.items():
+        for address in state.addresses:
+            if ":" not in address.address and address.scope == RT_SCOPE_UNIVERSE:
+                out.setdefault(name, []).append(address.address)
+    return out
+
+
 class LinkReader:
     """Reads the :class:`LinkState` of this device's interfaces (in network namespace ``netns`` when given).
 
@@ -166,8 +200,9 @@ class LinkReader:
         self.netns = netns
         self._run = runner
 
-    def __call__(self) -> Mapping[str, LinkState]:
-        """Every interface's state, by name.
+    def __call__(self) -> LinkSnapshot:
+        """Every interface's state, by name: one rtnetlink dump of the links and one of the addresses (pyroute2),
+        or one ``ip -j addr show`` (which makes the same two).
 
         Raises
         ------

@@ -17,6 +17,10 @@ interface:
 * ``loss`` = Σ total_retrans / Σ segs_out — retransmitted segments as an estimate
   of the segment loss rate (an upper bound: spurious retransmissions count too).
 
+In an agent step both take the address → interface map from the step's link snapshot instead
+(``collect_with_links``, :data:`~edgepath_agent.collector.link.LinkSnapshot`): the step has already
+dumped links and addresses once, for the link check, and does not dump them again.
+
 Interfaces with no live connection report nothing; the meter's active transfers
 (meter.py) then provide the path metrics instead.
 
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgepath_agent.collector.base import Readings, in_netns, netns_argv, run_tool
+from edgepath_agent.collector.link import LinkSnapshot, address_owners
 
 _RTT = re.compile(r"\brtt:(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)")
 _SEGS_OUT = re.compile(r"\bsegs_out:(\d+)")
@@ -161,6 +166,14 @@ class PathCollector:
             return {}
         return path_metrics(parse_ss_tin(ss), parse_ip_addr_json(addrs))
 
+    def collect_with_links(self, links: LinkSnapshot) -> Readings:
+        """:meth:`collect` with the addresses of ``links`` (the step's snapshot) instead of ``ip -j addr show``;
+        ``{}`` when ``ss`` is missing or fails."""
+        ss = self._run(netns_argv(["ss", "-tinH", "state", "established"], self.netns))
+        if ss is None:
+            return {}
+        return path_metrics(parse_ss_tin(ss), address_owners(links))
+
 
 #: ``inet_diag_req.idiag_ext`` bit asking for ``INET_DIAG_INFO`` (struct tcp_info), linux/inet_diag.h.
 _INET_DIAG_INFO_EXT = 1 << (2 - 1)
@@ -221,21 +234,44 @@ class DiagPathCollector:
             return {}
         return in_netns(self.netns, _read_diag)
 
+    def collect_with_links(self, links: LinkSnapshot) -> Readings:
+        """:meth:`collect` with the addresses of ``links`` (the step's snapshot): inet_diag only, no rtnetlink dump
+        of its own; ``{}`` without pyroute2.
 
-def _read_diag() -> Readings:
-    """:func:`path_metrics` of the current network namespace's sockets, through inet_diag and rtnetlink."""
+        Raises
+        ------
+        OSError
+            As :meth:`collect`.
+        """
+        try:
+            import pyroute2  # noqa: F401
+        except ImportError:
+            return {}
+        return path_metrics(in_netns(self.netns, _diag_socket_infos), address_owners(links))
+
+
+def _diag_socket_infos() -> list[SocketInfo]:
+    """The established TCP sockets (IPv4 and IPv6) of the current network namespace, through inet_diag."""
     import socket
 
-    from pyroute2 import DiagSocket, IPRoute
+    from pyroute2 import DiagSocket
 
     sockets: list[SocketInfo] = []
-    addr_to_if: dict[str, str] = {}
     with DiagSocket() as diag:
         diag.bind()
         for family in (socket.AF_INET, socket.AF_INET6):
             sockets += diag_sockets(
                 diag.get_sock_stats(family=family, states=_ESTABLISHED, extensions=_INET_DIAG_INFO_EXT)
             )
+    return sockets
+
+
+def _read_diag() -> Readings:
+    """:func:`path_metrics` of the current network namespace's sockets, through inet_diag and rtnetlink."""
+    from pyroute2 import IPRoute
+
+    sockets = _diag_socket_infos()
+    addr_to_if: dict[str, str] = {}
     with IPRoute() as ipr:
         names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
         for addr in ipr.get_addr():

@@ -1,0 +1,233 @@
+"""The ``command``/``netlink`` journal and the ``networkmanager`` record share the ``journal`` path: neither may
+replace the other while it holds changes an earlier run did not roll back.
+
+Both kinds of applier write the same file (``journal``, default ``/var/lib/edgepath-agent/journal.json``): the
+``command`` and ``netlink`` backends a snapshot of the prior state, the ``networkmanager`` backend
+``{"backend": "networkmanager", "interfaces": [...]}``. A run that did not roll back (a crash, a failed
+``rollback``) followed by one with the other kind of backend (a packager switching ``backend`` in agent.toml)
+used to write its record over the first, leaving that run's changes on the device with nothing to roll them
+back from. Such a start is now refused before anything changes (exit 78, naming the record and the
+``rollback`` command), with a backstop where each applier writes. A ``networkmanager`` run also keeps the
+interfaces an earlier ``networkmanager`` run's record named (it used to drop them).
+
+NetworkManager is a stand-in on a real private ``dbus-daemon`` answering the calls the applier makes
+(``GetDeviceByIpIface``, ``GetAppliedConnection``, ``Reapply``, ``Version``) in the shapes of its D-Bus API (as in
+tests/agent/test_agent_netmanager.py; skipped without ``dbus-daemon``). The command side runs on the dry-run
+backend here; tests/agent/netns/test_agent_journal_backends_netns.py has it against a real kernel.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edgepath_agent.applier import Applier, ApplierConfig, DryRunBackend, Journal, JournalError, NetState
+from edgepath_agent.applier.journal import check_for_run
+from edgepath_agent.applier.networkmanager import NetworkManagerApplier
+from edgepath_agent.applier.state import Route
+from edgepath_agent.cli import app
+from typer.testing import CliRunner
+
+NM = "org.freedesktop.NetworkManager"
+NM_DEVICE = "org.freedesktop.NetworkManager.Device"
+ROUTES = NetState(default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0", "10.1.2.1", 200)))
+ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
+CONFIG = ApplierConfig(interfaces=("wlan0", "wwan0"), manage_cc=False)
+ROLLBACK_HINT = "restore them first with `edgepath-agent rollback --journal {}`"
+
+
+@pytest.fixture
+def bus(tmp_path: Path) -> Iterator[str]:
+    daemon = shutil.which("dbus-daemon")
+    if daemon is None:
+        pytest.skip("dbus-daemon is not installed")
+    address = f"unix:path={tmp_path / 'bus'}"
+    proc = subprocess.Popen(
+        [daemon, "--session", "--nofork", "--nopidfile", f"--address={address}", "--print-address=1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        printed = proc.stdout.readline().strip()  # printed once the bus listens
+        assert printed.startswith("unix:path="), printed
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+class FakeNetworkManager:
+    """Owns ``org.freedesktop.NetworkManager`` on a bus: one device per interface, each with an applied connection
+    (``ipv4``/``ipv6`` ``route-metric``, ``connection.mptcp-flags``) that ``Reapply`` replaces (an empty one puts the
+    saved profile back). ``reapplied`` lists the interfaces reapplied, in order."""
+
+    def __init__(self, address: str, interfaces: tuple[str, ...]) -> None:
+        from jeepney.bus_messages import message_bus
+        from jeepney.io.blocking import open_dbus_connection
+
+        self.saved = {
+            name: {"connection": {"id": ("s", name)}, "ipv4": {"route-metric": ("x", -1)}} for name in interfaces
+        }
+        self.applied = copy.deepcopy(self.saved)
+        self.reapplied: list[str] = []
+        self.conn = open_dbus_connection(address)
+        reply = self.conn.send_and_get_reply(message_bus.RequestName(NM))
+        assert reply.body == (1,), reply.body
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _variants(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str, tuple[str, Any]]]:
+        return {group: {key: (v[0], v[1]) for key, v in values.items()} for group, values in settings.items()}
+
+    def answer(self, msg: Any) -> Any:
+        from jeepney import new_error, new_method_return
+
+        member, iface, path = msg.header.fields.get(3), msg.header.fields.get(2), str(msg.header.fields.get(1))
+        names = list(self.saved)
+        device = (
+            names[int(path.rsplit("/", 1)[1]) - 1] if path.startswith(f"/{NM.replace('.', '/')}/Devices/") else None
+        )
+        if member == "GetDeviceByIpIface" and msg.body[0] in self.saved:
+            return new_method_return(
+                msg, "o", (f"/org/freedesktop/NetworkManager/Devices/{names.index(msg.body[0]) + 1}",)
+            )
+        if member == "Get" and msg.body == (NM, "Version"):
+            return new_method_return(msg, "v", (("s", "1.42.4"),))
+        if iface == NM_DEVICE and device is not None and member == "GetAppliedConnection":
+            return new_method_return(msg, "a{sa{sv}}t", (self._variants(self.applied[device]), 1))
+        if iface == NM_DEVICE and device is not None and member == "Reapply":
+            settings = msg.body[0]
+            self.applied[device] = self._variants(settings) if settings else copy.deepcopy(self.saved[device])
+            self.reapplied.append(device)
+            return new_method_return(msg)
+        return new_error(msg, "org.freedesktop.DBus.Error.UnknownMethod", "s", (f"{iface}.{member}",))
+
+    def serve(self) -> None:
+        from jeepney import MessageType
+
+        while not self.stop.is_set():
+            try:
+                msg = self.conn.receive(timeout=0.2)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if msg.header.message_type == MessageType.method_call:
+                self.conn.send(self.answer(msg))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.conn.close()
+
+
+@pytest.fixture
+def networkmanager(bus: str) -> Iterator[FakeNetworkManager]:
+    nm = FakeNetworkManager(bus, ("wlan0", "wwan0"))
+    try:
+        yield nm
+    finally:
+        nm.close()
+
+
+def nm_applier(bus: str, journal: Path) -> NetworkManagerApplier:
+    return NetworkManagerApplier(CONFIG, bus, journal_path=journal, allowed_cc=("reno", "cubic"))
+
+
+def test_a_networkmanager_record_is_not_replaced_by_the_command_backend(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.json"
+    nm_applier(bus, journal).apply({"primary_path": {"interface": "wwan0"}})  # then the agent dies: no rollback
+    record = journal.read_text()
+    assert json.loads(record) == {"backend": "networkmanager", "interfaces": ["wlan0", "wwan0"]}
+
+    # The packager switches to backend = "command": the start check refuses it, naming the record and the way out.
+    for backend in ("command", "netlink"):
+        with pytest.raises(JournalError) as refused:
+            check_for_run(journal, None, backend)
+        message = str(refused.value)
+        assert "backend = networkmanager" in message and f"backend = {backend}" in message
+        assert "wlan0, wwan0" in message and ROLLBACK_HINT.format(journal) in message
+    # The applier's own backstop (a caller that skipped the start check): nothing changed, the record kept.
+    device = DryRunBackend(ROUTES, ADDRS, out=None)
+    with pytest.raises(JournalError, match="backend = networkmanager"):
+        Applier(device, Journal(journal), CONFIG).apply({"primary_path": {"interface": "wwan0"}})
+    assert device.printed == [] and device.state == ROUTES
+    assert journal.read_text() == record
+    check_for_run(journal, None, "networkmanager")  # the same backend again: it takes the record over
+
+
+def test_a_command_snapshot_is_not_replaced_by_the_networkmanager_backend(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.json"
+    device = DryRunBackend(ROUTES, ADDRS, out=None)
+    Applier(device, Journal(journal), CONFIG).apply({"primary_path": {"interface": "wwan0"}})  # no rollback after
+    snapshot = journal.read_text()
+    assert Journal(journal).snapshot == ROUTES
+
+    with pytest.raises(JournalError) as refused:
+        check_for_run(journal, None, "networkmanager")
+    message = str(refused.value)
+    assert "backend = command or netlink" in message and "backend = networkmanager" in message
+    assert ROLLBACK_HINT.format(journal) in message
+    with pytest.raises(JournalError, match="backend = command or netlink"):
+        nm_applier(bus, journal).apply({"primary_path": {"interface": "wlan0"}})
+    assert networkmanager.reapplied == [] and journal.read_text() == snapshot
+    for backend in ("command", "netlink"):
+        check_for_run(journal, None, backend)  # they share the snapshot format: either takes it over
+
+
+def test_a_networkmanager_run_keeps_the_interfaces_an_earlier_run_changed(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.json"
+    nm_applier(bus, journal).apply({"primary_path": {"interface": "wwan0"}})  # wlan0 metric 20, wwan0 10; dies
+    networkmanager.reapplied.clear()
+    # The next run changes wlan0 only (a low weight makes it backup): wwan0 keeps the earlier run's metric.
+    again = nm_applier(bus, journal)
+    low_wlan0 = {"primary_path": {"interface": "wwan0"}, "scheduler_weights": {"wlan0": 0.05, "wwan0": 0.95}}
+    applied = again.apply(low_wlan0)
+    assert applied.backup == ("wlan0",) and networkmanager.reapplied == ["wlan0"]
+    assert json.loads(journal.read_text())["interfaces"] == ["wlan0", "wwan0"]  # wwan0 is still to be restored
+    assert networkmanager.applied["wwan0"]["ipv4"]["route-metric"] == ("x", 10)
+    networkmanager.reapplied.clear()
+    assert again.rollback() == ["wlan0", "wwan0"]  # the stop restores both saved profiles
+    assert networkmanager.applied == networkmanager.saved and not journal.exists()
+
+
+ENV = {"EDGEPATH_AGENT_ATTEMPTS": "1", "EDGEPATH_AGENT_TIMEOUT_S": "0.5", "EDGEPATH_AGENT_UPSTREAM_CHECK": "false"}
+
+
+@pytest.mark.parametrize(
+    ("record", "backend", "named"),
+    [
+        ({"backend": "networkmanager", "interfaces": ["lo"]}, "command", "backend = networkmanager"),
+        ({"version": 2, "netns": None, "snapshot": ROUTES.to_dict(), "entries": []}, "networkmanager",
+         "backend = command or netlink"),
+    ],
+)  # fmt: skip
+def test_run_with_the_other_backend_exits_78_naming_the_record_and_the_rollback(
+    tmp_path: Path, record: dict[str, Any], backend: str, named: str
+) -> None:
+    journal = tmp_path / "journal.json"
+    journal.write_text(json.dumps(record))
+    env = {**ENV, "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json")}
+    argv = ["run", "--steps", "1", "--backend", backend, "--service", "grpc://127.0.0.1:9",
+            "--interface", "lo=ETHERNET", "--journal", str(journal), "--log-format", "text"]  # fmt: skip
+    result = CliRunner().invoke(app, argv, env=env)
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert result.exit_code == 78, result.output
+    assert len(errors) == 1 and named in errors[0] and f"`edgepath-agent rollback --journal {journal}`" in errors[0]
+    assert json.loads(journal.read_text()) == record
