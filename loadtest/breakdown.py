@@ -273,8 +273,10 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     authorization = f"Bearer {token}"
 
     # Since Session 49 Recommend and RecommendBatch are handed their requests' wire bytes
-    # (grpc.server.takes_wire_bytes); a revision from before on PYTHONPATH takes messages
+    # (grpc.server.takes_wire_bytes), ReportOutcome since Session 59 (it authenticates before it parses); a revision
+    # from before on PYTHONPATH takes messages
     reads_bytes = getattr(servicer.Recommend, "takes_wire_bytes", False)
+    outcome_reads_bytes = getattr(servicer.ReportOutcome, "takes_wire_bytes", False)
     served = observed_methods(servicer, plane)
     make_record = getattr(plane_module, "_decision_record", None)  # the plane's own record builder (Session 51 on)
     rec_t = {"rest": Timers(), "grpc": Timers()}
@@ -449,7 +451,9 @@ async def _run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             reply = pb.Recommendation.FromString(reply)
         wire = workload.outcome_proto(pb, pool[i % len(pool)], DEVICE, reply).SerializeToString()
         t2 = time.perf_counter_ns()
-        ack = await served["ReportOutcome"](pb.OutcomeRequest.FromString(wire), context)
+        ack = await served["ReportOutcome"](
+            wire if outcome_reads_bytes else pb.OutcomeRequest.FromString(wire), context
+        )
         ack.SerializeToString()
         t3 = time.perf_counter_ns()
         return t1 - t0, t3 - t2
