@@ -258,12 +258,14 @@ async def test_a_transfer_contributes_at_most_the_bound_to_the_stored_score() ->
     two = ServerTransfer.model_validate(
         {"address": WORSE, "size_bytes": 1000, "duration_ms": 1000.0, "paths": [path, {**path, "interface": "wlan1"}]}
     )
-    await record_server_transfer(selector, store, two, now_s=1000.0, max_rate_bps=15e6)
+    await record_server_transfer(selector, store, two, now_s=1000.0, max_rate_bps=15e6, device_id="dev-a")
     stored = (await store.get_server_scores([WORSE]))[WORSE]
     assert stored.q_bps == pytest.approx(15e6)
-    await record_server_transfer(selector, store, two, now_s=1000.0)  # no bound given: Eq. 2 as the paper has it
+    # no bound given: Eq. 2 as the paper has it
+    await record_server_transfer(selector, store, two, now_s=1000.0, device_id="dev-a")
     assert (await store.get_server_scores([WORSE]))[WORSE].q_bps == pytest.approx(0.5 * 28e6 + 0.5 * 15e6)
     forged = ServerTransfer.model_validate(FORGED)
-    await record_server_transfer(selector, store, forged, now_s=5000.0, max_rate_bps=15e6)  # stale: replaced
+    # stale: replaced
+    await record_server_transfer(selector, store, forged, now_s=5000.0, max_rate_bps=15e6, device_id="dev-a")
     stored = (await store.get_server_scores([WORSE]))[WORSE]
     assert stored.q_bps == pytest.approx(15e6) and stored.paths["wlan0"].bandwidth_bps == pytest.approx(15e6)

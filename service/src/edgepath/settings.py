@@ -112,6 +112,13 @@ class SsmpSettings(BaseModel):
         600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
     )
     max_servers: int = Field(100_000, ge=1, description="In-process store capacity (server scores)")
+    fleet_devices: int = Field(
+        16,
+        ge=1,
+        le=64,
+        description="A server's fleet score is the median over at most this many devices' own fresh scores, the "
+        "most recently updated (SSMP per device; one device moves it by at most one rank)",
+    )
 
 
 class MlpmSettings(BaseModel):

@@ -39,6 +39,16 @@ probes it (§IV-B-1: "we send probe packets ... when a server has not been used
 for a long time"). A stale ``Q_{n−1}`` is not smoothed in: the score is then
 ``Q_new`` alone.
 
+**Whose history.** The paper runs SSMP on each client, on that client's own
+transfers. The service serves many devices, so its store keeps per (server,
+device) the device's own Eq. 3 state, and per server a *fleet* state: the median
+of the devices' Q (and, per interface, of their B and p) over at most
+``fleet_devices`` devices with a fresh state, the most recently updated
+(:func:`edgepath.state.base.fleet_score`). A device's selection reads its own
+fresh state of a server, else the fleet's (:mod:`edgepath.adapters.ssmp`): what
+one device reports moves other devices' scores by at most one rank of that
+median. The engine sees one :class:`ServerState` per server either way.
+
 Units: RTT in ms in the inputs (seconds inside Eq. 1), loss as a fraction in
 [0, 1], bandwidth and Q in bit/s, sizes in bytes, times in Unix seconds.
 The engine does no I/O: per-server state comes in and goes out as plain data.
@@ -60,6 +70,11 @@ MSS_BYTES = 1460
 MATHIS_C = math.sqrt(1.5)
 #: Default mice/elephant threshold: 1 MiB (see the module docstring).
 DEFAULT_MICE_THRESHOLD_BYTES = 1_048_576
+#: Devices whose fresh states make up a server's fleet score, by default (``settings.ssmp.fleet_devices``).
+DEFAULT_FLEET_DEVICES = 16
+#: Largest ``fleet_devices``: what one outcome's store write reads, sorts and aggregates (on Redis inside a script,
+#: which holds Redis meanwhile).
+MAX_FLEET_DEVICES = 64
 
 _REL_TOL = 1e-9
 
@@ -137,7 +152,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class ServerState:
-    """Per-server SSMP state kept in the state store: smoothed ``q_bps`` (Eq. 3) and when it was updated (Unix s)."""
+    """Per-server SSMP state kept in the state store: smoothed ``q_bps`` (Eq. 3, bit/s) and when it was updated (Unix
+    s) — the deciding device's own, or the fleet's (module docstring, "Whose history")."""
 
     q_bps: float
     updated_at: float
@@ -153,18 +169,29 @@ class SsmpConfig:
     alpha: EWMA weight of the new estimate in Eq. 3, in [0, 1] (paper tries 0.2, 0.5, 0.8).
     stale_age_s: a server's score older than this is stale (probe it; not smoothed in), s.
     mss_bytes: MSS of Eq. 1, bytes.
+    fleet_devices: at most this many devices' fresh states (the most recently updated) make up a server's fleet
+        score, in [1, :data:`MAX_FLEET_DEVICES`] (module docstring, "Whose history"); the engine itself does not
+        use it, the adapter passes it to the store.
+
+    Raises
+    ------
+    ValueError
+        A value out of its range.
     """
 
     mice_threshold_bytes: int = DEFAULT_MICE_THRESHOLD_BYTES
     alpha: float = 0.5
     stale_age_s: float = 600.0
     mss_bytes: int = MSS_BYTES
+    fleet_devices: int = DEFAULT_FLEET_DEVICES
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.mice_threshold_bytes < 0 or self.stale_age_s <= 0 or self.mss_bytes <= 0:
             raise ValueError("mice_threshold_bytes >= 0, stale_age_s > 0 and mss_bytes > 0 are required")
+        if not 1 <= self.fleet_devices <= MAX_FLEET_DEVICES:
+            raise ValueError(f"fleet_devices must be in [1, {MAX_FLEET_DEVICES}], got {self.fleet_devices}")
 
 
 @dataclass(frozen=True)

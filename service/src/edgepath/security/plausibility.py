@@ -23,7 +23,8 @@ decision plane asks :class:`OutcomeGuard` before it queues an outcome:
    ``server_transfer`` implies (``size_bytes`` × 8 / duration) and each of its paths' ``bandwidth_bps`` (the
    server's Eq. 2 score, which the SSMP learner also bounds by it), and ``congestion_measurement.throughput_bps``
    (the congestion engine's edge statistics). A ``server_transfer`` must name one of the decision's candidate
-   servers (``DecisionRecord.server_candidates``), or it is refused naming ``server_transfer.address``.
+   servers (``DecisionRecord.server_candidates``), or it is refused naming ``server_transfer.address`` (a record
+   written by a release before that field is held to the rate bounds only: :meth:`OutcomeGuard.admission`).
 3. **Per-device cap.** At most ``outcome_cap_per_window`` outcome reports per
    device per ``outcome_window_s`` (a token bucket with that capacity refilling
    over the window); beyond it the outcome is refused as rate limited, so no
@@ -194,8 +195,13 @@ class OutcomeGuard:
         device's CDN server selection reads), and ``congestion_measurement.throughput_bps`` (the congestion
         engine's edge statistics, from which BULK advice is decided). A ``server_transfer`` must name one of the
         decision's candidate servers (``DecisionRecord.server_candidates``: the request's ``content.candidates``),
-        so a device can report only on servers it was deciding between; a decision logged before records kept
-        them, or one whose request named no content, accepts no ``server_transfer``.
+        so a device can report only on servers it was deciding between; a decision whose request named no content
+        accepts no ``server_transfer``. A decision record that does not say (``server_candidates`` None: written by
+        a replica of a release before the field, during a rolling upgrade, for at most ``decision_ttl_s``) takes one
+        under the rate bounds alone: refusing it would drop every SSMP transfer of the upgrade's window, and what it
+        can move is the reporting device's own score of that server and one rank of the server's fleet median
+        (:mod:`edgepath.adapters.ssmp`). Only replicas write decision records, so no device can make one that does
+        not say.
 
         Raises
         ------
@@ -233,9 +239,10 @@ class OutcomeGuard:
         return limit
 
     def _check_transfer(self, decision: DecisionRecord, transfer: ServerTransfer, limit: float) -> None:
-        """Refuse a ``server_transfer`` from a server the decision was not choosing among, or whose implied rate or
-        any path's ``bandwidth_bps`` is above ``limit`` (bit/s); see :meth:`admission`."""
-        if transfer.address not in decision.server_candidates:
+        """Refuse a ``server_transfer`` from a server the decision was not choosing among (when its record says:
+        ``server_candidates`` not None), or whose implied rate or any path's ``bandwidth_bps`` is above ``limit``
+        (bit/s); see :meth:`admission`."""
+        if decision.server_candidates is not None and transfer.address not in decision.server_candidates:
             raise InvalidInput(
                 f"{transfer.address!r} was not among this decision's candidate servers"
                 if decision.server_candidates

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -101,10 +102,12 @@ class DecisionRecord:
     """The request's ``application_profile`` (``ApplicationProfile`` value), or "" in records written before
     the field existed (their congestion measurements are not counted)."""
     # --- SSMP: what an outcome's server_transfer may name ---
-    server_candidates: tuple[str, ...] = ()
+    server_candidates: tuple[str, ...] | None = None
     """The distinct ``address`` es of the request's ``content.candidates``, in request order; () when the request
-    named no content, or in records written before the field existed. The outcome guard refuses a
-    ``server_transfer`` from any other server (:mod:`edgepath.security.plausibility`)."""
+    named no content; None when the record does not say: written by a release before the field existed (the codecs
+    decode an absent field as None, :func:`edgepath.state.codec.decode_decision`; the plane always writes a tuple).
+    The outcome guard refuses a ``server_transfer`` from any other server, and takes one on a record that does not
+    say under its rate bounds only (:mod:`edgepath.security.plausibility`)."""
 
 
 @dataclass(frozen=True)
@@ -158,13 +161,96 @@ class ServerScore:
 
     ``q_bps`` is Q of Yang et al., SSMP, Eq. 2 smoothed by Eq. 3 (bit/s); ``updated_at``
     is Unix seconds; ``paths`` maps a device interface name to the server's :class:`PathEstimate`
-    over it (B and p of Eq. 1–2, "based on the previous transmission", §IV-B-1). The plane
-    computes all of them; stores only keep them.
+    over it (B and p of Eq. 1–2, "based on the previous transmission", §IV-B-1). A store keeps one per
+    (server, device) — that device's own history, as each SSMP client keeps its own in the paper — and one *fleet*
+    score per server (:func:`fleet_score` of the devices' states). The plane computes the devices' states; stores
+    keep them and aggregate the fleet's.
     """
 
     q_bps: float
     updated_at: float
     paths: Mapping[str, PathEstimate] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerScoreView:
+    """What one device's SSMP selection reads of one server: its own :class:`ServerScore` (None: it has none) and the
+    fleet's (None: none stored). Which one counts, and when either is too old, is the adapter's business
+    (:mod:`edgepath.adapters.ssmp`)."""
+
+    own: ServerScore | None = None
+    fleet: ServerScore | None = None
+
+
+def fleet_members(
+    states: Mapping[str, ServerScore], writer: str, stale_age_s: float, max_devices: int
+) -> dict[str, ServerScore]:
+    """The device states of one server that count for its fleet score, by device id, after ``writer`` stored its own.
+
+    Dropped: a state older than ``stale_age_s`` at the writer's ``updated_at`` (SSMP §IV-B-1 calls such history
+    useless), and beyond ``max_devices`` the least recently updated (``updated_at``, ties by device id): the
+    writer's own state is always kept, whatever its clock says. What both stores keep (the Redis store's script
+    does the same in Lua); ``states`` must hold ``writer``.
+
+    Raises
+    ------
+    KeyError
+        ``writer`` not in ``states``.
+    """
+    mine = states[writer]
+    others = sorted(
+        (
+            (device, s)
+            for device, s in states.items()
+            if device != writer and not mine.updated_at - s.updated_at > stale_age_s
+        ),
+        key=lambda item: (-item[1].updated_at, item[0]),
+    )
+    return {writer: mine, **dict(others[: max(0, max_devices - 1)])}
+
+
+def fleet_score(states: Sequence[ServerScore]) -> ServerScore:
+    """The fleet's SSMP state of one server: a robust aggregate of its devices' own states (:func:`fleet_members`).
+
+    ``q_bps`` is the median of the devices' Q (SSMP Eq. 3 per device; Yang et al. run SSMP on each client's own
+    measurements, so one shared EWMA fed by every device is not the paper's; the median is the aggregate one device
+    moves by at most one rank, whatever it reports: with n devices it stays between the order statistics
+    neighbouring the honest median). ``updated_at`` is the newest device state's. Per interface, B and p are each the
+    median over the devices that have a value for it, kept only when more than half of the devices have one (an
+    interface reported by a minority, e.g. one device's invented name, is left out: a device's own state still has
+    it). The median of an even count is the mean of the middle two (:func:`statistics.median`).
+
+    Raises
+    ------
+    ValueError
+        ``states`` is empty.
+    """
+    if not states:
+        raise ValueError("a fleet score needs at least one device state")
+    majority = len(states) / 2.0
+    bandwidths: dict[str, list[float]] = {}
+    losses: dict[str, list[float]] = {}
+    for s in states:
+        for name, est in s.paths.items():
+            if est.bandwidth_bps is not None:
+                bandwidths.setdefault(name, []).append(est.bandwidth_bps)
+            if est.loss is not None:
+                losses.setdefault(name, []).append(est.loss)
+    paths: dict[str, PathEstimate] = {}
+    for name in sorted(bandwidths.keys() | losses.keys()):
+        b = bandwidths.get(name, [])
+        p = losses.get(name, [])
+        estimate = PathEstimate(
+            bandwidth_bps=statistics.median(b) if len(b) > majority else None,
+            loss=statistics.median(p) if len(p) > majority else None,
+        )
+        if estimate != PathEstimate():
+            paths[name] = estimate
+    return ServerScore(
+        q_bps=statistics.median(s.q_bps for s in states),
+        updated_at=max(s.updated_at for s in states),
+        paths=paths,
+    )
 
 
 # --- end SSMP ---
@@ -308,22 +394,40 @@ class StateStore(Protocol):
 
     # --- SSMP per-server state (issue 4) ---
     async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
-        """The stored :class:`ServerScore` of each of ``keys`` that has one.
+        """The stored *fleet* :class:`ServerScore` of each of ``keys`` that has one.
 
         ``keys`` are server keys (the plane uses the server address), at most a few dozen per
         call (the candidates of one request). Keys without a score are simply absent from the
         result; never raises for unknown keys.
         """
 
+    async def get_server_views(self, keys: Sequence[str], device_id: str) -> dict[str, ServerScoreView]:
+        """What ``device_id`` reads of each of ``keys``: its own state and the fleet's (:class:`ServerScoreView`).
+
+        One store call for all keys (Redis: one script in the auto-pipeline, one round trip: what SSMP's selection
+        reads per Recommend). Keys with neither are absent; never raises for unknown keys.
+        """
+
+    async def record_device_server_score(
+        self, key: str, device_id: str, score: ServerScore, stale_age_s: float, max_devices: int
+    ) -> None:
+        """Store ``score`` as ``device_id``'s own state of server ``key`` (replacing its previous one), then the
+        server's fleet score: :func:`fleet_score` of :func:`fleet_members` (``stale_age_s`` s, at most
+        ``max_devices`` devices; the others' states dropped from the store). Atomic per server (Redis: one Lua
+        script), so concurrent outcomes of different devices, on any replicas, never lose each other's states.
+
+        A device's own Eq. 3 step is still read, smoothed and written by the plane: two concurrent outcomes of the
+        same device for one server may lose one smoothing step (harmless for an EWMA). A store may evict servers
+        not updated for a long time (bounded memory, or a TTL no shorter than ``ssmp_stale_age_s``): an evicted
+        server just reads as never measured.
+        """
+
     async def update_server_score(
         self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
     ) -> None:
-        """Store ``ServerScore(q_bps, updated_at, paths or {})`` under ``key``, replacing any previous value.
-
-        Last writer wins: the plane reads, smooths (Eq. 3) and writes, so two concurrent
-        outcomes for one server may lose one smoothing step (harmless for an EWMA). A store
-        may evict scores not updated for a long time (bounded memory, or a TTL no shorter
-        than ``ssmp_stale_age_s``): an evicted server just reads as never measured.
+        """Store ``ServerScore(q_bps, updated_at, paths or {})`` as the *fleet* score of ``key``, replacing it (the
+        devices' own states are kept; the next :meth:`record_device_server_score` for ``key`` recomputes the fleet
+        score from them). For seeding and tests: the plane learns through :meth:`record_device_server_score`.
         """
 
     # --- end SSMP ---

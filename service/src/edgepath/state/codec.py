@@ -43,17 +43,23 @@ def encode_record(record: DecisionRecord | LoggedDecision | OutcomeRecord) -> by
 
 def _decode(cls: type[_R], raw: bytes | str, tuples: tuple[str, ...]) -> _R:
     """``cls`` from its JSON: unknown (newer) fields ignored, missing optional ones at their defaults, the fields
-    ``tuples`` (JSON arrays) as tuples."""
+    ``tuples`` (JSON arrays) as tuples (a JSON null stays None)."""
     names = _FIELDS[cls]
     d = {k: v for k, v in orjson.loads(raw).items() if k in names}
     for name in tuples:
-        if name in d:
+        if d.get(name) is not None:
             d[name] = tuple(d[name])
     return cls(**d)
 
 
 def decode_decision(raw: bytes | str) -> DecisionRecord:
-    """A stored decision record (:func:`_decode`)."""
+    """A stored decision record (:func:`_decode`).
+
+    A field absent from ``raw`` was not written by the release that stored it, which is not the same as written
+    empty: a record without ``server_candidates`` (a replica of a release before it, during a rolling upgrade)
+    decodes with ``server_candidates=None`` ("not recorded"), one with ``[]`` (its request named no content) with
+    ``()``; the outcome guard treats the two differently (:mod:`edgepath.security.plausibility`).
+    """
     return _decode(DecisionRecord, raw, ("arms", "features", "link_speed_mbps", "server_candidates"))
 
 

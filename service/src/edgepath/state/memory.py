@@ -8,7 +8,8 @@ process: ``queue_outcomes``) is a list with a delivery
 cursor: entries are delivered once to the reader and stay
 *pending* until acknowledged; ``requeue_pending`` (what a restarted trainer
 would do) delivers unacknowledged ones again. Everything is lost when the
-process exits: use the Redis store when that matters. SSMP server scores live in a
+process exits: use the Redis store when that matters. SSMP server scores (per server: the fleet score and the
+devices' own states, at most ``fleet_devices`` of them, :func:`~edgepath.state.base.fleet_members`) live in a
 ``cachetools.LRUCache`` bounded by ``max_servers``. The decision log (issue 18) is a deque of at
 most ``decision_log_max_entries`` joined decisions, none older than ``decision_log_retention_s``.
 Congestion edge measurements (issue 20) are a dict profile → algorithm → metric → [count, Σx, Σx²]
@@ -37,6 +38,9 @@ from edgepath.state.base import (
     OutcomeRow,
     PathEstimate,
     ServerScore,
+    ServerScoreView,
+    fleet_members,
+    fleet_score,
 )
 from edgepath.state.codec import (
     TtlIndex,
@@ -48,6 +52,16 @@ from edgepath.state.codec import (
     row_outcome,
 )
 from edgepath.tasks import wait_event
+
+
+class _ServerScores:
+    """One server's SSMP state in the in-process store: its fleet score and its devices' own states."""
+
+    __slots__ = ("devices", "fleet")
+
+    def __init__(self) -> None:
+        self.fleet: ServerScore | None = None
+        self.devices: dict[str, ServerScore] = {}
 
 
 class MemoryStore:
@@ -77,8 +91,9 @@ class MemoryStore:
         self._ids = itertools.count(1)
         self._arrived = asyncio.Event()
         self._wanted = 1  # outcomes a blocked reader waits for (read_outcome_rows' min_count)
-        # SSMP server scores (issue 4): least recently used evicted beyond max_servers.
-        self._server_scores: LRUCache[str, ServerScore] = LRUCache(maxsize=max_servers)
+        # SSMP server scores (issue 4): per server, the fleet score and the devices' own states; least recently
+        # used servers evicted beyond max_servers.
+        self._server_scores: LRUCache[str, _ServerScores] = LRUCache(maxsize=max_servers)
         # MEC 015 sessions and the access types devices reported (issue 19).
         self._mts_sessions: dict[str, MtsSession] = {}
         self._device_accesses: LRUCache[str, tuple[str, ...]] = LRUCache(maxsize=max_decisions)
@@ -154,12 +169,35 @@ class MemoryStore:
 
     # --- SSMP per-server state (issue 4) ---
     async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
-        return {k: s for k in keys if (s := self._server_scores.get(k)) is not None}
+        return {k: e.fleet for k in keys if (e := self._server_scores.get(k)) is not None and e.fleet is not None}
+
+    async def get_server_views(self, keys: Sequence[str], device_id: str) -> dict[str, ServerScoreView]:
+        out: dict[str, ServerScoreView] = {}
+        for k in keys:
+            entry = self._server_scores.get(k)
+            if entry is not None:
+                own = entry.devices.get(device_id)
+                if own is not None or entry.fleet is not None:
+                    out[k] = ServerScoreView(own=own, fleet=entry.fleet)
+        return out
+
+    async def record_device_server_score(
+        self, key: str, device_id: str, score: ServerScore, stale_age_s: float, max_devices: int
+    ) -> None:
+        entry = self._server_scores.get(key)
+        if entry is None:
+            entry = self._server_scores[key] = _ServerScores()
+        states = {**entry.devices, device_id: score}
+        entry.devices = fleet_members(states, device_id, stale_age_s, max_devices)
+        entry.fleet = fleet_score(list(entry.devices.values()))
 
     async def update_server_score(
         self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
     ) -> None:
-        self._server_scores[key] = ServerScore(q_bps=q_bps, updated_at=updated_at, paths=dict(paths or {}))
+        entry = self._server_scores.get(key)
+        if entry is None:
+            entry = self._server_scores[key] = _ServerScores()
+        entry.fleet = ServerScore(q_bps=q_bps, updated_at=updated_at, paths=dict(paths or {}))
 
     # --- end SSMP ---
 

@@ -55,7 +55,8 @@ def _decision(d: dict[str, Any]) -> DecisionRecord:
     d["arms"] = tuple(d["arms"])
     d["features"] = tuple(d["features"])
     d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
-    d["server_candidates"] = tuple(d.get("server_candidates", ()))
+    if d.get("server_candidates") is not None:  # absent (a journal of an older release): None, "not recorded"
+        d["server_candidates"] = tuple(d["server_candidates"])
     return DecisionRecord(**d)
 
 

@@ -16,6 +16,16 @@ Keys (``ns`` = ``settings.redis_namespace``)
     ``{algorithm}|{metric}|n`` (HINCRBY), ``…|sum`` and ``…|sumsq`` (HINCRBYFLOAT), and ``#algorithms``
     (how many algorithms it holds, at most ``MAX_CC_ALGORITHMS``), all updated by one Lua script per
     measurement (atomic); read with one HGETALL. No expiry: the statistics are the edge's evidence.
+``{ns}:ssmp:{server}``
+    SSMP fleet score of a server (issue 4): JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]``, TTL
+    ``SERVER_SCORE_TTL_S``; :func:`~edgepath.state.base.fleet_score` of the devices' states below, rewritten by each
+    device's update. A value a previous release wrote here (its one shared score, the same JSON) reads as the
+    fleet score until the first update of that server by this release replaces it.
+``{ns}:ssmpdev:{server}``
+    The devices' own SSMP states of that server: a hash, field = device id, value = the same JSON; at most
+    ``fleet_devices`` fields (:func:`~edgepath.state.base.fleet_members`), TTL ``SERVER_SCORE_TTL_S``. Written and
+    aggregated into the fleet score by one Lua script (atomic under concurrent replicas); read with the fleet score
+    by one script per Recommend.
 ``{ns}:decision_log``
     Redis Stream of joined decisions (issue 18; field ``d``, JSON
     :class:`~edgepath.state.base.LoggedDecision`), appended after each NEW claim, trimmed on every
@@ -102,8 +112,9 @@ from edgepath.state.base import (
     OutcomeRow,
     PathEstimate,
     ServerScore,
+    ServerScoreView,
     display_url,
-)  # PathEstimate, ServerScore: issue 4
+)  # PathEstimate, ServerScore, ServerScoreView: issue 4
 from edgepath.state.codec import (
     TtlIndex,
     decode_decision,
@@ -179,6 +190,98 @@ _HVALS_EACH_LUA = """
 local out = {}
 for i = 1, #KEYS do out[i] = redis.call('HVALS', KEYS[i]) end
 return out
+"""
+
+# SSMP (issue 4): one device's view of its candidate servers. KEYS: the servers' fleet keys, then their device
+# hashes (same order); ARGV: the device id. The reply holds, per server, the fleet value then the device's (nil
+# replies as false: no holes in the array).
+_SSMP_VIEWS_LUA = """
+local n = #KEYS / 2
+local out = {}
+for i = 1, n do
+  out[2 * i - 1] = redis.call('GET', KEYS[i])
+  out[2 * i] = redis.call('HGET', KEYS[n + i], ARGV[1])
+end
+return out
+"""
+
+# SSMP (issue 4): store one device's own state of a server and recompute the server's fleet score, atomically.
+# KEYS: fleet key, device hash; ARGV: device id, its state's JSON, its updated_at, stale_age_s, max devices, TTL (s).
+# What edgepath.state.base.fleet_members and fleet_score do in Python (the in-process store), step for step: drop
+# states older than stale_age_s at the writer's time and, beyond max devices, the least recently updated (ties by
+# device id; the writer's own always kept); the fleet's Q is the median of the kept states' Q, its updated_at the
+# newest, and per interface B and p the median over the states that have one, when more than half have one. Numbers
+# are written with 17 significant digits (exact doubles; cjson.encode keeps 14).
+_SSMP_RECORD_LUA = """
+local writer = ARGV[1]
+local now = tonumber(ARGV[3])
+local stale = tonumber(ARGV[4])
+local cap = tonumber(ARGV[5])
+redis.call('HSET', KEYS[2], writer, ARGV[2])
+local flat = redis.call('HGETALL', KEYS[2])
+local mine = nil
+local others = {}
+local drop = {}
+for i = 1, #flat, 2 do
+  local ok, s = pcall(cjson.decode, flat[i + 1])
+  if not ok or type(s) ~= 'table' or type(s[1]) ~= 'number' or type(s[2]) ~= 'number' then
+    drop[#drop + 1] = flat[i]
+  else
+    local state = {id = flat[i], q = s[1], at = s[2], paths = s[3]}
+    if flat[i] == writer then
+      mine = state
+    elseif now - state.at > stale then
+      drop[#drop + 1] = flat[i]
+    else
+      others[#others + 1] = state
+    end
+  end
+end
+table.sort(others, function(a, b)
+  if a.at ~= b.at then return a.at > b.at end
+  return a.id < b.id
+end)
+local kept = {mine}
+for i, state in ipairs(others) do
+  if i <= cap - 1 then kept[#kept + 1] = state else drop[#drop + 1] = state.id end
+end
+if #drop > 0 then redis.call('HDEL', KEYS[2], unpack(drop)) end
+local function median(t)
+  table.sort(t)
+  local n = #t
+  if n % 2 == 1 then return t[(n + 1) / 2] end
+  return (t[n / 2] + t[n / 2 + 1]) / 2
+end
+local function num(x) return string.format('%.17g', x) end
+local qs = {}
+local newest = mine.at
+local bs, ps, names = {}, {}, {}
+for _, state in ipairs(kept) do
+  qs[#qs + 1] = state.q
+  if state.at > newest then newest = state.at end
+  if type(state.paths) == 'table' then
+    for name, est in pairs(state.paths) do
+      if type(est) == 'table' then
+        if not bs[name] then bs[name] = {}; ps[name] = {}; names[#names + 1] = name end
+        if type(est[1]) == 'number' then table.insert(bs[name], est[1]) end
+        if type(est[2]) == 'number' then table.insert(ps[name], est[2]) end
+      end
+    end
+  end
+end
+table.sort(names)
+local half = #kept / 2
+local parts = {}
+for _, name in ipairs(names) do
+  local b, p = 'null', 'null'
+  if #bs[name] > half then b = num(median(bs[name])) end
+  if #ps[name] > half then p = num(median(ps[name])) end
+  if b ~= 'null' or p ~= 'null' then parts[#parts + 1] = cjson.encode(name) .. ':[' .. b .. ',' .. p .. ']' end
+end
+local fleet = '[' .. num(median(qs)) .. ',' .. num(newest) .. ',{' .. table.concat(parts, ',') .. '}]'
+redis.call('SET', KEYS[1], fleet, 'EX', ARGV[6])
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+return #kept
 """
 
 #: Longest XREADGROUP block (ms); the reader connection's timeout is this plus ``socket_timeout_s``.
@@ -268,6 +371,8 @@ class RedisStore:
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
         self._put_decisions = self._auto.register_script(_PUT_DECISIONS_LUA)
         self._hvals_each = self._auto.register_script(_HVALS_EACH_LUA)
+        self._ssmp_views = self._auto.register_script(_SSMP_VIEWS_LUA)  # issue 4
+        self._ssmp_record = self._auto.register_script(_SSMP_RECORD_LUA)
 
         cache_size = max(1, outbox_max_decisions)
         self._recent = TtlIndex(cache_size, decision_ttl_s)  # decision id -> its record's JSON (encode_record)
@@ -772,11 +877,17 @@ class RedisStore:
     SERVER_SCORE_TTL_S = 7 * 24 * 3600
 
     def server_score_key(self, key: str) -> str:
+        """The fleet score's key of server ``key``."""
         return f"{self.namespace}:ssmp:{key}"
 
+    def device_scores_key(self, key: str) -> str:
+        """The hash of the devices' own states of server ``key`` (a prefix of its own: no server address can make
+        one key the other's)."""
+        return f"{self.namespace}:ssmpdev:{key}"
+
     async def get_server_scores(self, keys: Any) -> dict[str, ServerScore]:
-        """Scores by key (MGET of JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]``; the third item
-        is absent in values written before per-path B and p were stored); while degraded, none (servers read as
+        """Fleet scores by key (MGET of JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]``; the third
+        item is absent in values written before per-path B and p were stored); while degraded, none (servers read as
         unmeasured)."""
         keys = list(keys)
         if self._degraded or not keys:
@@ -786,25 +897,52 @@ class RedisStore:
         except UNREACHABLE as exc:
             self._enter_degraded(exc)
             return {}
-        out: dict[str, ServerScore] = {}
-        for key, raw in zip(keys, raws, strict=True):
-            if raw is not None:
-                q_bps, updated_at, *rest = json.loads(raw)
-                paths = {
-                    name: PathEstimate(bandwidth_bps=b, loss=p) for name, (b, p) in (rest[0] if rest else {}).items()
-                }
-                out[key] = ServerScore(q_bps=float(q_bps), updated_at=float(updated_at), paths=paths)
+        return {key: _decode_score(raw) for key, raw in zip(keys, raws, strict=True) if raw is not None}
+
+    async def get_server_views(self, keys: Sequence[str], device_id: str) -> dict[str, ServerScoreView]:
+        """One script through the auto-pipeline (:data:`_SSMP_VIEWS_LUA`: GET and HGET per key), so it shares the
+        round trip of the decision's write; while degraded, none (servers read as unmeasured)."""
+        keys = list(keys)
+        if self._degraded or not keys:
+            return {}
+        redis_keys = [self.server_score_key(k) for k in keys] + [self.device_scores_key(k) for k in keys]
+        try:
+            raws: list[Any] = await self._ssmp_views(keys=redis_keys, args=[device_id])
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
+            return {}
+        out: dict[str, ServerScoreView] = {}
+        for i, key in enumerate(keys):
+            fleet, own = raws[2 * i], raws[2 * i + 1]
+            if fleet is not None or own is not None:
+                out[key] = ServerScoreView(
+                    own=None if own is None else _decode_score(own),
+                    fleet=None if fleet is None else _decode_score(fleet),
+                )
         return out
+
+    async def record_device_server_score(
+        self, key: str, device_id: str, score: ServerScore, stale_age_s: float, max_devices: int
+    ) -> None:
+        """One Lua script (:data:`_SSMP_RECORD_LUA`, atomic: the device's state, the eviction and the fleet score
+        together); dropped while degraded (one lost EWMA step of that device)."""
+        if self._degraded:
+            return
+        args: list[str | int] = [device_id, _encode_score(score), repr(float(score.updated_at))]
+        args += [repr(float(stale_age_s)), int(max_devices), self.SERVER_SCORE_TTL_S]
+        try:
+            await self._ssmp_record(keys=[self.server_score_key(key), self.device_scores_key(key)], args=args)
+        except UNREACHABLE as exc:
+            self._enter_degraded(exc)
 
     async def update_server_score(
         self, key: str, q_bps: float, updated_at: float, paths: Mapping[str, PathEstimate] | None = None
     ) -> None:
-        """SET with a TTL (last writer wins); dropped while degraded (one lost EWMA step)."""
+        """SET of the fleet score with a TTL; dropped while degraded."""
         if self._degraded:
             return
         try:
-            per_path = {name: [e.bandwidth_bps, e.loss] for name, e in (paths or {}).items()}
-            value = json.dumps([q_bps, updated_at, per_path])
+            value = _encode_score(ServerScore(q_bps, updated_at, paths or {}))
             await self.redis.set(self.server_score_key(key), value, ex=self.SERVER_SCORE_TTL_S)
         except UNREACHABLE as exc:
             self._enter_degraded(exc)
@@ -1096,6 +1234,20 @@ class RedisStore:
             self._journal.close(remove=not (self._outbox or self._unsynced))
         await self.redis.aclose()
         await self._reader.aclose()
+
+
+def _encode_score(score: ServerScore) -> str:
+    """A stored SSMP score: JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]`` (null = unknown)."""
+    per_path = {name: [e.bandwidth_bps, e.loss] for name, e in score.paths.items()}
+    return json.dumps([score.q_bps, score.updated_at, per_path])
+
+
+def _decode_score(raw: bytes | str) -> ServerScore:
+    """The inverse of :func:`_encode_score`; a value without the third item (written before per-path B and p were
+    stored) has no path estimates."""
+    q_bps, updated_at, *rest = json.loads(raw)
+    paths = {name: PathEstimate(bandwidth_bps=b, loss=p) for name, (b, p) in (rest[0] if rest else {}).items()}
+    return ServerScore(q_bps=float(q_bps), updated_at=float(updated_at), paths=paths)
 
 
 def _count(metrics: Metrics) -> Callable[[int], None]:
