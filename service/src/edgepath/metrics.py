@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -46,6 +46,22 @@ class HotCounterChild:
     def inc(self, amount: float = 1.0) -> None:
         """Add ``amount`` (≥ 0) without a lock (single event-loop thread)."""
         self._value.v += amount
+
+
+class _CountsTwice(HotCounterChild):
+    """A counter child that also counts in another one (``also``): the REST / gRPC request counter of a refused
+    outcome report also counts it in ``edgepath_outcomes_total`` (:meth:`Metrics.http_request`,
+    :meth:`Metrics.grpc_call`), with no test on the calls that are not refused ones."""
+
+    __slots__ = ("also",)
+
+    def __init__(self, child: HotCounterChild, also: HotCounterChild) -> None:
+        self._value = child._value  # the same number the family exports
+        self.also = also
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._value.v += amount
+        self.also.inc(amount)
 
 
 class _LabelledFamily(Generic[ChildT]):
@@ -147,8 +163,31 @@ class _HotCollector(Collector):
 #: series exported at 0 from the first scrape, so ``increase()``/``rate()`` see its first event; a series born at 1
 #: is never seen to increase). tests/service/test_service_metrics.py checks these against the label values the code
 #: passes. ``edgepath_outcomes_total{result}``: the outcome report's result (``ClaimResult`` values and the refusals
-#: before the claim, edgepath.plane).
-OUTCOME_RESULTS = ("new", "duplicate", "unknown", "wrong_device", "implausible", "quarantined")
+#: before the claim, edgepath.plane), and the reports a transport refused before any was judged
+#: (:data:`OUTCOME_REFUSALS`).
+OUTCOME_RESULTS = (
+    "new",
+    "duplicate",
+    "unknown",
+    "wrong_device",
+    "implausible",
+    "quarantined",
+    "rate_limited",
+    "unavailable",
+)
+#: The REST route and the gRPC method of outcome reports, and the ``edgepath_outcomes_total`` result each refusal
+#: status of theirs counts as: 429 / RESOURCE_EXHAUSTED (the device's request budget or outcome cap; a gRPC call
+#: shed past capacity answers RESOURCE_EXHAUSTED too) as ``rate_limited``, 503 / UNAVAILABLE (shed past capacity on
+#: REST, the state store unreachable) as ``unavailable``. The learning data of those reports is lost unless the
+#: device reports again (the agent does: it keeps undelivered outcomes, edgepath_agent.pending).
+OUTCOME_ROUTE = ("/v1/outcomes", "POST")
+OUTCOME_METHOD = "/edgepath.v1.PathService/ReportOutcome"
+OUTCOME_REFUSALS: dict[int | str, str] = {
+    429: "rate_limited",
+    503: "unavailable",
+    "RESOURCE_EXHAUSTED": "rate_limited",
+    "UNAVAILABLE": "unavailable",
+}
 #: ``edgepath_outcomes_dropped_total{reason}`` (edgepath.state.redis).
 OUTCOME_DROP_REASONS = ("outbox_full", "decision_outbox_full", "flush_unknown_decision", "undecodable")
 #: ``edgepath_snapshots_rejected_total{reason}`` (edgepath.training.snapshots).
@@ -157,6 +196,25 @@ SNAPSHOT_REJECT_REASONS = ("unsigned", "bad_signature", "wrong_type", "unreadabl
 DECISION_LOG_DROP_REASONS = ("degraded", "unreachable")
 #: ``edgepath_shed_total{transport}`` (edgepath.rest.app, edgepath.grpc.server).
 SHED_TRANSPORTS = ("rest", "grpc")
+#: ``grpc_server_handled_total{grpc_service,grpc_method,grpc_code}`` created at 0 for every method of the service
+#: (edgepath.v1.PathService; tests/service/test_observability_gaps.py checks them against the proto) and every code
+#: its calls end with: OK, the codes of :data:`edgepath.grpc.server.GRPC_STATUS` the plane and the security layer
+#: raise, UNKNOWN (a handler raised), CANCELLED / DEADLINE_EXCEEDED (edgepath.grpc.observe.cancelled_as), as the
+#: alerts' ratios (EdgePathServerErrors, EdgePathRateLimited) need them.
+PATH_SERVICE = "edgepath.v1.PathService"
+PATH_SERVICE_METHODS = ("Recommend", "ReportOutcome", "RecommendBatch", "RecommendStream")
+GRPC_CODES = (
+    "OK",
+    "INVALID_ARGUMENT",
+    "NOT_FOUND",
+    "PERMISSION_DENIED",
+    "UNAUTHENTICATED",
+    "RESOURCE_EXHAUSTED",
+    "UNAVAILABLE",
+    "UNKNOWN",
+    "CANCELLED",
+    "DEADLINE_EXCEEDED",
+)
 #: Families ``edgepath train`` serves (:meth:`Metrics.trainer_registry`).
 TRAINER_METRICS = ("edgepath_outcomes_dropped", "edgepath_snapshots_rejected")
 
@@ -214,19 +272,65 @@ class Metrics:
     _grpc_children: dict[tuple[str, str], tuple[HotCounterChild, HotHistogram]] = field(
         default_factory=dict, init=False, repr=False
     )
+    #: (route template, method, status) → the children of :meth:`http_request`, as :attr:`_grpc_children`.
+    _http_children: dict[tuple[str, str, int], tuple[HotCounterChild, HotHistogram]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         """Count one finished gRPC call (``/edgepath.v1.PathService/Recommend``, status code name, latency in s)
-        as ``grpc_server_handled_total`` / ``grpc_server_handling_seconds`` (go-grpc-prometheus's names)."""
+        as ``grpc_server_handled_total`` / ``grpc_server_handling_seconds`` (go-grpc-prometheus's names); a
+        ReportOutcome refused as :data:`OUTCOME_REFUSALS` says also in ``edgepath_outcomes_total``."""
         children = self._grpc_children.get((method, code))
         if children is None:
-            service, _, name = method.lstrip("/").rpartition("/")
-            children = self._grpc_children[(method, code)] = (
-                self.grpc_handled.labels(service, name, code),
-                self.grpc_handling_seconds.labels(service, name),
-            )
+            children = self._grpc_children_of(method, code)
         children[0].inc()
         children[1].observe(seconds)
+
+    def _grpc_children_of(self, method: str, code: str) -> tuple[HotCounterChild, HotHistogram]:
+        service, _, name = method.lstrip("/").rpartition("/")
+        counter = self.grpc_handled.labels(service, name, code)
+        if method == OUTCOME_METHOD and code in OUTCOME_REFUSALS:
+            counter = _CountsTwice(counter, self.outcomes.labels(OUTCOME_REFUSALS[code]))
+        children = self._grpc_children[(method, code)] = (counter, self.grpc_handling_seconds.labels(service, name))
+        return children
+
+    def http_request(self, handler: str, method: str, status: int, seconds: float) -> None:
+        """Count one REST request (route template, HTTP method, status, latency in s) as
+        ``edgepath_http_requests_total`` / ``edgepath_http_request_duration_seconds``
+        (:class:`~edgepath.rest.app.RequestMetrics`); an outcome report refused as :data:`OUTCOME_REFUSALS` says
+        also in ``edgepath_outcomes_total``. One dictionary lookup per request, as :meth:`grpc_call`."""
+        children = self._http_children.get((handler, method, status))
+        if children is None:
+            children = self._http_children_of(handler, method, status)
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def _http_children_of(self, handler: str, method: str, status: int) -> tuple[HotCounterChild, HotHistogram]:
+        counter = self.http_requests.labels(handler, method, str(status))
+        if (handler, method) == OUTCOME_ROUTE and status in OUTCOME_REFUSALS:
+            counter = _CountsTwice(counter, self.outcomes.labels(OUTCOME_REFUSALS[status]))
+        children = self._http_children[(handler, method, status)] = (
+            counter,
+            self.http_request_seconds.labels(handler, method),
+        )
+        return children
+
+    def initialise_http_routes(self, answers: Iterable[tuple[str, str, Iterable[int]]]) -> None:
+        """Create at 0 the ``edgepath_http_requests_total`` series of ``(route template, HTTP method, statuses)``:
+        each status a route answers with (:func:`edgepath.rest.app.known_answers`), so that an alert's ratio sees
+        a route's first 429 or 5xx (a series born at 1 shows no increase). Counters only: the latency histograms
+        (14 series each) appear with a route's first request, as before."""
+        for handler, method, statuses in answers:
+            for status in statuses:
+                self.http_requests.labels(handler, method, str(status))
+
+    def initialise_policy(self, policy: str, access_types: Iterable[str]) -> None:
+        """Create at 0 the ``edgepath_decisions_total`` series of ``policy`` × ``access_types`` and its
+        ``edgepath_decisions_explored_total`` (the plane, for each policy it serves under)."""
+        for access_type in access_types:
+            self.decisions.labels(policy, access_type)
+        self.explored.labels(policy)
 
     def trainer_registry(self) -> CollectorRegistry:
         """A registry of the counters ``edgepath train`` updates (:data:`TRAINER_METRICS`), for its ``GET /metrics``:
@@ -238,8 +342,10 @@ class Metrics:
         return reg
 
     def _initialise_label_sets(self) -> None:
-        """Create every known label set at 0 (:data:`OUTCOME_RESULTS` and the others above), and the unlabelled hot
-        counters, so that each series is exported from the first scrape."""
+        """Create every known label set at 0 (:data:`OUTCOME_RESULTS` and the others above, the gRPC calls of
+        :data:`PATH_SERVICE_METHODS` × :data:`GRPC_CODES`), and the unlabelled hot counters, so that each series is
+        exported from the first scrape. The REST routes' and the policy's series are created by the app and the plane
+        (:meth:`initialise_http_routes`, :meth:`initialise_policy`), which know them."""
         for family, values in (
             (self.outcomes, OUTCOME_RESULTS),
             (self.outcomes_dropped, OUTCOME_DROP_REASONS),
@@ -251,6 +357,9 @@ class Metrics:
                 family.labels(value)
         self.redis_round_trips.labels()
         self.redis_commands.labels()
+        for name in PATH_SERVICE_METHODS:
+            for code in GRPC_CODES:
+                self.grpc_handled.labels(PATH_SERVICE, name, code)
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> Metrics:

@@ -251,6 +251,9 @@ class DecisionPlane:
                     seed=settings.seed,
                 )
             )
+        # every decision series of the policies it serves under exported at 0 from the start (issue 22)
+        self._count_policies_of(registry.current)
+        registry.on_publish(self._count_policies_of)
 
     async def recommend(self, principal: Principal, request: RecommendRequest) -> Recommendation:
         """Decide the primary path for ``request``, log the decision, then add the engines' sections.
@@ -432,6 +435,17 @@ class DecisionPlane:
         for _ in out:
             self.metrics.decision_seconds.observe(elapsed / len(out))
         return out
+
+    def _count_policies_of(self, serving: Any) -> None:
+        """Create at 0 the decision series of the policies ``serving`` (a published model version) is served under:
+        its model's policy, and in apprentice mode ``apprentice:<baseline>`` (:meth:`recommend`), × every access
+        type, so that ``increase()``/``rate()`` and the dashboard see a pod before its first decision."""
+        policy = getattr(serving.model, "policy_name", None)
+        policies = [policy] if isinstance(policy, str) else []
+        if self.apprentice is not None:
+            policies.append(f"apprentice:{self.apprentice.config.baseline}")
+        for name in policies:
+            self.metrics.initialise_policy(name, [_NAME[a] for a in AccessType])
 
     def _count_decision(self, policy: str, choice: Any) -> None:
         """Domain metrics of one decision: by policy and arm, its propensity, whether it explored (p < 0.5)."""

@@ -8,7 +8,9 @@
   the status anyway. It also counts every call by method and status code, with its latency, under the names of the
   Go and Java gRPC Prometheus interceptors (``grpc_server_handled_total``, ``grpc_server_handling_seconds``), so
   existing gRPC dashboards work; a call the client cancels counts as ``CANCELLED`` (logged at DEBUG, not as a
-  server fault), one whose deadline passed as ``DEADLINE_EXCEEDED``. (py-grpc-prometheus only intercepts the
+  server fault), one whose deadline passed as ``DEADLINE_EXCEEDED``. A call refused with a client's error
+  (``INVALID_ARGUMENT``, ``UNAUTHENTICATED``, ``RESOURCE_EXHAUSTED``...) is one INFO line, bounded
+  (:meth:`CallObserver.refused`); a server fault a WARNING. (py-grpc-prometheus only intercepts the
   synchronous server; this service runs ``grpc.aio``.) It wraps each method handler once, where the server registers it
   (:func:`edgepath.grpc.server.add_servicer`), and is no ``grpc.aio`` interceptor: grpc.aio runs interceptors as a
   chain of coroutines on every call, which cost 32–42 µs of the serving loop's CPU per call (issue 16, Session 50:
@@ -34,12 +36,22 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from edgepath.logs import new_request_id
+from edgepath.logs import RefusalLog, new_request_id
+from edgepath.security.auth import identity_from_auth_context
+from edgepath.wire import edgepath_pb2 as pb
 
 REQUEST_ID_KEY = "x-request-id"
 log = logging.getLogger("edgepath.grpc")
 _SERVER_FAULTS = frozenset({"UNKNOWN", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "DEADLINE_EXCEEDED"})
 _REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:/+=")
+_DETAILS_KEY = "grpc-status-details-bin"
+#: Unary methods whose request declares its device (``device_id``), for a refusal's log line.
+_DECLARING: dict[str, Any] = {
+    "/edgepath.v1.PathService/Recommend": pb.RecommendRequest,
+    "/edgepath.v1.PathService/ReportOutcome": pb.OutcomeRequest,
+}
+#: Longest device id and details a refusal's log line carries (characters); the client chooses both.
+_LOGGED_CHARS = 256
 
 
 class _RichStatus(collections.namedtuple("_RichStatus", ("code", "details", "trailing_metadata")), grpc.Status):
@@ -99,6 +111,39 @@ def request_id_of(metadata: Sequence[Any] | None) -> str:
     return new_request_id()
 
 
+def declared_device_id(method: str, request: Any) -> str | None:
+    """The ``device_id`` the request of a refused ``method`` call declares (:data:`_DECLARING`; its wire bytes parsed
+    here, on the refusal's path), None for another method, a stream, or bytes that do not parse."""
+    message_class = _DECLARING.get(method)
+    if message_class is None or request is None:
+        return None
+    try:
+        message = message_class.FromString(request) if isinstance(request, bytes) else request
+    except Exception:  # protobuf DecodeError: the call was refused for it
+        return None
+    device_id = getattr(message, "device_id", None)
+    return device_id[:_LOGGED_CHARS] if isinstance(device_id, str) and device_id else None
+
+
+def violated_field(context: grpc.aio.ServicerContext) -> str | None:
+    """The first field the ``google.rpc.BadRequest`` of an ended call's status details names (:func:`rich_status`),
+    None without one."""
+    for item in context.trailing_metadata() or ():
+        key, value = (item.key, item.value) if hasattr(item, "key") else item
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        try:
+            status = status_pb2.Status.FromString(value)
+        except Exception:  # not ours
+            return None
+        for detail in status.details:
+            if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                detail.Unpack(bad)
+                return bad.field_violations[0].field if bad.field_violations else None
+    return None
+
+
 def cancelled_as(context: grpc.aio.ServicerContext) -> str:
     """The status code of a call whose handler grpc.aio cancelled: ``DEADLINE_EXCEEDED`` when the caller's deadline
     had passed (the server was too slow: a fault of ours), else ``CANCELLED`` (the caller cancelled or went away, or
@@ -116,15 +161,66 @@ class CallObserver:
     on_call:
         ``on_call(method, code_name, seconds)`` once per finished call, e.g. :meth:`edgepath.metrics.Metrics.grpc_call`;
         ``method`` is the full name ``/edgepath.v1.PathService/Recommend``, ``code_name`` ``OK``, ``NOT_FOUND``...
+    refusals:
+        Bound of the refused calls' log lines (:meth:`refused`); default: one of its own
+        (:class:`~edgepath.logs.RefusalLog`'s default rate) for the server.
     """
 
-    def __init__(self, on_call: Callable[[str, str, float], None] | None = None) -> None:
+    def __init__(
+        self, on_call: Callable[[str, str, float], None] | None = None, refusals: RefusalLog | None = None
+    ) -> None:
         self.on_call = on_call
+        self.refusals = refusals or RefusalLog(log)
+
+    def refused(
+        self, method: str, code: str, elapsed_s: float, context: grpc.aio.ServicerContext, request: Any
+    ) -> None:
+        """The log line of a call that did not end OK: a server fault (:data:`_SERVER_FAULTS`) a WARNING, a
+        cancel DEBUG, any other code (the client's error) one INFO line through :attr:`refusals` (bounded):
+        ``transport`` ``grpc``, ``method``, ``grpc_code``, the status details (``detail``), the ``field`` its
+        ``google.rpc.BadRequest`` names, the ``device_id`` the request declared (unary Recommend and
+        ReportOutcome), the verified client certificate's identity (``principal``; a bearer token's device is not
+        known here), the client's address (``peer``), and the request id of every line. Never a credential or the
+        request itself."""
+        extra: dict[str, Any] = {"grpc_code": code, "elapsed_ms": elapsed_s * 1e3}
+        if code in _SERVER_FAULTS:
+            log.warning("%s -> %s", method, code, extra=extra)
+            return
+        if code == "CANCELLED":
+            log.debug("%s -> %s", method, code, extra=extra)
+            return
+        if not self.refusals.admit():
+            return
+        details = getattr(context, "details", None)
+        detail = str((details() if details is not None else None) or "")[:_LOGGED_CHARS]
+        auth = context.auth_context()
+        principal = identity_from_auth_context(auth) if auth else None
+        device_id = declared_device_id(method, request)
+        message = "refused %s: %s %s"
+        args: tuple[Any, ...] = (method, code, detail)
+        if principal is not None or device_id is not None:
+            message += " (principal %s, device %s)"
+            args = (*args, principal, device_id)
+        self.refusals.write(
+            message,
+            args,
+            {
+                **extra,
+                "transport": "grpc",
+                "method": method,
+                "detail": detail or None,
+                "field": violated_field(context),
+                "principal": principal,
+                "device_id": device_id,
+                "peer": context.peer(),
+            },
+        )
 
     def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """``handler`` of ``method`` (its full name, ``/edgepath.v1.PathService/Recommend``) with each call observed:
         the same kind of handler, the same (de)serializers."""
         on_call = self.on_call
+        refused = self.refused
 
         def enter(context: grpc.aio.ServicerContext) -> float:
             request_id = request_id_of(context.invocation_metadata())
@@ -132,11 +228,10 @@ class CallObserver:
             context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
             return time.perf_counter()
 
-        def leave(context: grpc.aio.ServicerContext, start: float, ended: str | None) -> None:
+        def leave(context: grpc.aio.ServicerContext, start: float, ended: str | None, request: Any) -> None:
             """Count the call; ``ended``: None when the handler returned, ``"UNKNOWN"`` when it raised, and
-            :func:`cancelled_as` when grpc.aio cancelled it (a status the handler set wins over each)."""
-            if on_call is None:
-                return
+            :func:`cancelled_as` when grpc.aio cancelled it (a status the handler set wins over each). A call not OK
+            is logged (:meth:`refused`; ``request``: the unary call's, None for a stream)."""
             code = context.code()
             if code is None or isinstance(code, int):  # not set: OK unless the handler raised or was cancelled
                 name = ended or ("OK" if not code else grpc.StatusCode(code).name)
@@ -144,9 +239,9 @@ class CallObserver:
                 name = code.name
             elapsed_s = time.perf_counter() - start
             if name != "OK":
-                level = logging.WARNING if name in _SERVER_FAULTS else logging.DEBUG
-                log.log(level, "%s -> %s", method, name, extra={"grpc_code": name, "elapsed_ms": elapsed_s * 1e3})
-            on_call(method, name, elapsed_s)
+                refused(method, name, elapsed_s, context, request)
+            if on_call is not None:
+                on_call(method, name, elapsed_s)
 
         def wrap_unary(behavior: Any) -> Any:
             async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -160,7 +255,7 @@ class CallObserver:
                     ended = cancelled_as(context)
                     raise
                 finally:
-                    leave(context, start, ended)
+                    leave(context, start, ended, request)
 
             return call
 
@@ -182,7 +277,7 @@ class CallObserver:
                         ended = cancelled_as(context)
                         raise
                     finally:
-                        leave(context, start, ended)
+                        leave(context, start, ended, None)
 
                 return stream
             return wrap_unary(behavior)  # a coroutine writing with context.write()

@@ -10,7 +10,9 @@ members clients read before (``error``, ``field``, ``message``) are kept as exte
 naming a field lists it in ``errors`` whoever raised it (pydantic or an :class:`~edgepath.errors.EdgePathError`). Each
 operation's OpenAPI entry declares exactly the error statuses it can answer (:func:`error_statuses`).
 Every request carries an ``x-request-id`` (the caller's, or a generated one), echoed in the answer, in
-problem bodies and in the JSON logs (:mod:`edgepath.logs`). ``/docs`` and ``/redoc`` serve their
+problem bodies and in the JSON logs (:mod:`edgepath.logs`). A refused request (4xx) is one INFO line of
+``edgepath.rest`` (:class:`RequestMetrics`: route, status, the problem's field, the caller when known, bounded by
+a :class:`~edgepath.logs.RefusalLog`); a 5xx problem a WARNING. ``/docs`` and ``/redoc`` serve their
 JavaScript from the package (fastapi-offline): they work on an air-gapped edge node.
 
 The hot routes (decisions and outcomes) take the raw body and validate it once, with pydantic's own
@@ -41,6 +43,7 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -51,12 +54,21 @@ from starlette.routing import Match
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, PermissionDenied, RateLimited, Unauthenticated, Unavailable
-from edgepath.logs import new_request_id
+from edgepath.logs import RefusalLog, new_request_id
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.mts import mts_router
-from edgepath.rest.problem import BODY, declare_problems, field_problems, instance_uri, problem_body, problem_bytes
+from edgepath.rest.problem import (
+    BODY,
+    declare_problems,
+    field_problems,
+    instance_uri,
+    problem_body,
+    problem_bytes,
+    reason,
+    take_problem,
+)
 from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_callers
 from edgepath.security.asgi import BodySizeLimit
@@ -85,20 +97,36 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 _JSON = "application/json"
 log = logging.getLogger("edgepath.rest")
 REQUEST_ID_HEADER = "x-request-id"
+#: Where the ETSI MEC 015 routes (:func:`edgepath.rest.mts.mts_router`) are served.
+MTS_PREFIX = "/mts/v1"
 _REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:/+=")
 
 
+#: ASGI scope key of a request's caller as far as its route knew it when it refused the request:
+#: ``(authenticated principal's device id or None, device id the request declared or None)``; read by
+#: :class:`RequestMetrics` for the refusal's log line. The hot routes set it on their error path only.
+CALLER_KEY = "edgepath.caller"
+#: Longest ``detail`` and path a refusal's log line carries (characters); a client chooses both.
+_LOGGED_CHARS = 256
+
+
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
-    """The problem answer, logged (5xx as warnings, 4xx at debug level) with the request id of the call."""
-    log.log(
-        logging.WARNING if status >= 500 else logging.DEBUG,
-        "%s -> %d %s",
-        body.get("instance"),
-        status,
-        body.get("detail"),
-        extra={"status": status, "error": body.get("error"), "field": body.get("field")},
-    )
+    """The problem answer; a 5xx is logged here as a warning with the request id of the call (a 4xx is logged,
+    bounded, by :class:`RequestMetrics`, which sees every refusal, those answered before routing too)."""
+    if status >= 500:
+        log.warning(
+            "%s -> %d %s",
+            body.get("instance"),
+            status,
+            body.get("detail"),
+            extra={"status": status, "error": body.get("error"), "field": body.get("field")},
+        )
     return _problem_response(status, body, headers)
+
+
+def note_caller(request: Request, caller: Principal | None, declared_device_id: str | None) -> None:
+    """Remember the caller of a request being refused (:data:`CALLER_KEY`), for its log line."""
+    request.scope[CALLER_KEY] = (caller.device_id if caller is not None else None, declared_device_id)
 
 
 def valid_request_id(value: str) -> bool:
@@ -261,6 +289,24 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
     return (413,)
 
 
+def known_answers(
+    app: FastAPI, included: Sequence[tuple[APIRoute, str]] = (), excluded: Sequence[str] = ("/metrics",)
+) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(route template, HTTP method, statuses)`` of every operation of ``app``'s OpenAPI document but
+    ``excluded`` (its own routes, and ``included``: the routes of its included routers with their full templates):
+    its success status, the error statuses it declares (:func:`error_statuses`) and 500 (a handler that raised).
+    The request counter's label sets known in advance (:meth:`~edgepath.metrics.Metrics.initialise_http_routes`);
+    an unknown path (``handler="none"``) or method is not, its label values being the client's."""
+    routes = [(r, r.path) for r in app.routes if isinstance(r, APIRoute)] + list(included)
+    answers = []
+    for route, template in routes:
+        if route.include_in_schema and template not in excluded:
+            for method in sorted(route.methods or ()):
+                statuses = (route.status_code or 200, *error_statuses(template, method.lower()), 500)
+                answers.append((template, method, tuple(dict.fromkeys(statuses))))
+    return answers
+
+
 def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]]) -> None:
     """Generate the OpenAPI document as FastAPI does, plus the schemas of the self-parsed request bodies and
     the problem responses of every operation (:func:`error_statuses`, :func:`.problem.declare_problems`)."""
@@ -333,7 +379,18 @@ class RequestMetrics:
     names, labels and conventions of prometheus-fastapi-instrumentator, which did this before (``handler`` is the
     matched route's path template, ``none`` when no route matched; ``/metrics`` is not counted; an exception
     counts as 500). Routes are not matched again per request: the template comes from the route FastAPI's router
-    left in the scope, or from the endpoint a plain Starlette route left there.
+    left in the scope (``included``: the full template of a route of an included router, whose own path FastAPI
+    leaves there without the router's prefix), or from the endpoint a plain Starlette route left there. An outcome
+    report refused 429 or 503 is also counted in ``edgepath_outcomes_total``
+    (:meth:`~edgepath.metrics.Metrics.http_request`).
+
+    Every refused request (4xx, whoever answered it: an exception handler, ``/mts/v1``, the body-size bound) is one
+    INFO line of ``edgepath.rest`` through ``refusals`` (:class:`~edgepath.logs.RefusalLog`: at most a few lines per
+    second, the others counted): ``transport`` ``rest``, ``method``, ``route`` (the template), ``path``,
+    ``status``, the problem's ``field``, ``error`` and ``detail`` (:func:`~edgepath.rest.problem.take_problem`),
+    the ``principal`` (authenticated device or admin) and the ``device_id`` the request declared when its route
+    knew them (:data:`CALLER_KEY`), the client's address (``peer``), and the request id of every line. Never
+    a credential or the body. A successful request pays one comparison for it.
 
     The counts are the plane's hot metrics (:class:`~edgepath.metrics.HotCounter`, no lock per request) — issue
     16 asks for metrics without a lock on the hot path: the instrumentator cost 37–39 µs of a REST call
@@ -341,11 +398,19 @@ class RequestMetrics:
     234.9 µs without).
     """
 
-    def __init__(self, app: Any, metrics: Metrics, excluded: Sequence[str] = ("/metrics",)) -> None:
+    def __init__(
+        self,
+        app: Any,
+        metrics: Metrics,
+        excluded: Sequence[str] = ("/metrics",),
+        refusals: RefusalLog | None = None,
+        included: Sequence[tuple[Any, str]] = (),
+    ) -> None:
         self.app = app
-        self.requests = metrics.http_requests
-        self.seconds = metrics.http_request_seconds
+        self.record = metrics.http_request
         self.excluded = frozenset(excluded)
+        self.included = {id(route): template for route, template in included}  # routes compare by value: by id
+        self.refusals = refusals or RefusalLog(log)
         self._templates: dict[Any, str] | None = None
 
     def _template_of(self, scope: dict[str, Any]) -> str:
@@ -378,12 +443,48 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_and_see_status)
         finally:
-            # FastAPI's router puts its own routes in the scope; a plain route leaves its endpoint there
-            handler = getattr(scope.get("route"), "path", None) or self._template_of(scope)
+            # FastAPI's router puts its own routes in the scope; a plain route (the hot ones) leaves its endpoint there
+            route = scope.get("route")
+            if route is None:
+                handler = self._template_of(scope)
+            else:
+                handler = self.included.get(id(route)) or route.path
             if handler not in self.excluded:
-                method = scope["method"]
-                self.requests.labels(handler, method, str(status)).inc()
-                self.seconds.labels(handler, method).observe(time.perf_counter() - start)
+                self.record(handler, scope["method"], status, time.perf_counter() - start)
+            if status >= 400:
+                self.refused(scope, handler, status)
+
+    def refused(self, scope: dict[str, Any], handler: str, status: int) -> None:
+        """The log line of a request answered ``status`` (≥ 400): INFO for a 4xx, bounded (class docstring); a
+        5xx problem was logged as a warning where it was answered."""
+        problem = take_problem() or {}  # taken whatever the status: never another request's
+        if status >= 500 or not self.refusals.admit():
+            return
+        principal, device_id = scope.get(CALLER_KEY) or (None, None)
+        client = scope.get("client")
+        method = scope["method"]
+        detail = str(problem.get("detail") or reason(status))[:_LOGGED_CHARS]
+        message = "refused %s %s: %d %s"
+        args: tuple[Any, ...] = (method, handler, status, detail)
+        if principal is not None or device_id is not None:
+            message += " (principal %s, device %s)"
+            args = (*args, principal, device_id)
+        self.refusals.write(
+            message,
+            args,
+            {
+                "transport": "rest",
+                "method": method,
+                "route": handler,
+                "path": str(scope.get("path", ""))[:_LOGGED_CHARS],
+                "status": status,
+                "field": problem.get("field"),
+                "error": problem.get("error"),
+                "principal": principal,
+                "device_id": device_id,
+                "peer": f"{client[0]}:{client[1]}" if client else None,
+            },
+        )
 
 
 # --- who is calling --------------------------------------------------------------------------------------------------
@@ -425,6 +526,7 @@ class Gate:
         """
         principal = self.authenticate(request)
         if principal is not None and self.security is not None:
+            note_caller(request, principal, None)  # admin and status routes only: not a hot path
             await self.security.admit(principal)
         return principal
 
@@ -481,7 +583,6 @@ def serve_hot_routes_plain(app: FastAPI, paths: Sequence[str]) -> None:
     FastAPI's does (problem details unchanged). The FastAPI routes stay registered behind them: the OpenAPI
     document is generated from them, and they never match first.
     """
-    from fastapi.routing import APIRoute
     from starlette.routing import Route
 
     hot = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path in paths]
@@ -505,8 +606,16 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     async def recommend(request: Request) -> Response:
         """Radio context in, recommendation (primary path, decision record) out."""
         caller = gate.authenticate(request)  # 401 before the body is read
-        body = parse_body(await json_request_body(request), RecommendRequest)
-        return recommendation_response(await plane.recommend(await gate.device(caller, body.device_id), body))
+        try:  # the excepts note the caller for a refusal's log line: nothing on the success path (Python ≥ 3.11)
+            body = parse_body(await json_request_body(request), RecommendRequest)
+        except Exception:
+            note_caller(request, caller, None)
+            raise
+        try:
+            return recommendation_response(await plane.recommend(await gate.device(caller, body.device_id), body))
+        except Exception:
+            note_caller(request, caller, body.device_id)
+            raise
 
     @router.post(
         "/v1/recommendations/batch",
@@ -522,12 +631,16 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
         costs one request token (:meth:`Gate.devices`): a batch over budget is 429 with ``Retry-After``.
         """
         caller = gate.authenticate(request)  # 401 before the body (up to 256 contexts) is read or parsed
-        raw = await json_request_body(request)
-        with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
-            body = parse_body(raw, RecommendBatchRequest)
-            principals = await gate.devices(caller, [r.device_id for r in body.requests])
-            recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
-            return recommendation_response(recs)
+        try:  # the except notes the caller (a gateway; its items name many devices) for a refusal's log line
+            raw = await json_request_body(request)
+            with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
+                body = parse_body(raw, RecommendBatchRequest)
+                principals = await gate.devices(caller, [r.device_id for r in body.requests])
+                recs = await plane.recommend_batch(list(zip(principals, body.requests, strict=True)))
+                return recommendation_response(recs)
+        except Exception:
+            note_caller(request, caller, None)
+            raise
 
     @router.post(
         "/v1/outcomes",
@@ -539,8 +652,16 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
     async def report_outcome(request: Request) -> Response:
         """Measured outcome of a decision in; acknowledgement out (idempotent)."""
         caller = gate.authenticate(request)  # 401 before the body is read
-        body = parse_body(await json_request_body(request), OutcomeReport)
-        return json_response(await plane.report_outcome(await gate.device(caller, body.device_id), body))
+        try:  # as recommend: the caller noted for a refusal's log line, on the error path only
+            body = parse_body(await json_request_body(request), OutcomeReport)
+        except Exception:
+            note_caller(request, caller, None)
+            raise
+        try:
+            return json_response(await plane.report_outcome(await gate.device(caller, body.device_id), body))
+        except Exception:
+            note_caller(request, caller, body.device_id)
+            raise
 
 
 def add_admin_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Gate) -> None:
@@ -677,7 +798,10 @@ def create_app(
         )
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
-    app.include_router(mts_router(plane, security), prefix="/mts/v1")  # ETSI MEC 015 Traffic Steering (issue 19)
+    mts = mts_router(plane, security)
+    app.include_router(mts, prefix=MTS_PREFIX)  # ETSI MEC 015 Traffic Steering (issue 19)
+    # their templates with the prefix (FastAPI leaves a route's own path, /mts_sessions, in the scope)
+    included = [(route, MTS_PREFIX + route.path) for route in mts.routes if isinstance(route, APIRoute)]
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
@@ -715,7 +839,7 @@ def create_app(
         transformer=None,
     )
     # Per-request count, status and latency, outermost: shed 503s and 413s count.
-    app.add_middleware(RequestMetrics, metrics=plane.metrics)
+    app.add_middleware(RequestMetrics, metrics=plane.metrics, included=included)
     if tracer_provider is not None:
         from edgepath.tracing import instrument_rest
 
@@ -728,4 +852,6 @@ def create_app(
     add_health_routes(app, plane, metrics=serve_metrics)
     add_status_route(app, plane, gate)  # apprentice mode (issue 18)
     install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
+    # the request counter's series of every route and status it answers, at 0 from the first scrape (issue 22)
+    plane.metrics.initialise_http_routes(known_answers(app, included))
     return app

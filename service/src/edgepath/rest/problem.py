@@ -24,6 +24,7 @@ provokes every one and checks it is declared).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import quote
@@ -133,9 +134,26 @@ def instance_uri(request: Any) -> str:
     return f"{request.url.scheme}://{request.url.netloc}{quote(raw, safe=URI_PATH_SAFE)}"
 
 
+#: The problem :func:`problem_response` answered last in this request's context, until :func:`take_problem` takes it:
+#: how the REST transport's refusal log line (edgepath.rest.app.RequestMetrics) learns the field a refusal names,
+#: whichever router answered it (the ``/v1`` routes' exception handlers, ``/mts/v1``'s own). Set on errors only.
+_ANSWERED: ContextVar[dict[str, Any] | None] = ContextVar("edgepath_problem_answered", default=None)
+
+
 def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
-    """``body`` (:func:`problem_body`) as an ``application/problem+json`` answer with ``status``."""
+    """``body`` (:func:`problem_body`) as an ``application/problem+json`` answer with ``status`` (remembered for
+    :func:`take_problem`)."""
+    _ANSWERED.set(body)
     return Response(orjson.dumps(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def take_problem() -> dict[str, Any] | None:
+    """The problem body :func:`problem_response` answered in this context since the last call (None: none; the
+    raw answers of the body-size bound and load shedding are not remembered), and forget it."""
+    body = _ANSWERED.get()
+    if body is not None:
+        _ANSWERED.set(None)
+    return body
 
 
 def problem_bytes(status: int, message: str, *, kind: str) -> bytes:
