@@ -10,6 +10,12 @@ back from. Such a start is now refused before anything changes (exit 78, naming 
 ``rollback`` command), with a backstop where each applier writes. A ``networkmanager`` run also keeps the
 interfaces an earlier ``networkmanager`` run's record named (it used to drop them).
 
+The ``networkmanager`` record also keeps the original ``net.ipv4.tcp_congestion_control`` (and the namespace it
+was read in) before the backend first changes it: ``rollback`` after a crash used to reapply the profiles and leave
+the congestion control changed. Checked in a throw-away network namespace (the sysctl is per namespace; marker
+``netns``, skipped without root/CAP_NET_ADMIN); records written before (``{"backend", "interfaces"}``) still roll
+back.
+
 NetworkManager is a stand-in on a real private ``dbus-daemon`` answering the calls the applier makes
 (``GetDeviceByIpIface``, ``GetAppliedConnection``, ``Reapply``, ``Version``) in the shapes of its D-Bus API (as in
 tests/agent/test_agent_netmanager.py; skipped without ``dbus-daemon``). The command side runs on the dry-run
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import secrets
 import shutil
 import subprocess
 import threading
@@ -28,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edgepath_agent.applier import Applier, ApplierConfig, DryRunBackend, Journal, JournalError, NetState
+from edgepath_agent.applier import CC_SYSCTL, Applier, ApplierConfig, DryRunBackend, Journal, JournalError, NetState
 from edgepath_agent.applier.journal import check_for_run
 from edgepath_agent.applier.networkmanager import NetworkManagerApplier
 from edgepath_agent.applier.state import Route
@@ -150,7 +157,8 @@ def test_a_networkmanager_record_is_not_replaced_by_the_command_backend(
     journal = tmp_path / "journal.json"
     nm_applier(bus, journal).apply({"primary_path": {"interface": "wwan0"}})  # then the agent dies: no rollback
     record = journal.read_text()
-    assert json.loads(record) == {"backend": "networkmanager", "interfaces": ["wlan0", "wwan0"]}
+    assert json.loads(record) == {"backend": "networkmanager", "netns": None, "interfaces": ["wlan0", "wwan0"],
+                                  "sysctls": {}}  # fmt: skip
 
     # The packager switches to backend = "command": the start check refuses it, naming the record and the way out.
     for backend in ("command", "netlink"):
@@ -231,3 +239,135 @@ def test_run_with_the_other_backend_exits_78_naming_the_record_and_the_rollback(
     assert result.exit_code == 78, result.output
     assert len(errors) == 1 and named in errors[0] and f"`edgepath-agent rollback --journal {journal}`" in errors[0]
     assert json.loads(journal.read_text()) == record
+
+
+def netns_sysctl(ns: str, key: str) -> str:
+    from edgepath_agent.testbed.netns import sh
+
+    return sh(["ip", "netns", "exec", ns, "sysctl", "-n", key]).stdout.strip()
+
+
+@pytest.fixture
+def cc_netns() -> Iterator[str]:
+    """A throw-away network namespace (its own ``net.ipv4.tcp_congestion_control``); skips without root/MPTCP."""
+    from edgepath_agent.testbed.netns import netns_supported, sh
+
+    reason = netns_supported()
+    if reason:
+        pytest.skip(reason)
+    name = f"ep-nmcc-{secrets.token_hex(3)}"
+    sh(["ip", "netns", "add", name])
+    try:
+        yield name
+    finally:
+        sh(["ip", "netns", "del", name], check=False)
+
+
+@pytest.mark.netns
+def test_rollback_after_a_crash_restores_the_congestion_control_the_networkmanager_backend_changed(
+    bus: str, networkmanager: FakeNetworkManager, cc_netns: str, tmp_path: Path
+) -> None:
+    ns, journal = cc_netns, tmp_path / "journal.json"
+    original = netns_sysctl(ns, CC_SYSCTL)
+    allowed = netns_sysctl(ns, "net.ipv4.tcp_allowed_congestion_control").split()  # what a namespace may set
+    others = [cc for cc in allowed if cc != original]
+    if not others:
+        pytest.skip(f"no allowed congestion control besides {original} ({allowed})")
+    config = ApplierConfig(interfaces=("wlan0", "wwan0"), manage_cc=True)
+
+    def run() -> NetworkManagerApplier:
+        return NetworkManagerApplier(config, bus, journal_path=journal, netns=ns, allowed_cc=(original, *others))
+
+    run().apply({"primary_path": {"interface": "wwan0"}, "congestion_control": others[0]}, addresses=ADDRS)
+    assert netns_sysctl(ns, CC_SYSCTL) == others[0]
+    record = json.loads(journal.read_text())
+
+    # The agent dies (no clean stop); `edgepath-agent rollback` (another process, in the host namespace) restores
+    # the profiles and, in the namespace recorded, the congestion control.
+    result = CliRunner().invoke(app, ["rollback", "--journal", str(journal)], env={"DBUS_SYSTEM_BUS_ADDRESS": bus})
+    assert result.exit_code == 0, result.output
+    assert networkmanager.applied == networkmanager.saved and not journal.exists()
+    assert netns_sysctl(ns, CC_SYSCTL) == original
+    assert "rollback: 3 step(s)" in result.output  # two profiles, one sysctl
+    assert record == {
+        "backend": "networkmanager", "netns": ns, "interfaces": ["wlan0", "wwan0"], "sysctls": {CC_SYSCTL: original},
+    }  # fmt: skip
+
+    # A clean stop restores the same way.
+    agent = run()
+    agent.apply({"primary_path": {"interface": "wlan0"}, "congestion_control": others[0]}, addresses=ADDRS)
+    assert netns_sysctl(ns, CC_SYSCTL) == others[0]
+    agent.rollback()
+    assert netns_sysctl(ns, CC_SYSCTL) == original and not journal.exists()
+
+    # A record of another namespace's original value: this run may not change its own (the rollback would restore
+    # the other namespace's and leave this one changed); the start check refuses it first.
+    other = {"backend": "networkmanager", "netns": "ep-elsewhere", "interfaces": [], "sysctls": {CC_SYSCTL: "reno"}}
+    journal.write_text(json.dumps(other))
+    with pytest.raises(JournalError, match="network namespace ep-elsewhere"):
+        check_for_run(journal, ns, "networkmanager")
+    with pytest.raises(JournalError, match="network namespace ep-elsewhere"):
+        run().apply({"primary_path": {"interface": "wwan0"}, "congestion_control": others[0]}, addresses=ADDRS)
+    assert netns_sysctl(ns, CC_SYSCTL) == original and json.loads(journal.read_text()) == other
+    assert networkmanager.applied == networkmanager.saved  # refused before any connection changed
+
+
+def test_the_original_congestion_control_is_the_one_before_the_first_run_changed_it(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path
+) -> None:
+    # The sysctl on a dry-run stand-in (tracked state, nothing set on this machine).
+    journal, config = tmp_path / "journal.json", ApplierConfig(interfaces=("wlan0", "wwan0"), manage_cc=True)
+    device = DryRunBackend(NetState(sysctls=((CC_SYSCTL, "cubic"),)), ADDRS, out=None)
+
+    def run() -> NetworkManagerApplier:
+        applier = NetworkManagerApplier(config, bus, journal_path=journal, allowed_cc=("reno", "cubic", "bbr"))
+        applier.backend = device
+        return applier
+
+    run().apply({"primary_path": {"interface": "wwan0"}, "congestion_control": "reno"})
+    assert device.state.sysctls_dict[CC_SYSCTL] == "reno"
+    assert json.loads(journal.read_text())["sysctls"] == {CC_SYSCTL: "cubic"}
+    # The agent dies; the next run finds the connections as it wants them (nothing to reapply) and changes the
+    # congestion control only: the value recorded stays the one before the *first* change, not this run's start.
+    networkmanager.reapplied.clear()
+    again = run()
+    applied = again.apply({"primary_path": {"interface": "wwan0"}, "congestion_control": "bbr"})
+    assert applied.steps == 1 and networkmanager.reapplied == [] and device.state.sysctls_dict[CC_SYSCTL] == "bbr"
+    assert json.loads(journal.read_text()) == {
+        "backend": "networkmanager", "netns": None, "interfaces": ["wlan0", "wwan0"], "sysctls": {CC_SYSCTL: "cubic"},
+    }  # fmt: skip
+    assert again.rollback() == ["wlan0", "wwan0"]
+    assert device.state.sysctls_dict[CC_SYSCTL] == "cubic" and not journal.exists()
+    assert networkmanager.applied == networkmanager.saved
+
+
+def test_an_older_networkmanager_record_still_rolls_back(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path
+) -> None:
+    journal = tmp_path / "journal.json"
+    nm_applier(bus, journal).apply({"primary_path": {"interface": "wwan0"}})  # wlan0 and wwan0 changed; dies
+    journal.write_text(json.dumps({"backend": "networkmanager", "interfaces": ["wlan0", "wwan0"]}))  # older shape
+    networkmanager.reapplied.clear()
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": bus}
+    dry = CliRunner().invoke(app, ["rollback", "--journal", str(journal), "--dry-run"], env=env)
+    assert dry.exit_code == 0 and "profiles of wlan0, wwan0" in dry.output and "sysctl" not in dry.output
+    result = CliRunner().invoke(app, ["rollback", "--journal", str(journal)], env=env)
+    assert result.exit_code == 0 and "rollback: 2 step(s)" in result.output, result.output
+    assert networkmanager.reapplied == ["wlan0", "wwan0"] and networkmanager.applied == networkmanager.saved
+    assert not journal.exists()
+
+
+@pytest.mark.parametrize(
+    "sysctls", [{"kernel.core_pattern": "|/tmp/x"}, {CC_SYSCTL: "reno; reboot"}, ["reno"], {CC_SYSCTL: 1}]
+)
+def test_a_networkmanager_record_with_sysctls_the_agent_never_writes_is_refused(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path, sysctls: Any
+) -> None:
+    journal = tmp_path / "journal.json"
+    record = {"backend": "networkmanager", "netns": None, "interfaces": ["wlan0"], "sysctls": sysctls}
+    journal.write_text(json.dumps(record))
+    result = CliRunner().invoke(app, ["rollback", "--journal", str(journal)], env={"DBUS_SYSTEM_BUS_ADDRESS": bus})
+    assert result.exit_code == 2 and "Error: " in result.output, result.output
+    assert networkmanager.reapplied == [] and json.loads(journal.read_text()) == record  # nothing touched
+    with pytest.raises(JournalError, match="not a journal written by edgepath-agent"):
+        check_for_run(journal, None, "networkmanager")  # `run` refuses it before it starts, too (exit 78)

@@ -2180,7 +2180,8 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
     namespace this process runs in (:func:`~edgepath_agent.applier.journal.rollback_netns`); ``netns`` is needed
     only for a journal that recorded none (version 1), and may name the recorded one. A journal written by the
     ``networkmanager`` backend names the interfaces whose applied connection changed: their saved profiles are
-    reapplied (one step each).
+    reapplied (one step each), and the original values of the sysctls it changed (the congestion control): they
+    are set back in the namespace it recorded (one step each; an older record names none).
 
     Raises
     ------
@@ -2192,18 +2193,25 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
     ApplyError
         When the current state cannot be read or a restore step fails (the journal is kept: retry).
     """
+    from edgepath_agent.applier import commands
     from edgepath_agent.applier.journal import rollback_netns
-    from edgepath_agent.applier.networkmanager import journal_backend, restore_profiles
+    from edgepath_agent.applier.networkmanager import journal_backend, record_sysctls, restore_profiles, restore_sysctls
 
     record = journal_backend(journal_path)
     if record is not None:
         names = [str(n) for n in record.get("interfaces", [])]
+        sysctls = record_sysctls(record)
+        where = rollback_netns(Journal(journal_path), netns)
         if dry_run:
-            print("would reapply the saved NetworkManager profiles of " + ", ".join(names))
-            return len(names)
-        restored = restore_profiles(names)
+            if names:
+                print("would reapply the saved NetworkManager profiles of " + ", ".join(names))
+            for key, value in sorted(sysctls.items()):
+                print(f"would run: {' '.join(commands.in_netns(commands.sysctl_set(key, value), where))}")
+            return len(names) + len(sysctls)
+        restored = restore_profiles(names) if names else []
+        done = restore_sysctls(sysctls, where)
         journal_path.unlink(missing_ok=True)
-        return len(restored)
+        return len(restored) + len(done)
     journal = Journal(journal_path)
     if journal.snapshot is None:
         return 0

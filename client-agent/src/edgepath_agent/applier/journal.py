@@ -13,8 +13,9 @@ told (``--netns``).
 
 **One record per file, whichever backend wrote it.** The ``command`` and ``netlink`` backends write this
 journal (the same snapshot format: either restores the other's); the ``networkmanager`` backend writes its
-own record to the same ``journal`` path (``{"backend": "networkmanager", "interfaces": [...]}``,
-:mod:`edgepath_agent.applier.networkmanager`). A run with one kind of backend while the file still holds the
+own record to the same ``journal`` path (``{"backend": "networkmanager", "netns", "interfaces": [...], "sysctls":
+{name: original value}}``, :mod:`edgepath_agent.applier.networkmanager`; older ones without ``netns`` and
+``sysctls``). A run with one kind of backend while the file still holds the
 other kind's record (an earlier run that did not roll back: a crash, a failed rollback, then ``backend``
 switched in agent.toml) would write its record over it and leave that run's changes on the device with no
 record to roll them back from. So such a run is refused before it changes anything
@@ -36,6 +37,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from edgepath_agent import safety
 from edgepath_agent.applier.state import NetState
 
 #: Version of the journal file written now (2: ``netns`` recorded with the snapshot).
@@ -87,13 +89,15 @@ class Journal:
         Whether the file said so (``False`` for a version-1 journal, or before :meth:`begin`).
     other_backend
         ``"networkmanager"`` when the file holds that backend's record instead (no snapshot: see the module
-        docstring), ``None`` otherwise; :attr:`other_interfaces` are the interfaces it changed.
+        docstring), ``None`` otherwise; :attr:`other_interfaces` are the interfaces it changed,
+        :attr:`other_sysctls` the original values (``{name: value}``) of the sysctls it changed (in :attr:`netns`).
 
     Raises
     ------
     JournalError
         When ``path`` exists but is not a journal: a directory, unreadable (other than for permission), not
-        JSON, or JSON that is not a journal's.
+        JSON, or JSON that is not a journal's (a ``networkmanager`` record's ``sysctls`` included: names outside
+        :data:`edgepath_agent.safety.SYSCTL_ALLOWLIST` or values not of their shape).
     PermissionError
         When ``path`` exists and this process may not read it.
     """
@@ -106,6 +110,7 @@ class Journal:
         self.netns_recorded = False
         self.other_backend: str | None = None
         self.other_interfaces: list[str] = []
+        self.other_sysctls: dict[str, str] = {}
         if path is not None:
             self._load(path)
 
@@ -136,6 +141,11 @@ class Journal:
             if other in JOURNAL_BACKENDS:
                 other = None
             interfaces = [str(name) for name in data.get("interfaces") or []] if other is not None else []
+            sysctls = dict(data.get("sysctls") or {}) if other is not None else {}
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in sysctls.items()):
+                raise TypeError(f"sysctls is {data.get('sysctls')!r}")
+            for key, value in sysctls.items():
+                safety.check_sysctl(key, value)  # UnsafeDecision (a ValueError): no value this agent records
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise JournalError(
                 f"journal {path} is not a journal written by edgepath-agent ({exc}); the state it recorded "
@@ -147,6 +157,7 @@ class Journal:
         self.netns_recorded = "netns" in data
         self.other_backend = other
         self.other_interfaces = interfaces
+        self.other_sysctls = sysctls
 
     @property
     def active(self) -> bool:
@@ -176,6 +187,8 @@ class Journal:
         """:func:`other_backend_record` for the record this file holds (:attr:`other_backend`)."""
         changed = ", ".join(self.other_interfaces) or "no interface"
         what = f"changes to the NetworkManager connections of {changed}"
+        if self.other_sysctls:
+            what += f" and to {', '.join(sorted(self.other_sysctls))} in {_where(self.netns)}"
         return other_backend_record(self.path or Path(), str(self.other_backend), what, backend)
 
     def record(self, op: str, args: dict[str, Any], argv: list[str] | None, ok: bool, error: str | None = None) -> None:
@@ -251,7 +264,7 @@ def check_for_run(path: Path, netns: str | None, backend: str = "command") -> Jo
     """The journal ``run`` will use with applier ``backend`` (``command``, ``netlink`` or ``networkmanager``),
     checked before anything is touched: readable when it exists, writable, holding no record of the other kind of
     backend that an earlier run did not roll back (see the module docstring), and when it still holds a snapshot
-    (a run that did not restore it), one taken in ``netns``.
+    (a run that did not restore it) or a ``networkmanager`` record of original sysctl values, one taken in ``netns``.
 
     Raises
     ------
@@ -275,7 +288,7 @@ def check_for_run(path: Path, netns: str | None, backend: str = "command") -> Jo
                 backend,
             )
         )
-    if journal.active and journal.netns_recorded and journal.netns != netns:
+    if (journal.active or journal.other_sysctls) and journal.netns_recorded and journal.netns != netns:
         raise JournalError(
             f"journal {path} holds the state of {_where(journal.netns)}, which an earlier run did not restore, "
             f"but this run manages {_where(netns)}: restore it first with `edgepath-agent rollback --journal {path}`"

@@ -31,6 +31,11 @@ MPTCP_PM_CMD_ADD_ADDR = 1
 MPTCP_PM_CMD_SET_FLAGS = 7
 RT_TABLE_MAIN = 254
 RTNH_F_ONLINK = 4
+#: ``rtm_scope`` values (include/uapi/linux/rtnetlink.h ``enum rt_scope_t``): a route without a gateway (a device
+#: route, as over ppp/tun) has link scope, as iproute2 gives it; a delete asks with "nowhere", which the kernel
+#: takes as any scope (``fib_table_delete``), as ``ip route del`` does.
+RT_SCOPE_LINK = 253
+RT_SCOPE_NOWHERE = 255
 #: rtnetlink route protocols (include/uapi/linux/rtnetlink.h); "boot" is what `ip route add` uses.
 RTPROT = {"kernel": 2, "boot": 3, "static": 4, "ra": 9, "dhcp": 16}
 RTPROT_NAME = {v: k for k, v in RTPROT.items()}
@@ -172,12 +177,20 @@ class NetlinkBackend:
         return NetState(endpoints=tuple(endpoints), limits=limits, default_routes=tuple(routes), sysctls=sysctls)
 
     def read_addresses(self) -> dict[str, list[str]]:
+        """``{ifname: [IPv4 addresses of universe scope]}``, in the kernel's order: this device's own addresses.
+
+        The local address is ``IFA_LOCAL`` (rtnetlink(7)): on a point-to-point link (ppp, tun, some wwan set-ups;
+        ``ip addr`` prints ``inet LOCAL peer PEER``) ``IFA_ADDRESS`` is the *peer's* address, and equals
+        ``IFA_LOCAL`` elsewhere. ``IFA_ADDRESS`` is taken only where the kernel sent no ``IFA_LOCAL``. The same
+        selection as ``ip -4 -j addr show`` (its ``local``) in the ``command`` backend.
+        """
         out: dict[str, list[str]] = {}
         with self._ipr() as ipr:
             names = {int(link["index"]): link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
             for a in ipr.get_addr(family=socket.AF_INET):
-                if a["scope"] == 0:
-                    out.setdefault(names[int(a["index"])], []).append(a.get_attr("IFA_ADDRESS"))
+                local = a.get_attr("IFA_LOCAL") or a.get_attr("IFA_ADDRESS")
+                if a["scope"] == 0 and local:
+                    out.setdefault(names[int(a["index"])], []).append(str(local))
         return out
 
     def _sysctl_get(self, key: str) -> str:
@@ -256,11 +269,13 @@ class NetlinkBackend:
                 args["prefsrc"] = route.prefsrc
             if route.onlink:
                 args["flags"] = RTNH_F_ONLINK
+            if not route.gateway:
+                args["scope"] = RT_SCOPE_LINK
             ipr.route("add", **args)
 
     def route_delete(self, route: Route) -> None:
         with self._ipr() as ipr:
-            ipr.route("del", **self._route_args(ipr, route))
+            ipr.route("del", **self._route_args(ipr, route), scope=RT_SCOPE_NOWHERE)
 
     def sysctl_set(self, key: str, value: str) -> None:
         if self.netns is None:

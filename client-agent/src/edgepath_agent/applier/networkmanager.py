@@ -16,14 +16,23 @@ managed device and asks NetworkManager to reapply it:
 
 Only the applied connection changes, never the saved profile, so the restore is
 ``Reapply`` with an empty connection (NetworkManager re-applies the profile as saved) for
-each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``
-(the journal file records the backend and the interfaces). The record is the ``journal`` file the
-``command`` backend would use: a start with this backend while it holds that backend's snapshot is refused
-(:func:`~edgepath_agent.applier.journal.check_for_run`; here before writing, as a backstop), and an
-earlier run's record that was not rolled back is kept: its interfaces are restored with this run's. The namespace's
-``net.ipv4.tcp_congestion_control`` is not NetworkManager's: it is set (and restored)
-with sysctl as by the command backend. ``ip mptcp limits`` are left to NetworkManager and
-the kernel.
+each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``. The namespace's
+``net.ipv4.tcp_congestion_control`` is not NetworkManager's: it is set (and restored) with sysctl as by the command
+backend. ``ip mptcp limits`` are left to NetworkManager and the kernel.
+
+The record (JSON, replaced atomically, written *before* each change it describes) is::
+
+    {"backend": "networkmanager", "netns": NAME or null, "interfaces": [IFNAME, ...],
+     "sysctls": {"net.ipv4.tcp_congestion_control": ORIGINAL}}
+
+``interfaces``: the devices whose applied connection changed; ``sysctls``: the value each sysctl had before the
+agent's first change of it (as the command backend's snapshot keeps it); ``netns``: where those were read and are
+restored. Records written before ``netns``/``sysctls`` were kept (``{"backend", "interfaces"}``) still roll back:
+their profiles are reapplied, no sysctl is touched (none was recorded), in the namespace ``rollback --netns``
+names. It is the ``journal`` file the ``command`` backend would use: a start with this backend while it holds that
+backend's snapshot is refused (:func:`~edgepath_agent.applier.journal.check_for_run`; here before writing, as a
+backstop), and an earlier run's record that was not rolled back is kept: its interfaces are restored with this
+run's, and its original sysctl values stay the ones restored (this run's starting values are already changed ones).
 
 Limits (stated): IPv4/IPv6 route metrics and MPTCP flags only; a device must have an
 active NetworkManager connection (an externally configured device is refused, naming it);
@@ -45,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from edgepath_agent import safety
-from edgepath_agent.applier.backend import CommandBackend
+from edgepath_agent.applier.backend import Backend, CommandBackend
 from edgepath_agent.applier.core import CC_SYSCTL, Applied, ApplierConfig, ApplyError, RejectedRecommendation, choose_cc
 from edgepath_agent.applier.journal import Journal, JournalError, other_backend_record
 from edgepath_agent.applier.state import NetState
@@ -101,8 +110,9 @@ class NetworkManagerApplier:
     bus_address
         The system bus (default: ``DBUS_SYSTEM_BUS_ADDRESS`` or the standard socket).
     journal_path
-        Where the backend and the changed interfaces are recorded for a crash restore (``None``: not kept). An
-        earlier run's record there (not rolled back) is taken over: its interfaces count as changed.
+        Where the backend, the changed interfaces and the original sysctl values are recorded for a crash restore
+        (``None``: not kept; the module docstring gives the record). An earlier run's record there (not rolled
+        back) is taken over: its interfaces count as changed, its original sysctl values are kept.
     netns
         Network namespace of the interfaces (addresses and the CC sysctl are read/set there).
     allowed_cc
@@ -127,12 +137,16 @@ class NetworkManagerApplier:
         self.journal_path = journal_path
         self.allowed_cc = tuple(allowed_cc)
         self.timeout_s = timeout_s
-        self.backend = CommandBackend(netns=netns)  # read-only addresses, and the CC sysctl
+        self.netns = netns
+        self.backend: Backend = CommandBackend(netns=netns)  # read-only addresses, and the CC sysctl
         self.last: Applied | None = None
         earlier = journal_backend(journal_path) if journal_path is not None else None
         #: Interfaces whose applied connection this agent changed (and an earlier run's, from its record).
         self.changed: set[str] = {str(n) for n in (earlier or {}).get("interfaces", [])}
-        self._original_cc: str | None = None
+        #: ``{sysctl: value before the agent's first change}`` (an earlier run's, from its record, included).
+        self.original_sysctls: dict[str, str] = record_sysctls(earlier) if earlier is not None else {}
+        #: Where :attr:`original_sysctls` were read, and are restored (an earlier run's may differ from ``netns``).
+        self._sysctls_netns: str | None = (earlier or {}).get("netns") if self.original_sysctls else self.netns
 
     # --- D-Bus -----------------------------------------------------------------------------------------------
     def _call(self, conn: Any, msg: Any) -> Any:
@@ -207,6 +221,9 @@ class NetworkManagerApplier:
             When the safety checks refuse the recommendation (nothing changed).
         ApplyError
             When NetworkManager refuses a change or a device has no active connection.
+        JournalError
+            When the journal cannot be written, holds the ``command``/``netlink`` backend's snapshot, or (with
+            ``manage_cc``) an earlier run's original sysctl values of another network namespace (nothing changed).
         """
         if addresses is None:
             addresses = self.backend.read_addresses()
@@ -218,6 +235,13 @@ class NetworkManagerApplier:
         except safety.UnsafeDecision as exc:
             log.error("refused decision %s: %s", decision_id, exc, extra={"decision_id": decision_id})
             raise RejectedRecommendation(f"refused decision {decision_id}: {exc}") from exc
+        if self.config.manage_cc and self._sysctls_netns != self.netns:  # before anything changes
+            raise JournalError(
+                f"journal {self.journal_path} holds sysctl values an earlier run changed in "
+                f"{_where(self._sysctls_netns)}, not in {_where(self.netns)}, where this run sets them (the rollback "
+                f"would restore those and leave these changed): restore them first with `edgepath-agent rollback "
+                f"--journal {self.journal_path}`, then start the agent again"
+            )
         managed = list(self.config.interfaces)
         secondaries = [n for n in managed if n != decision.primary]
         backup: list[str] = []
@@ -255,9 +279,9 @@ class NetworkManagerApplier:
             cc = choose_cc(decision.congestion_control, self.config.cc_profile, self.allowed_cc)
             current = self.read_state().sysctls_dict.get(CC_SYSCTL)
             if cc is not None and cc != current:
-                if self._original_cc is None:
-                    self._original_cc = current
                 safety.check_sysctl(CC_SYSCTL, cc, self.allowed_cc)
+                if current is not None:
+                    self._journal_sysctl(CC_SYSCTL, current)  # recorded before it changes
                 self.backend.ops["sysctl_set"](key=CC_SYSCTL, value=cc)
                 steps += 1
         self.last = Applied(decision.primary, cc, tuple(sorted(backup)), steps, NetState())
@@ -274,32 +298,71 @@ class NetworkManagerApplier:
         """
         if self.journal_path is None or interface in self.changed:
             return
-        if Journal(self.journal_path).active:
+        self._write_record(sorted(self.changed | {interface}), self.original_sysctls)
+
+    def _journal_sysctl(self, key: str, current: str) -> None:
+        """Before ``key`` changes: record ``current`` as its original value unless one is recorded already (the
+        value before the agent's *first* change of it, maybe an earlier run's).
+
+        Raises
+        ------
+        JournalError
+            As :meth:`_journal`.
+        """
+        if key in self.original_sysctls:
+            return
+        if self.journal_path is not None:
+            self._write_record(sorted(self.changed), {**self.original_sysctls, key: current})
+        self.original_sysctls[key] = current
+
+    def _write_record(self, interfaces: list[str], sysctls: Mapping[str, str]) -> None:
+        """Replace the record at ``journal_path`` (atomically) with these interfaces and original sysctl values.
+
+        Raises
+        ------
+        JournalError
+            When the file holds the ``command``/``netlink`` backend's snapshot (see :meth:`_journal`), is no
+            journal, or cannot be written.
+        """
+        path = self.journal_path
+        if path is None:
+            return
+        if Journal(path).active:
             raise JournalError(
                 other_backend_record(
-                    self.journal_path,
+                    path,
                     "command or netlink",
                     "changes to the MPTCP endpoints, routes and sysctls",
                     "networkmanager",
                 )
             )
-        record = {"backend": "networkmanager", "interfaces": sorted(self.changed | {interface})}
-        tmp = self.journal_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.journal_path)
+        record = {
+            "backend": "networkmanager",
+            "netns": self._sysctls_netns,
+            "interfaces": interfaces,
+            "sysctls": dict(sysctls),
+        }
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise JournalError(f"journal {path} cannot be written: {exc.strerror or exc}") from exc
 
     def rollback(self) -> list[str]:
-        """Reapply every changed device's saved profile and restore the CC; returns the interfaces restored.
+        """Reapply every changed device's saved profile and restore the original sysctl values (the CC); returns
+        the interfaces restored.
 
         Raises
         ------
         ApplyError
-            When NetworkManager refuses (the journal is kept, so a retry can finish).
+            When NetworkManager refuses or a sysctl cannot be set back (the journal is kept, so a retry can finish).
         """
-        restored = restore_profiles(sorted(self.changed), self.bus_address, self.timeout_s)
-        if self._original_cc is not None:
-            self.backend.ops["sysctl_set"](key=CC_SYSCTL, value=self._original_cc)
-            self._original_cc = None
+        restored = restore_profiles(sorted(self.changed), self.bus_address, self.timeout_s) if self.changed else []
+        here = self._sysctls_netns == self.netns
+        restore_sysctls(self.original_sysctls, self._sysctls_netns, self.backend if here else None)
+        self.original_sysctls.clear()
+        self._sysctls_netns = self.netns
         self.changed.clear()
         if self.journal_path is not None:
             self.journal_path.unlink(missing_ok=True)
@@ -325,8 +388,55 @@ def restore_profiles(interfaces: Sequence[str], bus_address: str | None = None, 
     return done
 
 
+def _where(netns: str | None) -> str:
+    return f"network namespace {netns}" if netns else "the agent's own (host) network namespace"
+
+
+def record_sysctls(record: Mapping[str, Any]) -> dict[str, str]:
+    """``{sysctl: original value}`` of a NetworkManager record (``{}`` for one written before they were kept).
+
+    Raises
+    ------
+    JournalError
+        When ``sysctls`` is not an object of strings, or names a sysctl outside the agent's allowlist
+        (:data:`edgepath_agent.safety.SYSCTL_ALLOWLIST`) or a value not of its shape: not a record this agent wrote.
+    """
+    raw = record.get("sysctls") or {}
+    if not isinstance(raw, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise JournalError(f"the NetworkManager record's sysctls are {raw!r}, not {{name: value}} strings")
+    try:
+        for key, value in raw.items():
+            safety.check_sysctl(key, value)
+    except safety.UnsafeDecision as exc:
+        raise JournalError(f"the NetworkManager record's sysctls cannot be restored: {exc}") from exc
+    return dict(raw)
+
+
+def restore_sysctls(sysctls: Mapping[str, str], netns: str | None, backend: Backend | None = None) -> list[str]:
+    """Set each of ``sysctls`` (``{name: original value}``) back in network namespace ``netns`` (``sysctl -w``, as
+    the command backend; through ``backend``'s ``sysctl_set`` when given, which must work in ``netns``); returns the
+    names set.
+
+    Raises
+    ------
+    ApplyError
+        When a value cannot be set (its name, value and the command's error in the message).
+    """
+    if backend is None:
+        backend = CommandBackend(netns=netns)
+    done = []
+    for key, value in sorted(sysctls.items()):
+        try:
+            backend.ops["sysctl_set"](key=key, value=value)
+        except Exception as exc:  # BackendError, a namespace gone, the safety check
+            raise ApplyError(f"restoring {key}={value} in {_where(netns)} failed: {exc}") from exc
+        done.append(key)
+    return done
+
+
 def journal_backend(path: Path) -> dict[str, Any] | None:
-    """The journal record at ``path`` when it is NetworkManager's (``{"backend": "networkmanager", "interfaces"}``)."""
+    """The journal record at ``path`` when it is NetworkManager's (module docstring: ``{"backend":
+    "networkmanager", "netns", "interfaces", "sysctls"}``; older ones have ``backend`` and ``interfaces`` only)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
