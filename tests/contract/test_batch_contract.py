@@ -15,11 +15,15 @@ import grpc
 import httpx
 import pytest
 from edgepath.engines.primary_path import DEFAULT_POLICY
+from edgepath.grpc.observe import MAX_FIELD_VIOLATIONS
 from edgepath.security.auth import TokenFile
+from edgepath.types import MAX_BATCH
 from edgepath_agent.client import ServiceClient, connect
 from edgepath_agent.wire import edgepath_pb2 as pb
 from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from service_harness import RunningService, running_service
 
 CONTEXT: dict[str, Any] = {
@@ -171,6 +175,43 @@ def test_an_authenticated_caller_may_batch_only_for_itself(authed: tuple[Running
     with pytest.raises(BatchError) as err:
         BatchClient(transport, svc, "ep_not-a-token").recommend_batch([context("gateway-1")])
     assert err.value.code in (401, "UNAUTHENTICATED")
+
+
+def test_a_full_batch_of_invalid_items_is_invalid_argument_naming_the_first_over_grpc(
+    authed: tuple[RunningService, str],
+) -> None:
+    """An authenticated RecommendBatch of as many items as a batch may hold, each with two invalid fields, over a
+    channel with gRPC's default options: INVALID_ARGUMENT naming the first invalid field, its ``google.rpc.BadRequest``
+    the first violations and how many more. (Listing all 512 put ~45 KB in the trailers, past the client's 16 KiB
+    metadata limit: the client saw RESOURCE_EXHAUSTED "Stream removed (received metadata size exceeds hard
+    limit)".)"""
+    svc, token = authed
+    request = _grpc_request(["gateway-1"] * MAX_BATCH)
+    for item in request.requests:
+        item.interfaces[0].wifi_rssi_dbm = 9.0
+        item.interfaces[1].rsrp_dbm = -200.0
+    with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            pb_grpc.PathServiceStub(channel).RecommendBatch(
+                request, timeout=10.0, metadata=(("authorization", f"Bearer {token}"),)
+            )
+    code, details = err.value.code(), err.value.details()  # type: ignore[attr-defined]
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+    assert (details or "").startswith("requests[0].interfaces[0].wifi_rssi_dbm: ")
+    status = rpc_status.from_call(err.value)  # type: ignore[arg-type]
+    assert status is not None
+    bad = error_details_pb2.BadRequest()
+    status.details[0].Unpack(bad)
+    fields = [v.field for v in bad.field_violations]
+    assert fields[:3] == [
+        "requests[0].interfaces[0].wifi_rssi_dbm",
+        "requests[0].interfaces[1].rsrp_dbm",
+        "requests[1].interfaces[0].wifi_rssi_dbm",
+    ]
+    assert len(fields) == MAX_FIELD_VIOLATIONS + 1 and fields[-1] == ""
+    assert (
+        bad.field_violations[-1].description == f"{2 * MAX_BATCH - MAX_FIELD_VIOLATIONS} more invalid fields not listed"
+    )
 
 
 def _grpc_request(devices: list[str]) -> pb.RecommendBatchRequest:

@@ -31,7 +31,7 @@ from edgepath.logs import RefusalLog, configure_logging
 from edgepath.main import Service
 from edgepath.metrics import GRPC_CODES, OUTCOME_METHOD, PATH_SERVICE, PATH_SERVICE_METHODS, Metrics
 from edgepath.rest.app import RequestMetrics, create_app
-from edgepath.security.auth import TokenFile
+from edgepath.security.auth import TokenFile, issue_jwt
 from edgepath.settings import Settings
 from edgepath.types import AccessType
 from edgepath.wire import edgepath_pb2 as pb
@@ -267,6 +267,7 @@ def test_refused_rest_requests_are_logged_at_info_with_route_status_field_and_ca
 ) -> None:
     tokens = TokenFile(tmp_path / "tokens.json")
     token = tokens.add("dev-log")
+    platform = tokens.add("mec-platform", admin=True)
     # invalid (a positive RSSI), with a marker that must not reach the log: a refusal's line never carries the body
     marked = {
         "device_id": "dev-log",
@@ -291,8 +292,13 @@ def test_refused_rest_requests_are_logged_at_info_with_route_status_field_and_ca
             )
             assert http.get("/healthz").status_code == 200
             assert post("/mts/v1/mts_sessions", "r-mts", json={"appInsId": 1}, headers=auth) == 403
+            admin = {"Authorization": f"Bearer {platform}"}
+            assert post("/mts/v1/mts_sessions", "r-mts-400", json={"appInsId": 1}, headers=admin) == 400
+            missing = http.get("/mts/v1/mts_sessions/no-such", headers={**admin, "x-request-id": "r-mts-404"})
+            assert missing.status_code == 404
     by_id = {r["request_id"]: r for r in refusal_lines(info_log, "rest")}
-    assert set(by_id) == {"r-401", "r-422", "r-404", "r-413", "r-429", "r-mts"}  # no line for the answered ones
+    # no line for the answered ones
+    assert set(by_id) == {"r-401", "r-422", "r-404", "r-413", "r-429", "r-mts", "r-mts-400", "r-mts-404"}
     assert all(r["level"] == "INFO" and r["logger"] == "edgepath.rest" for r in by_id.values())
     assert by_id["r-401"]["status"] == 401 and "principal" not in by_id["r-401"]
     assert by_id["r-422"]["route"] == "/v1/recommendations"
@@ -309,8 +315,17 @@ def test_refused_rest_requests_are_logged_at_info_with_route_status_field_and_ca
     assert by_id["r-413"]["status"] == 413 and by_id["r-413"]["route"] == "/v1/outcomes"
     assert by_id["r-429"]["status"] == 429 and by_id["r-429"]["error"] == "rate_limited"
     assert by_id["r-mts"]["route"] == "/mts/v1/mts_sessions" and by_id["r-mts"]["status"] == 403
+    assert by_id["r-mts"]["principal"] == "dev-log"  # the MTS router's own authentication names its caller
+    assert (by_id["r-mts-400"]["status"], by_id["r-mts-400"]["principal"]) == (400, "mec-platform")
+    assert by_id["r-mts-400"]["field"] == "appInsId"
+    r_mts_404 = by_id["r-mts-404"]
+    assert (r_mts_404["route"], r_mts_404["status"], r_mts_404["principal"]) == (
+        "/mts/v1/mts_sessions/{sessionId}",
+        404,
+        "mec-platform",
+    )
     text = info_log.getvalue()
-    assert token not in text and "body-marker-7" not in text  # never a credential, never the body
+    assert token not in text and platform not in text and "body-marker-7" not in text  # no credential, no body
 
 
 def test_refused_grpc_calls_are_logged_at_info_with_method_code_field_and_device(info_log: io.StringIO) -> None:
@@ -338,6 +353,66 @@ def test_refused_grpc_calls_are_logged_at_info_with_method_code_field_and_device
     assert invalid["peer"].startswith("ipv")
     assert unknown_line["grpc_code"] == "NOT_FOUND" and unknown_line["field"] == "decision_id"
     assert unknown_line["device_id"] == "dev-g"
+
+
+def test_refused_grpc_calls_of_a_token_or_jwt_caller_name_it_and_only_that_call(
+    info_log: io.StringIO, tmp_path: Any
+) -> None:
+    """A caller the servicer authenticated with a bearer token or a JWT, refused for a later reason (an invalid body,
+    an unknown decision, an invalid stream message), is the ``principal`` of the line; a call without credentials
+    on the same channel right after has none (the caller is the call's own, not the last one's)."""
+    tokens = TokenFile(tmp_path / "tokens.json")
+    token = tokens.add("dev-tok")
+    key = "k" * 32
+    bad = pb.RecommendRequest(
+        device_id="dev-tok",
+        interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI, wifi_rssi_dbm=9.0)],
+    )
+    with (
+        running_service(auth_tokens_file=tokens.path, auth_jwt_key=key) as svc,
+        grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel,
+    ):
+        stub = pb_grpc.PathServiceStub(channel)
+        auth = (("authorization", f"Bearer {token}"),)
+        jwt_auth = (("authorization", f"Bearer {issue_jwt(key, 'dev-jwt')}"),)
+        calls: list[tuple[str, Any]] = [
+            ("t-invalid", lambda md: stub.Recommend(bad, timeout=5, metadata=auth + md)),
+            ("t-jwt", lambda md: stub.Recommend(bad, timeout=5, metadata=jwt_auth + md)),
+            ("t-anon", lambda md: stub.Recommend(bad, timeout=5, metadata=md)),
+            (
+                "t-unknown",
+                lambda md: stub.ReportOutcome(
+                    pb.OutcomeRequest(device_id="dev-tok", decision_id="no-such", throughput_bps=1e6),
+                    timeout=5,
+                    metadata=auth + md,
+                ),
+            ),
+            ("t-stream", lambda md: list(stub.RecommendStream(iter([bad]), timeout=5, metadata=auth + md))),
+        ]
+        codes = {}
+        for rid, call in calls:
+            with pytest.raises(grpc.RpcError) as err:
+                call((("x-request-id", rid),))
+            codes[rid] = err.value.code().name  # type: ignore[attr-defined]
+    assert codes == {
+        "t-invalid": "INVALID_ARGUMENT",
+        "t-jwt": "INVALID_ARGUMENT",
+        "t-anon": "UNAUTHENTICATED",
+        "t-unknown": "NOT_FOUND",
+        "t-stream": "INVALID_ARGUMENT",
+    }
+    by_id = {r["request_id"]: r for r in refusal_lines(info_log, "grpc")}
+    assert set(by_id) == set(codes)
+    assert {rid: by_id[rid].get("principal") for rid in codes} == {
+        "t-invalid": "dev-tok",
+        "t-jwt": "dev-jwt",
+        "t-anon": None,
+        "t-unknown": "dev-tok",
+        "t-stream": "dev-tok",
+    }
+    assert by_id["t-invalid"]["field"] == "interfaces[0].wifi_rssi_dbm"
+    assert "(principal dev-tok, device dev-tok)" in by_id["t-invalid"]["message"]
+    assert token not in info_log.getvalue()
 
 
 def test_a_device_hammering_with_bad_input_is_bounded_and_the_rest_counted(info_log: io.StringIO) -> None:

@@ -17,13 +17,15 @@
   148–152 → 108–116 µs per call of a Recommend answered at once, ``loadtest/cpu_per_call.py``'s measure).
 - :func:`rich_status` builds the ``grpc.Status`` of an error with ``google.rpc`` details in the
   ``grpc-status-details-bin`` trailer (grpcio-status; https://cloud.google.com/apis/design/errors):
-  ``BadRequest`` field violations naming each invalid field, ``RetryInfo`` for a shed or rate-limited call.
+  ``BadRequest`` field violations naming the invalid fields (the first :data:`MAX_FIELD_VIOLATIONS`, then how many
+  more: the trailers must fit the client's metadata limit), ``RetryInfo`` for a shed or rate-limited call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 import logging
 import time
@@ -52,6 +54,18 @@ _DECLARING: dict[str, Any] = {
 }
 #: Longest device id and details a refusal's log line carries (characters); the client chooses both.
 _LOGGED_CHARS = 256
+#: Field violations an error's ``google.rpc.BadRequest`` lists at most (:func:`rich_status`); one more entry says how
+#: many were left out.
+MAX_FIELD_VIOLATIONS = 10
+#: Longest field path, violation description and status message an error carries (UTF-8 bytes; :func:`rich_status`).
+MAX_FIELD_BYTES = 128
+MAX_DESCRIPTION_BYTES = 128
+MAX_MESSAGE_BYTES = 256
+#: The authenticated caller's device id of the call being refused, for its log line (:meth:`CallObserver.refused`):
+#: set by the servicer as it refuses a call whose caller it had authenticated (:func:`edgepath.grpc.server.
+#: note_caller`: on the error path, and once when a stream opens), None otherwise. grpc.aio serves each call in a
+#: task of its own, whose context this lives in: one call's caller is never another's.
+CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("edgepath_grpc_caller", default=None)
 
 
 class _RichStatus(collections.namedtuple("_RichStatus", ("code", "details", "trailing_metadata")), grpc.Status):
@@ -71,15 +85,33 @@ def rich_status(
     ``violations`` are ``(field, description)`` pairs (``interfaces[0].rsrp_dbm``) packed as one
     ``google.rpc.BadRequest``; ``retry_after_ms`` (> 0) as ``google.rpc.RetryInfo``. ``trailing_metadata``
     is sent as well (e.g. EdgePath's ``retry-after-ms``, which existing clients read).
+
+    Bounded, whatever the request: the details travel in trailing metadata (``grpc-status-details-bin``, the
+    message in ``grpc-message`` too), and a client refuses trailers past its metadata limit (``grpc.max_metadata_size``:
+    gRPC core's default is 8 KiB soft, at which it starts refusing at random, and 16 KiB hard, counted decoded):
+    it then sees RESOURCE_EXHAUSTED "Stream removed" instead of the status (a RecommendBatch of 256 invalid items
+    listed ~22 KB of violations). So the BadRequest lists the first :data:`MAX_FIELD_VIOLATIONS` violations, each
+    field cut to :data:`MAX_FIELD_BYTES` and description to :data:`MAX_DESCRIPTION_BYTES` UTF-8 bytes, then, when
+    there were more, one entry with field ``""`` (the request as a whole) and the description ``"N more invalid
+    fields not listed"``; ``message`` (the status's ``details()``) is cut to :data:`MAX_MESSAGE_BYTES` bytes. At most
+    ~3 KB of details and ~0.8 KB of percent-encoded message: under the soft limit with room for the other trailers.
     """
-    status = status_pb2.Status(code=code.value[0], message=message)
+    status = status_pb2.Status(code=code.value[0], message=_clipped(message, MAX_MESSAGE_BYTES))
     if violations:
-        bad_request = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
-                for field, description in violations
-            ]
-        )
+        listed = [
+            error_details_pb2.BadRequest.FieldViolation(
+                field=_clipped(field, MAX_FIELD_BYTES), description=_clipped(description, MAX_DESCRIPTION_BYTES)
+            )
+            for field, description in violations[:MAX_FIELD_VIOLATIONS]
+        ]
+        if len(violations) > MAX_FIELD_VIOLATIONS:
+            more = len(violations) - MAX_FIELD_VIOLATIONS
+            listed.append(
+                error_details_pb2.BadRequest.FieldViolation(
+                    field="", description=f"{more} more invalid field{'s' if more > 1 else ''} not listed"
+                )
+            )
+        bad_request = error_details_pb2.BadRequest(field_violations=listed)
         packed = any_pb2.Any()
         packed.Pack(bad_request)
         status.details.append(packed)
@@ -91,6 +123,13 @@ def rich_status(
         status.details.append(packed)
     base = rpc_status.to_status(status)
     return _RichStatus(base.code, base.details, tuple(base.trailing_metadata) + tuple(trailing_metadata))
+
+
+def _clipped(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` bytes of UTF-8, at a character boundary."""
+    if len(text) * 4 <= max_bytes:  # no character takes more than 4 bytes
+        return text
+    return text.encode()[:max_bytes].decode(errors="ignore")
 
 
 def with_call_trailers(context: grpc.aio.ServicerContext, trailing: Sequence[tuple[str, Any]]) -> tuple[Any, ...]:
@@ -179,9 +218,9 @@ class CallObserver:
         cancel DEBUG, any other code (the client's error) one INFO line through :attr:`refusals` (bounded):
         ``transport`` ``grpc``, ``method``, ``grpc_code``, the status details (``detail``), the ``field`` its
         ``google.rpc.BadRequest`` names, the ``device_id`` the request declared (unary Recommend and
-        ReportOutcome), the verified client certificate's identity (``principal``; a bearer token's device is not
-        known here), the client's address (``peer``), and the request id of every line. Never a credential or the
-        request itself."""
+        ReportOutcome), the ``principal``: the device id of the caller the servicer authenticated (client
+        certificate, bearer token or JWT; :data:`CALLER`), else a verified client certificate's identity, the
+        client's address (``peer``), and the request id of every line. Never a credential or the request itself."""
         extra: dict[str, Any] = {"grpc_code": code, "elapsed_ms": elapsed_s * 1e3}
         if code in _SERVER_FAULTS:
             log.warning("%s -> %s", method, code, extra=extra)
@@ -193,8 +232,10 @@ class CallObserver:
             return
         details = getattr(context, "details", None)
         detail = str((details() if details is not None else None) or "")[:_LOGGED_CHARS]
-        auth = context.auth_context()
-        principal = identity_from_auth_context(auth) if auth else None
+        principal = CALLER.get()
+        if principal is None:
+            auth = context.auth_context()
+            principal = identity_from_auth_context(auth) if auth else None
         device_id = declared_device_id(method, request)
         message = "refused %s: %s %s"
         args: tuple[Any, ...] = (method, code, detail)

@@ -798,7 +798,7 @@ def create_app(
         )
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
-    mts = mts_router(plane, security)
+    mts = mts_router(plane, security, note_caller)  # a refused request's line names its caller
     app.include_router(mts, prefix=MTS_PREFIX)  # ETSI MEC 015 Traffic Steering (issue 19)
     # their templates with the prefix (FastAPI leaves a route's own path, /mts_sessions, in the scope)
     included = [(route, MTS_PREFIX + route.path) for route in mts.routes if isinstance(route, APIRoute)]

@@ -69,7 +69,7 @@ from edgepath.rest.problem import (
 )
 from edgepath.security import EdgeSecurity
 from edgepath.state.base import MtsSession
-from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, JSON_INTEGER, AccessType
+from edgepath.types import CELLULAR, DEVICE_ID_PATTERN, JSON_INTEGER, AccessType, Principal
 
 #: Error kinds → HTTP status for this API (MEC 015: an invalid request is 400, not the /v1 routes' 422).
 MTS_STATUS: dict[ErrorKind, int] = {
@@ -272,8 +272,16 @@ class MtsCapabilityInfo(BaseModel):
 _bearer = HTTPBearer(auto_error=False, description="Admin token or JWT (the MEC platform)")
 
 
-def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> APIRouter:
-    """The ``/mts/v1`` routes over ``plane.store`` (include with ``prefix="/mts/v1"``)."""
+def mts_router(
+    plane: DecisionPlane,
+    security: EdgeSecurity | None = None,
+    note_caller: Callable[[Request, Principal | None, str | None], None] | None = None,
+) -> APIRouter:
+    """The ``/mts/v1`` routes over ``plane.store`` (include with ``prefix="/mts/v1"``).
+
+    ``note_caller(request, principal, None)`` is told each request's authenticated caller, admin or not, before it
+    is admitted (:func:`edgepath.rest.app.note_caller`: the line of a refused request names it; not a hot path).
+    """
     router = APIRouter(route_class=MtsRoute, tags=["mts"])
     store = plane.store
     problems: dict[int | str, dict[str, Any]] = {
@@ -292,6 +300,8 @@ def mts_router(plane: DecisionPlane, security: EdgeSecurity | None = None) -> AP
         principal = security.auth.authenticate(authorization=request.headers.get("authorization"))
         if principal is None:
             return
+        if note_caller is not None:
+            note_caller(request, principal, None)
         if not principal.is_admin:
             raise PermissionDenied("the traffic steering API needs an admin identity (MEC platform)")
         await security.admit(principal)
