@@ -329,10 +329,14 @@ def train(
     # scheduler serves the deciders first; the trainer takes what is left (it only falls behind). Every
     # thread of it: os.nice would lower only this one.
     renice(10)
+    from edgepath.training.artefact import ArtefactError
+
     try:
         asyncio.run(run_trainer(settings))
     except PortUnavailable as exc:  # the metrics port in use: one line, exit 2, nothing running
         raise typer.BadParameter(str(exc)) from exc
+    except ArtefactError as exc:  # EDGEPATH_MODEL_PATH refused (corrupted, unsigned, settings conflict): as serve
+        raise typer.BadParameter(str(exc), param_hint="EDGEPATH_MODEL_PATH") from exc
 
 
 # --- eval sub-app: `edgepath eval <name>` (shared by the evaluations; issue 4 created it) ---
@@ -579,7 +583,7 @@ def _seeds(text: str) -> list[int]:
 
 def _eval_summary(report: dict[str, Any], path: str) -> dict[str, Any]:
     """The parts of an ``eval primary`` report a model card cites (command, seeds, per-policy figures, drift)."""
-    keys = ("mean_throughput_mbps", "mean_throughput_mbps_ci95", "pct_of_oracle", "pct_of_oracle_ci95")
+    keys: tuple[str, ...] = ("mean_throughput_mbps", "mean_throughput_mbps_ci95", "pct_of_oracle", "pct_of_oracle_ci95")
     keys += ("gain_vs_wifi_first_pct", "gain_vs_wifi_first_pct_ci95", "mean_completion_time_s_10MB")
     drift = report.get("drift") or {}
     return {
@@ -601,12 +605,18 @@ def _eval_summary(report: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def _invocation(ctx: typer.Context, name: str) -> str:
-    """The current command with every option spelled out (defaults included), for reports and model cards."""
+    """The current command with every option spelled out (defaults included), for reports and model cards.
+
+    Re-running it gives the same options: a repeatable option (``--note``) appears once per value; an option left
+    unset (None) is left out.
+    """
     import shlex
+
+    from typer.core import TyperOption
 
     parts = ["edgepath", *name.split()]
     for param in ctx.command.params:
-        if getattr(param, "param_type_name", "") != "option":
+        if not isinstance(param, TyperOption):  # the options (is_flag …); arguments are TyperArguments
             continue
         value = ctx.params.get(param.name or "")
         if param.is_flag and param.secondary_opts:
@@ -614,6 +624,9 @@ def _invocation(ctx: typer.Context, name: str) -> str:
         elif param.is_flag:
             if value:
                 parts.append(param.opts[0])
+        elif param.multiple:  # a repeatable option (--note): once per value, as it was given
+            for item in value or ():
+                parts += [param.opts[0], shlex.quote(str(item))]
         elif value is not None:
             parts += [param.opts[0], shlex.quote(str(value))]
     return " ".join(parts)
@@ -669,8 +682,14 @@ def train_offline_cmd(
     epochs: Annotated[int, typer.Option(min=1, help="SGD passes over the training rows")] = 20,
     reward_threshold_mbps: Annotated[float, typer.Option(min=0.0, help="Reward 1 at/above this throughput")] = 25.0,
     explore_prob: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="Initial exploration of the warm policy")
-    ] = 0.05,
+        Optional[float],
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="active_explorer only: initial probability p of the warm policy's active-learning branch (default "
+            "0.05); refused for a policy that does not read it",
+        ),
+    ] = None,
     ablation: Annotated[bool, typer.Option("--ablation/--no-ablation", help="Score feature-group ablations")] = True,
     sign: Annotated[bool, typer.Option(help="Also write model.hmac with EDGEPATH_HMAC_KEY (must be set)")] = False,
     eval_report: Annotated[
@@ -684,9 +703,12 @@ def train_offline_cmd(
     """Train the primary-path policy offline (paired situations + IPS-weighted log) and write a versioned artefact.
 
     Users are split by SHA-256 of user_uid; the model is trained on the training users only and scored
-    on the held-out users (their paired situations under each --eval-seeds pairing). Writes model.pkl,
-    card.json, card.md and SHA256SUMS to --out.
+    on the held-out users (their paired situations under each --eval-seeds pairing). Decision-log rows of
+    held-out users' devices (the replay's ``<prefix>-<16 hex digits of user_uid>``) are dropped and counted
+    in the card; rows whose device maps to no user of the data mark the card's scores as not verified held out.
+    Writes model.pkl, card.json, card.md and SHA256SUMS to --out.
     """
+    import dataclasses
     import datetime
 
     require_lab("edgepath train-offline")
@@ -700,28 +722,55 @@ def train_offline_cmd(
         ARMS,
         DecisionLogError,
         OfflineConfig,
-        config_dict,
-        read_decision_log,
+        drop_held_out_devices,
+        exploration_parameters,
+        policy_config_dict,
+        policy_reads,
+        read_decision_log_rows,
         select_alpha,
         train_offline,
     )
 
     known_policy(policy)
+    if explore_prob is not None and not policy_reads(policy, "explore_prob"):
+        own = exploration_parameters(policy)
+        raise typer.BadParameter(
+            f"{policy} does not read explore_prob (active_explorer's p); "
+            + (
+                f"it explores by {', '.join(own)} (settings bandit.{own[0]}), which train-offline leaves at its default"
+                if own
+                else "it has no exploration parameter to set"
+            ),
+            param_hint="--explore-prob",
+        )
     seeds = _seeds(eval_seeds)
     key = os.environ.get("EDGEPATH_HMAC_KEY", "").encode()
     if sign and not key:
         raise typer.BadParameter("--sign needs EDGEPATH_HMAC_KEY", param_hint="--sign")
     try:
-        logged = read_decision_log(decision_log) if decision_log else []
+        log_rows = read_decision_log_rows(decision_log) if decision_log else []
     except DecisionLogError as exc:
         raise typer.BadParameter(str(exc), param_hint="--decision-log") from exc
-    cfg = OfflineConfig(
-        policy=policy, reward_threshold_mbps=reward_threshold_mbps, epochs=epochs, seed=seed, explore_prob=explore_prob
-    )
+    cfg = OfflineConfig(policy=policy, reward_threshold_mbps=reward_threshold_mbps, epochs=epochs, seed=seed)
+    if explore_prob is not None:  # active_explorer's p (checked above); otherwise OfflineConfig's default
+        cfg = dataclasses.replace(cfg, explore_prob=explore_prob)
     try:
         split = load_split(wifi, cellular, wifi, cellular, test_fraction=test_fraction)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--wifi/--cellular") from exc
+    log_filter = drop_held_out_devices(
+        log_rows,
+        (m.user_uid for m in (*split.train_wifi, *split.train_cellular)),
+        (m.user_uid for m in (*split.test_wifi, *split.test_cellular)),
+    )
+    logged = log_filter.kept
+    if log_filter.dropped_held_out:
+        typer.echo(f"decision log: {log_filter.dropped_held_out} rows of held-out users' devices dropped")
+    if log_filter.unmapped:
+        typer.echo(
+            f"decision log: {log_filter.unmapped} rows of devices that map to no user of the data kept; "
+            "the held-out scores are not verified held out"
+        )
     alpha, alpha_scores = select_alpha(split.train_wifi, split.train_cellular, cfg)
     cfg = OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha})
     typer.echo(f"sgd_alpha {alpha} (validation log-loss on training users: {alpha_scores})")
@@ -747,7 +796,9 @@ def train_offline_cmd(
         "arms": [a.value for a in ARMS],
         "features": list(FEATURE_NAMES),
         "feature_groups": {g: [FEATURE_NAMES[i] for i in ix] for g, ix in FEATURE_GROUPS.items()},
-        "hyper_parameters": {**config_dict(cfg), "sgd_learning_rate": "optimal (scikit-learn default)"},
+        # only what cfg.policy reads: an explore_prob or ridge_* value a ridge_squarecb/epsilon_greedy model ignores
+        # would read as one of its hyper-parameters
+        "hyper_parameters": {**policy_config_dict(cfg), "sgd_learning_rate": "optimal (scikit-learn default)"},
         "reward": model.bandit.reward_name,
         "reward_definition": model.bandit.config.utility.describe()
         if model.bandit.reward_name == "utility"
@@ -760,10 +811,22 @@ def train_offline_cmd(
         "training": {
             "situations": model.n_situations,
             "logged_decisions": model.n_logged,
+            "logged_decisions_read": len(log_rows),
+            "logged_decisions_dropped_held_out": log_filter.dropped_held_out,
+            "logged_decisions_unmapped": log_filter.unmapped,
             "reward_rate_per_arm": dict(zip([a.value for a in ARMS], model.positives, strict=True)),
             "mean_target_per_arm_means": "mean utility" if model.bandit.reward_name == "utility" else "reward rate",
         },
-        "scores": {"seeds": seeds, "offline": scores},
+        "scores": {
+            "seeds": seeds,
+            "held_out": log_filter.held_out_verified,
+            "held_out_note": "trained on the training users' situations and log rows only"
+            if log_filter.held_out_verified
+            else f"NOT verified held out: {log_filter.unmapped} decision-log rows came from devices that map to no "
+            "user of the data (device ids other than the replay's <prefix>-<16 hex digits of user_uid>), so they "
+            "may hold the held-out users' outcomes",
+            "offline": scores,
+        },
         "ablation": rows,
         "notes": [
             "Situations are paired from two real single-arm tests of the same city, not simultaneous measurements.",
@@ -806,7 +869,12 @@ def eval_primary(
     compare: Annotated[
         str, typer.Option(help="Other policies with cold_/warm_ rows (comma-separated; empty for none)")
     ] = "ridge_lints,ridge_linucb,ridge_egreedy,active_explorer",
-    drift: Annotated[bool, typer.Option("--drift/--no-drift", help="Also replay with WiFi degrading half-way")] = True,
+    drift: Annotated[
+        bool,
+        typer.Option(
+            "--drift/--no-drift", help="Also replay with WiFi degrading half-way (warm --policy and --compare policies)"
+        ),
+    ] = True,
     test_fraction: Annotated[float, typer.Option(min=0.01, max=0.9, help="Held-out users when files coincide")] = 0.25,
     batch_size: Annotated[int, typer.Option(min=1, help="Rewarded decisions per online refit")] = 50,
     vw: Annotated[bool, typer.Option("--vw/--no-vw", help="Include Vowpal Wabbit squarecb")] = True,
@@ -834,7 +902,7 @@ def eval_primary(
     alpha, alpha_scores = select_alpha(split.train_wifi, split.train_cellular, cfg)
     cfg = OfflineConfig(**{**cfg.__dict__, "sgd_alpha": alpha})
     typer.echo(f"warm-start sgd_alpha {alpha} (validation log-loss on training users: {alpha_scores})")
-    others = [p for p in compare.split(",") if p.strip() and p != policy]
+    others = list(dict.fromkeys(p.strip() for p in compare.split(",") if p.strip() and p.strip() != policy))
     for name in others:
         known_policy(name, param_hint="--compare")
     names = [policy, *others]
@@ -842,10 +910,10 @@ def eval_primary(
     result, traces = evaluate(
         split, seed_list, cfg, batch_size=batch_size, include_vw=vw, progress=typer.echo, policies=names, models=models
     )
+    # every trained warm start (--policy and --compare), never a policy without a model (its drift row would be
+    # a KeyError after the whole run); the report's drift.warm_policies names them
     drift_report = (
-        drift_replay(
-            split, seed_list, cfg, models, [policy, "active_explorer"], batch_size=batch_size, progress=typer.echo
-        )
+        drift_replay(split, seed_list, cfg, models, names, batch_size=batch_size, progress=typer.echo)
         if drift
         else None
     )

@@ -23,6 +23,7 @@ Service while the others, which still reach Redis, carry the traffic.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import gc
@@ -31,7 +32,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -228,7 +229,9 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
     Raises
     ------
     edgepath.training.artefact.ArtefactError
-        When the artefact is missing, corrupted, wrongly signed or of another feature layout.
+        When the artefact is missing, corrupted, wrongly signed or of another feature layout, or when a bandit
+        setting set explicitly disagrees with the artefact's configuration (:func:`model_setting_conflicts`,
+        naming each). ``propensity_floor`` and the utility settings are applied to the loaded model.
     """
     if settings.model_path is not None:  # warm start (issue 8)
         from pathlib import Path
@@ -247,6 +250,12 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
                 f"with this release's key, EDGEPATH_HMAC_KEY=… edgepath sign-model {directory} --out SIGNED_DIR"
             )
         bandit = load_artefact(directory, key if (key and signed) else None).bandit
+        if conflicts := model_setting_conflicts(settings, bandit.config):
+            raise ArtefactError(
+                f"model {directory} was trained with other bandit settings than the ones set here: "
+                f"{'; '.join(conflicts)}. An artefact serves the configuration it was trained with (settings left "
+                "at their defaults follow it): unset these to serve it, or serve without a model (cold start)"
+            )
         if bandit.policy_name != settings.policy:
             log.warning("model %s was trained for policy %s; serving it as such", directory, bandit.policy_name)
         bandit.config = dataclasses.replace(
@@ -255,6 +264,57 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
         log.info("warm start from %s (policy %s)", settings.model_path, bandit.policy_name)
         return bandit
     return PrimaryPathBandit(bandit_config(settings))
+
+
+def explicit_bandit_settings(settings: Settings) -> set[str]:
+    """Names of the ``bandit.*`` settings set explicitly (``EDGEPATH_BANDIT__*``, a flat ``EDGEPATH_<NAME>``,
+    ``--policy`` or the settings file) to a value other than their default.
+
+    pydantic records what was given in ``model_fields_set`` (nested models too), but
+    :func:`~edgepath.settings.load_settings` round-trips the values through ``model_dump`` and so marks every
+    field as given; the value then tells: a setting equal to its default counts as left at the default.
+    """
+    given = settings.bandit
+    defaults = type(given)()
+    return {n for n in given.model_fields_set if getattr(given, n) != getattr(defaults, n)}
+
+
+def _setting_names(name: str) -> str:
+    """``bandit.forgetting (EDGEPATH_BANDIT__FORGETTING or EDGEPATH_FORGETTING)``: where ``name`` is set."""
+    from edgepath.settings import ENV_PREFIX, FLAT_ALIASES, env_var
+
+    where = [env_var(("bandit", name))]
+    if name in FLAT_ALIASES:
+        where.append(ENV_PREFIX + name.upper())
+    if name == "policy":
+        where.append("--policy")
+    return f"bandit.{name} ({' or '.join(where)})"
+
+
+def model_setting_conflicts(settings: Settings, config: BanditConfig) -> list[str]:
+    """The explicitly set bandit settings (:func:`explicit_bandit_settings`) a loaded artefact would not honour.
+
+    Compared: ``policy`` and the :class:`BanditConfig` parameters the artefact's policy reads
+    (:attr:`~edgepath.engines.primary_path.PolicySpec.parameters`, e.g. ``forgetting`` and ``squarecb_gamma0``
+    for ridge_squarecb), which the artefact keeps as trained. Not compared: ``propensity_floor`` and the utility
+    settings (applied to the loaded model), parameters its policy does not read. Each conflict reads
+    ``bandit.forgetting (EDGEPATH_BANDIT__FORGETTING or EDGEPATH_FORGETTING) = 0.9, the artefact's 0.999``.
+    """
+    from edgepath.engines.primary_path import policy_spec
+
+    explicit = explicit_bandit_settings(settings)
+    try:
+        read = policy_spec(config.policy).parameters
+    except ValueError:  # a policy this release does not know: its name still compares
+        read = ()
+    conflicts = []
+    for name in ("policy", *(p for p in read if p != "utility")):
+        if name not in explicit or not hasattr(config, name):
+            continue
+        mine, theirs = getattr(settings.bandit, name), getattr(config, name)
+        if mine != theirs:
+            conflicts.append(f"{_setting_names(name)} = {mine!r}, the artefact's {theirs!r}")
+    return conflicts
 
 
 def bandit_config(settings: Settings) -> BanditConfig:
@@ -362,6 +422,20 @@ def hmac_key_bytes(settings: Settings) -> bytes:
         log.warning("EDGEPATH_HMAC_KEY is empty: signing model snapshots with the insecure dev key (profile dev)")
         return DEV_HMAC_KEY
     return key
+
+
+class QuietSignalsServer(uvicorn.Server):
+    """uvicorn's server without its SIGINT/SIGTERM handlers: the service's own (:meth:`Service.run`) start the drain.
+
+    uvicorn's ``serve()`` captures both signals for its whole run and puts the previous handlers back when it returns
+    (uvicorn ≥ 0.29, ``Server.capture_signals``; the ``install_signal_handlers`` hook set before no longer exists):
+    the HTTP server stops early in the drain, and a second SIGTERM during the rest of it (trainer, outbox flush,
+    store close) then killed the process instead of reaching :meth:`Service.stop`.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 @dataclass
@@ -530,8 +604,7 @@ class Service:
                 timeout_graceful_shutdown=max(1, int(s.drain_grace_s + 0.999)),
                 **uvicorn_ssl_options(s),
             )
-            http_server = uvicorn.Server(config)
-            http_server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+            http_server = QuietSignalsServer(config)
             http_task = asyncio.create_task(http_server.serve(sockets=[http_socket]), name="http")
             while not http_server.started:
                 if http_task.done():
@@ -674,8 +747,8 @@ class Service:
         if self.trainer is not None:
             await self.trainer.stop()
         for owner in (self.trainer, self.trainer_role):
-            if isinstance(getattr(owner, "refitter", None), ProcessRefitter):
-                owner.refitter.close()
+            if isinstance(refitter := getattr(owner, "refitter", None), ProcessRefitter):
+                refitter.close()
         if self.follower is not None:
             try:
                 await asyncio.wait_for(self.follower.stop(), timeout=5.0)

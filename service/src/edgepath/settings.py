@@ -43,6 +43,8 @@ MIN_JWT_KEY_BYTES = 32
 
 
 # --- per-engine groups (issue 14) -------------------------------------------------------------------------------
+# Defaults by keyword (``Field(default=…)``): type checkers read a field's default only from the keyword (PEP 681,
+# pydantic's dataclass_transform), and ``Settings`` needs each group constructible without arguments (default_factory).
 class BanditSettings(BaseModel):
     """The primary-path bandit: policy, reward and hyper-parameters (``EDGEPATH_BANDIT__*``).
 
@@ -53,50 +55,64 @@ class BanditSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: str = Field("ridge_squarecb", description="a name in edgepath.engines.primary_path.POLICIES")
+    policy: str = Field(default="ridge_squarecb", description="a name in edgepath.engines.primary_path.POLICIES")
     propensity_floor: float = Field(
-        0.01,
+        default=0.01,
         gt=0.0,
         le=1.0,
         description="Exploration floor: ridge_squarecb/lints/egreedy draw every arm with at least this probability "
         "(logged exactly); other policies log max(this, p), a bound when p is smaller",
     )
-    reward_throughput_bps: float = Field(25e6, ge=0.0, description="Reward 1 needs throughput ≥ this, bit/s")
-    reward_latency_ms: float = Field(100.0, ge=0.0, description="…and latency ≤ this, ms (if reported)")
+    reward_throughput_bps: float = Field(default=25e6, ge=0.0, description="Reward 1 needs throughput ≥ this, bit/s")
+    reward_latency_ms: float = Field(default=100.0, ge=0.0, description="…and latency ≤ this, ms (if reported)")
     utility_throughput_cap_bps: float = Field(
-        1e9, gt=0.0, description="Utility = throughput / this (clipped to 1) for ridge_* policies, bit/s"
+        default=1e9, gt=0.0, description="Utility = throughput / this (clipped to 1) for ridge_* policies, bit/s"
     )
-    utility_latency_cap_ms: float = Field(1000.0, gt=0.0, description="Latency at which the full penalty applies, ms")
-    utility_latency_weight: float = Field(0.5, ge=0.0, le=1.0, description="Utility lost at latency_cap_ms (0..1)")
-    utility_loss_weight: float = Field(1.0, ge=0.0, le=1.0, description="Utility lost per unit loss fraction (0..1)")
+    utility_latency_cap_ms: float = Field(
+        default=1000.0, gt=0.0, description="Latency at which the full penalty applies, ms"
+    )
+    utility_latency_weight: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Utility lost at latency_cap_ms (0..1)"
+    )
+    utility_loss_weight: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="Utility lost per unit loss fraction (0..1)"
+    )
     forgetting: float = Field(
-        0.999,
+        default=0.999,
         gt=0.0,
         le=1.0,
         description="ridge_* forgetting factor per outcome of an arm (memory ≈ 1/(1−γ) outcomes); cold starts only, "
         "a model artefact keeps the factor it was trained with",
     )
     # EdgePath's ridge learners (edgepath.engines.linear_bandit)
-    ridge_lambda: float = Field(1.0, gt=0.0, description="ridge_*: L2 regularisation λ of each arm's regression")
-    squarecb_gamma0: float = Field(100.0, gt=0.0, description="ridge_squarecb: γ_t = gamma0·(n+1)^0.5 (SquareCB)")
-    ts_scale: float = Field(0.02, gt=0.0, description="ridge_lints: scale of the posterior draw (LinTS)")
-    ucb_alpha: float = Field(0.05, ge=0.0, description="ridge_linucb: width of the confidence bonus (LinUCB)")
-    ridge_epsilon: float = Field(0.05, ge=0.0, le=1.0, description="ridge_egreedy: exploration probability ε")
+    ridge_lambda: float = Field(
+        default=1.0, gt=0.0, description="ridge_*: L2 regularisation λ of each arm's regression"
+    )
+    squarecb_gamma0: float = Field(
+        default=100.0, gt=0.0, description="ridge_squarecb: γ_t = gamma0·(n+1)^0.5 (SquareCB)"
+    )
+    ts_scale: float = Field(default=0.02, gt=0.0, description="ridge_lints: scale of the posterior draw (LinTS)")
+    ucb_alpha: float = Field(default=0.05, ge=0.0, description="ridge_linucb: width of the confidence bonus (LinUCB)")
+    ridge_epsilon: float = Field(default=0.05, ge=0.0, le=1.0, description="ridge_egreedy: exploration probability ε")
     # the paper's policies (SGD oracles, Bernoulli reward)
     explore_prob: float = Field(
-        0.15, ge=0.0, le=1.0, description="active_explorer: probability p of the active-learning branch"
+        default=0.15, ge=0.0, le=1.0, description="active_explorer: probability p of the active-learning branch"
     )
     explore_decay: float | None = Field(
-        0.9997, gt=0.0, le=1.0, description="active_explorer: p decays by this per decision (none: no decay)"
+        default=0.9997, gt=0.0, le=1.0, description="active_explorer: p decays by this per decision (none: no decay)"
     )
-    epsilon: float = Field(0.2, ge=0.0, le=1.0, description="epsilon_greedy: exploration probability ε")
+    epsilon: float = Field(default=0.2, ge=0.0, le=1.0, description="epsilon_greedy: exploration probability ε")
     epsilon_decay: float | None = Field(
-        0.9999, gt=0.0, le=1.0, description="epsilon_greedy: ε decays by this per decision (none: no decay)"
+        default=0.9999, gt=0.0, le=1.0, description="epsilon_greedy: ε decays by this per decision (none: no decay)"
     )
-    explore_rounds: int = Field(500, ge=0, description="explore_first: uniformly random decisions before exploiting")
-    ucb_nsamples: int = Field(10, ge=2, description="bootstrapped_ucb: bootstrap resamples")
-    ucb_percentile: int = Field(80, ge=1, le=100, description="bootstrapped_ucb: upper percentile of the scores")
-    sgd_alpha: float = Field(1e-4, gt=0.0, description="paper policies: L2 penalty of the SGD logistic oracles")
+    explore_rounds: int = Field(
+        default=500, ge=0, description="explore_first: uniformly random decisions before exploiting"
+    )
+    ucb_nsamples: int = Field(default=10, ge=2, description="bootstrapped_ucb: bootstrap resamples")
+    ucb_percentile: int = Field(
+        default=80, ge=1, le=100, description="bootstrapped_ucb: upper percentile of the scores"
+    )
+    sgd_alpha: float = Field(default=1e-4, gt=0.0, description="paper policies: L2 penalty of the SGD logistic oracles")
 
 
 class SsmpSettings(BaseModel):
@@ -105,15 +121,15 @@ class SsmpSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mice_threshold_bytes: int = Field(
-        1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
+        default=1_048_576, ge=0, description="Transfers smaller than this are mice flows, bytes (paper: < 1 MB)"
     )
-    alpha: float = Field(0.5, ge=0.0, le=1.0, description="EWMA weight of a new server score Q (SSMP Eq. 3)")
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="EWMA weight of a new server score Q (SSMP Eq. 3)")
     stale_age_s: float = Field(
-        600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
+        default=600.0, gt=0.0, description="A server not measured for longer than this is flagged for probing, s"
     )
-    max_servers: int = Field(100_000, ge=1, description="In-process store capacity (server scores)")
+    max_servers: int = Field(default=100_000, ge=1, description="In-process store capacity (server scores)")
     fleet_devices: int = Field(
-        16,
+        default=16,
         ge=1,
         le=64,
         description="A server's fleet score is the median over at most this many devices' own fresh scores, the "
@@ -126,15 +142,17 @@ class MlpmSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    window: int = Field(20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
-    horizon_s: float = Field(1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
+    window: int = Field(default=20, ge=1, le=64, description="Samples per feature in MLPM's slope (paper: 10-20)")
+    horizon_s: float = Field(default=1.0, ge=0.0, le=600.0, description="MLPM forecast horizon, s")
     classifier: Literal["fitted", "hand_set"] = Field(
-        "fitted",
+        default="fitted",
         description="MLPM classifier: weights fitted on traces (engines.mlpm.FITTED, issue 20) or the hand-set "
         "gain/bias/profile split",
     )
-    gain: float = Field(8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
-    bias: float | None = Field(None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -gain/2)")
+    gain: float = Field(default=8.0, gt=0.0, le=1000.0, description="Scale of MLPM's classifier weights w")
+    bias: float | None = Field(
+        default=None, ge=-1000.0, le=1000.0, description="MLPM classifier bias b (default: -gain/2)"
+    )
 
 
 class CongestionSettings(BaseModel):
@@ -143,12 +161,12 @@ class CongestionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     edge_measurements: bool = Field(
-        True,
+        default=True,
         description="Count outcomes' congestion_measurement per (profile, algorithm) and let them override the advice "
         "when they refute it (engines.congestion.advise_with_edge); off: neither counted nor used",
     )
     edge_refresh_s: float = Field(
-        5.0,
+        default=5.0,
         ge=0.0,
         le=3600.0,
         description="Each replica re-reads a profile's edge statistics from the store at most this often, s "

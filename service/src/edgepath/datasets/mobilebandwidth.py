@@ -40,7 +40,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +48,7 @@ from typing import Any, Literal
 import numpy as np
 from edgepath_agent.mobilebandwidth import (  # the one CSV → context reader (shared with the agent's replay)
     UNAVAILABLE,
+    Row,
     cellular_fields,
     earfcn_to_downlink_mhz,
     parse_series,
@@ -116,13 +117,15 @@ def _only_known(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if k in InterfaceContext.model_fields}
 
 
-def wifi_interface(row: Mapping[str, Any], name: str = WIFI_INTERFACE) -> InterfaceContext:
-    """Context of the WiFi interface from one wifi4/5/6.csv row (the shared reader, see module docstring)."""
+def wifi_interface(row: Row, name: str = WIFI_INTERFACE) -> InterfaceContext:
+    """Context of the WiFi interface from one wifi4/5/6.csv row (a ``csv.DictReader`` dict or a pandas ``Series``;
+    the shared reader, see module docstring)."""
     return _valid_interface(_only_known(wifi_fields(row, name)))
 
 
-def cellular_interface(row: Mapping[str, Any], name: str = CELLULAR_INTERFACE) -> InterfaceContext:
-    """Context of the LTE interface from one 4G.csv row (the shared reader, see module docstring)."""
+def cellular_interface(row: Row, name: str = CELLULAR_INTERFACE) -> InterfaceContext:
+    """Context of the LTE interface from one 4G.csv row (as :func:`wifi_interface`'s; the shared reader, see module
+    docstring)."""
     return _valid_interface(_only_known(cellular_fields(row, name)))
 
 

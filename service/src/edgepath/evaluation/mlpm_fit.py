@@ -83,13 +83,13 @@ def load_split(data_dir: Path, split: dict[str, Any]) -> list[mlpm_eval.Trace]:
 def _label(trace: mlpm_eval.Trace, t: int, priority: mlpm.Priority) -> int:
     tput = trace.throughput_bps[:, t]
     rtt = trace.rtt_ms[:, t] if trace.rtt_ms is not None else None
-    rtt_ok = rtt is not None and not np.isnan(rtt).any() and (rtt > 0).all()
-    if priority is mlpm.Priority.LATENCY and rtt_ok:
-        return int(np.argmin(rtt))
-    if priority is mlpm.Priority.BALANCED and rtt_ok:
-        top = tput.max()
-        score = 0.5 * (tput / top if top > 0 else np.ones_like(tput)) + 0.5 * (rtt.min() / rtt)
-        return int(np.argmax(score))
+    if rtt is not None and not np.isnan(rtt).any() and (rtt > 0).all():  # RTTs usable
+        if priority is mlpm.Priority.LATENCY:
+            return int(np.argmin(rtt))
+        if priority is mlpm.Priority.BALANCED:
+            top = tput.max()
+            score = 0.5 * (tput / top if top > 0 else np.ones_like(tput)) + 0.5 * (rtt.min() / rtt)
+            return int(np.argmax(score))
     return int(np.argmax(tput))
 
 

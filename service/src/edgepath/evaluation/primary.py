@@ -373,7 +373,16 @@ def drift_replay(
     backhaul), so only outcomes reveal it. Per policy (warm start): mean throughput after the drift and
     ``switch_outcomes``: outcomes after the drift until the rolling-100 share of LTE choices reaches the
     midpoint between the policy's pre-drift share and the post-drift oracle's share (None = never).
+    The report's ``warm_policies`` names the policies replayed (each needs its model in ``models``).
+
+    Raises
+    ------
+    ValueError
+        When a policy of ``policies`` has no model in ``models`` (naming it), before anything is replayed.
     """
+    missing = [p for p in policies if p not in models]
+    if missing:
+        raise ValueError(f"drift replay: no trained model for {', '.join(missing)} (trained: {', '.join(models)})")
     say = progress or (lambda _msg: None)
     rows: dict[str, dict[str, list[Any]]] = {}
     for seed in seeds:
@@ -401,6 +410,7 @@ def drift_replay(
     return {
         "wifi_factor": wifi_factor,
         "what": "WiFi outcomes x wifi_factor from the middle of each stream; contexts unchanged; warm starts",
+        "warm_policies": list(policies),
         "policies": {
             name: {
                 "mean_throughput_before_mbps": float(np.mean(r["before"])),

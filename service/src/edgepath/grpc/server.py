@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -78,10 +78,11 @@ async def abort_invalid(
     exc: ValidationError,
     extra_trailing: tuple[tuple[str, str], ...] = (),
     caller: Principal | None = None,
-) -> None:
+) -> NoReturn:
     """Abort with INVALID_ARGUMENT naming the first invalid field, the first ones in a ``google.rpc.BadRequest``
     (:func:`~edgepath.grpc.observe.rich_status`; ``extra_trailing`` is added to the call's trailing metadata).
-    ``caller``: the authenticated caller, named by the call's refusal line (:func:`note_caller`)."""
+    ``caller``: the authenticated caller, named by the call's refusal line (:func:`note_caller`). Never returns:
+    ``abort_with_status`` raises (grpc types it ``NoReturn``; grpc has no type information mypy reads)."""
     note_caller(caller)
     violations = field_violations(exc.errors())
     status = rich_status(
@@ -91,6 +92,7 @@ async def abort_invalid(
         trailing_metadata=with_call_trailers(context, extra_trailing),
     )
     await context.abort_with_status(status)
+    raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover
 
 
 async def abort_with(
@@ -98,10 +100,11 @@ async def abort_with(
     exc: EdgePathError,
     extra_trailing: tuple[tuple[str, str], ...] = (),
     caller: Principal | None = None,
-) -> None:
+) -> NoReturn:
     """Abort the call with the kind's status; an error naming a field carries a ``google.rpc.BadRequest``;
     RESOURCE_EXHAUSTED carries ``retry-after-ms`` trailing metadata and a ``google.rpc.RetryInfo``
-    (``extra_trailing`` is added to any call's trailing metadata). ``caller``: as :func:`abort_invalid`'s."""
+    (``extra_trailing`` is added to any call's trailing metadata). ``caller``: as :func:`abort_invalid`'s. Never
+    returns (as :func:`abort_invalid`)."""
     note_caller(caller)
     trailing: tuple[tuple[str, str], ...] = extra_trailing
     retry_after_ms = None
@@ -117,6 +120,7 @@ async def abort_with(
         trailing_metadata=with_call_trailers(context, trailing),
     )
     await context.abort_with_status(status)
+    raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover
 
 
 class _CaptureHandlers:

@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 from asgi_correlation_id import CorrelationIdMiddleware
@@ -587,7 +587,10 @@ def serve_hot_routes_plain(app: FastAPI, paths: Sequence[str]) -> None:
 
     hot = [r for r in app.router.routes if isinstance(r, APIRoute) and r.path in paths]
     for route in reversed(hot):
-        plain = Route(route.path, route.endpoint, methods=list(route.methods), name=route.name, include_in_schema=False)
+        # an APIRoute always has its methods (["GET"] when none are given); the attribute's type is Starlette's
+        # Route's, where None means any method
+        methods = cast(set[str], route.methods)
+        plain = Route(route.path, route.endpoint, methods=list(methods), name=route.name, include_in_schema=False)
         app.router.routes.insert(0, plain)
 
 
@@ -667,7 +670,7 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
 def add_admin_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Gate) -> None:
     """Quarantine management (admin identity required)."""
     tags: list[str | Enum] = ["admin"]
-    security = {"security": [{_BEARER_SCHEME: []}]}
+    security: dict[str, Any] = {"security": [{_BEARER_SCHEME: []}]}
 
     @router.get("/v1/admin/quarantine", tags=tags, response_model=QuarantineList, openapi_extra=security)
     async def list_quarantine(request: Request) -> QuarantineList:

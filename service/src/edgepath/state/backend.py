@@ -113,9 +113,17 @@ class StateBackend(Protocol):
     one trainer holds the lock); False for the in-process backend (the serving process trains itself).
     """
 
-    store: StateStore
-    snapshots: SnapshotChannel
     shared: bool
+
+    # Read-only members (properties): a backend's store and channel are its own concrete classes (``MemoryStore``,
+    # ``RedisSnapshotChannel`` …), which a settable ``store: StateStore`` would refuse (mutable members are invariant).
+    @property
+    def store(self) -> StateStore:
+        """The decision/outcome store (closed by :meth:`close`)."""
+
+    @property
+    def snapshots(self) -> SnapshotChannel:
+        """The model snapshot channel, on the same store."""
 
     def trainer_lock(self, ttl_s: float, poll_s: float) -> TrainerLock:
         """A new lock handle (one per holder) with expiry ``ttl_s`` s, retried every ``poll_s`` s."""

@@ -885,7 +885,7 @@ class RedisStore:
         one key the other's)."""
         return f"{self.namespace}:ssmpdev:{key}"
 
-    async def get_server_scores(self, keys: Any) -> dict[str, ServerScore]:
+    async def get_server_scores(self, keys: Sequence[str]) -> dict[str, ServerScore]:
         """Fleet scores by key (MGET of JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]``; the third
         item is absent in values written before per-path B and p were stored); while degraded, none (servers read as
         unmeasured)."""

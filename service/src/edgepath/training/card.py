@@ -11,6 +11,17 @@ def _pm(value: float | None, ci: float | None, unit: str = "") -> str:
     return f"{value:.1f}{unit} ± {ci:.1f}" if ci is not None else f"{value:.1f}{unit}"
 
 
+def _log_filtering(training: dict[str, Any]) -> str:
+    """What was done to the decision log against the user split (empty for cards before it was, or no log)."""
+    dropped, unmapped = training.get("logged_decisions_dropped_held_out"), training.get("logged_decisions_unmapped")
+    if not dropped and not unmapped:
+        return ""
+    return (
+        f" (of {training.get('logged_decisions_read')} read: {dropped or 0} of held-out users' devices dropped, "
+        f"{unmapped or 0} of devices that map to no user of the data kept)"
+    )
+
+
 def render_markdown(card: dict[str, Any]) -> str:
     """The card as Markdown: data and licence, split, features, hyper-parameters, scores, ablation, command."""
     lines = [
@@ -38,7 +49,7 @@ def render_markdown(card: dict[str, Any]) -> str:
         + ", ".join(f"`{f}` (sha256 {h[:12]}…)" for f, h in data["files"].items()),
         f"- Pairing: {data['pairing']}",
         f"- Training situations: {card['training']['situations']} (pairing seed {card['hyper_parameters']['seed']}); "
-        f"logged decisions (IPS-weighted): {card['training']['logged_decisions']}",
+        f"logged decisions (IPS-weighted): {card['training']['logged_decisions']}" + _log_filtering(card["training"]),
         "",
         "## Split",
         "",
@@ -74,10 +85,13 @@ def render_markdown(card: dict[str, Any]) -> str:
         f"(groups: {', '.join(card['feature_groups'])}).",
         "- Hyper-parameters: " + ", ".join(f"{k}={v}" for k, v in card["hyper_parameters"].items()),
         "",
-        "## Offline scores on unseen users (static, no online learning)",
+        "## Offline scores on unseen users (static, no online learning)"
+        if card["scores"].get("held_out", True)
+        else "## Offline scores on the test users, NOT verified held out (static, no online learning)",
         "",
         f"Mean over pairing seeds {card['scores']['seeds']} of the test users' paired situations; ± is the 95% "
-        "Student-t half-width over seeds.",
+        "Student-t half-width over seeds."
+        + (f" {card['scores']['held_out_note']}." if not card["scores"].get("held_out", True) else ""),
         "",
         "| model | % of oracle throughput | gain over WiFi-first |",
         "|---|---|---|",

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,8 +76,11 @@ ARMS: tuple[AccessType, AccessType] = (AccessType.WIFI, AccessType.LTE)
 class OfflineConfig:
     """Hyper-parameters of offline training (recorded in the model card).
 
-    ``explore_prob`` replaces the bandit's initial exploration probability:
-    a warm-started policy needs less exploration than a cold one (0.15).
+    ``explore_prob`` replaces active_explorer's initial probability ``p`` of the active-learning branch
+    (a warm-started policy needs less exploration than a cold one, 0.15); no other policy reads it
+    (:func:`policy_reads`; each explores by its own parameters, :func:`exploration_parameters`), and
+    ``edgepath train-offline`` refuses ``--explore-prob`` for them. Likewise the ``ridge_*`` fields are
+    read by the ``ridge_*`` policies only; :func:`policy_config_dict` keeps what ``policy`` reads.
     ``drop_groups`` zeroes feature groups (ablation only).
     """
 
@@ -138,7 +142,19 @@ def read_decision_log(path: Path | str) -> list[TrainingSample]:
     DecisionLogError
         Naming the line number and the field at fault.
     """
-    out = []
+    return [sample for _, sample in read_decision_log_rows(path)]
+
+
+def read_decision_log_rows(path: Path | str) -> list[tuple[str | None, TrainingSample]]:
+    """:func:`read_decision_log` with each line's ``device_id`` (None when the line has none or not a string),
+    for :func:`drop_held_out_devices`.
+
+    Raises
+    ------
+    DecisionLogError
+        Naming the line number and the field at fault.
+    """
+    out: list[tuple[str | None, TrainingSample]] = []
     for lineno, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -167,8 +183,69 @@ def read_decision_log(path: Path | str) -> list[TrainingSample]:
             raise DecisionLogError(
                 f"decision log line {lineno}: throughput_bps, latency_ms or loss out of range (or not finite)"
             )
-        out.append(sample)
+        device = obj.get("device_id")
+        out.append((device if isinstance(device, str) else None, sample))
     return out
+
+
+#: The replay's device ids (``edgepath_agent.replay.run_replay``): ``<device_prefix>-<first 16 hex digits of the
+#: WiFi test's user_uid>``; a bare or prefixed whole 32-digit ``user_uid`` maps too.
+_DEVICE_USER = re.compile(r"(?:.*-)?([0-9a-f]{16})(?:[0-9a-f]{16})?")
+
+
+def device_user_key(device_id: str | None) -> str | None:
+    """The user key (first 16 hex digits of a ``user_uid``, lower case) a device id carries, or None."""
+    if not device_id:
+        return None
+    match = _DEVICE_USER.fullmatch(device_id.lower())
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True)
+class LogUserFilter:
+    """What :func:`drop_held_out_devices` kept of a decision log, and why the rest went."""
+
+    kept: list[TrainingSample]
+    dropped_held_out: int
+    """Rows of devices of held-out users: dropped (their outcomes are what the held-out scores measure)."""
+    training_users: int
+    """Rows kept whose device maps to a training user."""
+    unmapped: int
+    """Rows kept whose device id maps to no user of the data: they cannot be checked against the split."""
+
+    @property
+    def held_out_verified(self) -> bool:
+        """Every kept row maps to a training user: scores on the held-out users are held out from the log too."""
+        return self.unmapped == 0
+
+
+def drop_held_out_devices(
+    rows: Sequence[tuple[str | None, TrainingSample]], training_uids: Iterable[str], held_out_uids: Iterable[str]
+) -> LogUserFilter:
+    """Drop the decision-log rows of the held-out users' devices (see :func:`device_user_key`).
+
+    A replay of the full data set (README: ``edgepath-agent replay`` into a service, then ``log export``) logs
+    the held-out users' situations too; training on them would leak the test users into the warm start. A row
+    whose key is a held-out user's is dropped (also when a training user shares the 16-digit prefix); one whose
+    key is a training user's is kept; any other (a real device, another prefix format) is kept and counted as
+    ``unmapped``. Only the device's (WiFi) user is checked: a replayed situation pairs it with another user's
+    cellular test of the same city.
+    """
+    test_keys = {uid[:16].lower() for uid in held_out_uids}
+    train_keys = {uid[:16].lower() for uid in training_uids}
+    kept: list[TrainingSample] = []
+    dropped = training = unmapped = 0
+    for device, sample in rows:
+        key = device_user_key(device)
+        if key is not None and key in test_keys:
+            dropped += 1
+            continue
+        kept.append(sample)
+        if key is not None and key in train_keys:
+            training += 1
+        else:
+            unmapped += 1
+    return LogUserFilter(kept, dropped, training, unmapped)
 
 
 def ips_weights(propensities: Sequence[float] | np.ndarray, max_weight: float = 100.0) -> np.ndarray:
@@ -358,9 +435,52 @@ def train_offline(
 
 
 def config_dict(cfg: OfflineConfig) -> dict[str, Any]:
+    """Every field of ``cfg`` as JSON-ready values (``drop_groups`` a list), whether its policy reads it or not."""
     d = asdict(cfg)
     d["drop_groups"] = list(cfg.drop_groups)
     return d
+
+
+#: :class:`OfflineConfig` fields that only some policies read → the :attr:`PolicySpec.parameters` entry reading them.
+#: The other fields (policy, reward threshold, ``sgd_alpha`` of the better-arm classifier, epochs, seed, IPS cap,
+#: ablation) configure the training itself, whatever the policy.
+POLICY_FIELDS: dict[str, str] = {
+    "explore_prob": "explore_prob",
+    "ridge_lambda": "ridge_lambda",
+    "forgetting": "forgetting",
+    "squarecb_gamma0": "squarecb_gamma0",
+    "ts_scale": "ts_scale",
+    "ucb_alpha": "ucb_alpha",
+    "ridge_epsilon": "ridge_epsilon",
+    "utility_throughput_cap_bps": "utility",
+    "warm_window": "utility",
+}
+#: Parameters a whole family of policies reads (model, reward), not how one of them explores.
+_FAMILY_PARAMETERS = ("ridge_lambda", "forgetting", "utility", "sgd_alpha")
+
+
+def policy_reads(policy: str, name: str) -> bool:
+    """Whether ``policy`` reads :class:`OfflineConfig` field ``name`` (training fields: always).
+
+    Raises
+    ------
+    ValueError
+        For an unknown policy (naming the choices).
+    """
+    reader = POLICY_FIELDS.get(name)
+    return reader is None or reader in policy_spec(policy).parameters
+
+
+def exploration_parameters(policy: str) -> tuple[str, ...]:
+    """The :class:`BanditConfig` fields (settings ``bandit.*``) setting how ``policy`` explores, e.g.
+    ``("epsilon", "epsilon_decay")`` for epsilon_greedy, ``("squarecb_gamma0",)`` for ridge_squarecb; empty for a
+    policy with no configurable exploration (adaptive_greedy)."""
+    return tuple(p for p in policy_spec(policy).parameters if p not in _FAMILY_PARAMETERS)
+
+
+def policy_config_dict(cfg: OfflineConfig) -> dict[str, Any]:
+    """:func:`config_dict` without the fields ``cfg.policy`` does not read (the model card's hyper-parameters)."""
+    return {k: v for k, v in config_dict(cfg).items() if policy_reads(cfg.policy, k)}
 
 
 ALPHA_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1)
