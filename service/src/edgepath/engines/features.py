@@ -37,7 +37,7 @@ wifi_rssi_spread_db        lin(1, 2)     spread        std. dev. of the test's R
 link_speed_mbps            log(2, 0.5)   link_speed    PHY rate; 100 Mbit/s at the centre
 max_link_speed_mbps        log(2.2, 0.3) link_speed    device capability (1×1 vs 2×2 MIMO)
 band_5ghz (frequency_mhz)  1[f ≥ 4900]   band          5/6 GHz band flag
-rsrp_dbm (LTE/NR)          lin(-95, 15)  signal        3GPP "fair" RSRP at the centre
+rsrp_dbm (LTE/NR)          lin(-95, 15)  signal        common "fair" RSRP (not a 3GPP class)
 rsrq_db                    lin(-11, 4)   signal
 sinr_db                    lin(10, 8)    signal
 cqi                        lin(8, 4)     signal        CQI 0..15
