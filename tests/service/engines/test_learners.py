@@ -11,6 +11,7 @@ from edgepath.engines.active_explorer import PaperActiveExplorer
 from edgepath.engines.features import N_FEATURES, context_features
 from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig, floor_mix
 from edgepath.engines.primary_path import (
+    BERNOULLI_POLICIES,
     DEFAULT_POLICY,
     PAPER_POLICIES,
     POLICIES,
@@ -81,7 +82,10 @@ def test_utility_is_bounded_monotone_and_linear_in_throughput() -> None:
 
 # --- registry -------------------------------------------------------------------------------------------------------
 def test_registry_names_default_and_paper_policies() -> None:
+    """The paper's six are a fixed list; any registered policy is a utility or a Bernoulli one (a seventh included)."""
     assert DEFAULT_POLICY in UTILITY_POLICIES and PrimaryPathBandit().reward_name == "utility"
+    assert set(PAPER_POLICIES) <= set(BERNOULLI_POLICIES)
+    assert sorted((*BERNOULLI_POLICIES, *UTILITY_POLICIES)) == sorted(POLICIES)
     assert set(PAPER_POLICIES) == {
         "active_explorer",
         "adaptive_greedy",
@@ -90,7 +94,8 @@ def test_registry_names_default_and_paper_policies() -> None:
         "epsilon_greedy",
         "explore_first",
     }
-    assert all(PrimaryPathBandit(BanditConfig(policy=p)).reward_name == "bernoulli" for p in PAPER_POLICIES)
+    assert all(PrimaryPathBandit(BanditConfig(policy=p)).reward_name == "bernoulli" for p in BERNOULLI_POLICIES)
+    assert all(PrimaryPathBandit(BanditConfig(policy=p)).reward_name == "utility" for p in UTILITY_POLICIES)
 
 
 # --- exact propensities -----------------------------------------------------------------------------------------------

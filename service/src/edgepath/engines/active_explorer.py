@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import warnings
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.linear_model import SGDClassifier
@@ -66,6 +66,10 @@ class PaperActiveExplorer:
     ValueError
         For fewer than two oracles or p outside [0, 1].
     """
+
+    #: What changes as it decides (p decays, the branch draws advance the generator): carried from the serving copy
+    #: to a refitted clone by :meth:`carry_exploration_from`.
+    EXPLORATION_STATE: ClassVar[tuple[str, ...]] = ("explore_prob", "random_state")
 
     def __init__(self, oracles: list[SGDClassifier], explore_prob: float, decay: float | None, seed: int) -> None:
         if len(oracles) < 2:
@@ -159,5 +163,6 @@ class PaperActiveExplorer:
         self._snapshot()
 
     def carry_exploration_from(self, live: PaperActiveExplorer) -> None:
-        self.explore_prob = live.explore_prob
-        self.random_state = live.random_state
+        """Adopt the serving copy's :attr:`EXPLORATION_STATE` (its decayed p and its generator)."""
+        for attr in self.EXPLORATION_STATE:
+            setattr(self, attr, getattr(live, attr))

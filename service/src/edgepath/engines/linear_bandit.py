@@ -101,6 +101,10 @@ MODES: tuple[str, ...] = ("squarecb", "lints", "linucb", "egreedy")
 
 #: Rules whose arm is drawn from a distribution, so that a probability floor can be enforced in the draw.
 FLOORED_MODES: tuple[str, ...] = ("squarecb", "lints", "egreedy")
+#: Rules that are deterministic given the state (probabilities 0/1): no floor, propensity 1. Every mode of
+#: :data:`MODES` is in exactly one of :data:`FLOORED_MODES` and this (checked by :class:`LinearBanditConfig`), so a
+#: new rule cannot be left unfloored by omission.
+DETERMINISTIC_MODES: tuple[str, ...] = ("linucb",)
 
 _GH_NODES, _GH_WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # ∫ f(z) e^{-z²/2} dz
 
@@ -147,6 +151,11 @@ class LinearBanditConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown linear bandit mode {self.mode!r}; choose one of {MODES}")
+        if (self.mode in FLOORED_MODES) == (self.mode in DETERMINISTIC_MODES):
+            raise ValueError(
+                f"linear bandit mode {self.mode!r} must be in exactly one of FLOORED_MODES (drawn from a distribution: "
+                "the propensity floor is enforced in the draw) and DETERMINISTIC_MODES (linear_bandit.py)"
+            )
         if not self.ridge_lambda > 0.0:
             raise ValueError("ridge_lambda must be > 0")
         if not 0.0 < self.forgetting <= 1.0:
@@ -305,7 +314,9 @@ class LinearBandit:
             p = np.zeros(k)
             p[int(np.argmax(mu + cfg.ucb_alpha * sd))] = 1.0
             return p
-        return _thompson_probabilities(mu, cfg.ts_scale * sd)
+        if cfg.mode == "lints":
+            return _thompson_probabilities(mu, cfg.ts_scale * sd)
+        raise _unhandled(cfg.mode, "_rule_probabilities")
 
     def decide(self, x: np.ndarray, floor: float = 0.0, native: bool = False) -> tuple[int, float]:
         """Draw an arm for features ``x`` (shape ``(d,)``, float64) from :meth:`probabilities` ``(x, floor)``;
@@ -362,7 +373,9 @@ class LinearBandit:
             p = np.zeros((m, k))
             p[rows, (mu + cfg.ucb_alpha * sd).argmax(axis=1)] = 1.0
             return p
-        return np.vstack([_thompson_probabilities(mu[i], cfg.ts_scale * sd[i]) for i in range(m)])
+        if cfg.mode == "lints":
+            return np.vstack([_thompson_probabilities(mu[i], cfg.ts_scale * sd[i]) for i in range(m)])
+        raise _unhandled(cfg.mode, "_rule_probabilities_batch")
 
     def decide_batch(self, X: np.ndarray, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`decide` for the rows of ``X`` (shape ``(m, d)``), in row order: arm indices ``(m,)`` (int) and
@@ -439,6 +452,12 @@ class LinearBandit:
     def carry_exploration_from(self, live: LinearBandit) -> None:
         """Continue the random draws of the serving copy (see PrimaryPathBandit.carry_exploration_from)."""
         self.rng = live.rng
+
+
+def _unhandled(mode: str, method: str) -> NotImplementedError:
+    """The error of a mode listed in :data:`MODES` that a rule method has no branch for (never a silent fallback to
+    another rule: the logged propensities would be another rule's)."""
+    return NotImplementedError(f"linear bandit mode {mode!r} is in MODES but LinearBandit.{method} has no rule for it")
 
 
 def _pick(p: list[float], draw: float) -> tuple[int, float]:

@@ -25,10 +25,17 @@ build its per-arm-set state, its class (which states its propensity rule and its
 exploration state: :class:`RidgePolicy`, :class:`ActiveExplorerPolicy`, one
 :class:`LibraryPolicy` subclass per library policy), the :class:`BanditConfig`
 parameters it reads (settings ``bandit.*``, ``EDGEPATH_BANDIT__*``) and its sources.
-Adding a policy = its class (if new) and one ``PolicySpec`` line in ``_SPECS``.
-Every per-arm-set policy object answers ``decide(x) -> (arm, propensity)``
-with the **exact** probability of the chosen arm at decision time,
-``learn(X, a, r, w)`` and ``carry_exploration_from(old)``.
+
+Every per-arm-set policy object implements :class:`PathPolicy`: ``decide(x, floor, native) -> (arm, probability)``
+with the **exact** probability of the chosen arm at decision time, ``probabilities(x, floor)``, ``learn(X, a, r,
+w)``, ``is_fitted``, ``carry_exploration_from(live)``, ``advance_exploration(decisions)`` and the class attribute
+``EXPLORATION_STATE``; a utility learner also :class:`UtilityPathPolicy` (``warm``, ``model.coef``/``intercept``),
+a Bernoulli one :class:`OraclePathPolicy` (``_oracles.algos``, its per-arm SGD oracles). Adding a policy = its class
+(if new) and one ``PolicySpec`` line in ``_SPECS``: the spec is checked when it is created (a member missing is a
+``TypeError`` naming it), its ``build`` makes an instance of its ``policy_class`` (a library builder,
+:func:`_library`, is bound to it), and :meth:`PrimaryPathBandit.advance_exploration` and
+:attr:`PolicySpec.exploration_state` ask the class. What else a new policy may need (settings, the offline
+trainer's flags, ``edgepath eval policies``) is listed in README "Extending EdgePath".
 
 EdgePath's learners (numpy, :mod:`edgepath.engines.linear_bandit`; per-arm
 discounted ridge regression of the utility, forgetting factor γ):
@@ -121,7 +128,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from sklearn.linear_model import SGDClassifier
@@ -139,7 +146,7 @@ from edgepath.engines.features import (
     representative,
 )
 from edgepath.engines.features import NATIVE_AVAILABLE as FEATURES_NATIVE
-from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
+from edgepath.engines.linear_bandit import MODES, LinearBandit, LinearBanditConfig
 from edgepath.types import AccessType, InterfaceContext
 
 ArmSet = tuple[AccessType, ...]
@@ -259,6 +266,164 @@ def _oracle(cfg: BanditConfig) -> SGDClassifier:
     return SGDClassifier(loss="log_loss", alpha=cfg.sgd_alpha, random_state=cfg.seed)
 
 
+# --- the contract of a per-arm-set policy ---------------------------------------------------------------------------
+@runtime_checkable
+class PathPolicy(Protocol):
+    """What :class:`PrimaryPathBandit`, the trainers and the fleet's exploration sync need of a policy object.
+
+    One object serves one arm set of K ≥ 2 arms (a one-arm device never reaches a policy); arms are indices
+    ``0..K−1`` into the arm set. ``x`` is one context's feature vector, shape ``(N_FEATURES,)``, float64
+    (:mod:`edgepath.engines.features`); ``X`` a batch of them, ``(n, N_FEATURES)``.
+
+    ``floor`` is the service's ``propensity_floor`` (:class:`BanditConfig`, a probability, default 0.01: IPS weights
+    stay ≤ 100), passed at every call so that a loaded model follows the serving settings. A randomised rule should
+    give every arm at least ``min(floor, 1/K)`` in the distribution it draws from (as the ridge policies do,
+    :func:`~edgepath.engines.linear_bandit.floor_mix`); a rule that keeps a published form may ignore it, and then the
+    logged propensity ``max(floor, probability)`` is a bound, not the probability (module docstring, "Exploration
+    floor").
+
+    Registering a class (``PolicySpec.policy_class``) checks it has every member below (:func:`policy_class_problems`;
+    ``EXPLORATION_STATE`` and ``advance_exploration`` must be the class's own, not the generic
+    :class:`LibraryPolicy`'s). Optional: ``decide_batch(X, floor) -> (arms (m,) int, probabilities (m,))``, which
+    :meth:`PrimaryPathBandit.decide_batch` uses where present; it must draw what ``m`` calls of :meth:`decide` would,
+    in row order (else rows are decided one by one with :meth:`decide`).
+    """
+
+    #: Dotted attribute paths, relative to the policy object (``"lib.explore_prob"``, ``"model.rng"``), of the state
+    #: that changes as the policy decides (decayed exploration probability, round counters, random generator).
+    #: Non-empty. :meth:`carry_exploration_from` copies them from the serving copy to a refitted clone;
+    #: :attr:`PolicySpec.exploration_state` reports them.
+    EXPLORATION_STATE: ClassVar[tuple[str, ...]]
+
+    @property
+    def is_fitted(self) -> bool:
+        """True once the policy decides from what it learnt (every arm has an outcome); until then it draws
+        uniformly, probability ``1/K``."""
+        ...
+
+    def decide(self, x: np.ndarray, floor: float = 0.0, native: bool = False) -> tuple[int, float]:
+        """Draw an arm for ``x``: ``(arm index, probability)``, the **exact** probability in (0, 1] the drawn arm had
+        at decision time (it is logged as the propensity; see ``floor`` above). Advances the exploration schedule by
+        one decision. ``native``: the caller allows compiled code that gives the same arm and probability bit for
+        bit; a policy without any ignores it."""
+        ...
+
+    def probabilities(self, x: np.ndarray, floor: float = 0.0) -> np.ndarray:
+        """The distribution :meth:`decide` would draw from now, shape ``(K,)``, sums to 1; draws nothing and does not
+        advance the schedule (the ground-truth OPE harness evaluates models with it)."""
+        ...
+
+    def learn(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Learn from outcomes in arrival order: ``X`` ``(n, N_FEATURES)``, arm indices ``a`` ``(n,)``, targets
+        ``r`` ``(n,)`` (utility in [0, 1] or Bernoulli reward 0/1, per the spec's ``reward``), weights ``w`` ``(n,)``
+        (None = 1). Only valid samples reach it (:func:`valid_sample`)."""
+        ...
+
+    def carry_exploration_from(self, live: Any) -> None:
+        """Adopt the :attr:`EXPLORATION_STATE` of ``live``, the serving copy this refitted clone replaces (ignore a
+        ``live`` of another kind: a model of another policy was loaded)."""
+        ...
+
+    def advance_exploration(self, decisions: int) -> None:
+        """Advance the exploration schedule as if ``decisions`` (≥ 1) more decisions had been made (by other
+        replicas: :mod:`edgepath.training.exploration`), so N replicas explore like one. A policy whose schedule
+        does not count decisions implements it as a documented no-op."""
+        ...
+
+
+@runtime_checkable
+class UtilityPathPolicy(PathPolicy, Protocol):
+    """A policy with ``reward="utility"``: also warm-started from offline rows, and greedy by a linear model.
+
+    ``model`` has ``coef`` ``(K, N_FEATURES)`` and ``intercept`` ``(K,)``, the per-arm linear estimates of the
+    utility (:class:`~edgepath.engines.linear_bandit.LinearBandit`): ``OfflineModel.greedy_arms``
+    (:mod:`edgepath.training.offline`) takes ``argmax(X @ coef.T + intercept)`` for the static evaluation rows.
+    """
+
+    model: Any
+
+    def warm(self, X: np.ndarray, a: np.ndarray, r: np.ndarray, w: np.ndarray | None = None) -> None:
+        """Add offline rows (shapes as :meth:`PathPolicy.learn`) without forgetting
+        (:meth:`PrimaryPathBandit.warm_start_rows`)."""
+        ...
+
+
+@runtime_checkable
+class OraclePathPolicy(PathPolicy, Protocol):
+    """A policy with ``reward="bernoulli"``: per-arm SGD oracles (the paper's), once fitted.
+
+    ``_oracles.algos`` is the list of its K per-arm ``SGDClassifier(loss="log_loss")`` oracles, in arm order (present
+    once fitted: the library creates it on the first fit). Its builder receives ``base``, pre-fit oracles of the
+    offline trainer (or None), and must keep those very objects as its oracles:
+    :meth:`PrimaryPathBandit.warm_start` restores their offline coefficients after one ``learn``,
+    ``OfflineModel.greedy_arms`` and ``select_alpha`` (:mod:`edgepath.training.offline`) read their
+    ``decision_function`` / ``predict_proba``.
+    """
+
+    @property
+    def _oracles(self) -> Any: ...
+
+
+#: The members every registered class must have (:func:`policy_class_problems`), by reward.
+_REQUIRED_MEMBERS: dict[str, tuple[str, ...]] = {
+    "utility": (
+        "EXPLORATION_STATE",
+        "is_fitted",
+        "decide",
+        "probabilities",
+        "learn",
+        "carry_exploration_from",
+        "advance_exploration",
+        "warm",
+    ),
+    "bernoulli": (
+        "EXPLORATION_STATE",
+        "is_fitted",
+        "decide",
+        "probabilities",
+        "learn",
+        "carry_exploration_from",
+        "advance_exploration",
+    ),
+}
+#: Members a class must state itself: the generic :class:`LibraryPolicy`'s would silently keep a new decaying
+#: policy's ε/counters out of refits and out of the fleet-wide schedule.
+_OWN_MEMBERS: tuple[str, ...] = ("EXPLORATION_STATE", "advance_exploration")
+
+
+def policy_class_problems(policy_class: type, reward: str) -> list[str]:
+    """What keeps ``policy_class`` from being registered for ``reward``: one sentence a problem, [] if none.
+
+    Checks the class (not an instance): every member of :class:`PathPolicy` (and ``warm`` for ``utility``) is defined
+    by the class or a base other than the protocols, ``EXPLORATION_STATE`` and ``advance_exploration`` not by the
+    generic :class:`LibraryPolicy`, and ``EXPLORATION_STATE`` is a non-empty tuple of attribute paths.
+    """
+    if reward not in _REQUIRED_MEMBERS:
+        return [f"reward must be one of {sorted(_REQUIRED_MEMBERS)}, not {reward!r}"]
+    problems = []
+    for member in _REQUIRED_MEMBERS[reward]:
+        owner = next((c for c in policy_class.__mro__ if member in vars(c)), None)
+        if owner is None or owner in (PathPolicy, UtilityPathPolicy, OraclePathPolicy):
+            problems.append(f"{member} is missing (PathPolicy)")
+        elif member in _OWN_MEMBERS and owner is LibraryPolicy:
+            problems.append(f"{member} is LibraryPolicy's generic one: the class must state its own")
+    state = getattr(policy_class, "EXPLORATION_STATE", None)
+    if state is not None and not (isinstance(state, tuple) and state and all(isinstance(s, str) and s for s in state)):
+        problems.append(f"EXPLORATION_STATE must be a non-empty tuple of attribute paths, not {state!r}")
+    return problems
+
+
+def _carry_state(policy: Any, live: Any) -> None:
+    """Copy each dotted path of ``policy.EXPLORATION_STATE`` that ``live`` has from ``live`` to ``policy``."""
+    for path in policy.EXPLORATION_STATE:
+        *parents, attr = path.split(".")
+        src, dst = live, policy
+        for part in parents:
+            src, dst = getattr(src, part, None), getattr(dst, part)
+        if src is not None and hasattr(src, attr):
+            setattr(dst, attr, getattr(src, attr))
+
+
 # --- per-arm-set policy objects -------------------------------------------------------------------------------------
 class RidgePolicy:
     """EdgePath's learner for one arm set: a :class:`LinearBandit` over the shared features.
@@ -268,6 +433,10 @@ class RidgePolicy:
     drawn from (:func:`~edgepath.engines.linear_bandit.floor_mix`; not for the deterministic ``linucb``), so the
     returned propensity is the exact probability of the drawn arm and already ≥ the floor.
     """
+
+    #: Deciding advances only the generator of the draws (SquareCB's γ_t counts *trained* outcomes, carried by the
+    #: model itself).
+    EXPLORATION_STATE: ClassVar[tuple[str, ...]] = ("model.rng",)
 
     def __init__(self, k: int, cfg: BanditConfig, seed: int, mode: str) -> None:
         self.model = LinearBandit(k, N_FEATURES, cfg.linear(mode), seed=seed)
@@ -296,7 +465,7 @@ class RidgePolicy:
 
     def carry_exploration_from(self, live: Any) -> None:
         if isinstance(live, RidgePolicy):
-            self.model.carry_exploration_from(live.model)
+            _carry_state(self, live)
 
     def advance_exploration(self, decisions: int) -> None:
         """No-op: SquareCB's γ_t = gamma0·(n_t + 1)^0.5 counts *trained* outcomes (n_t), which the trainer's
@@ -304,7 +473,8 @@ class RidgePolicy:
 
 
 class ActiveExplorerPolicy(PaperActiveExplorer):
-    """The paper's ActiveExplorer as a registry policy (Bernoulli reward)."""
+    """The paper's ActiveExplorer as a registry policy (Bernoulli reward); exploration state
+    :attr:`PaperActiveExplorer.EXPLORATION_STATE` (the decayed p and the generator)."""
 
     def decide(self, x: np.ndarray, floor: float = 0.0, native: bool = False) -> tuple[int, float]:
         """The paper's Algorithm 1 (``floor`` not used: its published rule is kept; module docstring; ``native``
@@ -331,14 +501,17 @@ class ActiveExplorerPolicy(PaperActiveExplorer):
 class LibraryPolicy:
     """A contextualbandits policy with the exploration-state bookkeeping that makes its propensity exact.
 
-    One subclass per registered library policy states its propensity rule (:meth:`_rule`), its
-    exploration state (:attr:`EXPLORATION_STATE`, carried from the serving copy to a refitted clone)
-    and, where it has one, its numpy fast path (:meth:`_fast_choice`). Attribute reads not defined here
-    go to the library object (``_oracles``, ``predict``, ``is_fitted``…).
+    One subclass per registered library policy (its spec's ``policy_class``, which the spec's :func:`_library` builder
+    instantiates) states its propensity rule (:meth:`_rule`), its exploration state (:attr:`EXPLORATION_STATE`,
+    ``lib.*`` paths, carried from the serving copy to a refitted clone), how the fleet's decisions advance it
+    (:meth:`advance_exploration`; both required of every registered subclass, :func:`policy_class_problems`) and,
+    where it has one, its numpy fast path (:meth:`_fast_choice`). Attribute reads not defined here go to the library
+    object (``_oracles``, ``predict``…).
     """
 
-    #: Attributes of the library object that change as it decides (carried by :meth:`carry_exploration_from`).
-    EXPLORATION_STATE: tuple[str, ...] = ("random_state",)
+    #: Paths (``lib.*``) of the library object's state that changes as it decides (:attr:`PathPolicy.EXPLORATION_STATE`;
+    #: the generic class's is only for pickles of unregistered policies: a registered subclass states its own).
+    EXPLORATION_STATE: ClassVar[tuple[str, ...]] = ("lib.random_state",)
     #: True when :meth:`_fast_choice` reproduces the library's ``predict`` (same decisions, same random draws).
     FAST = False
 
@@ -348,8 +521,9 @@ class LibraryPolicy:
 
     @staticmethod
     def of(name: str, lib: Any) -> LibraryPolicy:
-        """The registered class of policy ``name`` around ``lib`` (a plain :class:`LibraryPolicy` if unregistered)."""
-        return _LIBRARY_CLASSES.get(name, LibraryPolicy)(name, lib)
+        """The registered class of policy ``name`` around ``lib`` (a plain :class:`LibraryPolicy` if ``name`` is not
+        registered with a :class:`LibraryPolicy` subclass)."""
+        return _library_class(name)(name, lib)
 
     def __getattr__(self, attr: str) -> Any:
         if attr in ("lib", "name") or attr.startswith("__"):
@@ -359,8 +533,13 @@ class LibraryPolicy:
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Pickles of the single ``LibraryPolicy`` class of earlier releases load as their policy's class."""
         self.__dict__.update(state)
-        if type(self) is LibraryPolicy and state.get("name") in _LIBRARY_CLASSES:
-            self.__class__ = _LIBRARY_CLASSES[state["name"]]
+        if type(self) is LibraryPolicy:
+            self.__class__ = _library_class(state.get("name"))
+
+    @property
+    def is_fitted(self) -> bool:
+        """The library object's ``is_fitted``."""
+        return self.lib.is_fitted  # type: ignore[no-any-return]
 
     def _snapshot(self) -> tuple[np.ndarray, np.ndarray] | None:
         """Oracles' ``coef_`` (K, d) and ``intercept_`` (K,), read once per model version; None if ineligible.
@@ -454,30 +633,25 @@ class LibraryPolicy:
         self.__dict__.pop("_fast", None)  # a new model version: re-read the coefficients
 
     def carry_exploration_from(self, live: Any) -> None:
-        if not isinstance(live, LibraryPolicy):
-            return
-        for attr in self.EXPLORATION_STATE:
-            if hasattr(live.lib, attr):
-                setattr(self.lib, attr, getattr(live.lib, attr))
+        if isinstance(live, LibraryPolicy):
+            _carry_state(self, live)
 
     def advance_exploration(self, decisions: int) -> None:
-        """Advance the schedule by ``decisions`` decisions made elsewhere: epsilon_greedy's ε ← ε·decay^n,
-        explore_first's round counter + n (capped at ``explore_rounds``). adaptive_greedy's threshold
-        follows the scores it sees, not a counter: unchanged."""
-        if decisions <= 0:
-            return
-        lib = self.lib
-        if self.name == "epsilon_greedy" and getattr(lib, "decay", None) is not None:
-            lib.explore_prob *= lib.decay**decisions
-        elif self.name == "explore_first":
-            lib.explore_cnt = min(int(lib.explore_cnt) + decisions, int(lib.explore_rounds))
+        """No-op, for pickles of unregistered policies only: a registered subclass states its own
+        (:func:`policy_class_problems`)."""
 
 
 class EpsilonGreedyPolicy(LibraryPolicy):
     """EpsilonGreedy: ``(1-ε)·1[a=g] + ε/K`` with the current (decayed) ε; exploration state ε and the RNG."""
 
-    EXPLORATION_STATE = ("explore_prob", "random_state")
+    EXPLORATION_STATE = ("lib.explore_prob", "lib.random_state")
     FAST = True
+
+    def advance_exploration(self, decisions: int) -> None:
+        """ε ← ε·decay^decisions, as ``decisions`` calls of ``predict`` would (no decay: unchanged)."""
+        lib = self.lib
+        if decisions > 0 and getattr(lib, "decay", None) is not None:
+            lib.explore_prob *= lib.decay**decisions
 
     def _rule(self, X: np.ndarray, greedy: int) -> tuple[str, float]:
         return ("epsilon", float(self.lib.explore_prob))
@@ -496,8 +670,14 @@ class EpsilonGreedyPolicy(LibraryPolicy):
 class ExploreFirstPolicy(LibraryPolicy):
     """ExploreFirst: ``1/K`` during the exploration rounds, 1 after; exploration state the round counter and RNG."""
 
-    EXPLORATION_STATE = ("explore_cnt", "random_state")
+    EXPLORATION_STATE = ("lib.explore_cnt", "lib.random_state")
     FAST = True
+
+    def advance_exploration(self, decisions: int) -> None:
+        """The round counter + ``decisions``, capped at ``explore_rounds``."""
+        lib = self.lib
+        if decisions > 0:
+            lib.explore_cnt = min(int(lib.explore_cnt) + decisions, int(lib.explore_rounds))
 
     def _exploring(self) -> bool:
         return bool(self.lib.explore_cnt < self.lib.explore_rounds)
@@ -521,24 +701,37 @@ class ExploreFirstPolicy(LibraryPolicy):
 
 
 class AdaptiveGreedyPolicy(LibraryPolicy):
-    """AdaptiveGreedy: ``1/K`` when the best oracle score is at or below the policy's threshold, else 1."""
+    """AdaptiveGreedy: ``1/K`` when the best oracle score is at or below the policy's threshold, else 1.
+
+    Exploration state carried across refits: the generator only. The threshold (``lib.thr``, moved by the window of
+    scores ``predict`` sees and its decay) is neither carried nor advanced by other replicas' decisions: it follows
+    the scores this copy saw, not a count of decisions.
+    """
+
+    EXPLORATION_STATE = ("lib.random_state",)
 
     def _rule(self, X: np.ndarray, greedy: int) -> tuple[str, float]:
         best = float(np.max(self.lib._oracles.decision_function(X)))
         return ("uniform" if best <= self.lib.thr else "greedy", 1.0)
 
+    def advance_exploration(self, decisions: int) -> None:
+        """No-op: the threshold follows the scores this copy saw, not a counter."""
+
 
 class DeterministicLibraryPolicy(LibraryPolicy):
     """adaptive_active_greedy, bootstrapped_ucb: deterministic given the fitted oracles (propensity 1)."""
 
+    EXPLORATION_STATE = ("lib.random_state",)
 
-_LIBRARY_CLASSES: dict[str, type[LibraryPolicy]] = {
-    "epsilon_greedy": EpsilonGreedyPolicy,
-    "explore_first": ExploreFirstPolicy,
-    "adaptive_greedy": AdaptiveGreedyPolicy,
-    "adaptive_active_greedy": DeterministicLibraryPolicy,
-    "bootstrapped_ucb": DeterministicLibraryPolicy,
-}
+    def advance_exploration(self, decisions: int) -> None:
+        """No-op: no per-decision schedule."""
+
+
+def _library_class(name: str | None) -> type[LibraryPolicy]:
+    """The :class:`LibraryPolicy` subclass ``name`` is registered with (:data:`REGISTRY`), else the generic class."""
+    spec = REGISTRY.get(name) if isinstance(name, str) else None
+    cls = spec.policy_class if spec is not None else LibraryPolicy
+    return cls if isinstance(cls, type) and issubclass(cls, LibraryPolicy) else LibraryPolicy
 
 
 # --- registry -------------------------------------------------------------------------------------------------------
@@ -549,30 +742,42 @@ Builder = Callable[[int, BanditConfig, int, "list[Any] | None"], Any]
 class PolicySpec:
     """One registered policy: everything that defines it, in one place.
 
-    ``reward`` is what it learns from; ``build`` makes its per-arm-set object (an instance of
-    ``policy_class``, whose docstring states the propensity rule and whose exploration state it
-    carries across refits); ``parameters`` are the :class:`BanditConfig` fields (settings
-    ``bandit.*``, ``EDGEPATH_BANDIT__*``) it reads besides ``seed`` and ``propensity_floor``;
-    ``source`` the paper or library it follows.
+    ``reward`` is what it learns from; ``build(k, cfg, seed, base)`` makes its per-arm-set object for ``k`` arms
+    (``base``: the offline trainer's pre-fit per-arm oracles for a Bernoulli policy, else None), an instance of
+    ``policy_class`` (:class:`PathPolicy`; its docstring states the propensity rule, its ``EXPLORATION_STATE`` what
+    is carried across refits); ``parameters`` are the :class:`BanditConfig` fields (settings ``bandit.*``,
+    ``EDGEPATH_BANDIT__*``) it reads besides ``seed`` and ``propensity_floor``; ``source`` the paper or library it
+    follows.
+
+    Raises
+    ------
+    TypeError
+        When created with a ``policy_class`` that does not implement :class:`PathPolicy` for its ``reward``
+        (:func:`policy_class_problems`, naming each missing member), or a :func:`_library` builder with a class that
+        is not a :class:`LibraryPolicy`.
     """
 
     name: str
     reward: Literal["utility", "bernoulli"]
     build: Builder
     source: str
-    policy_class: type = object
+    policy_class: type
     parameters: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = policy_class_problems(self.policy_class, self.reward)
+        if problems:
+            raise TypeError(f"policy {self.name!r}, class {self.policy_class.__name__}: " + "; ".join(problems))
+        if isinstance(self.build, _LibraryBuilder):
+            if not issubclass(self.policy_class, LibraryPolicy):
+                raise TypeError(f"policy {self.name!r}: a _library builder needs a LibraryPolicy subclass")
+            object.__setattr__(self, "build", self.build.bind(self.name, self.policy_class))
 
     @property
     def exploration_state(self) -> tuple[str, ...]:
-        """What changes as the policy decides and moves from the serving copy to a refitted clone."""
-        if issubclass(self.policy_class, LibraryPolicy):
-            return tuple(f"lib.{a}" for a in self.policy_class.EXPLORATION_STATE)
-        if issubclass(self.policy_class, RidgePolicy):
-            return ("model: decision count and random generator",)
-        if issubclass(self.policy_class, PaperActiveExplorer):
-            return ("p (decayed), random generator",)
-        return ()
+        """What changes as the policy decides and moves from the serving copy to a refitted clone: its class's
+        :attr:`PathPolicy.EXPLORATION_STATE` (attribute paths of the per-arm-set object)."""
+        return tuple(self.policy_class.EXPLORATION_STATE)  # type: ignore[attr-defined]
 
 
 #: Install command of the optional contextualbandits library (the five library policies below, v1 artefacts).
@@ -599,17 +804,45 @@ def _contextualbandits() -> Any:
     return online
 
 
-def _library(name: str, factory: Callable[[Any, BanditConfig, dict[str, Any]], Any]) -> Builder:
-    def build(k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> LibraryPolicy:
+LibraryFactory = Callable[[Any, BanditConfig, dict[str, Any]], Any]
+
+
+class _LibraryBuilder:
+    """The builder of a contextualbandits policy (:func:`_library`): ``factory(oracle or base oracles, cfg, common)``
+    makes the library object, wrapped in the ``policy_class`` of the :class:`PolicySpec` it is registered in (bound
+    when the spec is created, so the class stating the propensity rule is always the registered one)."""
+
+    needs_contextualbandits = True
+
+    def __init__(
+        self, factory: LibraryFactory, name: str | None = None, policy_class: type[LibraryPolicy] | None = None
+    ) -> None:
+        self.factory, self.name, self.policy_class = factory, name, policy_class
+
+    def bind(self, name: str, policy_class: type[LibraryPolicy]) -> _LibraryBuilder:
+        return _LibraryBuilder(self.factory, name, policy_class)
+
+    def __call__(self, k: int, cfg: BanditConfig, seed: int, base: list[Any] | None) -> LibraryPolicy:
+        if self.name is None or self.policy_class is None:
+            raise TypeError("a _library builder builds once registered in a PolicySpec (which gives it its class)")
         _contextualbandits()  # absent library: the error names the extra before anything is built
         common: dict[str, Any] = dict(nchoices=k, batch_train=True, random_state=seed, beta_prior=None)
-        return LibraryPolicy.of(name, factory(_oracle(cfg) if base is None else base, cfg, common))
+        return self.policy_class(self.name, self.factory(_oracle(cfg) if base is None else base, cfg, common))
 
-    build.needs_contextualbandits = True  # type: ignore[attr-defined]
-    return build
+
+def _library(factory: LibraryFactory) -> Builder:
+    """The builder of a library policy from ``factory(oracles, cfg, common)``, which returns the contextualbandits
+    object: ``oracles`` is one ``SGDClassifier`` (the library clones it per arm) or the list of pre-fit per-arm
+    oracles, ``common`` the keyword arguments every registered library policy takes (``nchoices``, ``batch_train``,
+    ``random_state``, ``beta_prior=None``: module docstring). The :class:`PolicySpec` binds its ``policy_class``."""
+    return _LibraryBuilder(factory)
 
 
 def _ridge(mode: str) -> Builder:
+    """The builder of a :class:`RidgePolicy` with linear bandit rule ``mode``; raises ``ValueError`` for a mode not
+    in :data:`~edgepath.engines.linear_bandit.MODES`."""
+    if mode not in MODES:
+        raise ValueError(f"unknown linear bandit mode {mode!r}; choose one of {MODES}")
     return lambda k, cfg, seed, _base: RidgePolicy(k, cfg, seed, mode)
 
 
@@ -659,7 +892,7 @@ _SPECS: tuple[PolicySpec, ...] = (
     PolicySpec(
         "adaptive_greedy",
         "bernoulli",
-        _library("adaptive_greedy", lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, njobs=1, **c)),
+        _library(lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, njobs=1, **c)),
         "contextualbandits AdaptiveGreedy (Chakrabarti et al. 2009)",
         AdaptiveGreedyPolicy,
         _SGD,
@@ -668,7 +901,6 @@ _SPECS: tuple[PolicySpec, ...] = (
         "adaptive_active_greedy",
         "bernoulli",
         _library(
-            "adaptive_active_greedy",
             lambda o, cfg, c: _contextualbandits().AdaptiveGreedy(o, active_choice="weighted", njobs=1, **c),
         ),
         "contextualbandits AdaptiveGreedy, active_choice='weighted'",
@@ -679,7 +911,6 @@ _SPECS: tuple[PolicySpec, ...] = (
         "bootstrapped_ucb",
         "bernoulli",
         _library(
-            "bootstrapped_ucb",
             lambda o, cfg, c: _contextualbandits().BootstrappedUCB(
                 o, nsamples=cfg.ucb_nsamples, percentile=cfg.ucb_percentile, njobs_arms=1, njobs_samples=1, **c
             ),
@@ -692,7 +923,6 @@ _SPECS: tuple[PolicySpec, ...] = (
         "epsilon_greedy",
         "bernoulli",
         _library(
-            "epsilon_greedy",
             lambda o, cfg, c: _contextualbandits().EpsilonGreedy(
                 o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c
             ),
@@ -705,7 +935,6 @@ _SPECS: tuple[PolicySpec, ...] = (
         "explore_first",
         "bernoulli",
         _library(
-            "explore_first",
             lambda o, cfg, c: _contextualbandits().ExploreFirst(o, explore_rounds=cfg.explore_rounds, njobs=1, **c),
         ),
         "contextualbandits ExploreFirst",
@@ -717,8 +946,17 @@ REGISTRY: dict[str, PolicySpec] = {s.name: s for s in _SPECS}
 """Policy name → :class:`PolicySpec`."""
 
 POLICIES: tuple[str, ...] = tuple(REGISTRY)
-#: The paper's six policies (Bernoulli reward).
-PAPER_POLICIES: tuple[str, ...] = tuple(s.name for s in _SPECS if s.reward == "bernoulli")
+#: The policies that learn from the paper's Bernoulli reward (SGD oracles): the paper's six and any added since.
+BERNOULLI_POLICIES: tuple[str, ...] = tuple(s.name for s in _SPECS if s.reward == "bernoulli")
+#: The paper's six policies (Alzadjali et al.; Bernoulli reward): a fixed list, not every Bernoulli policy.
+PAPER_POLICIES: tuple[str, ...] = (
+    "active_explorer",
+    "adaptive_greedy",
+    "adaptive_active_greedy",
+    "bootstrapped_ucb",
+    "epsilon_greedy",
+    "explore_first",
+)
 #: EdgePath's utility learners.
 UTILITY_POLICIES: tuple[str, ...] = tuple(s.name for s in _SPECS if s.reward == "utility")
 
@@ -732,8 +970,20 @@ def policy_spec(name: str) -> PolicySpec:
 
 
 def _make_policy(name: str, k: int, cfg: BanditConfig, seed: int, base: list[Any] | None = None) -> Any:
-    """Build policy ``name`` over ``k`` arms; ``base`` = pre-fit per-arm oracles (SGD policies' warm start)."""
-    return policy_spec(name).build(k, cfg, seed, base)
+    """Build policy ``name`` over ``k`` arms; ``base`` = pre-fit per-arm oracles (SGD policies' warm start).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (:func:`policy_spec`).
+    TypeError
+        When the spec's builder makes something other than an instance of its ``policy_class``.
+    """
+    spec = policy_spec(name)
+    policy = spec.build(k, cfg, seed, base)
+    if not isinstance(policy, spec.policy_class):
+        raise TypeError(f"policy {name!r}: its builder made a {type(policy).__name__}, not its {spec.policy_class}")
+    return policy
 
 
 def arm_set(interfaces: Sequence[InterfaceContext]) -> ArmSet:
@@ -868,6 +1118,8 @@ class PrimaryPathBandit:
             policy._snapshot()
         else:
             policy.learn(np.asarray(X, dtype=np.float64), np.asarray(a), np.asarray(r, dtype=np.float64))
+            if getattr(policy, "_oracles", None) is None:
+                raise TypeError(f"policy {self.policy_name} has no _oracles.algos once fitted (OraclePathPolicy)")
             for algo, oracle, (coef, intercept, t) in zip(policy._oracles.algos, oracles, fitted, strict=True):
                 if algo is oracle:  # plain oracles; bootstrapped policies keep their resampled copies
                     algo.coef_, algo.intercept_, algo.t_ = coef, intercept, t
@@ -1082,12 +1334,11 @@ class PrimaryPathBandit:
 
     def advance_exploration(self, arms: ArmSet, decisions: int) -> None:
         """Advance the exploration schedule of ``arms`` by ``decisions`` decisions other replicas made, so N
-        replicas explore like one (issue 17). Policies without a per-decision schedule ignore it."""
+        replicas explore like one (issue 17): the policy's own :meth:`PathPolicy.advance_exploration` (a no-op for
+        policies without a per-decision schedule)."""
         if len(arms) < 2 or decisions <= 0:
             return
-        advance = getattr(self._policy(tuple(arms)), "advance_exploration", None)
-        if advance is not None:
-            advance(decisions)
+        self._policy(tuple(arms)).advance_exploration(decisions)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Load pickles of earlier versions (v1 artefacts: no ``samples_rejected``, bare library policies)."""

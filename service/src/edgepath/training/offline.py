@@ -103,19 +103,16 @@ class OfflineConfig:
     warm_window: bool = True
 
     def bandit_config(self) -> BanditConfig:
-        return BanditConfig(
-            policy=self.policy,
-            seed=self.seed,
-            explore_prob=self.explore_prob,
-            sgd_alpha=self.sgd_alpha,
-            ridge_lambda=self.ridge_lambda,
-            forgetting=self.forgetting,
-            squarecb_gamma0=self.squarecb_gamma0,
-            ts_scale=self.ts_scale,
-            ucb_alpha=self.ucb_alpha,
-            ridge_epsilon=self.ridge_epsilon,
-            utility=UtilityConfig(throughput_cap_bps=self.utility_throughput_cap_bps),
-        )
+        """The :class:`BanditConfig` of the bandit trained offline, derived by name: every field of this config that
+        :class:`BanditConfig` also has (``policy``, ``seed``, ``sgd_alpha``, ``ridge_lambda`` …), and every
+        ``utility_NAME`` field as :class:`UtilityConfig`'s ``NAME`` (``utility_throughput_cap_bps``, bit/s); the other
+        bandit parameters at their :class:`BanditConfig` defaults. So a new bandit parameter reaches
+        ``train-offline`` and the evaluations by one field of the same name here (and its CLI flag), no line here.
+        """
+        mine = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        shared = {n: v for n, v in mine.items() if n in BanditConfig.__dataclass_fields__ and n != "utility"}
+        utility = {n: mine[f"utility_{n}"] for n in UtilityConfig.__dataclass_fields__ if f"utility_{n}" in mine}
+        return BanditConfig(**shared, utility=UtilityConfig(**utility))
 
     @property
     def reward(self) -> str:
