@@ -3,7 +3,8 @@
 
 Usage::
 
-    loadtest/training_interference.py [--rate 800] [--duration-s 5] [--rounds 4] [--report out/interference.json]
+    loadtest/training_interference.py [--rate 800] [--duration-s 5] [--rounds 4] [--catch-up-timeout-s 120]
+        [--store memory|redis] [--report out/interference.json]
 
 ``loadtest/bench`` measures "p99 while training" end to end, with the generator on the same two cores; there the
 idle p99 itself moves between 2 and 40 ms from run to run, which hides an effect of a few ms. This script isolates
@@ -17,10 +18,14 @@ The latency of a call is from its scheduled start to its reply, so time the loop
 
 Per round, three phases of the same load:
 
-1. ``paused``: the trainer is stopped; outcomes queue in the store (``rate × duration`` of them);
+1. ``paused`` (``--duration-s``): the trainer is stopped; outcomes queue in the store (``rate × duration`` of them);
 2. ``catch_up``: the trainer starts and works through that backlog (at most ``catch_up_batches`` batches per
-   publication) while decisions go on; the phase ends when the backlog is trained on and published;
-3. ``training``: steady state, a refit and a publication every 50 outcomes as they arrive.
+   publication) while decisions go on. The phase is delimited by an event, not a duration: it ends at the first
+   call scheduled once a model version trained on the whole backlog, up to its last outcome, serves these calls
+   (:class:`CatchUpEnd`; at least 50 ms), or at ``--catch-up-timeout-s`` (the round's ``catch_up_timed_out``).
+   Its latencies are those of the calls made while the trainer catches up, however long that takes on this host
+   (``catch_up_s``: seconds from the trainer's start to the phase's last reply);
+3. ``training`` (``--duration-s``): steady state, a refit and a publication every 50 outcomes as they arrive.
 
 The report gives each condition's p50 / p99 / max over all rounds (and per round) and the ratios to ``paused``,
 and the CPU time each call cost, in µs: this serving process (all its threads) and its child processes (psutil;
@@ -30,8 +35,9 @@ Speed is printed, never asserted; the load average is printed with it.
 ``--store redis`` measures the chart's topology the same way: a ``redis-server`` on loopback, this process as a
 replica with ``--no-trainer`` (its decisions and outcomes go to Redis; its snapshot follower hot-swaps the
 published models) and a separate ``edgepath train`` process. ``paused`` is that trainer stopped (SIGSTOP);
-``catch_up`` ends when the backlog has been delivered to the trainer (the group's ``lag`` below a batch) and the
-next version has reached this replica (at most 30 s).
+``catch_up`` ends when no outcome up to the backlog's last is left in the outcome stream (the publication that
+trained on them acknowledged and deleted them in the step that stored its version) and this replica serves that
+version or a later one.
 """
 
 from __future__ import annotations
@@ -40,12 +46,15 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +72,19 @@ from topology import start_redis_server, start_trainer  # noqa: E402  (loadtest/
 
 HMAC_KEY = "interference-only-hmac-key-0123456789abcdef0123"
 OUTCOME_STREAM = "edgepath:outcomes"  # the Redis store's outcome stream (default namespace)
+VERSION_KEY = "edgepath:model:version"  # the stored model version (edgepath.state.redis_backend, default namespace)
+#: A round's catch-up phase lasts at least this long, s (a phase with calls in it, even with no backlog to train on).
+CATCH_UP_MIN_S = 0.05
+#: Seconds between two synchronous Redis reads of the catch-up check (they block the serving loop).
+REDIS_CHECK_EVERY_S = 0.05
 
 
 class RedisTopology:
     """A ``redis-server`` on a free loopback port and an ``edgepath train`` process on it; ``start``/``stop`` resume
     and pause the trainer (SIGCONT/SIGSTOP), as the bench does."""
+
+    #: Seconds :meth:`close` waits for each process after SIGTERM before SIGKILL.
+    stop_timeout_s = 30.0
 
     def __init__(self) -> None:
         import redis
@@ -101,14 +118,136 @@ class RedisTopology:
         """Outcomes in the Redis streams not yet delivered to the trainer's group (XINFO GROUPS ``lag``)."""
         return sum(int(g.get("lag") or 0) for g in self.client.xinfo_groups(OUTCOME_STREAM))
 
+    def newest_outcome_id(self) -> bytes | None:
+        """Id of the newest entry of the outcome stream (``XREVRANGE … COUNT 1``); None when the stream is empty."""
+        return newest_entry_id(self.client, OUTCOME_STREAM)
+
     def close(self) -> None:
+        """Stop ``edgepath train`` and the redis-server: SIGTERM, SIGKILL after :attr:`stop_timeout_s` (a trainer
+        waiting on a refit that a saturated host starves ends no sooner); print the trainer's log tail unless it
+        ended cleanly."""
         self._trainer.send_signal(signal.SIGCONT)
-        for proc in (self._trainer, self._redis_proc):
+        for name, proc in (("edgepath train", self._trainer), ("redis-server", self._redis_proc)):
             proc.terminate()
-            proc.wait(timeout=30)
+            try:
+                proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"{name} did not end within {self.stop_timeout_s:g} s of SIGTERM: killed", file=sys.stderr)
+                proc.kill()
+                proc.wait(timeout=30)
         if self._trainer.returncode not in (0, -signal.SIGTERM):
             print(self.trainer_log.read_text()[-3000:], file=sys.stderr)
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def newest_entry_id(client: Any, stream: str) -> bytes | None:
+    """Id of the newest entry of ``stream`` (``XREVRANGE + - COUNT 1``, a redis-py client); None when it is empty."""
+    newest = client.xrevrange(stream, count=1)
+    return newest[0][0] if newest else None
+
+
+def covering_version(client: Any, stream: str, version_key: str, last_id: bytes) -> int | None:
+    """The stored model version once every outcome of ``stream`` up to ``last_id`` has been trained on, else None.
+
+    The trainer's publication is one Lua script (:mod:`edgepath.state.redis_backend`): it stores the version in
+    ``version_key`` and ``XACK`` + ``XDEL``s the outcomes the model was trained on, in one step. So no entry left in
+    ``XRANGE stream - last_id`` means a published version covers them all, and the version stored at that moment
+    (read in the same ``MULTI``) is one that does (or a later one). ``client``: a synchronous redis-py client.
+    """
+    pipe = client.pipeline(transaction=True)
+    pipe.xrange(stream, "-", last_id, count=1)
+    pipe.get(version_key)
+    left, version = pipe.execute()
+    return None if left else int(version or 0)
+
+
+class CatchUpEnd:
+    """The end of a round's catch-up phase, as :func:`open_loop`'s ``until(t)`` (``t``: the next call's scheduled
+    offset, s from the phase's start).
+
+    True once ``t ≥ min_s`` and ``covered()`` (a model version trained on the whole backlog serves the calls), or
+    once ``timeout_s`` of ``clock`` (s; wall time, which an overloaded loop's schedule lags) have passed since the
+    first call: then :attr:`timed_out` is True. ``covered`` is not asked again once it said True.
+
+    Raises
+    ------
+    ValueError
+        ``timeout_s`` not positive and finite, or ``min_s`` negative.
+    """
+
+    def __init__(
+        self,
+        covered: Callable[[], bool],
+        timeout_s: float,
+        min_s: float = CATCH_UP_MIN_S,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if not (math.isfinite(timeout_s) and timeout_s > 0.0):
+            raise ValueError("timeout_s must be finite and > 0")
+        if min_s < 0.0:
+            raise ValueError("min_s must be >= 0")
+        self.covered, self.timeout_s, self.min_s, self.clock = covered, timeout_s, min_s, clock
+        self.done = False  # the backlog is covered
+        self.timed_out = False
+        self._started: float | None = None  # clock() at the first call
+
+    def __call__(self, t: float) -> bool:
+        now = self.clock()
+        if self._started is None:
+            self._started = now
+        if not self.done:
+            self.done = self.covered()
+        if t < self.min_s:
+            return False
+        if not self.done and now - self._started >= self.timeout_s:
+            self.timed_out = True
+        return self.done or self.timed_out
+
+
+def memory_backlog_trained(trainer: Any, store: Any) -> Callable[[], bool]:
+    """For the in-process store (``MemoryStore``) and its ``OnlineTrainer``: a ``covered()`` for :class:`CatchUpEnd`,
+    true once a published version was trained on every outcome not yet trained on when this is called.
+
+    Those are the store's undelivered queue and the outcomes delivered to the trainer but not acknowledged (its
+    buffer). The trainer takes them in arrival order and adds a batch to ``outcomes_used`` once the version trained
+    on it is published in the registry these calls decide with, so the backlog is covered when ``outcomes_used``
+    has grown by their number (the outcomes arriving meanwhile come after them)."""
+    target = trainer.outcomes_used + len(store._undelivered) + len(store._pending)
+    return lambda: trainer.outcomes_used >= target
+
+
+class RedisBacklogTrained:
+    """For ``--store redis``: a ``covered()`` for :class:`CatchUpEnd`, true once ``registry`` (this replica's, fed by
+    its snapshot follower) serves a version covering every outcome in ``topology``'s stream when this is built
+    (:func:`covering_version`, asked at most once per ``every_s`` s: a synchronous Redis call blocks the loop)."""
+
+    def __init__(self, topology: RedisTopology, registry: Any, every_s: float = REDIS_CHECK_EVERY_S) -> None:
+        self.topology, self.registry, self.every_s = topology, registry, every_s
+        self.last_id = topology.newest_outcome_id()
+        self.target: int | None = None if self.last_id is not None else 0  # the version to serve, once known
+        self._asked = -math.inf  # time.perf_counter() of the last Redis read
+
+    def __call__(self) -> bool:
+        if self.target is None and self.last_id is not None:
+            now = time.perf_counter()
+            if now - self._asked < self.every_s:
+                return False
+            self._asked = now
+            self.target = covering_version(self.topology.client, OUTCOME_STREAM, VERSION_KEY, self.last_id)
+        return self.target is not None and bool(self.registry.current.version >= self.target)
+
+
+def close_refitter(refitter: Any) -> None:
+    """``refitter.close()``, then terminate the refit process of a ``ProcessRefitter`` (its executor's worker
+    processes: a private attribute of ``concurrent.futures.ProcessPoolExecutor``, which ``close`` clears). ``close``
+    abandons a refit under way but leaves its process running, and the interpreter's exit waits for it: for
+    minutes on a saturated host, which starves that ``SCHED_IDLE`` process (the report written, the run not
+    ended)."""
+    processes = list((getattr(getattr(refitter, "_pool", None), "_processes", None) or {}).values())
+    refitter.close()
+    for proc in processes:
+        if proc.is_alive():
+            proc.terminate()
 
 
 def summary(latencies_ms: list[np.ndarray]) -> dict[str, Any]:
@@ -143,13 +282,14 @@ async def open_loop(call: Any, rate: float, until: Any) -> np.ndarray:
     return np.asarray(latencies) * 1e3
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(args: argparse.Namespace, topology: RedisTopology | None) -> dict[str, Any]:
+    """The rounds of ``args`` (see the module's docstring) on ``topology`` (None: the in-process store and
+    trainer); the report."""
     import workload
     from edgepath import types as ep_types
     from edgepath.main import Service, tune_serving_process
     from edgepath.settings import Settings
 
-    topology = RedisTopology() if args.store == "redis" else None
     settings = Settings(
         host="127.0.0.1",
         rate_limit_per_s=1e9,
@@ -182,29 +322,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return topology.backlog()
         return len(service.store._undelivered)  # type: ignore[attr-defined]  # MemoryStore's queue
 
-    def caught_up_when(used: int, queued: int) -> Any:
-        """The end of the catch-up phase: the backlog trained on and published (memory: counted by the trainer;
-        Redis: delivered to the trainer, then the next version loaded here; at most 30 s)."""
+    def caught_up_when() -> CatchUpEnd:
+        """The end of the catch-up phase: a version trained on the whole backlog serves here, or the timeout."""
         if topology is None:
-            target = used + queued - trainer.batch_size
-            return lambda t: t >= 0.05 and trainer.outcomes_used >= target
-        assert topology is not None
-        state: dict[str, Any] = {"checked": -1.0, "delivered_at": None, "version": None}
-
-        def done(t: float) -> bool:
-            if t >= 30.0:
-                return True
-            if state["delivered_at"] is None:
-                if t - state["checked"] < 0.05:  # a synchronous Redis call: at most 20 per second in the loop
-                    return False
-                state["checked"] = t
-                if topology.backlog() < topology.batch_size:  # all delivered to the trainer
-                    state["delivered_at"], state["version"] = t, plane.registry.current.version
-                return False
-            # ... and the refit of the last of it published and loaded here (or 2 s)
-            return plane.registry.current.version != state["version"] or t - state["delivered_at"] >= 2.0
-
-        return done
+            return CatchUpEnd(memory_backlog_trained(trainer, service.store), args.catch_up_timeout_s)
+        return CatchUpEnd(RedisBacklogTrained(topology, plane.registry), args.catch_up_timeout_s)
 
     me = psutil.Process()
 
@@ -239,7 +361,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await trainer.stop()
         await timed("paused", lambda t: t >= args.duration_s)
         queued, v0 = backlog(), plane.registry.current.version
-        until = caught_up_when(getattr(trainer, "outcomes_used", 0), queued)
+        until = caught_up_when()
         trainer.start()
         c0 = time.perf_counter()
         await timed("catch_up", until)
@@ -250,24 +372,26 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             {
                 "backlog": queued,
                 "catch_up_s": catch_up_s,
+                "catch_up_timed_out": until.timed_out,
                 "versions_in_catch_up": v1 - v0,
                 "versions_while_training": plane.registry.current.version - v1,
             }
         )
+        timed_out = (
+            f" (timed out after {args.catch_up_timeout_s:g} s: backlog not trained on)" if until.timed_out else ""
+        )
         print(
             f"round {r + 1}: p99 paused {np.percentile(phases['paused'][-1], 99):.2f} ms, catch-up of {queued} "
-            f"outcomes {catch_up_s:.2f} s p99 {np.percentile(phases['catch_up'][-1], 99):.2f} ms, training "
-            f"{np.percentile(phases['training'][-1], 99):.2f} ms",
+            f"outcomes {catch_up_s:.2f} s{timed_out} p99 {np.percentile(phases['catch_up'][-1], 99):.2f} ms, "
+            f"training {np.percentile(phases['training'][-1], 99):.2f} ms",
             flush=True,
         )
     await trainer.stop()
     if getattr(trainer, "refitter", None) is not None and hasattr(trainer.refitter, "close"):
-        trainer.refitter.close()
+        close_refitter(trainer.refitter)
     if service.follower is not None:
         await service.follower.stop()
     await (service.backend or service.store).close()
-    if topology is not None:
-        topology.close()
     report: dict[str, Any] = {name: summary(values) for name, values in phases.items()}
     for name, values in phases.items():
         calls = sum(len(v) for v in values)
@@ -279,6 +403,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         {
             "rate_per_s": args.rate,
             "duration_s": args.duration_s,
+            "catch_up_timeout_s": args.catch_up_timeout_s,
+            "catch_up_timeouts": sum(r["catch_up_timed_out"] for r in rounds),
             "rounds": rounds,
             "store": args.store,
             "policy": plane.registry.current.model.policy_name,
@@ -297,15 +423,45 @@ def write_report(report: dict[str, Any], path: Path | None) -> None:
         path.write_text(json.dumps(report, indent=2) + "\n")
 
 
+def _positive_s(text: str) -> float:
+    """``--catch-up-timeout-s``: a positive, finite number of seconds, else argparse's usage error naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not (math.isfinite(value) and value > 0.0):
+        raise argparse.ArgumentTypeError(f"must be positive and finite, got {text!r}")
+    return value
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rate", type=float, default=800.0, help="Recommend calls (each with its outcome) per second")
-    p.add_argument("--duration-s", type=float, default=5.0, help="Seconds of the paused and training phases")
+    p.add_argument(
+        "--duration-s",
+        type=float,
+        default=5.0,
+        help="Seconds of the paused and training phases (the catch-up phase lasts until the backlog is trained on)",
+    )
     p.add_argument("--rounds", type=int, default=4, help="Rounds of (paused, catch-up, training)")
+    p.add_argument(
+        "--catch-up-timeout-s",
+        type=_positive_s,
+        default=120.0,
+        help="Bound on a round's catch-up phase, s. The phase ends at the first call once a model version trained on "
+        "the whole backlog of the paused phase serves here (memory: the trainer has published past the backlog's "
+        "last outcome; redis: none of it is left in the outcome stream and this replica loaded the version that "
+        "took it), at least 50 ms in; or after this long, reported as the round's catch_up_timed_out",
+    )
     p.add_argument("--store", choices=("memory", "redis"), default="memory", help="memory (default) or redis")
     p.add_argument("--report", type=Path, help="Write the JSON report here")
     args = p.parse_args()
-    report = asyncio.run(run(args))
+    topology = RedisTopology() if args.store == "redis" else None
+    try:
+        report = asyncio.run(run(args, topology))
+    finally:  # after the loop's own clean-up, which may still reach Redis; an exception included
+        if topology is not None:
+            topology.close()
     for name in ("paused", "catch_up", "training"):
         r = report[name]
         ratio = f" ({r['p99_vs_paused']:.2f}x paused)" if "p99_vs_paused" in r else ""

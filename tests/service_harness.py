@@ -2,7 +2,9 @@
 
 ``running_service(**settings)`` starts the real composition root (:class:`edgepath.main.Service`:
 gRPC + REST servers, in-process store, online trainer) in a background thread with its own event loop,
-waits until both servers listen, and stops it on exit.
+waits until both servers listen, and stops it on exit. ``service_in_this_loop(settings)`` does the same on the
+calling async test's own loop (for tests that also drive the service's store from it); ``is_ready`` /
+``is_degraded`` are its ``/readyz`` probes.
 
 This lives in a module of its own name: several directories have a ``conftest.py``, so
 ``from conftest import …`` resolved to whichever one was imported first and depended on test order.
@@ -13,10 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from edgepath.main import Service
 from edgepath.settings import Settings
 from edgepath.types import RecommendRequest
@@ -92,6 +95,44 @@ def running_service(**overrides: Any) -> Iterator[RunningService]:
     finally:
         box["loop"].call_soon_threadsafe(svc.stop)
         thread.join(30)
+
+
+@contextlib.asynccontextmanager
+async def service_in_this_loop(settings: Settings, timeout_s: float = 30.0) -> AsyncIterator[Service]:
+    """``Service.build(settings)`` run as a task of the calling (async) test's event loop: yields the service once
+    it has started (both servers listen, or it serves degraded), stops it on exit and waits for its end.
+
+    Raises
+    ------
+    TimeoutError
+        It did not start, or did not end once stopped, within ``timeout_s`` (s). A service that did not start
+        is stopped before the error is raised.
+    """
+    service = Service.build(settings)
+    task = asyncio.create_task(service.run())
+    try:
+        await asyncio.wait_for(service.wait_started(), timeout_s)
+    except BaseException:
+        service.stop()
+        with contextlib.suppress(Exception):  # its own failure, or the bound: the start's error is the one raised
+            await asyncio.wait_for(task, timeout_s)
+        raise
+    try:
+        yield service
+    finally:
+        service.stop()
+        await asyncio.wait_for(task, timeout_s)
+
+
+async def is_ready(http: httpx.AsyncClient) -> bool:
+    """``GET /readyz`` answers 200 (the service's ``http`` client)."""
+    return (await http.get("/readyz")).status_code == 200
+
+
+async def is_degraded(http: httpx.AsyncClient) -> bool:
+    """``GET /readyz`` answers 503 with ``"degraded": true``: the state store is unreachable, decisions go on."""
+    resp = await http.get("/readyz")
+    return resp.status_code == 503 and resp.json()["degraded"] is True
 
 
 def reply_requests() -> list[RecommendRequest]:

@@ -168,12 +168,15 @@ def test_the_trainers_metrics_are_scraped_under_the_deciders_job_and_open_to_the
     assert set(service_monitor_endpoints(without)) == {"metrics"}
 
 
+def _decider_ports(objects: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+    """(the deciders' container ports by name, the settings ConfigMap's data) of a render."""
+    (container,) = one(objects, "Deployment", "ep-edgepath")["spec"]["template"]["spec"]["containers"]
+    return {p["name"]: p["containerPort"] for p in container["ports"]}, one(objects, "ConfigMap", "-settings")["data"]
+
+
 def test_default_ports_match_the_service_settings(render: Any) -> None:
     objects = render("defaults")
-    deploy = one(objects, "Deployment", "ep-edgepath")
-    (container,) = deploy["spec"]["template"]["spec"]["containers"]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    config = one(objects, "ConfigMap", "-settings")["data"]
+    ports, config = _decider_ports(objects)
     assert ports == {
         "grpc": Settings.model_fields["grpc_port"].default,
         "http": Settings.model_fields["http_port"].default,
@@ -217,11 +220,7 @@ def test_the_chart_admits_a_full_rest_batch_of_agent_contexts(render: Any) -> No
 
 
 def test_custom_ports_reach_container_config_and_probes(render: Any) -> None:
-    objects = render("external-redis-values.yaml")
-    deploy = one(objects, "Deployment", "ep-edgepath")
-    (container,) = deploy["spec"]["template"]["spec"]["containers"]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    config = one(objects, "ConfigMap", "-settings")["data"]
+    ports, config = _decider_ports(render("external-redis-values.yaml"))
     ports.pop("metrics", None)
     assert ports == {"grpc": int(config["EDGEPATH_GRPC_PORT"]), "http": int(config["EDGEPATH_HTTP_PORT"])}
     assert ports == {"grpc": 50052, "http": 8443}
@@ -591,6 +590,16 @@ def _run_here(cmd: list[str], ports: dict[str, int], tls_dir: Path) -> list[str]
     return out
 
 
+def _run_check(
+    cmd: list[str], ports: dict[str, int], tls_dir: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a rendered health-check command here (:func:`_run_here`) with ``env`` (default: this process's): its
+    exit status and output (text) for the caller to check, within 60 s (``subprocess.TimeoutExpired`` after)."""
+    return subprocess.run(
+        _run_here(cmd, ports, tls_dir), env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
 @pytest.mark.parametrize("client_auth", [False, True], ids=["tls", "mtls"])
 def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
     render: Any, tmp_path: Path, client_auth: bool
@@ -604,9 +613,6 @@ def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
         assert one(objects, "ConfigMap", "-settings")["data"]["EDGEPATH_TLS_CLIENT_CA_FILE"].endswith("/ca.crt")
         env["EDGEPATH_TLS_CLIENT_CA_FILE"] = str(tmp_path / "ca.crt")
 
-    def local(cmd: list[str], ports: dict[str, int]) -> list[str]:
-        return _run_here(cmd, ports, tmp_path)
-
     live = _probes(objects)["livenessProbe"]["exec"]["command"]
     helm_test = one(objects, "Pod", "-test")["spec"]["containers"][0]["command"]
     with served(tmp_path, env=env) as ports:
@@ -616,13 +622,13 @@ def test_tls_liveness_probe_and_helm_test_pass_against_a_real_tls_service(
             "EDGEPATH_GRPC_PORT": str(ports["grpc_port"]),
             "EDGEPATH_HTTP_PORT": str(ports["http_port"]),
         }
-        probe = subprocess.run(local(live, ports), env=port_env, capture_output=True, text=True, timeout=60)
+        probe = _run_check(live, ports, tmp_path, port_env)
         assert probe.returncode == 0, probe.stderr
-        check = subprocess.run(local(helm_test, ports), capture_output=True, text=True, timeout=60)
+        check = _run_check(helm_test, ports, tmp_path)
         assert check.returncode == 0, check.stderr
         if client_auth:  # why the test pod leaves gRPC out under mTLS: without a client certificate it fails
-            with_grpc = [re.sub(r"^--mode=.*", "--mode=all", a) for a in local(helm_test, ports)]
-            grpc_check = subprocess.run(with_grpc, capture_output=True, text=True, timeout=60)
+            with_grpc = [re.sub(r"^--mode=.*", "--mode=all", a) for a in helm_test]
+            grpc_check = _run_check(with_grpc, ports, tmp_path)
             assert grpc_check.returncode == 1 and "UNAVAILABLE" in grpc_check.stderr, grpc_check.stderr
         # Plaintext is refused: the probe really went through TLS.
         plain = subprocess.run(
@@ -688,6 +694,14 @@ def test_repo_built_helm_reports_a_current_kubernetes_version(helm_bin: str, tmp
     assert (major, minor) >= (1, 27), f"helm reports Kubernetes {version}, below Chart.yaml's kubeVersion"
 
 
+def _template(helm_bin: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``helm template ep <chart> *args``, uncached (a render that may fail: the caller checks its exit status and
+    output, text), within 120 s (``subprocess.TimeoutExpired`` after)."""
+    return subprocess.run(
+        [helm_bin, "template", "ep", str(CHART), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "what"),
     [
@@ -705,28 +719,14 @@ def test_repo_built_helm_reports_a_current_kubernetes_version(helm_bin: str, tmp
 )
 def test_generated_keys_are_refused_without_a_cluster(helm_bin: str, args: list[str], what: str) -> None:
     """Under helm template (as Argo CD renders) a generated key would change on every sync: refused, named."""
-    proc = subprocess.run(
-        [helm_bin, "template", "ep", str(CHART), *args], capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = _template(helm_bin, *args)
     assert proc.returncode != 0
     assert "refusing to generate" in proc.stderr and what in proc.stderr and "existingSecret" in proc.stderr
     given = ["--set", "secrets.hmacKey=h", "--set", "secrets.jwtKey=" + JWT_KEY, "--set", "tls.existingSecret=t"]
-    ok = subprocess.run(
-        [helm_bin, "template", "ep", str(CHART), *given, "--set", "redis.auth.password=p"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    ok = _template(helm_bin, *given, "--set", "redis.auth.password=p")
     assert ok.returncode == 0, ok.stderr
     first = ok.stdout
-    again = subprocess.run(
-        [helm_bin, "template", "ep", str(CHART), *given, "--set", "redis.auth.password=p"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    again = _template(helm_bin, *given, "--set", "redis.auth.password=p")
     assert again.stdout == first, "with every key given, renders are identical (stable for GitOps)"
 
 
@@ -744,9 +744,7 @@ def test_one_refusal_names_every_missing_value(helm_bin: str) -> None:
     per value), and value combinations the chart refuses are named in the same message, each in its own words."""
 
     def refusal(*args: str) -> str:
-        proc = subprocess.run(
-            [helm_bin, "template", "ep", str(CHART), *args], capture_output=True, text=True, timeout=120, check=False
-        )
+        proc = _template(helm_bin, *args)
         assert proc.returncode != 0, proc.stdout[:500]
         assert proc.stderr.count("Error:") == 1, proc.stderr
         return proc.stderr
@@ -1049,14 +1047,7 @@ def test_liveness_passes_and_readiness_fails_while_redis_is_down(render: Any, tm
 
             if "exec" in live:
                 port_env = {**os.environ, "EDGEPATH_GRPC_PORT": str(ports["grpc_port"])}
-                probe = subprocess.run(
-                    _run_here(live["exec"]["command"], ports, tmp_path),
-                    env=port_env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
+                probe = _run_check(live["exec"]["command"], ports, tmp_path, port_env)
                 assert probe.returncode == 0, "liveness failed while Redis is down: " + probe.stderr
             else:  # the kubelet's gRPC probe: Check(service) on the container port, plaintext
                 with grpc.insecure_channel(f"127.0.0.1:{ports['grpc_port']}") as channel:
@@ -1067,14 +1058,7 @@ def test_liveness_passes_and_readiness_fails_while_redis_is_down(render: Any, tm
                 # The image's HEALTHCHECK (Docker, Swarm restart an unhealthy container) is a liveness check too.
                 docker_env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPATH_")}
                 docker_env["EDGEPATH_GRPC_PORT"] = str(ports["grpc_port"])
-                healthcheck = subprocess.run(
-                    _run_here(_dockerfile_healthcheck(), ports, tmp_path),
-                    env=docker_env,
-                    capture_output=True,
-                    text=True,
-                    timeout=60,
-                    check=False,
-                )
+                healthcheck = _run_check(_dockerfile_healthcheck(), ports, tmp_path, docker_env)
                 assert healthcheck.returncode == 0, "HEALTHCHECK failed while Redis is down: " + healthcheck.stderr
             assert status(ready["httpGet"]["path"]) == 503, "still degraded: the liveness check saw the outage"
     finally:

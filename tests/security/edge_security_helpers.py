@@ -1,17 +1,21 @@
 """Helpers for the security and fuzz tests: real servers, a test PKI, raw gRPC calls.
 
-``running_service`` is the project's service harness (``tests/service_harness.py``).
+``running_service`` is the project's service harness (``tests/service_harness.py``); ``issue_tokens`` and
+``secured_service`` start one with authentication on; ``TransportClient`` holds a REST client and a gRPC channel on
+one, for the tests run over each transport.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime as dt
 import ipaddress
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import grpc
 import httpx
@@ -19,9 +23,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from service_harness import running_service
+from edgepath.security.auth import TokenFile
+from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from service_harness import RunningService, running_service
 
 __all__ = ["running_service"]
+
+M = TypeVar("M", bound=Message)
 
 RECOMMEND = "/edgepath.v1.PathService/Recommend"
 REPORT_OUTCOME = "/edgepath.v1.PathService/ReportOutcome"
@@ -53,6 +63,63 @@ def assert_outcome_cap_counts_every_report(http_port: int, device_id: str) -> No
         refused = http.post("/v1/outcomes", json=body)
         assert refused.status_code == 429, refused.text
         assert int(refused.headers["retry-after"]) >= 1100  # one token per 3600 / 3 s
+
+
+# --- a service with authentication on, and clients over both transports ------------------------------------------
+def issue_tokens(directory: Path, devices: Sequence[str] = (), admins: Sequence[str] = ()) -> dict[str, Any]:
+    """A hashed-tokens file ``directory/tokens.json`` (as ``edgepath tokens add`` writes it) with a bearer token for
+    each device id and each admin id: ``{"path": the file, id: its token, ...}``."""
+    tokens = TokenFile(directory / "tokens.json")
+    issued: dict[str, Any] = {"path": tokens.path}
+    for principal in devices:
+        issued[principal] = tokens.add(principal)
+    for principal in admins:
+        issued[principal] = tokens.add(principal, admin=True)
+    return issued
+
+
+@contextlib.contextmanager
+def secured_service(tokens: Mapping[str, Any], **overrides: Any) -> Iterator[RunningService]:
+    """``running_service`` authenticating with the tokens file of :func:`issue_tokens`' ``tokens``, and
+    ``overrides`` (other settings)."""
+    with running_service(auth_tokens_file=tokens["path"], **overrides) as svc:
+        yield svc
+
+
+class TransportClient:
+    """A REST client (``http``, timeout :attr:`timeout_s` s) and a plaintext gRPC channel with its PathService stub
+    (``stub``) on one running service, for a test run over ``transport`` (``"rest"`` or ``"grpc"``). ``close``
+    closes both, as leaving a ``with`` block does."""
+
+    timeout_s = 5.0
+
+    def __init__(self, transport: str, service: RunningService) -> None:
+        self.transport = transport
+        self.http = httpx.Client(base_url=service.http_url, timeout=self.timeout_s)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
+        self.stub = pb_grpc.PathServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.http.close()
+        self.channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def proto_from_rest(body: Mapping[str, Any], message: M) -> M:
+    """A REST-shaped RecommendRequest ``body`` parsed into ``message`` (a protobuf of the same shape, which it
+    returns): the enum names take their proto prefix (``WIFI`` → ``ACCESS_TYPE_WIFI``, ``BULK`` →
+    ``APPLICATION_PROFILE_BULK``); ``body`` itself is left as it was."""
+    item = copy.deepcopy(dict(body))
+    for iface in item.get("interfaces", []):
+        iface["access_type"] = f"ACCESS_TYPE_{iface['access_type']}"
+    if "application_profile" in item:
+        item["application_profile"] = f"APPLICATION_PROFILE_{item['application_profile']}"
+    return json_format.ParseDict(item, message)
 
 
 # --- raw gRPC --------------------------------------------------------------------------------------------------

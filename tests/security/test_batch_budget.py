@@ -14,12 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
-import httpx
 import pytest
-from edgepath.security.auth import TokenFile
+from edge_security_helpers import TransportClient, issue_tokens, proto_from_rest, secured_service
 from edgepath.wire import edgepath_pb2 as pb
-from edgepath.wire import edgepath_pb2_grpc as pb_grpc
-from google.protobuf import json_format
 from service_harness import RunningService, running_service
 
 BURST = 30
@@ -39,26 +36,11 @@ def context(device_id: str) -> dict[str, Any]:
     return {**copy.deepcopy(CONTEXT), "device_id": device_id}
 
 
-def proto(body: dict[str, Any], message: Any) -> Any:
-    item = copy.deepcopy(body)
-    for iface in item["interfaces"]:
-        iface["access_type"] = f"ACCESS_TYPE_{iface['access_type']}"
-    return json_format.ParseDict(item, message)
-
-
-class Caller:
+class Caller(TransportClient):
     """Recommend and RecommendBatch over one transport: (``"ok"`` or the HTTP status / gRPC code name, detail, retry
     hint in s or None)."""
 
-    def __init__(self, transport: str, svc: RunningService) -> None:
-        self.transport = transport
-        self.http = httpx.Client(base_url=svc.http_url, timeout=10.0)
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}")
-        self.stub = pb_grpc.PathServiceStub(self.channel)
-
-    def close(self) -> None:
-        self.http.close()
-        self.channel.close()
+    timeout_s = 10.0
 
     def _rest(self, path: str, body: dict[str, Any], token: str | None) -> tuple[str, str, float | None]:
         headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -82,38 +64,33 @@ class Caller:
     def one(self, device_id: str, token: str | None = None) -> tuple[str, str, float | None]:
         if self.transport == "rest":
             return self._rest("/v1/recommendations", context(device_id), token)
-        return self._grpc(self.stub.Recommend, proto(context(device_id), pb.RecommendRequest()), token)
+        return self._grpc(self.stub.Recommend, proto_from_rest(context(device_id), pb.RecommendRequest()), token)
 
     def batch(self, device_ids: list[str], token: str | None = None) -> tuple[str, str, float | None]:
         if self.transport == "rest":
             return self._rest("/v1/recommendations/batch", {"requests": [context(d) for d in device_ids]}, token)
         request = pb.RecommendBatchRequest()
         for d in device_ids:
-            proto(context(d), request.requests.add())
+            proto_from_rest(context(d), request.requests.add())
         return self._grpc(self.stub.RecommendBatch, request, token)
 
 
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    f = TokenFile(tmp_path_factory.mktemp("batch-budget") / "tokens.json")
-    out: dict[str, Any] = {"path": f.path, "gateway": f.add("gateway", admin=True)}
-    for transport in ("rest", "grpc"):
-        for name in ("phone", "greedy"):
-            out[f"{name}-{transport}"] = f.add(f"{name}-{transport}")
-    return out
+    devices = [f"{name}-{transport}" for transport in ("rest", "grpc") for name in ("phone", "greedy")]
+    return issue_tokens(tmp_path_factory.mktemp("batch-budget"), devices, admins=["gateway"])
 
 
 @pytest.fixture(scope="module")
 def secured(tokens: dict[str, Any]) -> Iterator[RunningService]:
-    with running_service(auth_tokens_file=tokens["path"], rate_limit_burst=BURST, rate_limit_per_s=0.05) as svc:
+    with secured_service(tokens, rate_limit_burst=BURST, rate_limit_per_s=0.05) as svc:
         yield svc
 
 
 @pytest.fixture
 def caller(secured: RunningService, transport: str) -> Iterator[Caller]:
-    c = Caller(transport, secured)
-    yield c
-    c.close()
+    with Caller(transport, secured) as c:
+        yield c
 
 
 def test_a_devices_batches_spend_its_budget_as_its_single_requests_do(
@@ -160,12 +137,8 @@ def test_a_gateway_charges_each_item_to_the_device_it_names(
 
 
 def test_without_authentication_each_declared_device_pays_for_its_items(transport: str) -> None:
-    with running_service(rate_limit_burst=BURST, rate_limit_per_s=0.05) as svc:
-        c = Caller(transport, svc)
-        try:
-            assert c.batch(["open-1"] * BURST + ["open-2"])[0] == OK
-            status, detail, _ = c.one("open-1")
-            assert status == LIMITED[transport], detail
-            assert c.one("open-2")[0] == OK
-        finally:
-            c.close()
+    with running_service(rate_limit_burst=BURST, rate_limit_per_s=0.05) as svc, Caller(transport, svc) as c:
+        assert c.batch(["open-1"] * BURST + ["open-2"])[0] == OK
+        status, detail, _ = c.one("open-1")
+        assert status == LIMITED[transport], detail
+        assert c.one("open-2")[0] == OK

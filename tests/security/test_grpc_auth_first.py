@@ -14,11 +14,10 @@ from typing import Any
 
 import grpc
 import pytest
-from edge_security_helpers import grpc_unary
-from edgepath.security.auth import TokenFile
+from edge_security_helpers import grpc_unary, issue_tokens, secured_service
 from edgepath.wire import edgepath_pb2 as pb
 from grpc_status import rpc_status
-from service_harness import RunningService, running_service
+from service_harness import RunningService
 
 SERVICE = "/edgepath.v1.PathService/"
 MALFORMED = b"\xff\xff\xff"  # no protobuf message at all
@@ -39,10 +38,9 @@ CREDENTIALS: dict[str, tuple[tuple[str, str], ...]] = {
 
 @pytest.fixture(scope="module")
 def authed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningService, str]]:
-    tokens = TokenFile(tmp_path_factory.mktemp("grpc-auth-first") / "tokens.json")
-    token = tokens.add("dev-a")
-    with running_service(auth_tokens_file=tokens.path) as svc:
-        yield svc, token
+    tokens = issue_tokens(tmp_path_factory.mktemp("grpc-auth-first"), ["dev-a"])
+    with secured_service(tokens) as svc:
+        yield svc, tokens["dev-a"]
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from edge_security_helpers import TransportClient, proto_from_rest
 from edgepath.adapters.ssmp import record_server_transfer, ssmp_selector
 from edgepath.engines.features import context_features
 from edgepath.errors import InvalidInput
@@ -26,7 +27,6 @@ from edgepath.state.base import DecisionRecord
 from edgepath.state.memory import MemoryStore
 from edgepath.types import AccessType, InterfaceContext, OutcomeReport, ServerTransfer
 from edgepath.wire import edgepath_pb2 as pb
-from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
 from service_harness import RunningService, running_service
 
@@ -66,18 +66,8 @@ def request(device_id: str, content: dict[str, Any] | None = CONTENT) -> dict[st
     return body
 
 
-class Caller:
+class Caller(TransportClient):
     """REST-shaped bodies over one transport; answers as ("ok", reply) or (HTTP status / gRPC code name, field)."""
-
-    def __init__(self, transport: str, service: RunningService) -> None:
-        self.transport = transport
-        self.http = httpx.Client(base_url=service.http_url, timeout=5.0)
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
-        self.stub = pb_grpc.PathServiceStub(self.channel)
-
-    def close(self) -> None:
-        self.http.close()
-        self.channel.close()
 
     def _rest(self, route: str, payload: dict[str, Any]) -> tuple[str, Any]:
         resp = self.http.post(route, json=payload)
@@ -96,12 +86,7 @@ class Caller:
         if self.transport == "rest":
             status, rec = self._rest("/v1/recommendations", payload)
         else:
-            msg = copy.deepcopy(payload)
-            for iface in msg["interfaces"]:
-                iface["access_type"] = f"ACCESS_TYPE_{iface['access_type']}"
-            if "application_profile" in msg:
-                msg["application_profile"] = f"APPLICATION_PROFILE_{msg['application_profile']}"
-            status, rec = self._grpc(self.stub.Recommend, json_format.ParseDict(msg, pb.RecommendRequest()))
+            status, rec = self._grpc(self.stub.Recommend, proto_from_rest(payload, pb.RecommendRequest()))
         assert status == "ok", rec
         return dict(rec)
 
@@ -116,12 +101,8 @@ REFUSED = {"rest": "422", "grpc": "INVALID_ARGUMENT"}
 
 @pytest.fixture
 def caller(transport: str) -> Iterator[tuple[Caller, RunningService]]:
-    with running_service(plausibility_factor=1.5) as svc:
-        c = Caller(transport, svc)
-        try:
-            yield c, svc
-        finally:
-            c.close()
+    with running_service(plausibility_factor=1.5) as svc, Caller(transport, svc) as c:
+        yield c, svc
 
 
 def named(status: str, detail: Any, field: str, transport: str) -> bool:

@@ -8,7 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
-from edge_security_helpers import assert_outcome_cap_counts_every_report, context_body, running_service
+from edge_security_helpers import (
+    assert_outcome_cap_counts_every_report,
+    context_body,
+    proto_from_rest,
+    running_service,
+)
 from edgepath.engines.features import context_features
 from edgepath.errors import InvalidInput, RateLimited
 from edgepath.security.plausibility import (
@@ -217,16 +222,11 @@ def test_denormal_transfer_duration_is_invalid_argument_over_grpc(duration_ms: f
     import grpc
     from edgepath_agent.wire import edgepath_pb2 as pb
     from edgepath_agent.wire import edgepath_pb2_grpc as pb_grpc
-    from google.protobuf import json_format
 
     with running_service() as svc, grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
         stub = pb_grpc.PathServiceStub(channel)
-        request = pb.RecommendRequest(device_id="dev-a")
         body = {**context_body("dev-a", link_speed_mbps=50.0), "content": _content("192.0.2.1")}
-        for i in body["interfaces"]:
-            i["access_type"] = f"ACCESS_TYPE_{i['access_type']}"
-        json_format.ParseDict(body, request)
-        rec = stub.Recommend(request, timeout=5)
+        rec = stub.Recommend(proto_from_rest(body, pb.RecommendRequest()), timeout=5)
         transfer = pb.ServerTransfer(address="192.0.2.1", size_bytes=3, duration_ms=duration_ms)
         report = pb.OutcomeRequest(
             device_id="dev-a", decision_id=rec.decision_id, throughput_bps=1e6, server_transfer=transfer

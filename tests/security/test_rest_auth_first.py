@@ -13,8 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from edge_security_helpers import context_body
-from edgepath.security.auth import TokenFile
+from edge_security_helpers import context_body, issue_tokens, secured_service
 from service_harness import running_service
 
 POSTS = ("/v1/recommendations", "/v1/recommendations/batch", "/v1/outcomes")
@@ -29,14 +28,13 @@ BURST = 5
 
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    f = TokenFile(tmp_path_factory.mktemp("auth-first") / "tokens.json")
-    return {"path": f.path, "dev-a": f.add("dev-a"), "ops": f.add("ops", admin=True)}
+    return issue_tokens(tmp_path_factory.mktemp("auth-first"), ["dev-a"], admins=["ops"])
 
 
 @pytest.fixture(scope="module")
 def http(tokens: dict[str, Any]) -> Iterator[httpx.Client]:
     with (
-        running_service(auth_tokens_file=tokens["path"], rate_limit_burst=BURST, rate_limit_per_s=0.05) as svc,
+        secured_service(tokens, rate_limit_burst=BURST, rate_limit_per_s=0.05) as svc,
         httpx.Client(base_url=svc.http_url, timeout=10.0) as client,
     ):
         yield client

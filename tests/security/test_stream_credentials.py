@@ -14,10 +14,11 @@ from typing import Any
 import grpc
 import jwt
 import pytest
+from edge_security_helpers import issue_tokens, secured_service
 from edgepath.security.auth import TokenFile, issue_jwt
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
-from service_harness import RunningService, running_service
+from service_harness import RunningService
 
 JWT_KEY = "test-jwt-key-0123456789abcdef0123456789abcdef"
 
@@ -36,14 +37,12 @@ def message(device_id: str) -> pb.RecommendRequest:
 
 @pytest.fixture(scope="module")
 def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    path = tmp_path_factory.mktemp("stream-auth") / "tokens.json"
-    f = TokenFile(path)
-    return {"path": path, "revoked": f.add("streamer-revoked"), "kept": f.add("streamer-kept")}
+    return issue_tokens(tmp_path_factory.mktemp("stream-auth"), ["streamer-revoked", "streamer-kept"])
 
 
 @pytest.fixture(scope="module")
 def secured(tokens: dict[str, Any]) -> Iterator[RunningService]:
-    with running_service(auth_tokens_file=tokens["path"], auth_jwt_key=JWT_KEY) as svc:
+    with secured_service(tokens, auth_jwt_key=JWT_KEY) as svc:
         yield svc
 
 
@@ -72,7 +71,7 @@ def refused(answer: Any, index: str) -> bool:
 def test_a_token_revoked_mid_stream_refuses_the_next_message(secured: RunningService, tokens: dict[str, Any]) -> None:
     async def run() -> tuple[list[Any], list[Any]]:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{secured.grpc_port}") as channel:
-            revoked, kept = Stream(channel, tokens["revoked"]), Stream(channel, tokens["kept"])
+            revoked, kept = Stream(channel, tokens["streamer-revoked"]), Stream(channel, tokens["streamer-kept"])
             first = [await revoked.ask("streamer-revoked"), await kept.ask("streamer-kept")]
             assert TokenFile(Path(tokens["path"])).revoke("streamer-revoked") == 1
             await asyncio.sleep(1.3)  # the service looks at the tokens file at most once a second

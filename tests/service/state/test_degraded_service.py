@@ -7,7 +7,6 @@ reported meanwhile is buffered and reaches the outcome stream once Redis is back
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,9 @@ from edgepath.settings import Settings
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from service_harness import is_degraded, is_ready, service_in_this_loop
 
-from state.redis_helpers import REDIS_SERVER, RedisServer, wait_for
+from state.redis_helpers import RedisServer, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -34,34 +34,17 @@ CONTEXT: dict[str, Any] = {
 }
 
 
-def service_settings(server: RedisServer, tmp_path: Path) -> Settings:
-    """A service on ``server`` that reports degraded after 0.5 s without an answer, with a durable outbox."""
-    return Settings(
-        host="127.0.0.1",
-        grpc_port=0,
-        http_port=0,
-        store_url=server.url,
-        hmac_key="k" * 32,
-        redis_socket_timeout_s=0.5,
-        outbox_dir=str(tmp_path / "outbox"),
-    )
+def service_settings(degrading_settings: dict[str, Any], tmp_path: Path) -> Settings:
+    """A service that reports degraded after 0.5 s without an answer from its Redis, with a durable outbox."""
+    return Settings(**degrading_settings, outbox_dir=str(tmp_path / "outbox"))
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
-    server = RedisServer(tmp_path, appendonly=True).start()
-    settings = service_settings(server, tmp_path)
-    svc = Service.build(settings)
-    task = asyncio.create_task(svc.run())
-    await asyncio.wait_for(svc.wait_started(), 30)
-    try:
-        yield svc, server
-    finally:
-        svc.stop()
-        await asyncio.wait_for(task, 30)
-        server.stop()
+async def service(
+    appendonly_redis: RedisServer, degrading_settings: dict[str, Any], tmp_path: Path
+) -> AsyncIterator[tuple[Service, RedisServer]]:
+    async with service_in_this_loop(service_settings(degrading_settings, tmp_path)) as svc:
+        yield svc, appendonly_redis
 
 
 @pytest.mark.parametrize("outage", ["stopped", "hung"])
@@ -81,18 +64,13 @@ async def test_degraded_state_is_reported_and_decisions_go_on(
     try:
         # The service may start degraded if its first Redis connect misses the 0.5 s timeout on a busy
         # machine (seen once in a fresh clone's full run); the outage below is what this test is about.
-        await wait_for(lambda: _ready(http))
+        await wait_for(lambda: is_ready(http))
         assert (await http.get("/readyz")).json() == {"ready": True, "degraded": False, "model_version": 1}
         assert await status("edgepath.v1.PathService") == health_pb2.HealthCheckResponse.SERVING
         before = (await http.post("/v1/recommendations", json=CONTEXT)).json()
 
         server.stop() if outage == "stopped" else server.pause()
-
-        async def degraded() -> bool:
-            resp = await http.get("/readyz")
-            return resp.status_code == 503 and resp.json()["degraded"] is True
-
-        await wait_for(degraded)
+        await wait_for(lambda: is_degraded(http))
         problem = await http.get("/readyz", headers={"x-request-id": "probe-1"})
         assert problem.headers["content-type"] == "application/problem+json"
         assert problem.json()["request_id"] == "probe-1"  # as in every other problem body
@@ -124,7 +102,7 @@ async def test_degraded_state_is_reported_and_decisions_go_on(
             assert ack.status_code == 200 and ack.json()["accepted"], ack.text
 
         server.start() if outage == "stopped" else server.resume()
-        await wait_for(lambda: _ready(http))
+        await wait_for(lambda: is_ready(http))
         await wait_for(lambda: _serving(health))
         got = await svc.store.read_outcomes("test", 10, 0)  # type: ignore[attr-defined]
         assert sorted(o.decision_id for _, o in got) == sorted([before["decision_id"], during["decision_id"]])
@@ -133,42 +111,25 @@ async def test_degraded_state_is_reported_and_decisions_go_on(
         await channel.close()
 
 
-async def _ready(http: httpx.AsyncClient) -> bool:
-    return (await http.get("/readyz")).status_code == 200
-
-
 async def _serving(health: Any) -> bool:
     resp = await health.Check(health_pb2.HealthCheckRequest(service="edgepath.v1.PathService"))
     return resp.status == health_pb2.HealthCheckResponse.SERVING
 
 
-async def test_a_service_started_while_redis_hangs_comes_up_degraded_and_recovers(tmp_path: Path) -> None:
+async def test_a_service_started_while_redis_hangs_comes_up_degraded_and_recovers(
+    appendonly_redis: RedisServer, degrading_settings: dict[str, Any], tmp_path: Path
+) -> None:
     """The path the fixture above relies on: a first connect that times out leaves the service serving,
     reported degraded, and it turns ready on its own once Redis answers (no request needed)."""
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
-    server = RedisServer(tmp_path, appendonly=True).start()
-    server.pause()
-    settings = service_settings(server, tmp_path)
-    svc = Service.build(settings)
-    task = asyncio.create_task(svc.run())
-    try:
-        await asyncio.wait_for(svc.wait_started(), 30)
-    except BaseException:
-        svc.stop()
-        server.stop()
-        raise
-    http = httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0)
-    try:
+    appendonly_redis.pause()
+    async with (
+        service_in_this_loop(service_settings(degrading_settings, tmp_path)) as svc,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http,
+    ):
         resp = await http.get("/readyz")
         assert resp.status_code == 503 and resp.json()["degraded"] is True
         rec = await http.post("/v1/recommendations", json=CONTEXT)
         assert rec.status_code == 200 and rec.json()["decision_id"]
-        server.resume()
-        await wait_for(lambda: _ready(http))
+        appendonly_redis.resume()
+        await wait_for(lambda: is_ready(http))
         assert (await http.get("/readyz")).json()["degraded"] is False
-    finally:
-        await http.aclose()
-        svc.stop()
-        await asyncio.wait_for(task, 30)
-        server.stop()

@@ -10,17 +10,16 @@ session is there again.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from edgepath.main import Service
 from edgepath.settings import Settings
+from service_harness import is_degraded, is_ready, service_in_this_loop
 
-from state.redis_helpers import REDIS_SERVER, RedisServer, wait_for
+from state.redis_helpers import RedisServer, wait_for
 
 pytestmark = pytest.mark.redis
 
@@ -44,28 +43,11 @@ SESSION: dict[str, Any] = {
 
 
 @pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[tuple[Service, RedisServer]]:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed (scripts/setup.sh installs it from apt)")
-    server = RedisServer(tmp_path, appendonly=True).start()
-    settings = Settings(
-        host="127.0.0.1",
-        grpc_port=0,
-        http_port=0,
-        store_url=server.url,
-        hmac_key="k" * 32,
-        redis_socket_timeout_s=0.5,
-        trainer=False,
-    )
-    svc = Service.build(settings)
-    task = asyncio.create_task(svc.run())
-    await asyncio.wait_for(svc.wait_started(), 30)
-    try:
-        yield svc, server
-    finally:
-        svc.stop()
-        await asyncio.wait_for(task, 30)
-        server.stop()
+async def service(
+    appendonly_redis: RedisServer, degrading_settings: dict[str, Any]
+) -> AsyncIterator[tuple[Service, RedisServer]]:
+    async with service_in_this_loop(Settings(**degrading_settings, trainer=False)) as svc:
+        yield svc, appendonly_redis
 
 
 def assert_unavailable(resp: httpx.Response, path: str) -> None:
@@ -89,15 +71,7 @@ async def test_mts_reads_and_writes_are_503_while_redis_is_down_and_decisions_go
     svc, server = service
     base = f"http://127.0.0.1:{svc.http_port}"
     async with httpx.AsyncClient(base_url=base, timeout=5.0) as http:
-
-        async def ready() -> bool:
-            return (await http.get("/readyz")).status_code == 200
-
-        async def degraded() -> bool:
-            resp = await http.get("/readyz")
-            return resp.status_code == 503 and resp.json()["degraded"] is True
-
-        await wait_for(ready)
+        await wait_for(lambda: is_ready(http))
         assert (await http.post("/v1/recommendations", json=RECOMMEND)).status_code == 200  # device reports
         created = await http.post("/mts/v1/mts_sessions", json=SESSION)
         assert created.status_code == 201, created.text
@@ -105,7 +79,7 @@ async def test_mts_reads_and_writes_are_503_while_redis_is_down_and_decisions_go
         assert (await http.get("/mts/v1/mts_capability_info")).status_code == 200
 
         server.stop() if outage == "stopped" else server.pause()
-        await wait_for(degraded)
+        await wait_for(lambda: is_degraded(http))
 
         calls = [
             ("GET", "/mts_sessions", None),
@@ -124,7 +98,7 @@ async def test_mts_reads_and_writes_are_503_while_redis_is_down_and_decisions_go
         assert rec.json()["steering"]["rules"][-1]["intent"] == "DEFAULT"
 
         server.start() if outage == "stopped" else server.resume()
-        await wait_for(ready)
+        await wait_for(lambda: is_ready(http))
         got = await http.get(f"/mts/v1/mts_sessions/{sid}")
         assert got.status_code == 200 and got.json()["mtsMode"] == 1  # the refused PUT changed nothing
         assert [s["sessionId"] for s in (await http.get("/mts/v1/mts_sessions")).json()] == [sid]
