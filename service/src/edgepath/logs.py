@@ -111,9 +111,13 @@ class RefusalLog:
         return True
 
     def write(self, message: str, args: tuple[Any, ...], extra: Mapping[str, Any]) -> None:
-        """Write one line :meth:`admit` allowed: ``message % args`` with ``extra`` (None values left out), and the
-        count of the lines left out before it."""
+        """Write one line :meth:`admit` allowed: ``message % args`` with ``extra`` (None values left out), then the
+        caller (``extra``'s ``principal`` and ``device_id``, when either is known) and the count of the lines left out
+        before it."""
         fields = {k: v for k, v in extra.items() if v is not None}
+        if "principal" in fields or "device_id" in fields:  # the caller, when the transport knew it
+            message += " (principal %s, device %s)"
+            args = (*args, fields.get("principal"), fields.get("device_id"))
         if self.suppressed:
             fields["suppressed"] = self.suppressed
             message += " (%d more refusals not logged)"

@@ -365,26 +365,18 @@ class OraclePathPolicy(PathPolicy, Protocol):
 
 
 #: The members every registered class must have (:func:`policy_class_problems`), by reward.
+_PATH_POLICY_MEMBERS: tuple[str, ...] = (
+    "EXPLORATION_STATE",
+    "is_fitted",
+    "decide",
+    "probabilities",
+    "learn",
+    "carry_exploration_from",
+    "advance_exploration",
+)
 _REQUIRED_MEMBERS: dict[str, tuple[str, ...]] = {
-    "utility": (
-        "EXPLORATION_STATE",
-        "is_fitted",
-        "decide",
-        "probabilities",
-        "learn",
-        "carry_exploration_from",
-        "advance_exploration",
-        "warm",
-    ),
-    "bernoulli": (
-        "EXPLORATION_STATE",
-        "is_fitted",
-        "decide",
-        "probabilities",
-        "learn",
-        "carry_exploration_from",
-        "advance_exploration",
-    ),
+    "utility": (*_PATH_POLICY_MEMBERS, "warm"),  # UtilityPathPolicy
+    "bernoulli": _PATH_POLICY_MEMBERS,  # OraclePathPolicy: its _oracles exist only once fitted
 }
 #: Members a class must state itself: the generic :class:`LibraryPolicy`'s would silently keep a new decaying
 #: policy's ε/counters out of refits and out of the fleet-wide schedule.

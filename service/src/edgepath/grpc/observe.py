@@ -239,9 +239,6 @@ class CallObserver:
         device_id = declared_device_id(method, request)
         message = "refused %s: %s %s"
         args: tuple[Any, ...] = (method, code, detail)
-        if principal is not None or device_id is not None:
-            message += " (principal %s, device %s)"
-            args = (*args, principal, device_id)
         self.refusals.write(
             message,
             args,

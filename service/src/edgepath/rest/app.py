@@ -466,9 +466,6 @@ class RequestMetrics:
         detail = str(problem.get("detail") or reason(status))[:_LOGGED_CHARS]
         message = "refused %s %s: %d %s"
         args: tuple[Any, ...] = (method, handler, status, detail)
-        if principal is not None or device_id is not None:
-            message += " (principal %s, device %s)"
-            args = (*args, principal, device_id)
         self.refusals.write(
             message,
             args,
