@@ -27,8 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import secrets
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,27 +46,6 @@ ROUTES = NetState(default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0"
 ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
 CONFIG = ApplierConfig(interfaces=("wlan0", "wwan0"), manage_cc=False)
 ROLLBACK_HINT = "restore them first with `edgepath-agent rollback --journal {}`"
-
-
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[str]:
-    daemon = shutil.which("dbus-daemon")
-    if daemon is None:
-        pytest.skip("dbus-daemon is not installed")
-    address = f"unix:path={tmp_path / 'bus'}"
-    proc = subprocess.Popen(
-        [daemon, "--session", "--nofork", "--nopidfile", f"--address={address}", "--print-address=1"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        printed = proc.stdout.readline().strip()  # printed once the bus listens
-        assert printed.startswith("unix:path="), printed
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 class FakeNetworkManager:

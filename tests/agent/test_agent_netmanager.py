@@ -12,7 +12,6 @@ which this machine does not run); only the calls above are served. Skipped witho
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,27 +23,6 @@ from edgepath_agent.daemon import AgentConfig, ensure_sole_manager
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence, mptcpd_pids, query_networkmanager
 
 NM = "org.freedesktop.NetworkManager"
-
-
-@pytest.fixture
-def bus(tmp_path: Path) -> Iterator[str]:
-    daemon = shutil.which("dbus-daemon")
-    if daemon is None:
-        pytest.skip("dbus-daemon is not installed")
-    address = f"unix:path={tmp_path / 'bus'}"
-    proc = subprocess.Popen(
-        [daemon, "--session", "--nofork", "--nopidfile", f"--address={address}", "--print-address=1"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        printed = proc.stdout.readline().strip()  # printed once the bus listens
-        assert printed.startswith("unix:path="), printed
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 class FakeNetworkManager:
