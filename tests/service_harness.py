@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from edgepath.logs import configure_logging
 from edgepath.main import Service
 from edgepath.settings import Settings
 from edgepath.types import RecommendRequest
@@ -171,3 +174,20 @@ def reply_requests() -> list[RecommendRequest]:
         {"device_id": "phone-6", "interfaces": [lte]},
     ]
     return [RecommendRequest.model_validate(b) for b in bodies]
+
+
+@contextlib.contextmanager
+def captured_json_log(level: str) -> Iterator[io.StringIO]:
+    """The process's log as JSON lines at ``level`` into a string buffer (:func:`edgepath.logs.configure_logging`),
+    the root logger's handlers and level put back afterwards."""
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    stream = io.StringIO()
+    handler = configure_logging(level, "json", stream=stream)
+    try:
+        yield stream
+    finally:
+        root.removeHandler(handler)
+        for h in saved_handlers:
+            root.addHandler(h)
+        root.setLevel(saved_level)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,25 +12,16 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from edgepath.logs import configure_logging, new_request_id
+from edgepath.logs import new_request_id
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
-from service_harness import running_service
+from service_harness import captured_json_log, running_service
 
 
 @pytest.fixture
 def json_log() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    stream = io.StringIO()
-    handler = configure_logging("DEBUG", "json", stream=stream)
-    try:
+    with captured_json_log("DEBUG") as stream:
         yield stream
-    finally:
-        root.removeHandler(handler)
-        for h in saved_handlers:
-            root.addHandler(h)
-        root.setLevel(saved_level)
 
 
 def lines(stream: io.StringIO) -> list[dict[str, Any]]:

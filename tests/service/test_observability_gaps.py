@@ -37,7 +37,7 @@ from edgepath.types import AccessType
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
-from service_harness import running_service
+from service_harness import captured_json_log, running_service
 
 CONTEXT: dict[str, Any] = {
     "device_id": "dev-obs",
@@ -244,17 +244,8 @@ def test_log_time_is_rfc3339_utc_with_milliseconds(log_format: str) -> None:
 @pytest.fixture
 def info_log() -> Iterator[io.StringIO]:
     """JSON lines at INFO (the default level: the refusal lines must be there, not at DEBUG)."""
-    root = logging.getLogger()
-    saved_handlers, saved_level = list(root.handlers), root.level
-    stream = io.StringIO()
-    handler = configure_logging("INFO", "json", stream=stream)
-    try:
+    with captured_json_log("INFO") as stream:
         yield stream
-    finally:
-        root.removeHandler(handler)
-        for h in saved_handlers:
-            root.addHandler(h)
-        root.setLevel(saved_level)
 
 
 def refusal_lines(stream: io.StringIO, transport: str) -> list[dict[str, Any]]:
