@@ -1,8 +1,13 @@
-"""Helpers of the agent tests: the hand-written tool-output fixtures (see fixtures/README.md) and a scripted clock."""
+"""Helpers of the agent tests: the hand-written tool-output fixtures (see fixtures/README.md), a scripted clock, and
+the ``edgepath-agent`` command and a kernel view for the network-namespace tests."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+
+from edgepath_agent.testbed.netns import sh
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -27,3 +32,26 @@ class Clock:
 
     def time(self) -> float:
         return self.now
+
+
+#: The agent's command in this environment (beside the interpreter).
+AGENT = Path(sys.executable).with_name("edgepath-agent")
+
+
+def run_agent(*argv: str, ns: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``edgepath-agent ARGV`` (inside network namespace ``ns`` when given), output captured, at most 90 s."""
+    prefix = ["ip", "netns", "exec", ns] if ns else []
+    return subprocess.run(
+        [*prefix, str(AGENT), *argv], capture_output=True, text=True, timeout=90, env=env, check=False
+    )
+
+
+def kernel_view(ns: str) -> dict[str, str]:
+    """What the kernel of ``ns`` reports through commands the agent does not use for reading: MPTCP endpoints and
+    limits, IPv4 routes of every table."""
+    run = lambda *argv: sh(["ip", "netns", "exec", ns, *argv]).stdout  # noqa: E731
+    return {
+        "endpoints": run("ip", "mptcp", "endpoint", "show"),
+        "limits": run("ip", "mptcp", "limits", "show"),
+        "routes": run("ip", "-4", "route", "show", "table", "all"),
+    }

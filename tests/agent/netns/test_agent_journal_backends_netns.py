@@ -17,32 +17,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from agent_fixtures import kernel_view as view
+from agent_fixtures import run_agent as agent
 from edgepath_agent.applier import Applier, ApplierConfig, CommandBackend, Journal
 from edgepath_agent.applier.journal import check_for_run
-from edgepath_agent.testbed.netns import Testbed, sh
+from edgepath_agent.testbed.netns import Testbed
 from service_harness import running_service
 
 pytestmark = pytest.mark.netns
-
-AGENT = Path(sys.executable).with_name("edgepath-agent")
-
-
-def view(ns: str) -> dict[str, str]:
-    """What the kernel of ``ns`` reports through commands the agent does not use for reading."""
-    run = lambda *argv: sh(["ip", "netns", "exec", ns, *argv]).stdout  # noqa: E731
-    return {
-        "endpoints": run("ip", "mptcp", "endpoint", "show"),
-        "limits": run("ip", "mptcp", "limits", "show"),
-        "routes": run("ip", "-4", "route", "show", "table", "all"),
-    }
-
-
-def agent(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(AGENT), *argv], capture_output=True, text=True, timeout=90, env=env, check=False)
 
 
 def run_env(tmp_path: Path) -> dict[str, str]:

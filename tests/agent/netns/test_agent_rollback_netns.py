@@ -18,30 +18,18 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agent_fixtures import kernel_view as view
+from agent_fixtures import run_agent as agent
 from edgepath_agent import daemon
 from edgepath_agent.applier import Applier, ApplierConfig, CommandBackend, Journal, JournalError
 from edgepath_agent.testbed.netns import Testbed, sh
 from service_harness import running_service
 
 pytestmark = pytest.mark.netns
-
-AGENT = Path(sys.executable).with_name("edgepath-agent")
-
-
-def view(ns: str) -> dict[str, str]:
-    """What the kernel of ``ns`` reports through commands the agent does not use for reading."""
-    run = lambda *argv: sh(["ip", "netns", "exec", ns, *argv]).stdout  # noqa: E731
-    return {
-        "endpoints": run("ip", "mptcp", "endpoint", "show"),
-        "limits": run("ip", "mptcp", "limits", "show"),
-        "routes": run("ip", "-4", "route", "show", "table", "all"),
-    }
 
 
 @pytest.fixture
@@ -62,13 +50,6 @@ def scratch_ns(netns_ready: None) -> Iterator[str]:
         yield name
     finally:
         sh(["ip", "netns", "del", name], check=False)
-
-
-def agent(*argv: str, ns: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    prefix = ["ip", "netns", "exec", ns] if ns else []
-    return subprocess.run(
-        [*prefix, str(AGENT), *argv], capture_output=True, text=True, timeout=90, env=env, check=False
-    )
 
 
 @pytest.mark.timeout(120)
