@@ -382,6 +382,7 @@ def build_backend(settings: Settings, metrics: Metrics | None = None) -> StateBa
             namespace=settings.redis_namespace,
             decision_ttl_s=settings.decision_ttl_s,
             socket_timeout_s=settings.redis_socket_timeout_s,
+            max_connections=settings.redis_max_connections,
             outbox_max_outcomes=settings.outbox_max_outcomes,
             outbox_max_decisions=settings.outbox_max_decisions,
             claim_idle_ms=settings.outcome_claim_idle_ms,

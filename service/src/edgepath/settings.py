@@ -506,6 +506,13 @@ class Settings(BaseSettings):
     )
     redis_namespace: str = Field("edgepath", min_length=1, description="Prefix of every Redis key")
     redis_socket_timeout_s: float = Field(1.0, gt=0.0, description="Redis command timeout before degraded mode, s")
+    redis_max_connections: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description="Connections per Redis client of a process; past them a command waits up to "
+        "redis_socket_timeout_s for a free one (then degraded mode) instead of failing at once",
+    )
     redis_pipeline_hold_iterations: int = Field(
         16,
         ge=0,

@@ -136,6 +136,36 @@ async def test_serve_with_trainer_flag_trains_and_publishes(redis_server: RedisS
 
 
 @pytest.mark.redis
+async def test_a_burst_past_the_redis_connection_bound_waits_instead_of_degrading(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """More concurrent pool commands than ``redis_max_connections`` (here MEC 015 session reads, which do not go
+    through the auto-pipeline) queue for a connection: redis-py's default pool raised "Too many connections" at
+    its 101st, and the replica took that for an unreachable Redis (degraded mode)."""
+    name = f"bound-{namespace}"  # every connection of the store's pools carries it, so they can be counted
+    url = f"{redis_server.url}?client_name={name}"
+    store = build_store(Settings(store_url=url, redis_namespace=namespace, redis_max_connections=4, hmac_key="k" * 32))
+    assert isinstance(store, RedisStore)
+    watcher = Redis.from_url(redis_server.url)
+    try:
+        results = await asyncio.gather(*(store.get_mts_session(f"s{i}") for i in range(200)))
+        assert results == [None] * 200
+        assert not store.degraded
+        named = [c for c in watcher.client_list() if c.get("name") == name]
+        assert 1 <= len(named) <= 4  # the bound held: at most 4 connections, reused
+    finally:
+        watcher.close()
+        await store.close()
+
+
+def test_redis_max_connections_is_bounded() -> None:
+    with pytest.raises(ValidationError, match="redis_max_connections"):
+        Settings(redis_max_connections=0)
+    with pytest.raises(ValueError, match="max_connections"):
+        RedisStore("redis://127.0.0.1:1/0", max_connections=0)
+
+
+@pytest.mark.redis
 async def test_serve_without_trainer_flag_does_not_train(redis_server: RedisServer, namespace: str) -> None:
     settings = Settings(grpc_port=0, http_port=0, store_url=redis_server.url, redis_namespace=namespace)
     svc = Service.build(settings)

@@ -91,7 +91,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -320,6 +320,16 @@ class RedisStore:
     pipeline_idle_hold_iterations:
         The hold of a queue that starts while no other command awaits its reply (at most
         ``pipeline_hold_iterations``; None: the same hold).
+    max_connections:
+        Connections each of the store's two clients (commands; blocking stream reads) may open to Redis, ≥ 1. A
+        command that finds them all busy waits for one up to ``socket_timeout_s`` (redis-py's
+        ``BlockingConnectionPool``) instead of failing at once: redis-py's default pool raises "Too many
+        connections" at its 101st concurrent command, which a burst of MEC 015 reads turned into degraded mode.
+
+    Raises
+    ------
+    ValueError
+        For ``max_connections`` < 1.
     """
 
     overlaps_io = True  # every call is a round trip (StateStore.overlaps_io)
@@ -341,13 +351,25 @@ class RedisStore:
         outbox_dir: str | None = None,
         pipeline_hold_iterations: int = 0,
         pipeline_idle_hold_iterations: int | None = None,
+        max_connections: int = 100,
     ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be ≥ 1, got {max_connections}")
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
-        common: dict[str, Any] = dict(socket_connect_timeout=socket_timeout_s, retry=retry)
+        common: dict[str, Any] = dict(
+            socket_connect_timeout=socket_timeout_s,
+            retry=retry,
+            max_connections=max_connections,
+            timeout=socket_timeout_s,  # the wait for a free connection, then ConnectionError (degraded mode)
+        )
         self.url = display_url(url)  # for logs: a password in the URL (the chart composes one) never reaches them
-        self.redis: Redis = Redis.from_url(url, socket_timeout=socket_timeout_s, **common)
+        self.redis: Redis = Redis.from_pool(
+            BlockingConnectionPool.from_url(url, socket_timeout=socket_timeout_s, **common)
+        )
         # Blocking stream reads need a longer read timeout than ordinary commands.
-        self._reader: Redis = Redis.from_url(url, socket_timeout=socket_timeout_s + MAX_BLOCK_MS / 1000, **common)
+        self._reader: Redis = Redis.from_pool(
+            BlockingConnectionPool.from_url(url, socket_timeout=socket_timeout_s + MAX_BLOCK_MS / 1000, **common)
+        )
         self.namespace = namespace
         self.decision_ttl_s = decision_ttl_s
         self.outbox_max_outcomes = outbox_max_outcomes
