@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from edgepath.engines.primary_path import PrimaryPathBandit, TrainingSample
@@ -316,3 +317,43 @@ def test_renice_lowers_every_thread_of_the_trainer_process() -> None:
     before, after = json.loads(done.stdout)
     assert len(before) >= 2  # the test's thread, numpy's pools: more than the calling thread
     assert after == [min(b + 10, 19) for b in before]
+
+
+_STOPPED_DURING_A_REFIT = """
+import asyncio, sys, time
+from pathlib import Path
+from edgepath.engines.primary_path import PrimaryPathBandit
+from edgepath.training.online import ProcessRefitter
+
+class EndlessRefit(PrimaryPathBandit):  # pickled by value (defined in __main__): the refit process needs no import
+    marker = ""
+
+    def update(self, samples):
+        Path(self.marker).touch()
+        time.sleep(3600)  # a refit that outlasts any drain: what SCHED_IDLE on a busy node can make of one
+
+async def main():
+    model = EndlessRefit()
+    model.marker = sys.argv[1]
+    refitter = ProcessRefitter()
+    refit = asyncio.create_task(refitter(model, [[]]))
+    while not Path(sys.argv[1]).exists():  # the refit is under way
+        await asyncio.wait([refit], timeout=0.05)
+    refit.cancel()  # what OnlineTrainer.stop does
+    refitter.close()
+    print("closed", flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_closing_the_refitter_abandons_a_refit_under_way(tmp_path: Path) -> None:
+    """``edgepath train`` and a draining replica stop without waiting for the refit under way: the process
+    exits although its refit would run for an hour (before, the interpreter's exit joined the refit pool)."""
+    marker = tmp_path / "refitting"
+    proc = subprocess.run(
+        [sys.executable, "-c", _STOPPED_DURING_A_REFIT, str(marker)], capture_output=True, text=True, timeout=60
+    )
+    assert marker.exists()  # the refit had started
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "closed"

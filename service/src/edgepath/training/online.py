@@ -324,7 +324,19 @@ class ProcessRefitter:
         return refitted
 
     def close(self) -> None:
-        """Stop the refit process (a refit under way is abandoned; its outcomes are not acknowledged)."""
+        """Stop the refit process at once: a refit under way is abandoned (its outcomes are not acknowledged; the
+        awaiting call, if still awaited, fails with ``BrokenProcessPool``).
+
+        The worker is terminated (SIGTERM), not waited for: ``shutdown(wait=False)`` alone left it running its
+        refit, and the interpreter's exit joins the pool, so ``edgepath train`` took the rest of a refit, which
+        under ``SCHED_IDLE`` on a busy node has no bound, to stop after SIGTERM.
+        """
+        terminate = getattr(self._pool, "terminate_workers", None)  # Python ≥ 3.14
+        if terminate is not None:
+            terminate()
+        else:
+            for process in list((self._pool._processes or {}).values()):  # no public way before Python 3.14
+                process.terminate()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
