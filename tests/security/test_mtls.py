@@ -190,6 +190,32 @@ def test_a_client_certificate_that_expires_mid_stream_refuses_the_next_message(
     assert isinstance(others[0], pb.Recommendation), others[0]  # dev-a's certificate is valid for a day
 
 
+def test_a_connection_that_outlives_its_client_certificate_is_refused_per_call(
+    tls_service: Any, pki: Any, clock: ScriptedClock
+) -> None:
+    """A unary call on a connection opened while the certificate was valid: served through its notAfter second,
+    UNAUTHENTICATED saying so past it (the handshake is not repeated, so the call checks); a valid one goes on.
+    Before, only RecommendStream checked, and an agent's kept channel was served past its certificate."""
+    short = pki.client("dev-short")
+    not_after = _not_after(short[0])
+    with _channel(tls_service, pki, short) as channel, _channel(tls_service, pki, pki.client("dev-a")) as other:
+        stub = pb_grpc.PathServiceStub(channel)
+        assert stub.Recommend(_request("dev-short"), timeout=5.0).decision_id  # the connection is open
+        clock.now = not_after  # the last second it is valid
+        rec = stub.Recommend(_request("dev-short"), timeout=5.0)
+        clock.now = not_after + 1.0
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Recommend(_request("dev-short"), timeout=5.0)
+        with pytest.raises(grpc.RpcError) as refused_outcome:
+            stub.ReportOutcome(
+                pb.OutcomeRequest(device_id="dev-short", decision_id=rec.decision_id, throughput_bps=1e6), timeout=5.0
+            )
+        assert pb_grpc.PathServiceStub(other).Recommend(_request("dev-a"), timeout=5.0).decision_id
+    for err in (refused.value, refused_outcome.value):
+        assert err.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "certificate expired" in (err.details() or "")
+
+
 def test_certificate_not_after_reads_the_peers_pem(pki: Any) -> None:
     cert = pki.client("dev-short")[0]
     assert certificate_not_after({"x509_pem_cert": [cert.read_bytes()]}) == _not_after(cert)

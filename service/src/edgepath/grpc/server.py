@@ -304,12 +304,23 @@ class PathServicer(pb_grpc.PathServiceServicer):
             await self.security.admit(principal)
         return principal
 
-    def _credentials(self, context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
-        """The call's ``authorization`` metadata and verified client-certificate identity (None: absent)."""
+    def _credentials(self, context: grpc.aio.ServicerContext) -> tuple[str | None, str | None, float | None]:
+        """The call's ``authorization`` metadata, verified client-certificate identity and that certificate's
+        ``notAfter``, Unix s (None: absent).
+
+        Raises
+        ------
+        Unauthenticated
+            A client certificate whose validity period cannot be read.
+        """
         assert self.security is not None
         metadata = {m.key: m.value for m in context.invocation_metadata() or () if isinstance(m.value, str)}
-        peer = identity_from_auth_context(context.auth_context()) if self.security.auth.mtls else None
-        return metadata.get("authorization"), peer
+        peer = not_after = None
+        if self.security.auth.mtls:
+            auth_context = context.auth_context()
+            peer = identity_from_auth_context(auth_context)
+            not_after = certificate_not_after(auth_context) if peer else None
+        return metadata.get("authorization"), peer, not_after
 
     def authenticated(self, context: grpc.aio.ServicerContext) -> Principal | None:
         """The verified caller (client certificate, else bearer metadata), or None when authentication is off.
@@ -319,8 +330,10 @@ class PathServicer(pb_grpc.PathServiceServicer):
         Unauthenticated
         """
         assert self.security is not None
-        authorization, peer = self._credentials(context)
-        return self.security.auth.authenticate(authorization=authorization, peer_identity=peer)
+        authorization, peer, not_after = self._credentials(context)
+        return self.security.auth.authenticate(
+            authorization=authorization, peer_identity=peer, peer_not_after=not_after
+        )
 
     async def principals(self, context: grpc.aio.ServicerContext, declared_device_ids: list[str]) -> list[Principal]:
         """The caller of each batch item (:meth:`authenticated`, then :meth:`batch_principals`).
@@ -406,8 +419,7 @@ class PathServicer(pb_grpc.PathServiceServicer):
         credential: CallCredential | None = None
         if self.security is not None:
             try:
-                authorization, peer = self._credentials(context)
-                not_after = certificate_not_after(context.auth_context()) if peer else None
+                authorization, peer, not_after = self._credentials(context)
                 credential = call_credential(
                     self.security.auth, authorization=authorization, peer_identity=peer, peer_not_after=not_after
                 )

@@ -15,9 +15,10 @@ Three credentials are accepted (any subset may be configured; see SECURITY.md):
 * **mTLS client certificates** (gRPC): the TLS layer verifies the chain
   against ``tls_client_ca_file``; the identity is the certificate's subject CN
   (or, without a CN, its first DNS/URI SAN) read from the call's auth context.
-  The handshake checks the validity period once per connection; a
-  ``RecommendStream`` re-checks the certificate's ``notAfter`` per message
-  (:func:`certificate_not_after`, :class:`CallCredential`).
+  The handshake checks the validity period once per connection, which may
+  outlive it: every call checks the certificate's ``notAfter`` again, and a
+  ``RecommendStream`` per message (:func:`certificate_not_after`,
+  :class:`CallCredential`).
 
 When no method is configured (``dev`` profile, loopback only) the caller's
 self-declared ``device_id`` is trusted, as before authentication existed.
@@ -242,8 +243,8 @@ def certificate_not_after(auth_context: Mapping[str, Sequence[bytes]]) -> float 
 
     ``auth_context`` is ``ServicerContext.auth_context()``: gRPC puts the peer's leaf certificate, PEM, under
     ``x509_pem_cert`` once the TLS layer verified it; it is parsed with ``cryptography`` (~11 µs for a P-256
-    certificate: read once per long call, not per message). RFC 5280 §4.1.2.5: the certificate is valid through
-    ``notAfter`` inclusive.
+    certificate) once per distinct certificate (a bounded cache: each unary call reads it again). RFC 5280
+    §4.1.2.5: the certificate is valid through ``notAfter`` inclusive.
 
     Raises
     ------
@@ -253,7 +254,13 @@ def certificate_not_after(auth_context: Mapping[str, Sequence[bytes]]) -> float 
     pems = auth_context.get("x509_pem_cert") or ()
     if not pems:
         return None
-    pem = pems[0] if isinstance(pems[0], bytes) else str(pems[0]).encode()
+    return _pem_not_after(pems[0] if isinstance(pems[0], bytes) else str(pems[0]).encode())
+
+
+@functools.lru_cache(maxsize=4096)
+def _pem_not_after(pem: bytes) -> float:
+    """A PEM certificate's ``notAfter``, Unix s (cached: a device's connection presents the same bytes on every
+    call; an unreadable one raises and is not cached)."""
     try:
         certificate = x509.load_pem_x509_certificate(pem)
     except ValueError:
@@ -337,21 +344,33 @@ class Authenticator:
             return self.principal(sub, admin=claims.get("admin") is True)
         raise Unauthenticated("unknown credential")
 
-    def authenticate(self, *, authorization: str | None = None, peer_identity: str | None = None) -> Principal | None:
+    def authenticate(
+        self,
+        *,
+        authorization: str | None = None,
+        peer_identity: str | None = None,
+        peer_not_after: float | None = None,
+    ) -> Principal | None:
         """The caller's principal, or None when authentication is off (any credential is then ignored).
 
         ``authorization`` is the raw ``Authorization`` header / metadata value
         (``Bearer <token>``); ``peer_identity`` the verified client-certificate
-        identity. A verified certificate wins over a bearer token.
+        identity, ``peer_not_after`` that certificate's ``notAfter``, Unix s (:func:`certificate_not_after`). A
+        verified certificate wins over a bearer token. The TLS layer checked the certificate's validity period
+        when the connection opened; a connection outlives it, so each call checks ``notAfter`` again on
+        :attr:`clock` (valid through that second, RFC 5280 §4.1.2.5).
 
         Raises
         ------
         Unauthenticated
-            Credentials required but missing, or present but invalid.
+            Credentials required but missing, or present but invalid (also a client certificate past its
+            ``notAfter``).
         """
         if not self.required:  # authentication off (dev on loopback): credentials are not checked
             return None
         if peer_identity:
+            if peer_not_after is not None and self.clock() > peer_not_after:
+                raise Unauthenticated(f"client certificate expired (notAfter {_utc(peer_not_after)})")
             return self.principal(peer_identity)
         if authorization:
             scheme, _, token = authorization.strip().partition(" ")
@@ -419,7 +438,9 @@ def call_credential(
     Unauthenticated
         Credentials required but missing, or present but invalid.
     """
-    principal = auth.authenticate(authorization=authorization, peer_identity=peer_identity)
+    principal = auth.authenticate(
+        authorization=authorization, peer_identity=peer_identity, peer_not_after=peer_not_after
+    )
     if principal is None:
         return None
     if peer_identity or not authorization:
