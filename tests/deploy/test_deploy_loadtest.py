@@ -8,7 +8,6 @@ work and what they report, never how fast anything is (speed is measured by
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import csv
 import json
 import os
@@ -454,7 +453,8 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
     """``loadtest/training_interference.py``: paused / catch-up / training phases over the real in-process service
     (Redis: a real redis-server and ``edgepath train`` process); the paused phase's outcomes are a backlog the
     trainer works through (published versions: each catch-up phase lasts until a version trained on all of it
-    serves, never cut short by the timeout, however busy the host), then it trains on."""
+    serves, never cut short by the timeout, however busy the host), then it trains on; round 1 starts as the others
+    do (the warm-up's outcomes trained on)."""
     if store == "redis" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (.ci/run installs it)")
     report = tmp_path / "interference.json"
@@ -488,6 +488,10 @@ def test_training_interference_runs_the_three_phases_and_the_trainer_catches_up(
         assert len(data[phase]["p99_ms_per_round"]) == 2
         assert data[phase]["serving_cpu_us_per_call"] > 0 and data[phase]["children_cpu_us_per_call"] >= 0
     assert data["training"]["p99_vs_paused"] == pytest.approx(data["training"]["p99_ms"] / data["paused"]["p99_ms"])
+    # round 1: 300/s x 0.6 s of outcomes queued while paused, plus less than a batch (50) the warm-up left; it also
+    # held what arrived while the first refit started its process (598 at 300/s) before the warm-up waited for the
+    # trainer to keep up (later rounds' leftovers depend on how the host starved the refits in the training phase)
+    assert data["rounds"][0]["backlog"] <= 300 * 0.6 + 50 + 60, data["rounds"]
     for r in data["rounds"]:
         assert r["backlog"] >= 150  # 300/s x 0.6 s of outcomes queued while paused
         assert r["catch_up_timed_out"] is False and r["catch_up_s"] > 0  # ... all trained on and published
@@ -554,37 +558,6 @@ async def test_the_in_process_catch_up_waits_for_the_version_trained_on_the_back
     await outcomes(30)  # arrivals during catch-up fill the batch holding the backlog's last 20
     assert await trainer.step() and trainer.outcomes_used == 150
     assert covered() and plane.registry.current.version == v0 + 3
-
-
-def test_the_script_ends_a_refit_under_way_instead_of_waiting_for_it_at_exit(tmp_path: Path) -> None:
-    """``training_interference.close_refitter``: a refit process still busy when the run ends (a saturated host
-    starves that ``SCHED_IDLE`` process; here a task that records its pid and sleeps 120 s) is ended at once, so
-    the script's exit does not wait for it (``ProcessRefitter.close`` alone left it running, and the interpreter's
-    exit waited minutes after the report was written)."""
-    import signal
-    import time
-
-    from edgepath.training.online import ProcessRefitter
-    from training_interference import close_refitter
-
-    marker = tmp_path / "task.pid"
-    refitter = ProcessRefitter()
-    refitter._pool.submit(
-        subprocess.run, ["sh", "-c", f"echo $$ > {marker}.tmp && mv {marker}.tmp {marker} && exec sleep 120"]
-    )
-    workers = list(refitter._pool._processes.values())
-    deadline = time.monotonic() + 40
-    while not marker.exists():  # the refit process is under way (it started the task): a wait for a state
-        assert time.monotonic() < deadline, "the refit process never ran its task"
-        time.sleep(0.02)
-    try:
-        close_refitter(refitter)
-        for worker in workers:
-            worker.join(10)
-        assert workers and not any(worker.is_alive() for worker in workers)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(marker.read_text()), signal.SIGKILL)  # the task's process, which the worker had started
 
 
 def test_the_redis_topology_kills_a_trainer_that_does_not_end_on_sigterm(
