@@ -541,16 +541,31 @@ def eval_policies(
     cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV")] = Path(
         "service/data/mobilebandwidth/4G.csv"
     ),
+    policy: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Learning policy to replay (repeatable; default: the paper's six and the default learner). "
+            f"{_POLICY_HELP}. The baselines wifi_first, lte_first and random always run (they cost nothing)"
+        ),
+    ] = None,
 ) -> None:
     """The paper's six policies, the default learner and baselines on the same real streams: reward and regret."""
     from edgepath.datasets.mobilebandwidth import read_measurements
-    from edgepath.evaluation.policies import compare, plot
+    from edgepath.evaluation.policies import DEFAULT_LEARNER, PAPER_POLICIES, compare, plot
 
     seed_list = _seeds(seeds)
     if len(seed_list) < 2:
         raise typer.BadParameter("at least two seeds for the CI bands (five or more recommended)", param_hint="--seeds")
+    policies = (
+        tuple(dict.fromkeys(known_policy(name) for name in policy)) if policy else (*PAPER_POLICIES, DEFAULT_LEARNER)
+    )
     report = compare(
-        read_measurements(wifi, "wifi"), read_measurements(cellular, "cellular"), seed_list, rounds, progress=typer.echo
+        read_measurements(wifi, "wifi"),
+        read_measurements(cellular, "cellular"),
+        seed_list,
+        rounds,
+        policies=policies,
+        progress=typer.echo,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report) + "\n")
