@@ -357,3 +357,34 @@ def test_closing_the_refitter_abandons_a_refit_under_way(tmp_path: Path) -> None
     assert marker.exists()  # the refit had started
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "closed"
+
+
+def test_training_resumes_with_a_new_refit_process_after_one_died() -> None:
+    """A refit process killed (OOM killer, a signal) loses that refit only: the trainer keeps its outcomes, the next
+    step starts a new process and publishes them. Before, the broken pool failed every later refit and the
+    service served its last model until restarted."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    async def run() -> None:
+        store = MemoryStore()
+        await _backlog(store, 50)
+        others = {child.pid for child in multiprocessing.active_children()}
+        refitter = ProcessRefitter()
+        try:
+            registry = ModelRegistry(PrimaryPathBandit())
+            trainer = OnlineTrainer(store, registry, batch_size=50, refitter=refitter)
+            assert await trainer.step() is True and registry.current.version == 2
+            (worker,) = [c for c in multiprocessing.active_children() if c.pid not in others]
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.join(10)
+            await _backlog(store, 50, start=50)
+            with pytest.raises(BrokenProcessPool):
+                await trainer.step()
+            assert registry.current.version == 2 and refitter.restarts == 1  # nothing published, nothing lost
+            assert await trainer.step() is True  # the same outcomes, on a new process
+            assert registry.current.version == 3 and trainer.outcomes_used == 100
+            assert registry.current.model.samples_seen == 100
+        finally:
+            refitter.close()
+
+    asyncio.run(run())

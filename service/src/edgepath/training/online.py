@@ -31,6 +31,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import cloudpickle
@@ -307,19 +308,40 @@ class ProcessRefitter:
     """
 
     def __init__(self, niceness: int = 10) -> None:
-        self._pool = concurrent.futures.ProcessPoolExecutor(
+        self.niceness = niceness
+        self.restarts = 0  # refit processes started again after one died
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        return concurrent.futures.ProcessPoolExecutor(
             max_workers=1,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_refit_worker_init,
-            initargs=(niceness, os.getpid()),
+            initargs=(self.niceness, os.getpid()),
         )
 
     async def __call__(self, model: PrimaryPathBandit, batches: list[list[OutcomeRow]]) -> PrimaryPathBandit:
         """``model`` refitted on each of ``batches`` of outcome rows in order (a new object; ``model`` is not
-        modified). The rows are pickled by the pool's feeder thread: plain tuples, ~1 KB each."""
+        modified). The rows are pickled by the pool's feeder thread: plain tuples, ~1 KB each.
+
+        Raises
+        ------
+        concurrent.futures.process.BrokenProcessPool
+            The refit process died (OOM kill, a signal, a crash in native code): this refit is lost, and the next
+            call starts a new process. A broken pool stays broken, so without the new one every later refit
+            failed too and the service served its last model until restarted (the trainer keeps the outcomes
+            and tries again, :class:`OnlineTrainer`).
+        """
         loop = asyncio.get_running_loop()
         blob = await asyncio.to_thread(cloudpickle.dumps, model)
-        out = await loop.run_in_executor(self._pool, _refit_blob, blob, batches)
+        try:
+            out = await loop.run_in_executor(self._pool, _refit_blob, blob, batches)
+        except BrokenProcessPool:
+            broken, self._pool = self._pool, self._new_pool()
+            broken.shutdown(wait=False, cancel_futures=True)
+            self.restarts += 1
+            log.warning("the refit process died; the next refit starts a new one (restart %d)", self.restarts)
+            raise
         refitted: PrimaryPathBandit = await asyncio.to_thread(pickle.loads, out)  # from our own refit process
         return refitted
 
