@@ -32,9 +32,9 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import uvicorn
 
@@ -638,6 +638,8 @@ class Service:
             background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
+        for task in background:
+            task.add_done_callback(self._background_ended)
         if self.own_process:
             tune_serving_process(self.settings)
         loop = asyncio.get_running_loop()
@@ -663,6 +665,24 @@ class Service:
             return
         exc = task.exception()
         log.error("trainer role ended while serving: this replica no longer trains (%r)", exc, exc_info=exc)
+
+    #: What stops with a background task of ``serve`` that ends before :meth:`stop`, by task name (its ERROR line).
+    BACKGROUND_TASKS: ClassVar[Mapping[str, str]] = {
+        "fleet-exploration": "this replica no longer applies the other replicas' exploration decay",
+        "readiness": "gRPC health no longer follows the state store",
+        "loop-lag": "admission no longer measures the event loop's lag (no shedding on it)",
+    }
+
+    def _background_ended(self, task: asyncio.Task[None]) -> None:
+        """A background task of ``serve`` ended: expected only after :meth:`stop` (they loop until cancelled);
+        otherwise say at once at ERROR what no longer happens (:attr:`BACKGROUND_TASKS`), with the exception's
+        traceback, instead of asyncio's "exception was never retrieved" at garbage collection, if ever."""
+        if self._stop.is_set() or task.cancelled():
+            return
+        exc = task.exception()
+        name = task.get_name()
+        what = self.BACKGROUND_TASKS.get(name, "it no longer runs")
+        log.error("background task %s ended while serving: %s (%r)", name, what, exc, exc_info=exc)
 
     def describe(self) -> str:
         """What this process serves, as its start-up line says it: the ports with their scheme (``https`` with TLS),

@@ -229,6 +229,7 @@ class DecisionPlane:
         self.metrics = metrics
         self.guard = guard  # security: outcome plausibility, per-device cap, quarantine (None = admit all)
         self.draining = False  # set first on SIGTERM (issue 17): readiness false while in-flight calls finish
+        self._ready_failing = False  # the store's readiness check raised last time (logged once per run)
         self.engines = tuple(build_engines(settings) if engines is None else engines)
         sections = {e.section for e in self.engines}
         if clash := sorted(sections & _RECORD_MEMBERS):
@@ -632,7 +633,19 @@ class DecisionPlane:
         return await self._require_admin(principal).quarantine.members()
 
     async def ready(self) -> bool:
-        """True when the plane can decide and record (state store reachable) and is not shutting down."""
+        """True when the plane can decide and record (state store reachable) and is not shutting down.
+
+        A store whose check raises (not one it reports unreachable: e.g. a Redis ACL user without ``PING``,
+        ``NOPERM``) reads as not ready, logged with its traceback once per run of such failures: ``/readyz``
+        answered 500 and the gRPC health watcher's task died, its status stuck where it was."""
         if self.draining:
             return False
-        return await self.store.ping()
+        try:
+            ok = await self.store.ping()
+        except Exception:
+            if not self._ready_failing:
+                log.exception("readiness: the state store's check failed; not ready until it succeeds")
+            self._ready_failing = True
+            return False
+        self._ready_failing = False
+        return ok

@@ -7,6 +7,7 @@ reported meanwhile is buffered and reaches the outcome stream once Redis is back
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from edgepath.settings import Settings
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from redis import Redis
 from service_harness import is_degraded, is_ready, service_in_this_loop
 
 from state.redis_helpers import RedisServer, wait_for
@@ -133,3 +135,38 @@ async def test_a_service_started_while_redis_hangs_comes_up_degraded_and_recover
         appendonly_redis.resume()
         await wait_for(lambda: is_ready(http))
         assert (await http.get("/readyz")).json()["degraded"] is False
+
+
+async def test_a_store_check_that_raises_reads_as_not_ready_not_as_a_server_error(
+    appendonly_redis: RedisServer, degrading_settings: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis ACL user without ``PING`` (``NOPERM``: Redis answers, but the readiness check is refused): ``/readyz``
+    is a 503 problem and gRPC health NOT_SERVING, the cause logged once with its traceback. Before, ``/readyz``
+    answered 500 and the gRPC health watcher's task died, its status stuck at what it was."""
+    admin = Redis.from_url(appendonly_redis.url)
+    admin.execute_command("ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-ping")
+    admin.close()
+    settings = dict(degrading_settings, store_url=f"redis://noping:pw@127.0.0.1:{appendonly_redis.port}/0")
+    async with service_in_this_loop(service_settings(settings, tmp_path)) as svc:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{svc.grpc_port}")
+        health = health_pb2_grpc.HealthStub(channel)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{svc.http_port}", timeout=5.0) as http:
+            try:
+                with caplog.at_level(logging.ERROR, logger="edgepath.plane"):
+                    for _ in range(3):
+                        ready = await http.get("/readyz")
+                        assert ready.status_code == 503, ready.text
+                        assert ready.headers["content-type"] == "application/problem+json"
+
+                    async def not_serving() -> bool:
+                        resp = await health.Check(health_pb2.HealthCheckRequest(service="edgepath.v1.PathService"))
+                        return resp.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+                    await wait_for(not_serving)
+                failures = [r for r in caplog.records if "readiness" in r.getMessage()]
+                assert len(failures) == 1 and failures[0].exc_info is not None  # once per run of failures
+                assert "NoPermissionError" in repr(failures[0].exc_info[1].__class__)
+                rec = await http.post("/v1/recommendations", json=CONTEXT)
+                assert rec.status_code == 200  # decisions go on: only the check is refused
+            finally:
+                await channel.close()

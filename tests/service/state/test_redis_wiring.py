@@ -252,3 +252,31 @@ def test_a_trainer_role_that_ends_while_serving_is_logged_at_once(caplog: pytest
     svc.stop()
     svc._role_ended(task)  # ended because the service stops: nothing to say
     assert caplog.records == []
+
+
+def test_a_background_task_that_ends_while_serving_is_logged_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """``serve``'s background loops (the loop-lag monitor of admission, the gRPC health watcher, the fleet's
+    exploration sync) end only when cancelled at shutdown; one that ends before says at once what no longer
+    happens, with its traceback (asyncio would say it at garbage collection, if ever)."""
+    svc = Service.build(Settings())
+
+    async def died() -> None:
+        raise RuntimeError("clock read failed")
+
+    async def run() -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(died(), name="loop-lag")
+        await asyncio.wait([task])
+        return task
+
+    task = asyncio.run(run())
+    with caplog.at_level(logging.ERROR, logger="edgepath.main"):
+        svc._background_ended(task)
+    assert [r.getMessage() for r in caplog.records] == [
+        "background task loop-lag ended while serving: admission no longer measures the event loop's lag "
+        "(no shedding on it) (RuntimeError('clock read failed'))"
+    ]
+    assert caplog.records[0].exc_info is not None
+    caplog.clear()
+    svc.stop()
+    svc._background_ended(task)  # ended because the service stops: nothing to say
+    assert caplog.records == []
