@@ -358,9 +358,7 @@ async def run(args: argparse.Namespace, topology: RedisTopology | None) -> dict[
         )
         if warm.timed_out or backlog() < settings.batch_size:
             break
-    else:
-        warm.timed_out = True
-    if warm.timed_out:
+    if backlog() >= settings.batch_size:
         print(f"warm-up: the trainer did not keep up ({backlog()} outcomes queued); going on", flush=True)
     for r in range(args.rounds):
         await trainer.stop()

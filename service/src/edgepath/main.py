@@ -661,10 +661,7 @@ class Service:
         """The trainer role's task ended: expected only after :meth:`stop`; otherwise say so at once (this replica
         no longer trains), not at shutdown (``TrainerRole.run`` ends only when stopped, but nothing else would
         notice if it did)."""
-        if self._stop.is_set() or task.cancelled():
-            return
-        exc = task.exception()
-        log.error("trainer role ended while serving: this replica no longer trains (%r)", exc, exc_info=exc)
+        self._task_ended(task, "trainer role", "this replica no longer trains")
 
     #: What stops with a background task of ``serve`` that ends before :meth:`stop`, by task name (its ERROR line).
     BACKGROUND_TASKS: ClassVar[Mapping[str, str]] = {
@@ -677,12 +674,16 @@ class Service:
         """A background task of ``serve`` ended: expected only after :meth:`stop` (they loop until cancelled);
         otherwise say at once at ERROR what no longer happens (:attr:`BACKGROUND_TASKS`), with the exception's
         traceback, instead of asyncio's "exception was never retrieved" at garbage collection, if ever."""
+        name = task.get_name()
+        self._task_ended(task, f"background task {name}", self.BACKGROUND_TASKS.get(name, "it no longer runs"))
+
+    def _task_ended(self, task: asyncio.Task[None], what: str, consequence: str) -> None:
+        """``what ended while serving: consequence (exception)`` at ERROR with its traceback, unless the task ended
+        because the service stops (or was cancelled)."""
         if self._stop.is_set() or task.cancelled():
             return
         exc = task.exception()
-        name = task.get_name()
-        what = self.BACKGROUND_TASKS.get(name, "it no longer runs")
-        log.error("background task %s ended while serving: %s (%r)", name, what, exc, exc_info=exc)
+        log.error("%s ended while serving: %s (%r)", what, consequence, exc, exc_info=exc)
 
     def describe(self) -> str:
         """What this process serves, as its start-up line says it: the ports with their scheme (``https`` with TLS),

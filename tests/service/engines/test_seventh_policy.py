@@ -25,7 +25,6 @@ from edgepath.engines.primary_path import (
     PolicySpec,
     PrimaryPathBandit,
     TrainingSample,
-    _contextualbandits,
     _library,
 )
 from edgepath.training import snapshots
@@ -114,11 +113,7 @@ TOYS = {
     "epsilon_variant": lambda: PolicySpec(
         "epsilon_variant",
         "bernoulli",
-        _library(
-            lambda o, cfg, c: _contextualbandits().EpsilonGreedy(
-                o, explore_prob=cfg.epsilon, decay=cfg.epsilon_decay, njobs=1, **c
-            )
-        ),
+        _library(REGISTRY["epsilon_greedy"].build.factory),  # the library object epsilon_greedy's spec makes
         "test toy",
         EpsilonVariantPolicy,
         ("sgd_alpha", "epsilon", "epsilon_decay"),

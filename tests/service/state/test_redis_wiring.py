@@ -229,20 +229,25 @@ def test_a_store_urls_password_never_reaches_a_log_line() -> None:
     assert store.url == "redis://:***@127.0.0.1:1/0"
 
 
+def _ended_task(exc: BaseException, name: str | None = None) -> asyncio.Task[None]:
+    """A task (named ``name``) that ended by raising ``exc``, as a service's task the callbacks are given."""
+
+    async def died() -> None:
+        raise exc
+
+    async def run() -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(died(), name=name)
+        await asyncio.wait([task])
+        return task
+
+    return asyncio.run(run())
+
+
 def test_a_trainer_role_that_ends_while_serving_is_logged_at_once(caplog: pytest.LogCaptureFixture) -> None:
     """``serve --trainer``: the role's task ending before ``stop()`` means this replica no longer trains; it is
     said at once at ERROR (an audit found training stopped with nothing logged until SIGTERM)."""
     svc = Service.build(Settings())
-
-    async def died() -> None:
-        raise RuntimeError("server:ResponseError")
-
-    async def run() -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(died())
-        await asyncio.wait([task])
-        return task
-
-    task = asyncio.run(run())
+    task = _ended_task(RuntimeError("server:ResponseError"))
     with caplog.at_level(logging.ERROR, logger="edgepath.main"):
         svc._role_ended(task)
     assert [r.getMessage() for r in caplog.records] == [
@@ -259,16 +264,7 @@ def test_a_background_task_that_ends_while_serving_is_logged_at_once(caplog: pyt
     exploration sync) end only when cancelled at shutdown; one that ends before says at once what no longer
     happens, with its traceback (asyncio would say it at garbage collection, if ever)."""
     svc = Service.build(Settings())
-
-    async def died() -> None:
-        raise RuntimeError("clock read failed")
-
-    async def run() -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(died(), name="loop-lag")
-        await asyncio.wait([task])
-        return task
-
-    task = asyncio.run(run())
+    task = _ended_task(RuntimeError("clock read failed"), name="loop-lag")
     with caplog.at_level(logging.ERROR, logger="edgepath.main"):
         svc._background_ended(task)
     assert [r.getMessage() for r in caplog.records] == [

@@ -449,10 +449,6 @@ class LinearBandit:
         self.outcomes += n
         self._refresh()
 
-    def carry_exploration_from(self, live: LinearBandit) -> None:
-        """Continue the random draws of the serving copy (see PrimaryPathBandit.carry_exploration_from)."""
-        self.rng = live.rng
-
 
 def _unhandled(mode: str, method: str) -> NotImplementedError:
     """The error of a mode listed in :data:`MODES` that a rule method has no branch for (never a silent fallback to

@@ -34,19 +34,11 @@ from typing import Any
 import numpy as np
 
 from edgepath.datasets.mobilebandwidth import Measurement, pair_situations
-from edgepath.engines.primary_path import PrimaryPathBandit
+from edgepath.engines.primary_path import DEFAULT_POLICY, PAPER_POLICIES, PrimaryPathBandit
 from edgepath.evaluation.primary import PAIRING_TEXT, _cold_config, run_bandit
 from edgepath.training.offline import OfflineConfig, situation_matrix
 
-PAPER_POLICIES: tuple[str, ...] = (
-    "active_explorer",
-    "adaptive_active_greedy",
-    "adaptive_greedy",
-    "bootstrapped_ucb",
-    "epsilon_greedy",
-    "explore_first",
-)
-DEFAULT_LEARNER = "ridge_squarecb"
+DEFAULT_LEARNER = DEFAULT_POLICY  # the service's default learner (ridge_squarecb)
 BASELINES: tuple[str, ...] = ("wifi_first", "lte_first", "random")
 
 

@@ -369,8 +369,8 @@ class Authenticator:
         if not self.required:  # authentication off (dev on loopback): credentials are not checked
             return None
         if peer_identity:
-            if peer_not_after is not None and self.clock() > peer_not_after:
-                raise Unauthenticated(f"client certificate expired (notAfter {_utc(peer_not_after)})")
+            if peer_not_after is not None:
+                check_certificate_validity(peer_not_after, self.clock())
             return self.principal(peer_identity)
         if authorization:
             scheme, _, token = authorization.strip().partition(" ")
@@ -412,8 +412,21 @@ class CallCredential:
                 raise Unauthenticated("token revoked")
         if self.expires_at is not None and self.clock() >= self.expires_at:
             raise Unauthenticated("JWT expired")
-        if self.certificate_not_after is not None and self.clock() > self.certificate_not_after:
-            raise Unauthenticated(f"client certificate expired (notAfter {_utc(self.certificate_not_after)})")
+        if self.certificate_not_after is not None:  # no clock read per message for the other credentials
+            check_certificate_validity(self.certificate_not_after, self.clock())
+
+
+def check_certificate_validity(not_after: float, now: float) -> None:
+    """Nothing while a client certificate whose ``notAfter`` is ``not_after`` is valid at ``now`` (both Unix s):
+    through that second inclusive (RFC 5280 §4.1.2.5).
+
+    Raises
+    ------
+    Unauthenticated
+        Past ``notAfter``, naming it.
+    """
+    if now > not_after:
+        raise Unauthenticated(f"client certificate expired (notAfter {_utc(not_after)})")
 
 
 def _utc(unix_s: float) -> str:
