@@ -493,7 +493,7 @@ class Service:
                 store,
                 registry,
                 batch_size=settings.batch_size,
-                refitter=ProcessRefitter(),
+                refitter=ProcessRefitter(on_restart=metrics.refit_restarts.inc),
                 min_publish_interval_s=settings.trainer_publish_interval_s,
             )
             return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
@@ -504,7 +504,9 @@ class Service:
         role = None
         if settings.trainer:
             # a refit never holds the serving loop's GIL, nor its CPU
-            role = build_trainer_role(settings, backend, snapshots, registry, ProcessRefitter())
+            role = build_trainer_role(
+                settings, backend, snapshots, registry, ProcessRefitter(on_restart=metrics.refit_restarts.inc)
+            )
         from edgepath.training.exploration import FleetExploration
 
         exploration = FleetExploration(backend, registry, period_s=settings.exploration_sync_s)
@@ -834,7 +836,7 @@ async def run_trainer(settings: Settings) -> None:
     ``settings.metrics_port`` set, serves ``GET /metrics`` there (plain HTTP, prometheus_client's threaded server,
     as ``edgepath serve`` serves its metrics port): the counters the trainer updates
     (:meth:`~edgepath.metrics.Metrics.trainer_registry`: outcome-log entries it drops as undecodable, snapshots
-    it refuses), each known reason at 0 from the start.
+    it refuses, refit processes it started again after one died), each known reason at 0 from the start.
 
     Raises
     ------
@@ -871,7 +873,7 @@ async def run_trainer(settings: Settings) -> None:
         registry = ModelRegistry(build_model(settings))
         # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where
         # the trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
-        refitter = ProcessRefitter()
+        refitter = ProcessRefitter(on_restart=metrics.refit_restarts.inc)
         role = build_trainer_role(settings, backend, snapshots, registry, refitter)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -216,7 +216,7 @@ GRPC_CODES = (
     "DEADLINE_EXCEEDED",
 )
 #: Families ``edgepath train`` serves (:meth:`Metrics.trainer_registry`).
-TRAINER_METRICS = ("edgepath_outcomes_dropped", "edgepath_snapshots_rejected")
+TRAINER_METRICS = ("edgepath_outcomes_dropped", "edgepath_snapshots_rejected", "edgepath_refit_restarts")
 
 #: Latency buckets of the per-transport request metrics, s (the decision itself takes ~0.1-1 ms; the p99 targets
 #: of issue 16 are tens of ms).
@@ -236,6 +236,9 @@ class Metrics:
     store_degraded: Gauge
     outbox_outcomes: Gauge
     snapshots_rejected: Counter
+    #: Refit processes started again after one died (edgepath.training.online.ProcessRefitter): each lost the refit
+    #: under way (its outcomes are kept and refitted on the new process).
+    refit_restarts: Counter
     shed: HotCounter
     # decision log and apprentice mode (issue 18)
     decision_log_dropped: Counter
@@ -339,6 +342,7 @@ class Metrics:
         reg = CollectorRegistry()
         reg.register(self.outcomes_dropped)
         reg.register(self.snapshots_rejected)
+        reg.register(self.refit_restarts)
         return reg
 
     def _initialise_label_sets(self) -> None:
@@ -465,6 +469,12 @@ class Metrics:
             ),
             snapshots_rejected=Counter(
                 "edgepath_snapshots_rejected", "Model snapshots refused before unpickling", ["reason"], registry=reg
+            ),
+            refit_restarts=Counter(
+                "edgepath_refit_restarts",
+                "Refit processes started again after one died (OOM kill, a signal, a crash): the refit under way was "
+                "lost, its outcomes kept",
+                registry=reg,
             ),
             shed=shed,
             decision_log_dropped=Counter(

@@ -361,18 +361,28 @@ def test_closing_the_refitter_abandons_a_refit_under_way(tmp_path: Path) -> None
 
 def test_training_resumes_with_a_new_refit_process_after_one_died() -> None:
     """A refit process killed (OOM killer, a signal) loses that refit only: the trainer keeps its outcomes, the next
-    step starts a new process and publishes them. Before, the broken pool failed every later refit and the
-    service served its last model until restarted."""
+    step starts a new process and publishes them, and the service counts the restart
+    (``edgepath_refit_restarts_total``). Before, the broken pool failed every later refit and the service served its
+    last model until restarted. The service's own trainer (memory store, in-process trainer) as ``edgepath serve``
+    builds it."""
     from concurrent.futures.process import BrokenProcessPool
 
+    from edgepath.main import Service
+    from edgepath.settings import Settings
+
     async def run() -> None:
-        store = MemoryStore()
+        service = Service.build(Settings(batch_size=50))
+        trainer, registry, refitter, store = service.trainer, service.registry, service.trainer.refitter, service.store
+        assert isinstance(store, MemoryStore) and isinstance(refitter, ProcessRefitter)
+
+        def restarts() -> float | None:
+            return service.metrics.registry.get_sample_value("edgepath_refit_restarts_total")
+
         await _backlog(store, 50)
         others = {child.pid for child in multiprocessing.active_children()}
-        refitter = ProcessRefitter()
+        seen_at_start = registry.current.model.samples_seen
         try:
-            registry = ModelRegistry(PrimaryPathBandit())
-            trainer = OnlineTrainer(store, registry, batch_size=50, refitter=refitter)
+            assert restarts() == 0  # exported from the start: an alert's increase() sees the first restart
             assert await trainer.step() is True and registry.current.version == 2
             (worker,) = [c for c in multiprocessing.active_children() if c.pid not in others]
             os.kill(worker.pid, signal.SIGKILL)
@@ -381,9 +391,10 @@ def test_training_resumes_with_a_new_refit_process_after_one_died() -> None:
             with pytest.raises(BrokenProcessPool):
                 await trainer.step()
             assert registry.current.version == 2 and refitter.restarts == 1  # nothing published, nothing lost
+            assert restarts() == 1
             assert await trainer.step() is True  # the same outcomes, on a new process
             assert registry.current.version == 3 and trainer.outcomes_used == 100
-            assert registry.current.model.samples_seen == 100
+            assert registry.current.model.samples_seen - seen_at_start == 100
         finally:
             refitter.close()
 

@@ -1,6 +1,7 @@
 """``edgepath train`` serves its own counters at ``GET /metrics`` (``metrics_port``): the outcome-log entries only the
 trainer drops (``edgepath_outcomes_dropped_total{reason="undecodable"}``) and the snapshots it refuses were counted in
-a process nobody scraped. A real trainer process on a real redis-server (tests/service/state/cluster_helpers.py)."""
+a process nobody scraped. The refit processes it starts again after one died are counted there too. A real trainer
+process on a real redis-server (tests/service/state/cluster_helpers.py)."""
 
 from __future__ import annotations
 
@@ -50,11 +51,14 @@ def test_the_trainer_serves_its_counters_on_its_metrics_port(
         # is scraped under the deciders' job, where serving gauges it never sets would read as a pod on model 0
         assert {("edgepath_outcomes_dropped_total", r): 0.0 for r in OUTCOME_DROP_REASONS}.items() <= first.items()
         assert {("edgepath_snapshots_rejected_total", r): 0.0 for r in SNAPSHOT_REJECT_REASONS}.items() <= first.items()
+        assert first[("edgepath_refit_restarts_total", "")] == 0.0  # the refit process died and was started again
         assert {name for name, _ in first} <= {
             "edgepath_outcomes_dropped_total",
             "edgepath_outcomes_dropped_created",
             "edgepath_snapshots_rejected_total",
             "edgepath_snapshots_rejected_created",
+            "edgepath_refit_restarts_total",
+            "edgepath_refit_restarts_created",
         }, sorted(first)
         # an outcome-log entry no replica could have written: the trainer drops it and counts it
         with Redis.from_url(redis_server.url) as r:

@@ -305,11 +305,15 @@ class ProcessRefitter:
     trainer). Measured (``loadtest/bench --store memory``, gRPC, three interleaved rounds, two runs each): p99
     while training 0.89-1.10× the idle p99 under ``SCHED_IDLE`` against 1.69-2.85× at nice +10. The process
     dies with the serving process (:func:`die_with_parent`), also when that one is killed without a drain.
+
+    ``on_restart`` is called each time the process died and a new one replaces it (the service counts these:
+    ``edgepath_refit_restarts_total``).
     """
 
-    def __init__(self, niceness: int = 10) -> None:
+    def __init__(self, niceness: int = 10, on_restart: Callable[[], object] | None = None) -> None:
         self.niceness = niceness
         self.restarts = 0  # refit processes started again after one died
+        self._on_restart = on_restart
         self._pool = self._new_pool()
 
     def _new_pool(self) -> concurrent.futures.ProcessPoolExecutor:
@@ -340,6 +344,8 @@ class ProcessRefitter:
             broken, self._pool = self._pool, self._new_pool()
             broken.shutdown(wait=False, cancel_futures=True)
             self.restarts += 1
+            if self._on_restart is not None:
+                self._on_restart()
             log.warning("the refit process died; the next refit starts a new one (restart %d)", self.restarts)
             raise
         refitted: PrimaryPathBandit = await asyncio.to_thread(pickle.loads, out)  # from our own refit process
