@@ -69,3 +69,40 @@ def test_a_generated_request_id_is_a_uuid4_over_both_transports() -> None:
                 pb_grpc.PathServiceStub(channel).Recommend(request, timeout=5)
             trailer = dict(err.value.trailing_metadata())["x-request-id"]  # type: ignore[attr-defined]
             assert uuid.UUID(hex=trailer).version == 4 and trailer not in {generated} | ids
+
+
+def test_a_handler_that_raises_answers_with_the_request_id_only_and_logs_its_traceback_under_it(
+    json_log: io.StringIO,
+) -> None:
+    """A handler that raised (here the plane's outcome path, as a Redis ACL user without EVALSHA made it): REST
+    answers a 500 problem (``application/problem+json``, the request id in the body and the header), gRPC
+    ``UNKNOWN``; neither hands the client the exception's type or message, and the log has the traceback as a JSON
+    line under the call's request id. Before, REST answered ``text/plain`` "Internal Server Error" with no request
+    id (the traceback in uvicorn's own format, not JSON) and gRPC "Unexpected <class 'RuntimeError'>: <message>"."""
+    with running_service() as svc:
+
+        async def report_outcome(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("internal detail: redis user edgepath may not run evalsha")
+
+        svc.service.plane.report_outcome = report_outcome  # type: ignore[method-assign]
+        report = {"device_id": "phone-log", "decision_id": "d-1", "throughput_bps": 1e6}
+        resp = httpx.post(f"{svc.http_url}/v1/outcomes", json=report, headers={"x-request-id": "rest-boom-1"})
+        assert resp.status_code == 500 and resp.headers["content-type"] == "application/problem+json"
+        assert resp.headers["x-request-id"] == "rest-boom-1"
+        problem = resp.json()
+        assert problem["status"] == 500 and problem["request_id"] == "rest-boom-1" and problem["error"] == "internal"
+        assert "evalsha" not in resp.text and "RuntimeError" not in resp.text
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            request = pb.OutcomeRequest(device_id="phone-log", decision_id="d-1", throughput_bps=1e6)
+            with pytest.raises(grpc.RpcError) as err:
+                pb_grpc.PathServiceStub(channel).ReportOutcome(
+                    request, timeout=5, metadata=(("x-request-id", "grpc-boom-2"),)
+                )
+        assert err.value.code() == grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
+        details = err.value.details()  # type: ignore[attr-defined]
+        assert details.endswith("grpc-boom-2") and "evalsha" not in details and "RuntimeError" not in details
+    records = lines(json_log)  # every line parses as JSON
+    for request_id in ("rest-boom-1", "grpc-boom-2"):
+        tracebacks = [r for r in records if r["request_id"] == request_id and "exc_info" in r]
+        assert len(tracebacks) == 1, records
+        assert tracebacks[0]["level"] == "ERROR" and "may not run evalsha" in tracebacks[0]["exc_info"]

@@ -601,6 +601,9 @@ class Service:
                 host=s.host,
                 port=s.http_port,
                 log_level="warning",
+                # uvicorn's own lines (a handler that raised, with its traceback) through the service's log handler:
+                # its format (json or text) and the request id, not uvicorn's separate default format
+                log_config=None,
                 access_log=False,
                 lifespan="off",
                 http=http_protocol(),

@@ -183,6 +183,26 @@ def violated_field(context: grpc.aio.ServicerContext) -> str | None:
     return None
 
 
+#: The status details of a call whose handler raised (:func:`unexpected`); the request id follows.
+UNEXPECTED_DETAILS = "internal error: the server's log names it by request id"
+
+
+async def unexpected(method: str, exc: Exception, context: grpc.aio.ServicerContext) -> None:
+    """End a call whose handler raised ``exc`` (a bug, a dependency's error nobody mapped): logged at ERROR with its
+    traceback under the call's request id, answered ``UNKNOWN`` with :data:`UNEXPECTED_DETAILS` and that id. grpc.aio
+    would answer ``Unexpected <class '…'>: <message>``, handing the client the exception's type and message, which
+    may name internals (a Redis ACL user's denied command, a file path: CWE-209).
+
+    Raises
+    ------
+    grpc.aio.AbortError
+        Always (``context.abort``).
+    """
+    request_id = correlation_id.get()
+    log.error("%s failed: unexpected %s", method, type(exc).__name__, exc_info=exc)
+    await context.abort(grpc.StatusCode.UNKNOWN, f"{UNEXPECTED_DETAILS} {request_id}")
+
+
 def cancelled_as(context: grpc.aio.ServicerContext) -> str:
     """The status code of a call whose handler grpc.aio cancelled: ``DEADLINE_EXCEEDED`` when the caller's deadline
     had passed (the server was too slow: a fault of ours), else ``CANCELLED`` (the caller cancelled or went away, or
@@ -292,6 +312,11 @@ class CallObserver:
                 except asyncio.CancelledError:
                     ended = cancelled_as(context)
                     raise
+                except grpc.aio.AbortError:
+                    raise
+                except Exception as exc:
+                    await unexpected(method, exc, context)
+                    raise  # not reached: unexpected() aborts
                 finally:
                     leave(context, start, ended, request)
 
@@ -314,6 +339,11 @@ class CallObserver:
                     except asyncio.CancelledError:
                         ended = cancelled_as(context)
                         raise
+                    except grpc.aio.AbortError:
+                        raise
+                    except Exception as exc:
+                        await unexpected(method, exc, context)
+                        raise  # not reached: unexpected() aborts
                     finally:
                         leave(context, start, ended, None)
 

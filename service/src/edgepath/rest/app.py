@@ -798,6 +798,24 @@ def create_app(
         )
         return problem_response(exc.status_code, body, dict(exc.headers or {}))
 
+    @app.exception_handler(Exception)
+    async def _unexpected_error(request: Request, exc: Exception) -> Response:
+        """A handler that raised (a bug, a dependency's error nobody mapped): 500 as problem details carrying the
+        request id, with nothing of the exception in it (its type and message may name internals: CWE-209). Called
+        by Starlette's outermost middleware, which re-raises ``exc`` after sending this: uvicorn then logs it with
+        its traceback, in the service's log format and under the same request id (``log_config=None``,
+        :meth:`edgepath.main.Service.run`). Before, the client got a ``text/plain`` "Internal Server Error" without
+        the request id, and the traceback was in uvicorn's own format."""
+        request_id = correlation_id.get()
+        body = problem_body(
+            500,
+            "internal error: the server's log names it by this request id",
+            kind="internal",
+            instance=instance_uri(request),
+            request_id=request_id,
+        )
+        return problem_response(500, body, {REQUEST_ID_HEADER: request_id} if request_id else None)
+
     mts = mts_router(plane, security, note_caller)  # a refused request's line names its caller
     app.include_router(mts, prefix=MTS_PREFIX)  # ETSI MEC 015 Traffic Steering (issue 19)
     # their templates with the prefix (FastAPI leaves a route's own path, /mts_sessions, in the scope)
