@@ -22,6 +22,7 @@ from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 from service_harness import RunningService, running_service
 
 REFLECTION_CLIENT = textwrap.dedent(
@@ -78,6 +79,44 @@ def test_reflection_lists_the_service_and_a_client_without_the_proto_calls_recom
     assert "edgepath.v1.PathService" in answer["services"] and "grpc.health.v1.Health" in answer["services"]
     assert answer["reply"]["primaryPath"]["interface"] in ("wlan0", "wwan0")
     assert answer["reply"]["decisionId"]
+
+
+def test_malformed_health_and_reflection_requests_are_invalid_argument_not_a_server_fault(
+    service: RunningService,
+) -> None:
+    """Bytes that are no protobuf message, sent to the health and reflection services (no credential needed): each
+    method answers INVALID_ARGUMENT, as PathService's do, and the calls count as such. Before, grpc.aio answered
+    ``UNKNOWN`` "Unexpected <class 'google.protobuf.message.DecodeError'>: …" and logged a traceback per call, and
+    any client could push ``grpc_server_handled_total{grpc_code="UNKNOWN"}`` (EdgePathServerErrors) up at will."""
+    identity = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
+        calls = {
+            "/grpc.health.v1.Health/Check": lambda: channel.unary_unary("/grpc.health.v1.Health/Check", **identity)(
+                b"\xff\xff", timeout=5
+            ),
+            "/grpc.health.v1.Health/Watch": lambda: next(
+                channel.unary_stream("/grpc.health.v1.Health/Watch", **identity)(b"\xff\xff", timeout=5)
+            ),
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": lambda: next(
+                channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", **identity)(
+                    iter([b"\xff"]), timeout=5
+                )
+            ),
+        }
+        for method, call in calls.items():
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, err.value.details())  # type: ignore[attr-defined]
+            assert "DecodeError" not in (err.value.details() or "")  # type: ignore[attr-defined]
+    scrape = httpx.get(f"{service.http_url}/metrics", timeout=5.0).text
+    handled = {
+        (f"/{s.labels['grpc_service']}/{s.labels['grpc_method']}", s.labels["grpc_code"]): s.value
+        for family in text_string_to_metric_families(scrape)
+        for s in family.samples
+        if s.name == "grpc_server_handled_total"
+    }
+    for method in calls:
+        assert handled.get((method, "INVALID_ARGUMENT"), 0) >= 1 and handled.get((method, "UNKNOWN"), 0) == 0
 
 
 def test_invalid_field_is_a_bad_request_detail_and_the_request_id_is_echoed(service: RunningService) -> None:

@@ -12,6 +12,7 @@ close connections after ``max_connection_age_ms`` so long-lived device channels 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NoReturn, TypeVar
@@ -171,6 +172,8 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """
     if handler.stream_stream is not None and handler.request_deserializer is not None:
         return _parse_stream_in_handler(handler)
+    if handler.unary_stream is not None and handler.request_deserializer is not None:
+        return _parse_unary_stream_in_handler(handler)
     if handler.unary_unary is None or handler.request_deserializer is None:
         return handler
     parse, behavior = handler.request_deserializer, handler.unary_unary
@@ -187,6 +190,35 @@ def _parse_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         return await behavior(request, context)
 
     return grpc.unary_unary_rpc_method_handler(call, response_serializer=handler.response_serializer)
+
+
+def _parse_unary_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Same unary-stream handler (``grpc.health.v1.Health/Watch``), its request parsed inside the call, as
+    :func:`_parse_in_handler`: malformed bytes are INVALID_ARGUMENT, not grpc.aio's ``UNKNOWN`` "Unexpected <class
+    'DecodeError'>" (which the EdgePathServerErrors alert counts as a server fault). The handler is an async
+    generator or a coroutine writing with ``context.write()``; the wrapper is the same kind."""
+    parse, behavior = handler.request_deserializer, handler.unary_stream
+
+    async def parsed(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return parse(raw)
+        except Exception:  # protobuf DecodeError, or anything a corrupt buffer provokes in the parser
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, convert.MALFORMED)
+
+    if inspect.isasyncgenfunction(behavior):
+
+        async def stream(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            async for reply in behavior(await parsed(raw, context), context):
+                yield reply
+
+        call: Any = stream
+    else:
+
+        async def write(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+            return await behavior(await parsed(raw, context), context)
+
+        call = write
+    return grpc.unary_stream_rpc_method_handler(call, response_serializer=handler.response_serializer)
 
 
 def _parse_stream_in_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -226,19 +258,17 @@ def add_servicer(
     servicer: object,
     server: grpc.aio.Server,
     observer: CallObserver | None = None,
-    *,
-    parse_in_handler: bool = True,
 ) -> None:
     """Register ``servicer`` like ``add_to_server`` (a generated ``add_*Servicer_to_server``) would, each method
-    handler wrapped once, here: its requests parsed in the handler (:func:`_parse_in_handler`; ``parse_in_handler``)
-    and its calls observed by ``observer`` (:meth:`CallObserver.wrap`: request id, call metrics)."""
+    handler wrapped once, here: its requests parsed in the handler (:func:`_parse_in_handler`: malformed bytes are
+    INVALID_ARGUMENT, for every service this server registers) and its calls observed by ``observer``
+    (:meth:`CallObserver.wrap`: request id, call metrics)."""
     capture = _CaptureHandlers()
     add_to_server(servicer, capture)
     for service, handlers in capture.handlers.items():
         wrapped = {}
         for name, handler in handlers.items():
-            if parse_in_handler:
-                handler = _parse_in_handler(handler)
+            handler = _parse_in_handler(handler)
             wrapped[name] = observer.wrap(f"/{service}/{name}", handler) if observer is not None else handler
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, wrapped),))
         server.add_registered_method_handlers(service, wrapped)
@@ -551,16 +581,14 @@ def create_server(
     observer = CallObserver(plane.metrics.grpc_call)
     add_servicer(pb_grpc.add_PathServiceServicer_to_server, PathServicer(plane, security, admission), server, observer)
     health_servicer = health.aio.HealthServicer()
-    add_servicer(
-        health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server, observer, parse_in_handler=False
-    )
+    # their requests parsed in the handler too: a malformed one is INVALID_ARGUMENT, not a server fault (UNKNOWN)
+    add_servicer(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server, observer)
     names = (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
     add_servicer(  # what reflection.enable_server_reflection registers on a grpc.aio server
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server,
         reflection.aio.ReflectionServicer(names),
         server,
         observer,
-        parse_in_handler=False,
     )
     try:
         if credentials is not None:
