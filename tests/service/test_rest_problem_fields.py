@@ -194,6 +194,32 @@ def test_a_path_parameter_422_names_it_in_errors(app: FastAPI, tokens: tuple[Pat
     assert_names(body, "device_id", "String should have at most 128 characters")
 
 
+@pytest.mark.parametrize("device_id", ["a%0Ab", "%00", "phone-1%20", "ph%E2%80%AEone", "ph%C2%9Bone"])
+def test_an_admin_route_refuses_a_device_id_no_device_can_send(
+    app: FastAPI, tokens: tuple[Path, dict[str, str]], device_id: str
+) -> None:
+    """A quarantine path's device id follows a request's ``device_id`` rules (no whitespace, control, C1 or
+    bidirectional-override character): an id no device can send quarantined nothing and went into the list."""
+    listing = ("GET", "/v1/admin/quarantine", {"headers": auth(tokens, "admin")})
+    (before,) = call_all(app, [listing])
+    for method in ("PUT", "DELETE"):
+        body = problem(app, 422, method, f"/v1/admin/quarantine/{device_id}", headers=auth(tokens, "admin"))
+        assert body["field"] == "device_id", body
+    (after,) = call_all(app, [listing])
+    assert after.status_code == 200 and after.json() == before.json()
+
+
+@pytest.mark.parametrize("device_id", ["ph\u202eone", "ph\u009bone", "a\u200bb", "\ufeffphone", "a\u2066b"])
+def test_a_device_id_with_an_invisible_or_c1_character_is_refused(
+    app: FastAPI, tokens: tuple[Path, dict[str, str]], device_id: str
+) -> None:
+    """A bidirectional override, a C1 control (U+009B: a terminal's CSI) or a zero-width character in a device id
+    would make it read as another device in a log line or a dashboard ("Trojan Source", CVE-2021-42574)."""
+    request = {"device_id": device_id, "interfaces": [WIFI]}
+    body = problem(app, 422, "POST", "/v1/recommendations", json=request, headers=auth(tokens, "dev-a"))
+    assert body["field"] == "device_id", body
+
+
 def test_mts_400_lists_every_invalid_field(app: FastAPI, tokens: tuple[Path, dict[str, str]]) -> None:
     body = problem(app, 400, "POST", "/mts/v1/mts_sessions", json={"appInsId": "a"}, headers=auth(tokens, "admin"))
     assert body["field"] == body["errors"][0]["field"] and body["message"] == body["errors"][0]["message"]

@@ -113,8 +113,16 @@ MAX_INTERFACES = 16
 MIN_MEASURED_MS = 1e-3
 MAX_NAME_LEN = 64
 # Security (issue 9): identifiers carry no whitespace or control characters (no log/header injection);
-# interface names follow the kernel's dev_valid_name() (no '/', no whitespace). Rust-regex syntax (pydantic-core).
-DEVICE_ID_PATTERN = r"^[^\s\x00-\x1f\x7f]+$"
+# interface names follow the kernel's dev_valid_name() (no '/', no whitespace). Rust-regex syntax (pydantic-core),
+# which Python's re and ECMAScript read alike (no \p{..} classes: schema-driven clients and fuzzers use them).
+# A device id also carries no C1 control (U+0080-U+009F: U+009B is a terminal's CSI) and no invisible format
+# character that reorders or hides text where it is shown (Unicode general category Cf as far as text direction
+# and zero width go: soft hyphen, Arabic letter mark, Mongolian vowel separator, zero-width and direction marks,
+# bidirectional embeddings/overrides/isolates, word joiner and invisible operators, BOM; "Trojan Source",
+# CVE-2021-42574): "phone\u202e1-" reads as another device in a log or a dashboard.
+DEVICE_ID_PATTERN = (
+    r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$"
+)
 DECISION_ID_PATTERN = r"^[A-Za-z0-9_-]+$"  # secrets.token_urlsafe alphabet
 IFNAME_PATTERN = r"^[^/\s\x00-\x1f\x7f]+$"
 
