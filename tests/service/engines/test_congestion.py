@@ -164,3 +164,17 @@ def test_nothing_usable_keeps_kernel_default(caps: KernelCapabilities) -> None:
 def test_coupled_without_subflow_algorithms() -> None:
     a = cc.advise(Profile.BULK, KernelCapabilities(available_congestion_controls=("balia",)))
     assert a.subflow_level == "" and not a.mainline_fallback
+
+
+def test_the_known_algorithms_hold_every_name_the_engine_advises_and_fewer_than_a_profiles_places() -> None:
+    """The edge measurements' allow-list (issue 20): every algorithm Table 3, the mainline default and the testbed's
+    measurements name, the 17 mainline modules and the 4 coupled ones, and fewer names than the store keeps
+    per profile, so that known names alone can never fill a profile's places."""
+    from edgepath.state.base import MAX_CC_ALGORITHMS
+
+    named = {a for pair in cc.table() for a in pair} | set(cc.MAINLINE_DEFAULT)
+    named |= {a for per_algo in cc.MAINLINE_MEASURED.values() for a in per_algo}
+    assert named <= cc.KNOWN_ALGORITHMS
+    assert len(cc.MAINLINE_MODULES) == 17 and set(cc.MPTCP_LEVEL) <= cc.KNOWN_ALGORITHMS
+    assert len(cc.KNOWN_ALGORITHMS) == 21 < MAX_CC_ALGORITHMS
+    assert all(a == a.lower() for a in cc.KNOWN_ALGORITHMS)  # measurements are lower-cased on the wire

@@ -78,6 +78,30 @@ MPTCP_LEVEL = ("lia", "olia", "balia", "wvegas")
 SUBFLOW_LEVEL = ("reno", "cubic", "bbr")
 #: What a stock mainline kernel offers when the device reported nothing.
 MAINLINE_DEFAULT = ("reno", "cubic")
+#: Every congestion control mainline Linux builds (net/ipv4/Kconfig ``TCP_CONG_*``: the ``name`` of each
+#: ``tcp_congestion_ops``, as ``net.ipv4.tcp_available_congestion_control`` lists it once loaded; reno is built in).
+MAINLINE_MODULES = (
+    *SUBFLOW_LEVEL,
+    "bic",
+    "cdg",
+    "dctcp",
+    "highspeed",
+    "htcp",
+    "hybla",
+    "illinois",
+    "lp",
+    "nv",
+    "scalable",
+    "vegas",
+    "veno",
+    "westwood",
+    "yeah",
+)
+#: The congestion-control names the service knows (the edge measurements' allow-list, issue 20): the mainline
+#: modules and the out-of-tree multipath-tcp.org v0.95 coupled ones (:data:`MPTCP_LEVEL`). Any other name (a BPF
+#: ``struct_ops`` algorithm, an out-of-tree module) is well formed but never counted, so the per-profile statistics
+#: hold at most these 21 algorithms.
+KNOWN_ALGORITHMS = frozenset((*MAINLINE_MODULES, *MPTCP_LEVEL))
 
 #: Mainline (uncoupled) subflow algorithms measured by the testbed's ``cc`` scenario (issue 20): per metric,
 #: the mean per algorithm over two runs (seeds 11 and 23: reports/issue-20/testbed-cc.json and
