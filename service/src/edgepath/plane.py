@@ -193,8 +193,25 @@ def _decision_record(
         link_speed_mbps=reported_link_speeds_mbps(arms, request.interfaces),
         context=_raw_context(request),
         application_profile=_NAME[request.application_profile],  # congestion edge measurements (issue 20)
+        congestion_controls=_congestion_controls(request),
         server_candidates=() if request.content is None else _candidate_addresses(request.content),
     )
+
+
+def _congestion_controls(request: RecommendRequest) -> tuple[str, ...]:
+    """The request's ``kernel.available_congestion_controls`` as its decision records them
+    (``DecisionRecord.congestion_controls``): lower-cased, in request order; () when it reported none."""
+    kernel = request.kernel
+    if kernel is None or not kernel.available_congestion_controls:
+        return ()
+    return _lower_names(tuple(kernel.available_congestion_controls))
+
+
+@functools.lru_cache(maxsize=1024)
+def _lower_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` lower-cased: one tuple per distinct list, shared by every record of it (the in-process store's
+    million decisions hold references, not copies)."""
+    return tuple(n.lower() for n in names)
 
 
 def _candidate_addresses(content: ContentRequest) -> tuple[str, ...]:

@@ -115,6 +115,8 @@ def decision(decision_id: str, device_id: str = "dev-1") -> DecisionRecord:
         features=(0.5, -1.25, 0.0, 3.0) + (0.0,) * (N_FEATURES - 4),
         decided_at=time.time(),
         link_speed_mbps=(144.0, None),
+        application_profile="STREAMING",
+        congestion_controls=("reno", "cubic", "bbr"),
     )
 
 

@@ -83,6 +83,7 @@ async def test_a_dead_stores_journal_is_adopted_and_replayed_once(own_server: Re
     assert journal is not None and journal.fsyncs == 3
     kinds = [type(r).__name__ for r in read_journal(journal.path)]
     assert kinds == ["DecisionRecord", "OutcomeRecord"] * 3
+    assert list(read_journal(journal.path))[::2] == ds  # every field back as written (tuples as tuples)
     # The process "dies": its lock goes away with its descriptor, the file stays.
     import os
 

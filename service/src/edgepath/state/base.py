@@ -101,6 +101,11 @@ class DecisionRecord:
     application_profile: str = ""
     """The request's ``application_profile`` (``ApplicationProfile`` value), or "" in records written before
     the field existed (their congestion measurements are not counted)."""
+    congestion_controls: tuple[str, ...] = ()
+    """The request's ``kernel.available_congestion_controls`` (``net.ipv4.tcp_available_congestion_control``),
+    lower-cased, in request order: the algorithms an outcome's ``congestion_measurement`` may name (the congestion
+    adapter ignores any other, :meth:`edgepath.adapters.congestion.CongestionAdapter.learn`). () when the request
+    reported none, and in records written before the field existed: then only the known names apply."""
     # --- SSMP: what an outcome's server_transfer may name ---
     server_candidates: tuple[str, ...] | None = None
     """The distinct ``address`` es of the request's ``content.candidates``, in request order; () when the request

@@ -60,7 +60,9 @@ def decode_decision(raw: bytes | str) -> DecisionRecord:
     decodes with ``server_candidates=None`` ("not recorded"), one with ``[]`` (its request named no content) with
     ``()``; the outcome guard treats the two differently (:mod:`edgepath.security.plausibility`).
     """
-    return _decode(DecisionRecord, raw, ("arms", "features", "link_speed_mbps", "server_candidates"))
+    return _decode(
+        DecisionRecord, raw, ("arms", "features", "link_speed_mbps", "congestion_controls", "server_candidates")
+    )
 
 
 def decode_logged_decision(raw: bytes | str) -> LoggedDecision:

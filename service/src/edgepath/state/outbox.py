@@ -55,6 +55,7 @@ def _decision(d: dict[str, Any]) -> DecisionRecord:
     d["arms"] = tuple(d["arms"])
     d["features"] = tuple(d["features"])
     d["link_speed_mbps"] = tuple(d.get("link_speed_mbps", ()))
+    d["congestion_controls"] = tuple(d.get("congestion_controls", ()))
     if d.get("server_candidates") is not None:  # absent (a journal of an older release): None, "not recorded"
         d["server_candidates"] = tuple(d["server_candidates"])
     return DecisionRecord(**d)
