@@ -147,3 +147,21 @@ def test_measured_metrics_are_in_the_engines_units() -> None:
         "throughput_avg_mbps": pytest.approx(25.0),
     }
     assert measured_metrics(CongestionMeasurement(algorithm="cubic")) == {}
+
+
+async def test_an_unknown_or_not_offered_algorithm_is_not_counted_and_nothing_raises_without_metrics() -> None:
+    """The adapter alone (no plane, so no metrics to count in): such measurements are left out, known ones count."""
+    clock, store = Clock(), CountingStore()
+    a = adapter(clock)
+    await learn(a, store, "junk0", 8.0)  # RECORD has no kernel list: the known names alone apply
+    assert await MemoryStore.cc_measurement_stats(store, "BULK") == {}
+    offered = dataclasses.replace(RECORD, congestion_controls=("reno", "cubic"))
+    for algorithm in ("bbr", "cubic"):
+        report = OutcomeReport(
+            device_id="cpe-1",
+            decision_id="d-1",
+            throughput_bps=1e6,
+            congestion_measurement=CongestionMeasurement(algorithm=algorithm, throughput_bps=8e6),
+        )
+        await a.learn(OutcomeInput(report=report, decision=offered, store=store, now_s=time.time()))
+    assert list(await MemoryStore.cc_measurement_stats(store, "BULK") or {}) == ["cubic"]

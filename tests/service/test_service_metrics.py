@@ -119,6 +119,7 @@ FIXED_LABEL_COUNTERS = {
     "snapshots_rejected": ("edgepath_snapshots_rejected_total", "reason"),
     "decision_log_dropped": ("edgepath_decision_log_dropped_total", "reason"),
     "shed": ("edgepath_shed_total", "transport"),
+    "cc_measurements_ignored": ("edgepath_cc_measurements_ignored_total", "reason"),
 }
 #: Helpers that pass their first argument on as a label value: (module, callable) → counter attribute.
 LABEL_PASSING = {
@@ -164,6 +165,7 @@ def test_a_fresh_service_exports_every_counted_label_value_at_zero() -> None:
     assert {"undecodable", "outbox_full"} <= counted["outcomes_dropped"], "the source scan found the drop reasons"
     assert {"bad_signature", "unsigned"} <= counted["snapshots_rejected"], "the source scan found the refusals"
     assert {"new", "quarantined", "implausible"} <= counted["outcomes"]
+    assert {"unknown_algorithm", "not_offered"} <= counted["cc_measurements_ignored"]
     with running_service() as svc:
         scrape = httpx.get(f"{svc.http_url}/metrics", timeout=5)
     assert scrape.status_code == 200

@@ -196,6 +196,10 @@ SNAPSHOT_REJECT_REASONS = ("unsigned", "bad_signature", "wrong_type", "unreadabl
 DECISION_LOG_DROP_REASONS = ("degraded", "unreachable")
 #: ``edgepath_shed_total{transport}`` (edgepath.rest.app, edgepath.grpc.server).
 SHED_TRANSPORTS = ("rest", "grpc")
+#: ``edgepath_cc_measurements_ignored_total{reason}`` (edgepath.adapters.congestion): an accepted outcome's
+#: ``congestion_measurement`` whose algorithm is no known congestion control (``unknown_algorithm``) or not one the
+#: decision's kernel reported available (``not_offered``); the outcome itself counts.
+CC_MEASUREMENT_IGNORE_REASONS = ("unknown_algorithm", "not_offered")
 #: ``grpc_server_handled_total{grpc_service,grpc_method,grpc_code}`` created at 0 for every method of the service
 #: (edgepath.v1.PathService; tests/service/test_observability_gaps.py checks them against the proto) and every code
 #: its calls end with: OK, the codes of :data:`edgepath.grpc.server.GRPC_STATUS` the plane and the security layer
@@ -270,6 +274,9 @@ class Metrics:
     #: they carried; rate(commands) / rate(round trips) is the coalescing ``redis_pipeline_hold_iterations`` buys.
     redis_round_trips: HotCounter
     redis_commands: HotCounter
+    #: Congestion measurements of accepted outcomes left out of the edge statistics, by reason
+    #: (:data:`CC_MEASUREMENT_IGNORE_REASONS`; issue 20).
+    cc_measurements_ignored: HotCounter
     #: (method, code) → the counter and histogram children of :meth:`grpc_call` (a method's name split and two
     #: label lookups per call were ~0.9 µs of its ~1.2; issue 16). Bounded by the methods and status codes.
     _grpc_children: dict[tuple[str, str], tuple[HotCounterChild, HotHistogram]] = field(
@@ -356,6 +363,7 @@ class Metrics:
             (self.snapshots_rejected, SNAPSHOT_REJECT_REASONS),
             (self.decision_log_dropped, DECISION_LOG_DROP_REASONS),
             (self.shed, SHED_TRANSPORTS),
+            (self.cc_measurements_ignored, CC_MEASUREMENT_IGNORE_REASONS),
         ):
             for value in values:
                 family.labels(value)
@@ -430,6 +438,11 @@ class Metrics:
             "edgepath_redis_round_trips_total)",
             [],
         )
+        cc_measurements_ignored = HotCounter(
+            "edgepath_cc_measurements_ignored",
+            "Congestion measurements of accepted outcomes not counted in the edge statistics (the outcome counts)",
+            ["reason"],
+        )
         reg.register(
             _HotCollector(
                 decisions,
@@ -447,6 +460,7 @@ class Metrics:
                 http_request_seconds,
                 redis_round_trips,
                 redis_commands,
+                cc_measurements_ignored,
             )
         )
         metrics = cls(
@@ -523,6 +537,7 @@ class Metrics:
             grpc_handling_seconds=grpc_handling_seconds,
             redis_round_trips=redis_round_trips,
             redis_commands=redis_commands,
+            cc_measurements_ignored=cc_measurements_ignored,
         )
         metrics._initialise_label_sets()
         return metrics

@@ -544,7 +544,12 @@ class DecisionPlane:
             self._apprentice_observe(decision, report)
             self.observe_joined(decision, report, reward)
             lesson = OutcomeInput(
-                report=report, decision=decision, store=self.store, now_s=time.time(), max_rate_bps=max_rate_bps
+                report=report,
+                decision=decision,
+                store=self.store,
+                now_s=time.time(),
+                max_rate_bps=max_rate_bps,
+                metrics=self.metrics,
             )
             for engine in self.engines:
                 await engine.learn(lesson)

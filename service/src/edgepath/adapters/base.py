@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from edgepath.metrics import Metrics
 from edgepath.settings import Settings
 from edgepath.state.base import DecisionRecord, StateStore
 from edgepath.types import OutcomeReport, RecommendRequest
@@ -79,7 +80,8 @@ class OutcomeInput:
     device can plausibly have measured on this decision (the outcome guard's bound:
     :meth:`~edgepath.security.plausibility.OutcomeGuard.max_throughput_bps`, ``plausibility_factor`` × the
     capacity the device reported in the decision's context); ``math.inf`` without a guard. An adapter bounds any
-    rate it derives from the report (SSMP's Eq. 2 score) by it.
+    rate it derives from the report (SSMP's Eq. 2 score) by it. ``metrics`` are the serving process's, for what an
+    adapter counts while it learns (None: nothing is counted, e.g. an adapter driven alone by a test).
     """
 
     report: OutcomeReport
@@ -87,6 +89,7 @@ class OutcomeInput:
     store: StateStore
     now_s: float
     max_rate_bps: float = math.inf
+    metrics: Metrics | None = None
 
 
 class EngineAdapter(Protocol):

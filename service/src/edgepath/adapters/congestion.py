@@ -14,7 +14,10 @@ Learns from an outcome's ``congestion_measurement`` (once per decision: the plan
 first accepted outcome only): its metrics, converted to the engine's units (:data:`MEASURED`: throughput
 bit/s → Mbit/s; HoL degree and protocol delay ms; drop rate a fraction), are added to the running sums of
 (the *decision's* profile, the measured algorithm) (``StateStore.record_cc_measurement``). Decisions logged
-before records carried their profile are not counted.
+before records carried their profile are not counted. Only a known algorithm
+(:data:`~edgepath.engines.congestion.KNOWN_ALGORITHMS`) that the decision's kernel reported available
+(``DecisionRecord.congestion_controls``, when it reported a list) is counted; any other measurement is ignored and
+counted in ``edgepath_cc_measurements_ignored_total{reason}``, while the outcome itself counts (:meth:`learn`).
 
 Hot path (what was chosen): no store round trip per request. Each adapter (one per serving process) keeps, per
 profile, the last statistics it read and re-reads them only when they are older than
@@ -216,10 +219,32 @@ class CongestionAdapter(EngineAdapter):
         return [self.advise(d.request, views[d.request.application_profile]) for d in decisions]
 
     async def learn(self, outcome: OutcomeInput) -> None:
-        """Add the outcome's ``congestion_measurement`` to (decision's profile, algorithm)'s running statistics."""
+        """Add the outcome's ``congestion_measurement`` to (decision's profile, algorithm)'s running statistics.
+
+        Only an algorithm that may hold one of the profile's places in the store (at most ``MAX_CC_ALGORITHMS``)
+        is added: one of :data:`~edgepath.engines.congestion.KNOWN_ALGORITHMS` (the mainline Linux modules and
+        the multipath-tcp.org coupled ones; source there), and, when the decision recorded the kernel's available
+        list (``DecisionRecord.congestion_controls``), one of those. Before, any name of the wire's pattern took a
+        place, first come first served: 32 made-up names filled a profile's places for good and its advice never
+        learned again. Any other measurement is ignored and counted (``edgepath_cc_measurements_ignored_total``,
+        reason ``unknown_algorithm`` or ``not_offered``), never refused: the outcome's reward does not depend on
+        the name and still reaches the bandit (a 422 / ``INVALID_ARGUMENT`` would lose it, for every outcome of a
+        device whose sender runs an algorithm outside the list, e.g. a BPF one). A malformed name is still refused
+        on the wire (``congestion_measurement.algorithm``, :class:`~edgepath.types.CongestionMeasurement`).
+        Raises nothing for the measurement.
+        """
         m = outcome.report.congestion_measurement
         profile = outcome.decision.application_profile
         if not self.edge_measurements or m is None or not profile:
+            return
+        if m.algorithm not in congestion.KNOWN_ALGORITHMS:
+            if outcome.metrics is not None:
+                outcome.metrics.cc_measurements_ignored.labels("unknown_algorithm").inc()
+            return
+        offered = outcome.decision.congestion_controls
+        if offered and m.algorithm not in offered:
+            if outcome.metrics is not None:
+                outcome.metrics.cc_measurements_ignored.labels("not_offered").inc()
             return
         metrics = measured_metrics(m)
         if metrics:
