@@ -115,3 +115,20 @@ async def test_a_known_algorithm_the_decisions_kernel_does_not_offer_is_ignored(
     stats = await store.cc_measurement_stats("BULK")
     assert stats is not None and sorted(stats) == ["vegas", "westwood"]
     assert ignored(plane, "not_offered") == 1 and ignored(plane, "unknown_algorithm") == 0
+
+
+async def test_a_profile_filled_before_the_allow_list_learns_again(store: StateStore) -> None:
+    """Places a release before the allow-list gave to made-up names (here written straight into the store, as that
+    release's adapter did, each name reported more often than any real one will be) go to the real algorithms as
+    they are reported: INTERACTIVE's advice learns on the same reports as STREAMING's."""
+    for i in range(MAX_CC_ALGORITHMS):
+        for _ in range(MIN_EDGE_TRANSFERS + 5):
+            await store.record_cc_measurement("INTERACTIVE", f"junk{i}", {"protocol_delay_avg_ms": 1.0})
+    plane = plane_on(store)
+    for i in range(MIN_EDGE_TRANSFERS):
+        await report(plane, "INTERACTIVE", "cubic", 300.0 + i, KERNEL)
+        await report(plane, "INTERACTIVE", "bbr", 100.0 + i, KERNEL)
+    assert await advice(plane, "INTERACTIVE") == "bbr"
+    stats = await store.cc_measurement_stats("INTERACTIVE")
+    assert stats is not None and len(stats) == MAX_CC_ALGORITHMS
+    assert stats["bbr"]["protocol_delay_avg_ms"].count == MIN_EDGE_TRANSFERS

@@ -308,17 +308,59 @@ async def test_cc_measurements_keep_count_sum_and_sum_of_squares_per_profile_and
     assert await store.cc_measurement_stats("INTERACTIVE") == {}
 
 
-async def test_cc_measurements_are_bounded_in_algorithms_per_profile(harness: Harness) -> None:
+async def test_cc_measurements_are_bounded_in_algorithms_per_profile_evicting_the_least_recently_reported(
+    harness: Harness,
+) -> None:
+    """Full, a profile's statistics make room for a further algorithm by evicting the one reported least recently,
+    however often it was reported: before, the further one was dropped, and a profile whose places had filled (with
+    names nobody reports any more) never learned again."""
     from edgepath.state.base import MAX_CC_ALGORITHMS
 
     store = harness.make()
-    for i in range(MAX_CC_ALGORITHMS + 3):
-        await store.record_cc_measurement("BULK", f"algo{i}", {"throughput_avg_mbps": 1.0})
-    await store.record_cc_measurement("BULK", "algo0", {"throughput_avg_mbps": 3.0})  # a known one still counts
+    for i in range(MAX_CC_ALGORITHMS):
+        for _ in range(5 if i else 1):  # algo0 the least often reported
+            await store.record_cc_measurement("BULK", f"algo{i}", {"throughput_avg_mbps": 1.0})
+    await store.record_cc_measurement("BULK", "algo0", {"throughput_avg_mbps": 3.0})  # now the most recent
+    for i in range(MAX_CC_ALGORITHMS, MAX_CC_ALGORITHMS + 3):  # evict algo1, algo2, algo3 (5 transfers each)
+        await store.record_cc_measurement("BULK", f"algo{i}", {"throughput_avg_mbps": 2.0})
     stats = await store.cc_measurement_stats("BULK")
     assert len(stats) == MAX_CC_ALGORITHMS
-    assert stats["algo0"]["throughput_avg_mbps"].count == 2
-    assert f"algo{MAX_CC_ALGORITHMS}" not in stats
+    assert {"algo1", "algo2", "algo3"}.isdisjoint(stats)
+    t = stats["algo0"]["throughput_avg_mbps"]
+    assert (t.count, t.total) == (2, pytest.approx(4.0))
+    assert all(stats[f"algo{i}"]["throughput_avg_mbps"].count == 1 for i in range(MAX_CC_ALGORITHMS, 35))
+    await store.record_cc_measurement("BULK", "algo1", {"throughput_avg_mbps": 7.0})  # back, from scratch
+    stats = await store.cc_measurement_stats("BULK")
+    assert len(stats) == MAX_CC_ALGORITHMS and "algo4" not in stats
+    assert stats["algo1"]["throughput_avg_mbps"].total == pytest.approx(7.0)
+    assert stats["algo1"]["throughput_avg_mbps"].count == 1
+
+
+@pytest.mark.redis
+async def test_a_full_redis_cc_hash_of_the_previous_release_makes_room(redis_server: Any, namespace: str) -> None:
+    """A hash the release before eviction filled (no ``|seq`` fields: 32 made-up names, each reported many times)
+    takes real algorithms again: each evicts one of the old names, every field of it, and the count stays 32."""
+    from edgepath.state.base import MAX_CC_ALGORITHMS
+
+    store = RedisStore(redis_server.url, namespace=namespace)
+    key = store.cc_stats_key("INTERACTIVE")
+    try:
+        old: dict[str, Any] = {"#algorithms": MAX_CC_ALGORITHMS}
+        for i in range(MAX_CC_ALGORITHMS):
+            f = f"junk{i}|protocol_delay_avg_ms|"
+            old |= {f"junk{i}|transfers": 1000, f + "n": 1000, f + "sum": 5000.0, f + "sumsq": 25000.0}
+        await store.redis.hset(key, mapping=old)
+        for algorithm in ("cubic", "bbr", "reno"):
+            await store.record_cc_measurement("INTERACTIVE", algorithm, {"protocol_delay_avg_ms": 90.0})
+        stats = await store.cc_measurement_stats("INTERACTIVE")
+        assert len(stats) == MAX_CC_ALGORITHMS and {"cubic", "bbr", "reno"} <= set(stats)
+        assert {"junk0", "junk1", "junk10"}.isdisjoint(stats)  # equally old: by name
+        fields = {f.decode() for f in await store.redis.hkeys(key)}
+        assert not any(f.startswith(("junk0|", "junk1|", "junk10|")) for f in fields)
+        assert int(await store.redis.hget(key, "#algorithms")) == MAX_CC_ALGORITHMS
+        assert stats["cubic"]["protocol_delay_avg_ms"].count == 1
+    finally:
+        await store.close()
 
 
 async def test_cc_measurements_are_shared_by_every_replica_of_the_store(harness: Harness) -> None:

@@ -262,8 +262,10 @@ def fleet_score(states: Sequence[ServerScore]) -> ServerScore:
 
 
 # --- congestion edge measurements (issue 20) ---
-#: Algorithms a store keeps statistics for per profile; measurements of further ones are dropped (bounded memory:
-#: a device may name any algorithm that matches the wire's pattern).
+#: Algorithms a store keeps statistics for per profile (bounded memory); a further one takes the place of the least
+#: recently reported (:meth:`StateStore.record_cc_measurement`). The congestion adapter counts only the 21 names of
+#: ``edgepath.engines.congestion.KNOWN_ALGORITHMS``, so the bound is reached only by names a release before that
+#: allow-list counted.
 MAX_CC_ALGORITHMS = 32
 
 
@@ -443,8 +445,13 @@ class StateStore(Protocol):
         (``profile``, ``algorithm``): per metric, count + 1, Σx + x, Σx² + x², all at once (Redis: one script).
 
         The plane calls it once per decision (its first accepted outcome). At most :data:`MAX_CC_ALGORITHMS`
-        algorithms are kept per profile; a measurement of a further one is dropped. Never raises for an
-        unreachable store (the measurement is then dropped: one transfer less of evidence).
+        algorithms are kept per profile: a measurement of a further one evicts the statistics of the algorithm
+        reported least recently (in a Redis hash written by a release before this rule: one of those it holds, by
+        name), and its own start from it. Least *recently* rather than least often: a profile whose places names
+        nobody reports any more had filled (before the adapter's allow-list, 32 made-up ones) learns again as soon
+        as real algorithms are reported, whatever counts those names had run up; before, the further algorithm was
+        dropped and the profile never learned again. Never raises for an unreachable store (the measurement is
+        then dropped: one transfer less of evidence).
         """
 
     async def cc_measurement_stats(self, profile: str) -> dict[str, dict[str, MetricSums]] | None:

@@ -13,7 +13,7 @@ devices' own states, at most ``fleet_devices`` of them, :func:`~edgepath.state.b
 ``cachetools.LRUCache`` bounded by ``max_servers``. The decision log (issue 18) is a deque of at
 most ``decision_log_max_entries`` joined decisions, none older than ``decision_log_retention_s``.
 Congestion edge measurements (issue 20) are a dict profile → algorithm → metric → [count, Σx, Σx²]
-(at most ``MAX_CC_ALGORITHMS`` algorithms per profile).
+(at most ``MAX_CC_ALGORITHMS`` algorithms per profile, in the order last reported: the first is evicted).
 """
 
 from __future__ import annotations
@@ -204,9 +204,12 @@ class MemoryStore:
     # --- congestion edge measurements (issue 20) ---
     async def record_cc_measurement(self, profile: str, algorithm: str, metrics: Mapping[str, float]) -> None:
         algos = self._cc_stats.setdefault(profile, {})
-        if algorithm not in algos and len(algos) >= MAX_CC_ALGORITHMS:
-            return
-        per_metric = algos.setdefault(algorithm, {})
+        per_metric = algos.pop(algorithm, None)
+        if per_metric is None:
+            per_metric = {}
+            if len(algos) >= MAX_CC_ALGORITHMS:
+                del algos[next(iter(algos))]  # the least recently reported (dicts keep insertion order)
+        algos[algorithm] = per_metric  # (re)inserted last: the most recently reported
         for name, value in metrics.items():
             sums = per_metric.setdefault(name, [0.0, 0.0, 0.0])
             sums[0] += 1

@@ -13,9 +13,12 @@ Keys (``ns`` = ``settings.redis_namespace``)
     read by the consumer group ``trainers``.
 ``{ns}:cc:{profile}``
     Congestion edge measurements (issue 20): one hash per application profile, fields
-    ``{algorithm}|{metric}|n`` (HINCRBY), ``…|sum`` and ``…|sumsq`` (HINCRBYFLOAT), and ``#algorithms``
-    (how many algorithms it holds, at most ``MAX_CC_ALGORITHMS``), all updated by one Lua script per
-    measurement (atomic); read with one HGETALL. No expiry: the statistics are the edge's evidence.
+    ``{algorithm}|{metric}|n`` (HINCRBY), ``…|sum`` and ``…|sumsq`` (HINCRBYFLOAT), ``{algorithm}|transfers``,
+    ``{algorithm}|seq`` (the value of ``#seq``, a per-hash counter of measurements, at its last measurement) and
+    ``#algorithms`` (how many algorithms it holds, at most ``MAX_CC_ALGORITHMS``; a further one evicts every field
+    of the one with the smallest ``seq``, an algorithm without one first), all updated by one Lua script per
+    measurement (atomic); read with one HGETALL. No expiry: the statistics are the edge's evidence, and the
+    eviction already frees the places of algorithms nobody reports any more.
 ``{ns}:ssmp:{server}``
     SSMP fleet score of a server (issue 4): JSON ``[q_bps, updated_at, {interface: [bandwidth_bps, loss]}]``, TTL
     ``SERVER_SCORE_TTL_S``; :func:`~edgepath.state.base.fleet_score` of the devices' states below, rewritten by each
@@ -159,13 +162,39 @@ return 'new'
 """
 
 # KEYS: the profile's statistics hash; ARGV: algorithm, max algorithms, then metric, value, value² triples.
-# A new algorithm is admitted only while the hash holds fewer than the maximum (counted in '#algorithms').
+# A new algorithm takes a place while the hash holds fewer than the maximum (counted in '#algorithms'); else it
+# takes the place of the least recently reported one (smallest '|seq'; none, written by a release before seqs: 0,
+# ties by name), whose fields are deleted. Algorithm names have no '|' (the wire's pattern).
 _CC_RECORD_LUA = """
 local algo = ARGV[1]
+local seq = redis.call('HINCRBY', KEYS[1], '#seq', 1)
 if redis.call('HEXISTS', KEYS[1], algo .. '|transfers') == 0 then
-  if tonumber(redis.call('HGET', KEYS[1], '#algorithms') or '0') >= tonumber(ARGV[2]) then return 0 end
-  redis.call('HINCRBY', KEYS[1], '#algorithms', 1)
+  if tonumber(redis.call('HGET', KEYS[1], '#algorithms') or '0') >= tonumber(ARGV[2]) then
+    local all = redis.call('HGETALL', KEYS[1])
+    local last = {}
+    for i = 1, #all, 2 do
+      local name, what = string.match(all[i], '^([^|]+)|([^|]+)$')
+      if what == 'transfers' then
+        last[name] = last[name] or 0
+      elseif what == 'seq' then
+        last[name] = tonumber(all[i + 1])
+      end
+    end
+    local victim, oldest = nil, nil
+    for name, at in pairs(last) do
+      if oldest == nil or at < oldest or (at == oldest and name < victim) then victim, oldest = name, at end
+    end
+    if victim == nil then return 0 end
+    local prefix, gone = victim .. '|', {}
+    for i = 1, #all, 2 do
+      if string.sub(all[i], 1, #prefix) == prefix then gone[#gone + 1] = all[i] end
+    end
+    redis.call('HDEL', KEYS[1], unpack(gone))
+  else
+    redis.call('HINCRBY', KEYS[1], '#algorithms', 1)
+  end
 end
+redis.call('HSET', KEYS[1], algo .. '|seq', seq)
 redis.call('HINCRBY', KEYS[1], algo .. '|transfers', 1)
 for i = 3, #ARGV, 3 do
   local f = algo .. '|' .. ARGV[i] .. '|'
@@ -976,7 +1005,8 @@ class RedisStore:
         return f"{self.namespace}:cc:{profile}"
 
     async def record_cc_measurement(self, profile: str, algorithm: str, metrics: Mapping[str, float]) -> None:
-        """One Lua script (atomic: count, Σx, Σx² of every metric together); dropped while degraded."""
+        """One Lua script (atomic: count, Σx, Σx² of every metric together, and a full hash's eviction of the least
+        recently reported algorithm); dropped while degraded."""
         if self._degraded:
             return
         args: list[str | int] = [algorithm, MAX_CC_ALGORITHMS]
