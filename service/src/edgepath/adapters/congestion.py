@@ -231,7 +231,7 @@ class CongestionAdapter(EngineAdapter):
         the name and still reaches the bandit (a 422 / ``INVALID_ARGUMENT`` would lose it, for every outcome of a
         device whose sender runs an algorithm outside the list, e.g. a BPF one). A malformed name is still refused
         on the wire (``congestion_measurement.algorithm``, :class:`~edgepath.types.CongestionMeasurement`).
-        Raises nothing for the measurement.
+        Raises nothing: an ignored measurement is only counted, and the store drops what it cannot write.
         """
         m = outcome.report.congestion_measurement
         profile = outcome.decision.application_profile
