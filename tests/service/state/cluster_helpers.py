@@ -60,6 +60,12 @@ class Cluster:
     env: dict[str, str] = field(default_factory=dict)
     namespace: str = "rtest"
     procs: list[Proc] = field(default_factory=list)
+    #: The store URL the children connect with (e.g. as a Redis ACL user); default: ``redis``'s own.
+    store_url: str | None = None
+
+    @property
+    def url(self) -> str:
+        return self.store_url or self.redis.url
 
     def child_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         e = dict(os.environ)
@@ -81,7 +87,7 @@ class Cluster:
         ready = self.tmp / f"{name}.ready.json"
         ready.unlink(missing_ok=True)
         log = self.tmp / f"{name}.log"
-        cmd = [sys.executable, "-m", "edgepath.cli", "serve", "--store", self.redis.url]
+        cmd = [sys.executable, "-m", "edgepath.cli", "serve", "--store", self.url]
         cmd += ["--grpc-port", "0", "--http-port", "0", "--ready-file", str(ready)]
         popen = subprocess.Popen(cmd, env=self.child_env(extra_env), stdout=log.open("ab"), stderr=subprocess.STDOUT)
         proc = Proc(name, popen, log)
@@ -94,7 +100,7 @@ class Cluster:
 
     def start_trainer(self, name: str = "trainer", extra_env: dict[str, str] | None = None) -> Proc:
         log = self.tmp / f"{name}.log"
-        cmd = [sys.executable, "-m", "edgepath.cli", "train", "--store", self.redis.url]
+        cmd = [sys.executable, "-m", "edgepath.cli", "train", "--store", self.url]
         popen = subprocess.Popen(cmd, env=self.child_env(extra_env), stdout=log.open("ab"), stderr=subprocess.STDOUT)
         proc = Proc(name, popen, log)
         self.procs.append(proc)

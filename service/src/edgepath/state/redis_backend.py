@@ -42,6 +42,79 @@ from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
 
 T = TypeVar("T")
 
+#: The Redis commands ``edgepath serve`` and ``edgepath train`` run, directly or inside their Lua scripts (Redis
+#: checks a script's commands against the caller's ACL too), each as Redis's ACL syntax names it (``cmd|subcommand``).
+#: Collected with ``MONITOR`` over every feature and held by ``tests/service/state/test_redis_acl.py``, which runs a
+#: replica and a trainer as a user granted exactly :func:`redis_acl_rule` and finds ``ACL LOG`` empty.
+REDIS_ACL_COMMANDS = (
+    # connection (redis-py's handshake: HELLO 3; readiness: PING)
+    "hello",
+    "ping",
+    # scripts (EVALSHA; SCRIPT LOAD after a NOSCRIPT: the server restarted or was flushed) and what they call
+    "evalsha",
+    "script|load",
+    "time",
+    # strings: decisions, claim markers, the model version, the trainer lock, server scores, GCRA buckets
+    "get",
+    "set",
+    "del",
+    "exists",
+    "expire",
+    "pexpire",
+    "mget",
+    # hashes: the model snapshot, MEC 015 sessions, congestion statistics, fleet exploration, SSMP views
+    "hget",
+    "hset",
+    "hdel",
+    "hexists",
+    "hgetall",
+    "hvals",
+    "hincrby",
+    "hincrbyfloat",
+    # sets: quarantine, MEC 015 access types
+    "sadd",
+    "srem",
+    "smembers",
+    # streams: the outcome log (consumer group), the decision log
+    "xadd",
+    "xtrim",
+    "xdel",
+    "xack",
+    "xlen",
+    "xrange",
+    "xpending",
+    "xreadgroup",
+    "xautoclaim",
+    "xgroup|create",
+    "xgroup|delconsumer",
+    "xinfo|consumers",
+    # transactions (MEC 015 sessions, the outcome log's acknowledgement) and model publication
+    "multi",
+    "exec",
+    "publish",
+    "subscribe",
+    "unsubscribe",
+)
+
+
+def redis_acl_rule(namespace: str = "edgepath") -> str:
+    """The ACL rules of a Redis user the service and its trainer can run as, least privilege: the keys and the
+    pub/sub channels of ``namespace`` (``settings.redis_namespace``) and :data:`REDIS_ACL_COMMANDS` only, for
+    ``ACL SETUSER <user> on ><password> <these rules>`` (https://redis.io/docs/latest/operate/oss_and_stack/
+    management/security/acl/). ``namespace`` is glob-escaped: ``*?[]\\`` in it match themselves.
+
+    Raises
+    ------
+    ValueError
+        ``namespace`` is empty or holds whitespace (the rule is one line of space-separated ACL rules).
+    """
+    if not namespace or any(c.isspace() for c in namespace):
+        raise ValueError(f"namespace {namespace!r}: non-empty, without whitespace")
+    escaped = "".join("\\" + c if c in "*?[]\\" else c for c in namespace)
+    commands = " ".join("+" + c for c in REDIS_ACL_COMMANDS)
+    return f"resetkeys ~{escaped}:* resetchannels &{escaped}:* -@all {commands}"
+
+
 # KEYS: version counter, snapshot hash, outcome stream
 # ARGV: version, blob, signature, meta, channel, group, entry ids...
 _PUBLISH_LUA = """
