@@ -8,6 +8,7 @@ The Redis cases run a real ``redis-server`` (skipped, saying why, when it is not
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import yaml
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
-from service_harness import RunningService, running_service
+from service_harness import RunningService, captured_json_log, running_service
 from state.redis_helpers import REDIS_SERVER, RedisServer
 
 SPEC_PATH = Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml"
@@ -328,6 +329,22 @@ def test_problem_kinds_match_the_v1_routes(svc: RunningService) -> None:
         f"{svc.http_url}/v1/outcomes", json={"device_id": "d", "decision_id": "0" * 32, "throughput_bps": 1}
     )
     assert v1.status_code == 404 and v1.json()["error"] == KINDS[404]
+
+
+def test_an_unknown_session_id_is_quoted_in_the_404_and_its_log_line() -> None:
+    """A session id with a line break or NUL (``%0A``, ``%00`` in the path) is written as its repr: it forges no
+    line of a text log (the refusal's line carries the problem's detail)."""
+    with captured_json_log("INFO") as log, running_service() as svc, http(svc) as mts:
+        for method in ("GET", "PUT", "DELETE"):
+            body = session_body() if method == "PUT" else None
+            resp = mts.request(method, "/mts_sessions/a%0Aforged%00line", json=body, headers={"x-request-id": method})
+            assert problem_field(resp, 404) == "sessionId"
+            assert resp.json()["message"] == r"no session 'a\nforged\x00line'"
+    lines = [json.loads(line) for line in log.getvalue().splitlines() if line.strip()]
+    refused = {r["request_id"]: r["message"] for r in lines if r.get("transport") == "rest"}
+    assert set(refused) == {"GET", "PUT", "DELETE"}
+    for message in refused.values():
+        assert r"no session 'a\nforged\x00line'" in message and "\n" not in message and "\x00" not in message
 
 
 def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

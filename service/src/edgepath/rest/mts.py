@@ -404,7 +404,7 @@ def mts_router(
     async def existing(session_id: str) -> MtsSession:
         session = await store.get_mts_session(session_id) if len(session_id) <= 128 else None
         if session is None:
-            raise NotFound(f"no session {session_id}", field="sessionId")
+            raise NotFound(f"no session {session_id!r}", field="sessionId")  # repr: a path's %0A forges no log line
         return session
 
     @router.get(
@@ -444,7 +444,7 @@ def mts_router(
         """Remove a session (204; 404 when unknown, 503 while the state store is unreachable): the device's next
         recommendation drops its rule."""
         if len(sessionId) > 128 or not await store.delete_mts_session(sessionId):
-            raise NotFound(f"no session {sessionId}", field="sessionId")
+            raise NotFound(f"no session {sessionId!r}", field="sessionId")
         return Response(status_code=204)
 
     return router
