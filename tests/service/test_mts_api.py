@@ -184,6 +184,14 @@ def test_capability_info_is_built_from_what_devices_report(svc: RunningService) 
         ({"flowFilter": []}, "flowFilter"),
         ({"flowFilter": [{}]}, "flowFilter[0]"),
         ({"flowFilter": [{"dstPort": [70000]}]}, "flowFilter[0].dstPort[0]"),
+        # sourceIp/dstIp: an IP address or a CIDR network (ipaddress), not any string of hex digits, dots and colons
+        ({"flowFilter": [{"dstIp": "::::::::::::/"}]}, "flowFilter[0].dstIp"),
+        ({"flowFilter": [{"dstIp": "999.999.999.999/99"}]}, "flowFilter[0].dstIp"),
+        ({"flowFilter": [{"dstIp": "198.51.100.0/33"}]}, "flowFilter[0].dstIp"),
+        ({"flowFilter": [{"dstIp": "198.51.100.7/24"}]}, "flowFilter[0].dstIp"),  # host bits set
+        ({"flowFilter": [{"dstIp": "10.0.0.0/255.0.0.0"}]}, "flowFilter[0].dstIp"),  # a netmask, not CIDR
+        ({"flowFilter": [{"dstIp": "fe80::1%eth0"}]}, "flowFilter[0].dstIp"),
+        ({"flowFilter": [{"dstPort": [443]}, {"sourceIp": "1.2.3.4.5"}]}, "flowFilter[1].sourceIp"),
         ({"appInsId": None}, "appInsId"),
         ({"sessionId": "not-this-one"}, "sessionId"),
         # JSON booleans and numeric strings are not integers (they were taken as 1 / 0 / the number)
@@ -236,6 +244,24 @@ def test_integer_members_take_json_integers(svc: RunningService) -> None:
         assert integral.status_code == 201, integral.text
         assert (integral.json()["mtsMode"], integral.json()["requestType"]) == (2, 0)
         assert type(integral.json()["mtsMode"]) is int
+
+
+def test_flow_filter_addresses_are_ip_addresses_or_cidr_networks(svc: RunningService) -> None:
+    """MEC 015 §7.2.5 ``sourceIp``/``dstIp``: "address identity of session (including range)"."""
+    recommend_rest(svc)
+    flows = [
+        {"sourceIp": "198.51.100.7", "dstIp": "203.0.113.0/24"},
+        {"sourceIp": "2001:db8::1", "dstIp": "2001:db8:1::/48"},
+        {"dstIp": "::ffff:192.0.2.1"},
+        {"sourceIp": "0.0.0.0/0"},
+    ]
+    with http(svc) as mts:
+        created = mts.post("/mts_sessions", json=session_body(1, requestType=1, flowFilter=flows))
+        assert created.status_code == 201, created.text
+        assert created.json()["flowFilter"] == flows
+        bad = mts.post("/mts_sessions", json=session_body(1, flowFilter=[{"dstIp": "999.999.999.999/99"}]))
+        assert problem_field(bad) == "flowFilter[0].dstIp"
+        assert "not an IP address or a network in CIDR notation" in bad.json()["message"]
 
 
 def test_missing_members_and_bad_json_are_400(svc: RunningService) -> None:
