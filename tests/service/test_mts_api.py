@@ -325,6 +325,41 @@ def test_with_authentication_only_the_platform_admin_steers(tmp_path: Path) -> N
             assert created.status_code == 201, created.text
 
 
+def test_with_authentication_credentials_are_checked_before_the_body_is_read(tmp_path: Path) -> None:
+    """POST and PUT answer 401 without valid credentials and 403 for a device, whatever the body (not JSON, or
+    invalid: never a 400 about it); an admin's body is then judged. The OpenAPI document still describes it."""
+    from edgepath.security.auth import TokenFile
+
+    tokens = TokenFile(tmp_path / "tokens.json")
+    admin = {"Authorization": f"Bearer {tokens.add('mec-platform', admin=True)}"}
+    device = {"Authorization": f"Bearer {tokens.add(DEVICE)}"}
+    not_json = {"content": b"{", "headers": {"content-type": "application/json"}}
+    invalid = {"json": {"appInsId": 1}}
+    with running_service(auth_tokens_file=tokens.path) as svc, http(svc) as mts:
+        for method, path in (("POST", "/mts_sessions"), ("PUT", "/mts_sessions/any")):
+            for body in (not_json, invalid):
+                for credentials, status in (({}, 401), ({"Authorization": "Bearer nope"}, 401), (device, 403)):
+                    headers = {**body.get("headers", {}), **credentials}
+                    resp = mts.request(method, path, **{**body, "headers": headers})
+                    assert problem_field(resp, status) is None, (method, body, credentials)
+                    assert (resp.headers.get("www-authenticate") == "Bearer") is (status == 401)
+            resp = mts.request(method, path, content=b"{", headers={**admin, "content-type": "application/json"})
+            assert problem_field(resp) == "body"
+            assert problem_field(mts.request(method, path, json={"appInsId": 1}, headers=admin)) == "appInsId"
+        doc = httpx.get(f"{svc.http_url}/openapi.json", timeout=5.0).json()
+    for method, path in (("post", "/mts/v1/mts_sessions"), ("put", "/mts/v1/mts_sessions/{sessionId}")):
+        assert doc["paths"][path][method]["requestBody"] == {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MtsSessionInfo"}}},
+        }
+    schema = doc["components"]["schemas"]["MtsSessionInfo"]
+    assert {"appInsId", "requestType", "flowFilter", "qosD", "mtsMode", "trafficDirection", "deviceId"} == set(
+        schema["required"]
+    )
+    assert schema["properties"]["flowFilter"]["items"] == {"$ref": "#/components/schemas/FlowFilter"}
+    assert "FlowFilter" in doc["components"]["schemas"] and "QosD" in doc["components"]["schemas"]
+
+
 def test_with_a_jwt_key_401_has_www_authenticate_and_the_service_problem_members() -> None:
     """``EDGEPATH_AUTH_JWT_KEY`` set: a call without credentials (or with a bad token) is 401 with
     ``WWW-Authenticate: Bearer`` and ``error``/``field`` as on ``/v1``; a device's token is 403, an admin's 200."""

@@ -16,8 +16,8 @@ a :class:`~edgepath.logs.RefusalLog`); a 5xx problem a WARNING. ``/docs`` and ``
 JavaScript from the package (fastapi-offline): they work on an air-gapped edge node.
 
 The hot routes (decisions and outcomes) take the raw body and validate it once, with pydantic's own
-JSON parser straight into the domain model (:func:`parse_body`), and answer with the model's JSON
-serialised by pydantic-core (:func:`json_response`): no second validation of the reply, no
+JSON parser straight into the domain model (:func:`~edgepath.rest.body.parse_body`), and answer with the
+model's JSON serialised by pydantic-core (:func:`json_response`): no second validation of the reply, no
 ``jsonable_encoder`` (``loadtest/breakdown.py`` measured these at 35–65 % of a REST decision). Their
 OpenAPI description still names the request and response models (:func:`documented_body`).
 
@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Sequence
 from enum import Enum
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, cast
 
 import orjson
 from asgi_correlation_id import CorrelationIdMiddleware
@@ -47,7 +47,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -58,7 +58,9 @@ from edgepath.logs import RefusalLog, new_request_id
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
-from edgepath.rest.mts import mts_router
+from edgepath.rest.body import JSON as _JSON
+from edgepath.rest.body import parse_body, request_body
+from edgepath.rest.mts import MTS_BODY_MODELS, mts_router
 from edgepath.rest.problem import (
     BODY,
     declare_problems,
@@ -99,7 +101,6 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.RATE_LIMITED: 429,
 }
 
-_JSON = "application/json"
 log = logging.getLogger("edgepath.rest")
 REQUEST_ID_HEADER = "x-request-id"
 #: Where the ETSI MEC 015 routes (:func:`edgepath.rest.mts.mts_router`) are served.
@@ -138,9 +139,6 @@ def valid_request_id(value: str) -> bool:
     """A caller's ``x-request-id`` is kept when it is 1-128 characters of ``[A-Za-z0-9-_.:/+=]`` (UUIDs, W3C
     trace ids, ...); anything else is replaced by a generated one (never echoed into logs as is)."""
     return 0 < len(value) <= 128 and all(c in _REQUEST_ID_OK for c in value)
-
-
-M = TypeVar("M", bound=BaseModel)
 
 
 class QuarantineList(BaseModel):
@@ -185,21 +183,6 @@ async def json_request_body(request: Request) -> bytes:
         media = (content_type or "").split(";", 1)[0].strip()
         raise StarletteHTTPException(415, f"Content-Type {media} is not JSON: send the body as {_JSON}")
     return await request.body()
-
-
-def parse_body(raw: bytes, model: type[M]) -> M:
-    """Validate a JSON request body straight into ``model`` (pydantic's JSON parser; one pass).
-
-    Raises
-    ------
-    RequestValidationError
-        Invalid JSON (answered 400) or a value out of the model's rules (422 naming the field).
-    """
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        # with context: a validator's own message is read from it (edgepath.errors.error_message)
-        raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
 def json_response(model: BaseModel, status_code: int = 200) -> Response:
@@ -260,13 +243,7 @@ def documented_body(model: type[BaseModel]) -> dict[str, Any]:
     The model's schema (and its nested ones) are added to the document's components by
     :func:`install_openapi`.
     """
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {_JSON: {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
-        },
-        "security": [{_BEARER_SCHEME: []}, {}],
-    }
+    return {"requestBody": request_body(model), "security": [{_BEARER_SCHEME: []}, {}]}
 
 
 def error_statuses(path: str, method: str) -> tuple[int, ...]:
@@ -874,7 +851,7 @@ def create_app(
     add_admin_routes(app, plane, gate)
     add_health_routes(app, plane, metrics=serve_metrics)
     add_status_route(app, plane, gate)  # apprentice mode (issue 18)
-    install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport))
+    install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport, *MTS_BODY_MODELS))
     # the request counter's series of every route and status it answers, at 0 from the first scrape (issue 22)
     plane.metrics.initialise_http_routes(known_answers(app, included))
     return app

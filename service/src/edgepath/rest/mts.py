@@ -21,9 +21,10 @@ an invalid request is 400 and its ``detail`` starts with the field path (``qosD.
 integers only: ``true``/``false`` and numeric strings (``"1"``) are 400 naming the member (a number with a zero
 fraction, ``1.0``, is an integer to the spec's JSON Schema 2020-12 and is taken). With authentication
 configured only admin principals (the MEC platform) may call the API: 401 with ``WWW-Authenticate: Bearer``
-without valid credentials, 403 for another principal. While the state store is unreachable (Redis degraded
-mode) every operation, reads included, is 503 with ``Retry-After``: an outage is never reported as "no such
-session" or "unknown device".
+without valid credentials, 403 for another principal, both before a body is read (POST and PUT parse theirs in
+the handler, after the ``platform`` dependency: :mod:`edgepath.rest.body`). While the state store is unreachable
+(Redis degraded mode) every operation, reads included, is 503 with ``Retry-After``: an outage is never reported as
+"no such session" or "unknown device".
 Not implemented: ``app_name`` query filtering (EdgePath does not learn application names;
 the parameter is accepted and ignored), ETag preconditions (412).
 """
@@ -60,6 +61,7 @@ from edgepath.errors import (
     Unavailable,
 )
 from edgepath.plane import DecisionPlane
+from edgepath.rest.body import parse_body, request_body
 from edgepath.rest.problem import (
     BODY,
     PROBLEM_JSON,
@@ -284,6 +286,11 @@ class MtsSessionInfo(BaseModel):
         return self
 
 
+#: The request bodies the routes parse themselves (after authentication); their schemas are added to the OpenAPI
+#: document's components by the app (:func:`edgepath.rest.app.install_openapi`).
+MTS_BODY_MODELS: tuple[type[BaseModel], ...] = (MtsSessionInfo,)
+
+
 class AccessInfo(BaseModel):
     """One entry of ``mtsAccessInfo`` (MEC 015 §7.2.4)."""
 
@@ -370,6 +377,15 @@ def mts_router(
         )
         return MtsSession(session_id=session_id, device_id=info.device_id, info=json.dumps(body), created_at=now)
 
+    async def session_info(request: Request) -> MtsSessionInfo:
+        """The request's body as ``MtsSessionInfo``, read and parsed only here: in the handler, after the
+        ``platform`` dependency checked the credentials (a route with a body parameter has FastAPI read and parse
+        the body before any dependency runs: ``{`` without a token was 400 "JSON decode error", not 401).
+
+        Raises ``RequestValidationError`` (400 naming the field; ``body`` when it is not JSON).
+        """
+        return parse_body(await request.body(), MtsSessionInfo)
+
     def body_of(session: MtsSession) -> dict[str, Any]:
         return dict(json.loads(session.info))
 
@@ -424,10 +440,13 @@ def mts_router(
         responses=problems,
         operation_id="mtsSessionPOST",
         dependencies=[Depends(platform)],
+        openapi_extra={"requestBody": request_body(MtsSessionInfo)},
     )
-    async def create_session(info: MtsSessionInfo, response: Response) -> dict[str, Any]:
+    async def create_session(request: Request, response: Response) -> dict[str, Any]:
         """Create a session (201 with ``Location``); 400 naming the field when it is invalid, 403 when the service
-        keeps as many sessions as it may, 503 while the state store is unreachable."""
+        keeps as many sessions as it may, 503 while the state store is unreachable. With authentication configured the
+        credentials are checked before the body is read (401 or 403 whatever the body)."""
+        info = await session_info(request)
         sessions = await store.list_mts_sessions()
         session = await validated(info, uuid.uuid4().hex, sessions)
         if len(sessions) >= MAX_SESSIONS:
@@ -457,10 +476,13 @@ def mts_router(
         responses=problems,
         operation_id="mtsSessionPUT",
         dependencies=[Depends(platform)],
+        openapi_extra={"requestBody": request_body(MtsSessionInfo)},
     )
-    async def replace_session(sessionId: SessionId, info: MtsSessionInfo) -> dict[str, Any]:  # noqa: N803
-        """Replace a session (MEC 009 PUT semantics; 404 when unknown, 400 naming the field when invalid, 503
-        while the state store is unreachable)."""
+    async def replace_session(sessionId: SessionId, request: Request) -> dict[str, Any]:  # noqa: N803
+        """Replace a session (MEC 009 PUT semantics; 400 naming the field when invalid, then 404 when unknown,
+        503 while the state store is unreachable). With authentication configured the credentials are checked
+        before the body is read (401 or 403 whatever the body)."""
+        info = await session_info(request)
         previous = await existing(sessionId)
         session = await validated(info, sessionId)
         session = MtsSession(session.session_id, session.device_id, session.info, previous.created_at)
