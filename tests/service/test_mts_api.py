@@ -34,6 +34,7 @@ KINDS = {
     401: "unauthenticated",
     403: "permission_denied",
     404: "not_found",
+    415: "invalid_input",
     429: "rate_limited",
     503: "unavailable",
 }
@@ -273,6 +274,31 @@ def test_missing_members_and_bad_json_are_400(svc: RunningService) -> None:
         assert problem_field(resp) == "body"
         resp = mts.post("/mts_sessions", content=b"l\xf0\xbf\xff", headers={"content-type": "application/json"})
         assert problem_field(resp) == "body"
+
+
+def test_a_body_not_sent_as_json_is_415_naming_its_type_as_on_v1() -> None:
+    """POST and PUT take ``application/json`` (or ``+json``, or no ``Content-Type``: curl and many clients send
+    none), as the ``/v1`` routes; text or a form is 415 naming the type sent (it was 400 "Input should be a valid
+    dictionary", or a body taken as JSON whatever its type)."""
+    raw = json.dumps(session_body(1)).encode()
+    with running_service() as svc, http(svc) as mts:
+        recommend_rest(svc)
+        for sent in ("text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded"):
+            media = sent.split(";")[0]
+            v1 = httpx.post(f"{svc.http_url}/v1/recommendations", content=raw, headers={"content-type": sent})
+            assert v1.status_code == 415
+            for method, path in (("POST", "/mts_sessions"), ("PUT", "/mts_sessions/any")):
+                resp = mts.request(method, path, content=raw, headers={"content-type": sent})
+                assert problem_field(resp, 415) == "body"
+                assert resp.json()["message"] == v1.json()["message"]
+                assert resp.json()["message"] == f"Content-Type {media} is not JSON: send the body as application/json"
+        assert mts.get("/mts_sessions").json() == []
+        for headers in ({}, {"content-type": "application/merge-patch+json"}):  # no type, or a +json suffix: JSON
+            created = mts.post("/mts_sessions", content=raw, headers=headers)
+            assert created.status_code == 201, created.text
+            sid = created.json()["sessionId"]
+            assert mts.put(f"/mts_sessions/{sid}", content=raw, headers=headers).status_code == 200
+            assert mts.delete(f"/mts_sessions/{sid}").status_code == 204
 
 
 def test_a_flow_filter_defines_one_session_only(svc: RunningService) -> None:

@@ -41,6 +41,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
     names = ("dev-ok", "dev-422", "dev-400", "dev-404", "dev-413", "dev-429", "dev-403")
     issued = {name: tokens.add(name) for name in names}
     issued["admin"] = tokens.add("ops", admin=True)
+    issued["admin-415"] = tokens.add("ops-415", admin=True)  # its own two-request burst
     return tokens.path, issued
 
 
@@ -144,6 +145,17 @@ def test_every_error_status_is_a_declared_problem(
             "GET", "/mts/v1/mts_sessions/nope", 404, doc_path="/mts/v1/mts_sessions/{sessionId}", headers=auth("admin")
         )
         check("POST", "/mts/v1/mts_sessions", 400, json={"appInsId": "a"}, headers=auth("admin"))
+        # 415 on MEC 015's POST and PUT too (a body sent as text)
+        text = {**auth("admin-415"), "content-type": "text/plain"}
+        check("POST", "/mts/v1/mts_sessions", 415, content=b"{}", headers=text)
+        check(
+            "PUT",
+            "/mts/v1/mts_sessions/s",
+            415,
+            doc_path="/mts/v1/mts_sessions/{sessionId}",
+            content=b"{}",
+            headers=text,
+        )
         # 422 on a path parameter of an admin route
         check(
             "PUT",

@@ -59,7 +59,7 @@ from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.rest.body import JSON as _JSON
-from edgepath.rest.body import parse_body, request_body
+from edgepath.rest.body import json_request_body, parse_body, request_body
 from edgepath.rest.mts import MTS_BODY_MODELS, mts_router
 from edgepath.rest.problem import (
     BODY,
@@ -158,33 +158,6 @@ _BEARER_SCHEME = "HTTPBearer"
 
 
 # --- one validation per request, pydantic-core JSON both ways ---------------------------------------------------------
-def json_media_type(content_type: str | None) -> bool:
-    """True when a request's ``Content-Type`` (the header's value, None when absent) may carry the JSON body of a
-    ``/v1`` operation: ``application/json`` or a ``+json`` structured syntax suffix (RFC 6839 §3.1), parameters
-    (``charset``) ignored; an absent or empty header too (curl and many HTTP clients send none)."""
-    if not content_type:
-        return True
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == _JSON or (media.startswith("application/") and media.endswith("+json")) or not media
-
-
-async def json_request_body(request: Request) -> bytes:
-    """The request's body, once its ``Content-Type`` says JSON (:func:`json_media_type`).
-
-    Raises
-    ------
-    starlette.exceptions.HTTPException
-        415 (RFC 9110 §15.5.16) naming the type sent, for a body sent as anything else: a form (``curl -d``
-        without ``-H 'content-type: application/json'``), text or XML would otherwise be parsed as JSON all the
-        same and answered as if the client had meant it.
-    """
-    content_type = request.headers.get("content-type")
-    if not json_media_type(content_type):
-        media = (content_type or "").split(";", 1)[0].strip()
-        raise StarletteHTTPException(415, f"Content-Type {media} is not JSON: send the body as {_JSON}")
-    return await request.body()
-
-
 def json_response(model: BaseModel, status_code: int = 200) -> Response:
     """``model`` serialised by pydantic-core (``None`` members included, as the OpenAPI schema says)."""
     return Response(model.model_dump_json(), status_code=status_code, media_type=_JSON)
@@ -251,11 +224,12 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
 
     413 (:class:`~edgepath.security.asgi.BodySizeLimit`) applies to every request; 503 load shedding
     (:class:`ShedPastCapacity`), 401 and 429 (:class:`Gate`) to the ``/v1`` routes, 415 to those that take a JSON
-    body (:func:`json_request_body`); ``/mts/v1`` answers 400
+    body (:func:`~edgepath.rest.body.json_request_body`, ``/mts/v1``'s POST and PUT too); ``/mts/v1`` answers 400
     for any invalid request (MEC 015) and 503 while the state store is unreachable.
     """
     if path.startswith("/mts/v1/"):
-        return (400, 401, 403, 404, 413, 429, 503)
+        takes_body = (path, method) in (("/mts/v1/mts_sessions", "post"), ("/mts/v1/mts_sessions/{sessionId}", "put"))
+        return (400, 401, 403, 404, 413, 415, 429, 503) if takes_body else (400, 401, 403, 404, 413, 429, 503)
     if path.startswith("/v1/admin/"):
         return (401, 403, 413, 422, 429, 503)
     if path == "/v1/status":

@@ -2,7 +2,8 @@
 ``/mts/v1`` sessions): after authentication, so a caller without valid credentials gets 401 (or 403) whatever
 its body, never a 400 or 422 about it, and costs no parse.
 
-Validated in one pass by pydantic's own JSON parser straight into the model (:func:`parse_body`); the OpenAPI
+A body is read once its ``Content-Type`` says JSON (:func:`json_request_body`: 415 naming the type sent otherwise),
+then validated in one pass by pydantic's own JSON parser straight into the model (:func:`parse_body`); the OpenAPI
 document still names the model as the request body (:func:`request_body`). Used by :mod:`edgepath.rest.app`
 and :mod:`edgepath.rest.mts` (which ``app`` imports: the helpers live here, below both).
 """
@@ -11,11 +12,40 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
+
+
+def json_media_type(content_type: str | None) -> bool:
+    """True when a request's ``Content-Type`` (the header's value, None when absent) may carry the JSON body of an
+    operation (``/v1`` and ``/mts/v1``): ``application/json`` or a ``+json`` structured syntax suffix (RFC 6839
+    §3.1), parameters (``charset``) ignored; an absent or empty header too (curl and many HTTP clients send none)."""
+    if not content_type:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == JSON or (media.startswith("application/") and media.endswith("+json")) or not media
+
+
+async def json_request_body(request: Request) -> bytes:
+    """The request's body, once its ``Content-Type`` says JSON (:func:`json_media_type`).
+
+    Raises
+    ------
+    starlette.exceptions.HTTPException
+        415 (RFC 9110 §15.5.16) naming the type sent, for a body sent as anything else: a form (``curl -d``
+        without ``-H 'content-type: application/json'``), text or XML would otherwise be parsed as JSON all the
+        same and answered as if the client had meant it.
+    """
+    content_type = request.headers.get("content-type")
+    if not json_media_type(content_type):
+        media = (content_type or "").split(";", 1)[0].strip()
+        raise HTTPException(415, f"Content-Type {media} is not JSON: send the body as {JSON}")
+    return await request.body()
 
 
 def parse_body(raw: bytes, model: type[M]) -> M:

@@ -17,7 +17,8 @@ Errors are RFC 9457 (formerly 7807) ``ProblemDetails`` (``application/problem+js
 :data:`MTS_STATUS` and the extension members of every problem of the service (:mod:`edgepath.rest.problem`:
 ``error``, the :class:`~edgepath.errors.ErrorKind` value; ``field``, or null; ``message``; ``request_id``);
 an invalid request is 400 and its ``detail`` starts with the field path (``qosD.maxLatency: …``), also given as
-``field`` (and every invalid field in ``errors``, as on the ``/v1`` routes). An integer member takes JSON
+``field`` (and every invalid field in ``errors``, as on the ``/v1`` routes); a body whose ``Content-Type`` is not
+JSON is 415 naming the type, as on the ``/v1`` routes (no header is taken as JSON). An integer member takes JSON
 integers only: ``true``/``false`` and numeric strings (``"1"``) are 400 naming the member (a number with a zero
 fraction, ``1.0``, is an integer to the spec's JSON Schema 2020-12 and is taken). With authentication
 configured only admin principals (the MEC platform) may call the API: 401 with ``WWW-Authenticate: Bearer``
@@ -61,7 +62,7 @@ from edgepath.errors import (
     Unavailable,
 )
 from edgepath.plane import DecisionPlane
-from edgepath.rest.body import parse_body, request_body
+from edgepath.rest.body import json_request_body, parse_body, request_body
 from edgepath.rest.problem import (
     BODY,
     PROBLEM_JSON,
@@ -382,9 +383,12 @@ def mts_router(
         ``platform`` dependency checked the credentials (a route with a body parameter has FastAPI read and parse
         the body before any dependency runs: ``{`` without a token was 400 "JSON decode error", not 401).
 
-        Raises ``RequestValidationError`` (400 naming the field; ``body`` when it is not JSON).
+        Raises ``HTTPException`` 415 naming the ``Content-Type`` sent when it is not JSON (an absent one is taken
+        as JSON, as on the ``/v1`` routes: :func:`~edgepath.rest.body.json_request_body`; text was parsed as a
+        string and answered 400 "Input should be a valid dictionary"), ``RequestValidationError`` (400 naming the
+        field; ``body`` when it is not JSON).
         """
-        return parse_body(await request.body(), MtsSessionInfo)
+        return parse_body(await json_request_body(request), MtsSessionInfo)
 
     def body_of(session: MtsSession) -> dict[str, Any]:
         return dict(json.loads(session.info))
