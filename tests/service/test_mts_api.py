@@ -19,6 +19,8 @@ import httpx
 import jsonschema
 import pytest
 import yaml
+from edgepath.rest.mts import MAX_DEVICE_FLOW_FILTERS, MAX_DEVICE_SESSIONS, MAX_FILTERS
+from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES
 from edgepath.wire import edgepath_pb2 as pb
 from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from google.protobuf import json_format
@@ -99,12 +101,20 @@ def recommend_rest(service: RunningService) -> dict[str, Any]:
     return resp.json()["steering"]["rules"][-1]
 
 
-def recommend_grpc(service: RunningService) -> dict[str, Any]:
+def recommend_grpc_reply(service: RunningService) -> pb.Recommendation:
+    """``RECOMMEND`` over gRPC on a channel with gRPC's default options (a client's 4 MiB receive bound)."""
     msg = copy.deepcopy(RECOMMEND)
     for iface in msg["interfaces"]:
         iface["access_type"] = f"ACCESS_TYPE_{iface['access_type']}"
     with grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel:
-        reply = pb_grpc.PathServiceStub(channel).Recommend(json_format.ParseDict(msg, pb.RecommendRequest()), timeout=5)
+        reply: pb.Recommendation = pb_grpc.PathServiceStub(channel).Recommend(
+            json_format.ParseDict(msg, pb.RecommendRequest()), timeout=10
+        )
+    return reply
+
+
+def recommend_grpc(service: RunningService) -> dict[str, Any]:
+    reply = recommend_grpc_reply(service)
     rules = json_format.MessageToDict(reply, preserving_proto_field_name=True)["steering"]["rules"]
     return dict(rules[-1])
 
@@ -432,6 +442,78 @@ def test_an_unknown_session_id_is_quoted_in_the_404_and_its_log_line() -> None:
     assert set(refused) == {"GET", "PUT", "DELETE"}
     for message in refused.values():
         assert r"no session 'a\nforged\x00line'" in message and "\n" not in message and "\x00" not in message
+
+
+def maximal_filter(n: int) -> dict[str, Any]:
+    """A ``flowFilter`` entry about as large as the schema lets one be (distinct for each ``n`` < 65,536): addresses
+    of the longest textual form, 64 source and 64 destination ports of three bytes each as varints."""
+    ports = list(range(65535 - 63, 65536))
+    return {
+        "sourceIp": f"ffff:ffff:ffff:ffff:ffff:ffff:255.255.{n // 256}.{n % 256}/128",
+        "dstIp": "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255/128",
+        "sourcePort": ports,
+        "dstPort": ports,
+        "protocol": 255,
+        "dscp": 63,
+        "flowlabel": 2**20 - 1,
+    }
+
+
+def test_the_largest_device_allowed_is_answered_and_one_filter_more_is_refused(svc: RunningService) -> None:
+    """MAX_DEVICE_FLOW_FILTERS (245) flow filters over one device's sessions, every one maximal, with a QoS none can
+    meet (the longest reasons): Recommend answers over gRPC (the server's 1 MiB send bound, a client's 4 MiB receive
+    bound) and REST, one rule per filter at precedence 10..254 then the match-all; one filter more is 400 naming
+    ``flowFilter``, on POST and on a PUT that grows a session. (300 sessions × 16 filters for one device made a
+    1.1 MB reply the server could not send: RESOURCE_EXHAUSTED, the decision stored and never delivered.)"""
+    recommend_rest(svc)
+    qos = {"minTpt": 2**32 - 1, "maxLatency": 1, "maxLoss": 30, "maxJitter": 1, "priority": 3}
+    full, last = divmod(MAX_DEVICE_FLOW_FILTERS, MAX_FILTERS)
+    sizes = [MAX_FILTERS] * full + ([last] if last else [])
+    sids, n = [], 0
+    with http(svc) as mts:
+        for size in sizes:
+            flows = [maximal_filter(n + i) for i in range(size)]
+            body = session_body(4, requestType=1, qosD=qos, trafficDirection="10", flowFilter=flows)
+            created = mts.post("/mts_sessions", json=body)
+            assert created.status_code == 201, created.text
+            sids.append(created.json()["sessionId"])
+            n += size
+        assert n == MAX_DEVICE_FLOW_FILTERS
+        one_more = session_body(1, requestType=1, flowFilter=[maximal_filter(n)])
+        refused = mts.post("/mts_sessions", json=one_more)
+        assert problem_field(refused) == "flowFilter"
+        assert f"{MAX_DEVICE_FLOW_FILTERS + 1} filters in all" in refused.json()["message"]
+        grown = [maximal_filter(n - sizes[-1] + i) for i in range(sizes[-1] + 1)]
+        put = mts.put(f"/mts_sessions/{sids[-1]}", json=session_body(4, requestType=1, qosD=qos, flowFilter=grown))
+        assert problem_field(put) == "flowFilter"
+        assert mts.post("/mts_sessions", json=session_body(0)).status_code == 201  # application-wide: no rule
+    reply = recommend_grpc_reply(svc)
+    precedences = [rule.rule_precedence for rule in reply.steering.rules]
+    assert precedences == [*range(10, 255), 255]
+    assert reply.ByteSize() < DEFAULT_MAX_MESSAGE_BYTES // 2  # comfortably within the server's send bound
+    rest = httpx.post(f"{svc.http_url}/v1/recommendations", json=RECOMMEND, timeout=10.0)
+    assert rest.status_code == 200
+    assert [rule["rule_precedence"] for rule in rest.json()["steering"]["rules"]] == precedences
+
+
+def test_a_device_has_a_bounded_number_of_sessions() -> None:
+    """MAX_DEVICE_SESSIONS per device (each is read for every recommendation of the device): one more is 400 naming
+    ``deviceId``; replacing one of them is not one more, and another device is not concerned."""
+    with running_service() as svc, http(svc) as mts:
+        recommend_rest(svc)
+        sids = []
+        for _ in range(MAX_DEVICE_SESSIONS):
+            created = mts.post("/mts_sessions", json=session_body(0))
+            assert created.status_code == 201, created.text
+            sids.append(created.json()["sessionId"])
+        refused = mts.post("/mts_sessions", json=session_body(1))
+        assert problem_field(refused) == "deviceId"
+        assert f"{MAX_DEVICE_SESSIONS} at most per device" in refused.json()["message"]
+        assert mts.put(f"/mts_sessions/{sids[0]}", json=session_body(2)).status_code == 200
+        other = {**RECOMMEND, "device_id": "phone-other"}
+        assert httpx.post(f"{svc.http_url}/v1/recommendations", json=other, timeout=5.0).status_code == 200
+        assert mts.post("/mts_sessions", json=session_body(1, deviceId="phone-other")).status_code == 201
+        assert len(mts.get("/mts_sessions").json()) == MAX_DEVICE_SESSIONS + 1
 
 
 def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,11 +8,12 @@ never changes what a device is told.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from edgepath.adapters.base import DecisionInput, cacheable_context
 from edgepath.adapters.mlpm import scheduler_advice
-from edgepath.adapters.steering import SteeringAdapter, default_decision, steering_advice
+from edgepath.adapters.steering import MAX_FLOW_RULES, SteeringAdapter, default_decision, steering_advice
 from edgepath.engines import steering
 from edgepath.settings import Settings
 from edgepath.state.base import DecisionRecord, MtsSession
@@ -105,6 +106,26 @@ def test_a_device_with_a_session_is_decided_per_request() -> None:
     assert advice == _fresh(decision, [session])
     assert advice is not adapter._advice(decision, [])  # the default rule alone is another section
     assert advice.rules[0].mts_session_id == "s-1"
+
+
+def test_a_device_gets_at_most_max_flow_rules_each_with_its_own_precedence() -> None:
+    """Sessions stored before the MEC 015 API bounded a device's flow filters may hold more than MAX_FLOW_RULES (245):
+    the oldest sessions' filters get the precedences 10..254 (TS 24.193 §5.2.1: one octet, 255 the match-all rule),
+    the rest no rule (before, all of them were rules, the excess sharing precedence 254, and the reply could outgrow
+    the gRPC message bound)."""
+    decision = _input(_request(50e6, 1e6))
+
+    def session(i: int, ports: range) -> MtsSession:
+        flows = [{"dstPort": [p]} for p in ports]
+        info = {"sessionId": f"s-{i}", "requestType": 1, "mtsMode": 1, "flowFilter": flows, "trafficDirection": "00"}
+        return MtsSession(session_id=f"s-{i}", device_id="d-1", info=json.dumps(info), created_at=float(i))
+
+    sessions = [session(i, range(1000 * i, 1000 * i + 16)) for i in range(MAX_FLOW_RULES // 16 + 2)]
+    advice = SteeringAdapter(SETTINGS)._advice(decision, sessions)
+    assert [r.rule_precedence for r in advice.rules] == [*range(10, 255), 255]
+    ports = [r.traffic_descriptor.destination_ports[0] for r in advice.rules[:-1]]
+    assert ports == [1000 * i + k for i in range(len(sessions)) for k in range(16)][:MAX_FLOW_RULES]
+    assert advice.rules[-1].traffic_descriptor.match_all
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ validation read. Learns nothing from outcomes.
 
 Rules, in precedence order (TS 24.193 §5.2.1: lower precedence value first): one per
 ``flowFilter`` entry of each flow-specific session (``requestType`` 1), oldest session
-first, precedence 10, 11, …; then the device's default rule (match-all, precedence 255),
+first, precedence 10, 11, … up to 254 (:data:`MAX_FLOW_RULES`; the MEC 015 API refuses a
+device's filters beyond it, so only sessions stored before that bound can have more, and
+those get no rule); then the device's default rule (match-all, precedence 255),
 whose intent is the newest application-specific session's ``mtsMode`` (``requestType`` 0),
 else DEFAULT.
 """
@@ -35,6 +37,11 @@ from edgepath.state.base import MtsSession
 #: Precedence of the device's match-all rule, and of the first flow-specific rule (TS 24.193 §5.2.1: 0..255).
 DEFAULT_PRECEDENCE = 255
 FLOW_PRECEDENCE = 10
+#: Flow-specific rules one device's advice carries at most, 245: one per precedence value from FLOW_PRECEDENCE to
+#: just before the match-all rule's (TS 24.193 §5.2.1: one octet), each its own. The MEC 015 API refuses flow
+#: filters beyond it per device (:data:`edgepath.rest.mts.MAX_DEVICE_FLOW_FILTERS`), which bounds the reply (every
+#: filter maximal: ~190 kB over gRPC, under the 1 MiB message bound; 4,800 rules were 1.1 MB, never delivered).
+MAX_FLOW_RULES = DEFAULT_PRECEDENCE - FLOW_PRECEDENCE
 #: The match-all traffic descriptor of every device's default rule.
 _MATCH_ALL = ep_types.TrafficDescriptor(match_all=True)
 #: Access types are written again after this long even when unchanged (keeps the store's TTL fresh), s.
@@ -199,7 +206,8 @@ def steering_advice(
     sessions: list[MtsSession],
     config: steering.SteeringConfig,
 ) -> ep_types.SteeringAdvice:
-    """Every ATSSS rule for the device (module docstring: precedence and sessions)."""
+    """Every ATSSS rule for the device (module docstring: precedence and sessions): at most :data:`MAX_FLOW_RULES`
+    flow rules, then the match-all rule."""
     if not sessions:
         return default_advice(default_decision(request, primary_interface, scheduler, config))
     paths = path_states(request, scheduler)
@@ -210,11 +218,10 @@ def steering_advice(
     default_session: str | None = None
     for s in sessions:
         p = parsed_session(s.info)
-        if p.flows:  # flow-specific session: one rule per flowFilter entry
-            for descriptor in p.flows:
+        if p.flows:  # flow-specific session: one rule per flowFilter entry, MAX_FLOW_RULES in all (precedence)
+            for descriptor in p.flows[: MAX_FLOW_RULES - len(rules)]:
                 d = steering.decide(paths, primary_interface, p.intent, p.qos, config)
-                precedence = min(FLOW_PRECEDENCE + len(rules), DEFAULT_PRECEDENCE - 1)
-                rules.append(steering_rule(d, precedence, descriptor, p.mts_mode, s.session_id))
+                rules.append(steering_rule(d, FLOW_PRECEDENCE + len(rules), descriptor, p.mts_mode, s.session_id))
         else:  # the newest application-wide session wins
             default_intent, default_qos, default_mode, default_session = p.intent, p.qos, p.mts_mode, s.session_id
     d = steering.decide(paths, primary_interface, default_intent, default_qos, config)

@@ -18,14 +18,16 @@ Errors are RFC 9457 (formerly 7807) ``ProblemDetails`` (``application/problem+js
 ``error``, the :class:`~edgepath.errors.ErrorKind` value; ``field``, or null; ``message``; ``request_id``);
 an invalid request is 400 and its ``detail`` starts with the field path (``qosD.maxLatency: …``), also given as
 ``field`` (and every invalid field in ``errors``, as on the ``/v1`` routes); a body whose ``Content-Type`` is not
-JSON is 415 naming the type, as on the ``/v1`` routes (no header is taken as JSON). An integer member takes JSON
-integers only: ``true``/``false`` and numeric strings (``"1"``) are 400 naming the member (a number with a zero
-fraction, ``1.0``, is an integer to the spec's JSON Schema 2020-12 and is taken). With authentication
-configured only admin principals (the MEC platform) may call the API: 401 with ``WWW-Authenticate: Bearer``
-without valid credentials, 403 for another principal, both before a body is read (POST and PUT parse theirs in
-the handler, after the ``platform`` dependency: :mod:`edgepath.rest.body`). While the state store is unreachable
-(Redis degraded mode) every operation, reads included, is 503 with ``Retry-After``: an outage is never reported as
-"no such session" or "unknown device".
+JSON is 415 naming the type, as on the ``/v1`` routes (no header is taken as JSON). A device has at most
+:data:`MAX_DEVICE_SESSIONS` sessions and :data:`MAX_DEVICE_FLOW_FILTERS` flow filters over its flow sessions (400
+naming ``deviceId``, ``flowFilter``: its recommendation's size), the service :data:`MAX_SESSIONS` (403).
+An integer member takes JSON integers only: ``true``/``false`` and numeric strings (``"1"``) are 400 naming the
+member (a number with a zero fraction, ``1.0``, is an integer to the spec's JSON Schema 2020-12 and is taken).
+With authentication configured only admin principals (the MEC platform) may call the API: 401 with
+``WWW-Authenticate: Bearer`` without valid credentials, 403 for another principal, both before a body is read
+(POST and PUT parse theirs in the handler, after the ``platform`` dependency: :mod:`edgepath.rest.body`). While
+the state store is unreachable (Redis degraded mode) every operation, reads included, is 503 with
+``Retry-After``: an outage is never reported as "no such session" or "unknown device".
 Not implemented: ``app_name`` query filtering (EdgePath does not learn application names;
 the parameter is accepted and ignored), ETag preconditions (412).
 """
@@ -50,6 +52,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 
+from edgepath.adapters.steering import MAX_FLOW_RULES
 from edgepath.engines.steering import MTS_MODE_INTENT
 from edgepath.errors import (
     EdgePathError,
@@ -90,6 +93,15 @@ MAX_PORTS = 64
 MAX_FILTERS = 16
 #: Sessions the service keeps at most (all devices); a POST beyond is 403 (MEC 015: not allowed in this state).
 MAX_SESSIONS = 10_000
+#: Sessions one device may have (any ``requestType``; each is read for every recommendation of the device); a POST
+#: beyond (or a PUT moving a session to such a device) is 400 naming ``deviceId``.
+MAX_DEVICE_SESSIONS = 64
+#: ``flowFilter`` entries over one device's flow sessions (``requestType`` 1) at most, 245: one ATSSS rule each, with
+#: precedence 10..254 (TS 24.193 §5.2.1, :data:`edgepath.adapters.steering.MAX_FLOW_RULES`). A POST or PUT beyond is
+#: 400 naming ``flowFilter``. It bounds the device's reply: with every filter maximal (64 + 64 ports, the longest
+#: addresses) ~190 kB over gRPC, under the server's 1 MiB send bound (``max_message_bytes``), and ~0.5 MB of JSON;
+#: before, 300 sessions of 16 filters made a 1.1 MB gRPC reply the server could not send (RESOURCE_EXHAUSTED).
+MAX_DEVICE_FLOW_FILTERS = MAX_FLOW_RULES
 _ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
 
 #: MEC 015 §7.2.4 ``accessType`` codes, EdgePath's stable ``accessId`` per access type, and ``metered``
@@ -352,25 +364,47 @@ def mts_router(
     async def validated(info: MtsSessionInfo, session_id: str, sessions: list[MtsSession] | None = None) -> MtsSession:
         """``info`` as session ``session_id`` (``sessions``: every stored one, when the caller has read them).
 
-        Raises ``InvalidInput`` (400) naming the field: another ``sessionId``, a device that never reported its
-        accesses, a flow filter of another flow session of the device; ``Unavailable`` (503) when the store
-        cannot answer (an outage is not an unknown device: the reads here are the API's, which raise).
+        Raises ``InvalidInput`` (400) naming the field: another ``sessionId``; a device that never reported its
+        accesses, or that has :data:`MAX_DEVICE_SESSIONS` other sessions (``deviceId``); a flow filter of another
+        flow session of the device (MEC 015 §7.2.5: a filter defines a single session), or more than
+        :data:`MAX_DEVICE_FLOW_FILTERS` over the device's flow sessions with this one (``flowFilter``);
+        ``Unavailable`` (503) when the store cannot answer (an outage is not an unknown device: the reads here are
+        the API's, which raise).
         """
         if info.session_id is not None and info.session_id != session_id:
             raise InvalidInput("does not match the resource", field="sessionId")
         if await store.device_accesses(info.device_id) is None:
             raise InvalidInput("unknown device (it has not asked for a recommendation)", field="deviceId")
+        # not device_mts_sessions: the decision path's read, which gives none while the store is unreachable
+        others = [
+            s
+            for s in (sessions if sessions is not None else await store.list_mts_sessions())
+            if s.device_id == info.device_id and s.session_id != session_id
+        ]
+        if len(others) >= MAX_DEVICE_SESSIONS:
+            raise InvalidInput(
+                f"the device has {len(others)} other MTS sessions: {MAX_DEVICE_SESSIONS} at most per device",
+                field="deviceId",
+            )
         if info.request_type == 1:
             mine = [f.model_dump(exclude_none=True, by_alias=True) for f in info.flow_filter]
-            # not device_mts_sessions: the decision path's read, which gives none while the store is unreachable
-            for other in sessions if sessions is not None else await store.list_mts_sessions():
-                if other.device_id != info.device_id or other.session_id == session_id:
-                    continue
+            filters = len(mine)
+            for other in others:
                 theirs = json.loads(other.info)
-                if theirs.get("requestType") == 1 and any(f in theirs.get("flowFilter", []) for f in mine):
+                if theirs.get("requestType") != 1:
+                    continue
+                their_filters = theirs.get("flowFilter", [])
+                if any(f in their_filters for f in mine):
                     raise InvalidInput(
                         f"a filter of this session already defines session {other.session_id}", field="flowFilter"
                     )
+                filters += len(their_filters)
+            if filters > MAX_DEVICE_FLOW_FILTERS:
+                raise InvalidInput(
+                    f"the device's flow sessions would have {filters} filters in all: {MAX_DEVICE_FLOW_FILTERS} at "
+                    "most per device (one ATSSS rule each, precedence 10..254: TS 24.193 §5.2.1)",
+                    field="flowFilter",
+                )
         now = time.time()
         stamp = info.time_stamp or TimeStamp(seconds=min(int(now), UINT32), nano_seconds=int((now % 1) * 1e9))
         body = info.model_copy(update={"session_id": session_id, "time_stamp": stamp}).model_dump(
@@ -447,8 +481,9 @@ def mts_router(
         openapi_extra={"requestBody": request_body(MtsSessionInfo)},
     )
     async def create_session(request: Request, response: Response) -> dict[str, Any]:
-        """Create a session (201 with ``Location``); 400 naming the field when it is invalid, 403 when the service
-        keeps as many sessions as it may, 503 while the state store is unreachable. With authentication configured the
+        """Create a session (201 with ``Location``); 400 naming the field when it is invalid or the device has as
+        many sessions (``deviceId``) or flow filters (``flowFilter``) as it may, 403 when the service keeps as many
+        sessions as it may, 503 while the state store is unreachable. With authentication configured the
         credentials are checked before the body is read (401 or 403 whatever the body)."""
         info = await session_info(request)
         sessions = await store.list_mts_sessions()
@@ -483,8 +518,9 @@ def mts_router(
         openapi_extra={"requestBody": request_body(MtsSessionInfo)},
     )
     async def replace_session(sessionId: SessionId, request: Request) -> dict[str, Any]:  # noqa: N803
-        """Replace a session (MEC 009 PUT semantics; 400 naming the field when invalid, then 404 when unknown,
-        503 while the state store is unreachable). With authentication configured the credentials are checked
+        """Replace a session (MEC 009 PUT semantics; 400 naming the field when the body is invalid, then 404 when
+        the session is unknown, then 400 naming the field as on POST, the device's bounds included; 503 while the
+        state store is unreachable). With authentication configured the credentials are checked
         before the body is read (401 or 403 whatever the body)."""
         info = await session_info(request)
         previous = await existing(sessionId)
