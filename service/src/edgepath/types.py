@@ -729,9 +729,15 @@ class OutcomeAck(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     decision_id: str
-    accepted: bool
-    duplicate: bool
-    reward: int
+    accepted: bool = Field(description="This report was recorded for training (the decision's first outcome)")
+    duplicate: bool = Field(description="The decision already had an outcome: this report was not recorded")
+    reward: int = Field(
+        description=(
+            "The Bernoulli reward (0 or 1) this report's values earn (Alzadjali et al.: throughput and latency "
+            "against the service's thresholds). On a duplicate it is this report's, not the recorded first "
+            "report's, which stands"
+        )
+    )
 
 
 class Principal(BaseModel):
