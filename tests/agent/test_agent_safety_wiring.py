@@ -248,9 +248,8 @@ def test_credentials_precedence_cli_over_file_over_defaults(tmp_path: Path) -> N
     token_file = tmp_path / "token"
     token_file.write_text("tok-from-file\n")
     os.chmod(token_file, 0o600)
-    ca_file, other_ca = tmp_path / "ca.pem", tmp_path / "other-ca.pem"
-    ca_file.write_text("ca")
-    other_ca.write_text("ca2")
+    pki = _helpers().make_pki(tmp_path / "pki", clients=[])
+    ca_file, other_ca = pki.ca_cert, pki.server_cert  # PEM certificates: the files are loaded (check_tls_files)
     conf = tmp_path / "agent.toml"
     conf.write_text(f'ca_file = "{ca_file}"\ntoken_file = "{token_file}"\n')
     assert AgentConfig().credentials() is None  # default: no TLS settings
@@ -315,3 +314,45 @@ def test_configured_credentials_reach_the_service_over_mtls(tls_service: tuple[A
             assert client.recommend(request)["primary_path"]["interface"] == "wlan0"
         finally:
             client.close()
+
+
+def _bad_tls(pki: Any, tmp_path: Path, case: str) -> tuple[list[str], str]:
+    """Command-line options with bad TLS material, and what the error must say."""
+    cert, key = pki.client("agent-1")
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(b"\x30\x82\x01\x0a not a PEM certificate")
+    if case == "mismatched key":
+        return ["--cert-file", str(cert), "--key-file", str(pki.server_key)], (
+            f"key_file: {pki.server_key} is not the private key of cert_file {cert} (KEY_VALUES_MISMATCH)"
+        )
+    if case == "key that is no key":
+        junk = tmp_path / "junk.key"
+        junk.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+        junk.chmod(0o600)
+        return ["--cert-file", str(cert), "--key-file", str(junk)], f"key_file: {junk} holds no usable private key"
+    if case == "certificate that is no certificate":
+        return ["--cert-file", str(not_pem), "--key-file", str(key)], f"cert_file: {not_pem} holds no PEM certificate"
+    return ["--ca-file", str(not_pem)], f"ca_file: {not_pem} holds no PEM certificate"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["mismatched key", "key that is no key", "certificate that is no certificate", "ca_file not PEM"],
+)
+@pytest.mark.parametrize("scheme", ["grpcs", "https"])
+def test_bad_tls_material_is_refused_at_start_naming_the_setting_and_file(
+    tls_service: tuple[Any, Any, Path], tmp_path: Path, case: str, scheme: str
+) -> None:
+    """A key of another certificate was a ``ssl.SSLError: [X509: KEY_VALUES_MISMATCH]`` traceback (exit 1); a
+    ``ca_file`` that is not PEM one of ``[X509: NO_CERTIFICATE_OR_CRL_FOUND]`` with https://, and with grpcs:// exit
+    69 "no recommendation … is the service running". Now the files are loaded at start: exit 78, one line."""
+    svc, pki, _ = tls_service
+    options, said = _bad_tls(pki, tmp_path, case)
+    port = svc.grpc_port if scheme == "grpcs" else svc.http_port
+    argv = ["run", "--dry-run", "--steps", "1", "--service", f"{scheme}://localhost:{port}", "--interface",
+            "lo=ETHERNET", "--journal", str(tmp_path / "j.json"), *options]  # fmt: skip
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "300", "NO_COLOR": "1", "EDGEPATH_AGENT_ATTEMPTS": "1"})
+    assert result.exit_code == EXIT_CONFIG, result.output
+    errors = [line for line in _plain(result.output).splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: {said}"), result.output
+    assert "Traceback" not in result.output and not (tmp_path / "j.json").exists()

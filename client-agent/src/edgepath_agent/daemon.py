@@ -121,7 +121,7 @@ from edgepath_agent.messages import CongestionMeasurement, OutcomeAck, PrimaryPa
 from edgepath_agent.meter import TransferResult, outcome_from, transfer
 from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.pending import DEFAULT_PENDING_FILE, load_pending, write_pending
-from edgepath_agent.safety import ClientCredentials, check_key_file
+from edgepath_agent.safety import ClientCredentials, check_key_file, check_tls_files
 from edgepath_agent.ssmp import SsmpStep
 from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
 from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
@@ -411,11 +411,16 @@ class AgentConfig(BaseSettings):
     def credentials(self) -> ClientCredentials | None:
         """TLS/token settings for the service client, ``None`` when none are configured.
 
+        The TLS files are loaded here (:func:`~edgepath_agent.safety.check_tls_files`), so ``run`` refuses bad ones at
+        start (exit 78) instead of failing each call.
+
         Raises
         ------
         ValueError
-            When a file is missing, ``cert_file``/``key_file`` come alone, both ``token`` and ``token_file`` are
-            set, or a bearer token would go in cleartext (:meth:`cleartext_service_urls`).
+            Naming the setting: when a file is missing or cannot be read, ``cert_file``/``key_file`` come alone, both
+            ``token`` and ``token_file`` are set, a bearer token would go in cleartext
+            (:meth:`cleartext_service_urls`), ``ca_file``/``cert_file`` hold no PEM certificate, or ``key_file`` no
+            usable key or not the certificate's.
         PermissionError
             When ``key_file`` or ``token_file`` is readable by group/others.
         """
@@ -429,18 +434,50 @@ class AgentConfig(BaseSettings):
                 "https:// for a service on another host (plain grpc:// and http:// carry a token to a loopback "
                 "address only)"
             )
-        for name in ("ca_file", "cert_file", "key_file", "token_file"):
-            path = getattr(self, name)
-            if path is not None and not path.is_file():
-                raise ValueError(f"{name}: {path} is not a readable file")
+        self.check_credential_files(("ca_file", "cert_file", "key_file", "token_file"))
         if self.token and self.token_file:
             raise ValueError("give token or token_file, not both")
         token = self.token
         if self.token_file is not None:
-            token = check_key_file(self.token_file, "token_file").read_text().strip()
+            secret = check_key_file(self.token_file, "token_file")  # accessible by group/others: PermissionError
+            try:
+                token = secret.read_text().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise ValueError(
+                    f"token_file: {self.token_file} cannot be read ({why}): make it a text file owned by the user "
+                    "the agent runs as (edgepath-agent), mode 600"
+                ) from None
             if not token:
                 raise ValueError(f"token_file: {self.token_file} is empty")
-        return ClientCredentials(ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token)
+        credentials = ClientCredentials(
+            ca_file=self.ca_file, cert_file=self.cert_file, key_file=self.key_file, token=token
+        )
+        check_tls_files(self.ca_file, self.cert_file, self.key_file)
+        return credentials
+
+    def check_credential_files(self, names: Iterable[str]) -> None:
+        """Each of the settings ``names`` that is set names a regular file this process can reach.
+
+        Raises
+        ------
+        ValueError
+            Naming the setting and the file: it does not exist, is no regular file, or a directory on its way
+            cannot be searched (``Permission denied``, with what to do).
+        """
+        for name in names:
+            path = getattr(self, name)
+            if path is None:
+                continue
+            try:
+                regular = path.is_file()
+            except OSError as exc:
+                raise ValueError(
+                    f"{name}: {path} cannot be reached ({exc.strerror or exc}): make it and its directories "
+                    "accessible to the user the agent runs as (edgepath-agent)"
+                ) from None
+            if not regular:
+                raise ValueError(f"{name}: {path} is not a readable file")
 
     def cleartext_service_urls(self) -> list[str]:
         """The ``service`` URLs without TLS (``grpc://``, ``http://``) whose host is not a loopback address: a bearer

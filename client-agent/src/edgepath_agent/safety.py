@@ -18,7 +18,7 @@ argv the applier builds. Everything here is pure and raises
   ``ip`` or ``sysctl``; never a shell string.
 * :func:`safe_decision` — the validated subset of a typed recommendation
   (:class:`~edgepath_agent.messages.Recommendation`) the applier may act on.
-* :func:`check_key_file` and :class:`ClientCredentials` — TLS to the service
+* :func:`check_key_file`, :func:`check_tls_files` and :class:`ClientCredentials` — TLS to the service
   with certificate verification; a private key readable by group or others is
   refused (as OpenSSH does for identity files).
 """
@@ -287,6 +287,61 @@ def check_key_file(path: Path | str, setting: str = "key_file") -> Path:
             f"{setting} {p}: the {what} is accessible by group/others (mode {st.st_mode & 0o777:o}); chmod 600 {p}"
         )
     return p
+
+
+def check_tls_files(ca_file: Path | None, cert_file: Path | None, key_file: Path | None) -> None:
+    """Load the TLS material as the clients will (OpenSSH-like: at start, not at the first call).
+
+    ``ca_file`` must hold PEM certificates; ``cert_file`` a PEM certificate and ``key_file`` its unencrypted PEM
+    private key. Python's :mod:`ssl` (OpenSSL, as gRPC's BoringSSL and httpx read the same files) does the
+    parsing. Without this a non-PEM ``ca_file`` or a key of another certificate surfaced as a traceback
+    (``[X509: KEY_VALUES_MISMATCH]``) or, over gRPC, as a service "not answering".
+
+    Raises
+    ------
+    ValueError
+        Naming the setting and the file, with OpenSSL's reason: a file that cannot be read, no PEM certificate,
+        no usable private key, or a key that is not the certificate's.
+    """
+    import ssl
+
+    def reason(exc: Exception) -> str:
+        if isinstance(exc, ssl.SSLError):
+            return str(exc.reason or exc)
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for setting, path, what in (
+        ("ca_file", ca_file, "the CA certificate(s) that signed the service's certificate"),
+        ("cert_file", cert_file, "this device's certificate"),
+    ):
+        if path is None:
+            continue
+        try:
+            context.load_verify_locations(cafile=str(path))
+        except ssl.SSLError as exc:
+            raise ValueError(
+                f"{setting}: {path} holds no PEM certificate ({reason(exc)}): give {what} in PEM form "
+                "(-----BEGIN CERTIFICATE-----)"
+            ) from None
+        except OSError as exc:
+            raise ValueError(f"{setting}: {path} cannot be read ({reason(exc)})") from None
+    if cert_file is None or key_file is None:
+        return
+    try:
+        context.load_cert_chain(str(cert_file), str(key_file), password=lambda: b"")
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise ValueError(
+                f"key_file: {key_file} is not the private key of cert_file {cert_file} (KEY_VALUES_MISMATCH): give "
+                "the key the certificate was issued for"
+            ) from None
+        raise ValueError(
+            f"key_file: {key_file} holds no usable private key ({reason(exc)}): give the certificate's private key "
+            "in PEM form, unencrypted"
+        ) from None
+    except OSError as exc:
+        raise ValueError(f"key_file: {key_file} cannot be read ({reason(exc)})") from None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""Settings that can never work are refused when the agent starts (exit 78, one ``Error:`` line naming the setting),
+and the CLI's other inputs get one ``Error:`` line and a documented exit code instead of a traceback (an audit).
+
+* files the agent cannot read (``--config``, ``token_file``) are named with the permission problem, exit 78 (click's
+  own "path is not readable" check exited 2, which systemd restarts for ever);
+* settings the kernel or the service always refuse (``signal`` with ``fullmesh``, no interface, a primary metric at
+  or above the secondary one) are refused at start; a service refusal is reported as a refusal, not an outage;
+* ``EDGEPATH_AGENT_*`` variables that are not the JSON their setting needs are named; a JSON settings file that is
+  no object is refused; ``log_level`` is read without regard to case everywhere;
+* ``status``: a record of the wrong shape, a timeout that is not above 0; ``run --interface`` given twice for one
+  interface.
+
+The command line runs for real (typer's CliRunner); the agent's loop runs on a scripted service (no network).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from edgepath_agent.applier import NetState, Route
+from edgepath_agent.cli import app
+from edgepath_agent.daemon import load_config
+from typer.testing import CliRunner, Result
+
+ENV = {"COLUMNS": "300", "NO_COLOR": "1", "EDGEPATH_AGENT_ATTEMPTS": "1"}
+ROUTES = NetState(default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0", "10.1.2.1", 200)))
+ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
+
+
+def _errors(output: str) -> list[str]:
+    return [line for line in re.sub(r"\x1b\[[0-9;]*m", "", output).splitlines() if line.startswith("Error: ")]
+
+
+def _invoke(argv: list[str], **env: str) -> Result:
+    result = CliRunner().invoke(app, argv, env={**ENV, **env})
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def _run(tmp_path: Path, *extra: str) -> list[str]:
+    return ["run", "--dry-run", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal",
+            str(tmp_path / "j.json"), "--log-format", "text", *extra]  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _status_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGEPATH_AGENT_STATUS_FILE", str(tmp_path / "status.json"))
+    for var in [v for v in os.environ if v.upper().startswith("EDGEPATH_AGENT_") and v != "EDGEPATH_AGENT_STATUS_FILE"]:
+        monkeypatch.delenv(var)
+
+
+@contextmanager
+def _without_access(path: Path) -> Iterator[None]:
+    """``path`` unreadable to this process: as root, drop the effective uid to nobody (the real uid stays root,
+    so it comes back); otherwise mode 000."""
+    if os.geteuid() == 0:
+        os.seteuid(65534)
+        try:
+            yield
+        finally:
+            os.seteuid(0)
+    else:
+        mode = path.stat().st_mode & 0o777
+        os.chmod(path, 0)
+        try:
+            yield
+        finally:
+            os.chmod(path, mode)
+
+
+# 1. files the agent cannot read
+
+
+@pytest.mark.parametrize("where", ["the file", "its directory"])
+def test_an_unreadable_token_file_names_the_setting(tmp_path: Path, where: str) -> None:
+    """It was ``Error: [Errno 13] Permission denied: '…'``, naming neither the setting nor what to do (a directory
+    that cannot be searched: a ``PermissionError`` traceback from ``is_file``)."""
+    with tempfile.TemporaryDirectory() as directory:  # under /tmp: searchable by others unless made otherwise
+        home = Path(directory)
+        home.chmod(0o755 if where == "the file" else 0o700)
+        token = home / "token"
+        token.write_text("secret\n")
+        token.chmod(0o600)
+        config = load_config(service=["grpc://127.0.0.1:50051"], token_file=token)
+        with _without_access(token if where == "the file" else home), pytest.raises(ValueError) as refused:
+            config.credentials()
+    message = str(refused.value)
+    said = "cannot be read (Permission denied)" if where == "the file" else "cannot be reached (Permission denied)"
+    assert message.startswith(f"token_file: {token} {said}: "), message
+    assert "edgepath-agent" in message
+
+
+# 2. settings the kernel or the service always refuse
