@@ -316,6 +316,35 @@ def test_configured_credentials_reach_the_service_over_mtls(tls_service: tuple[A
             client.close()
 
 
+def _status_record(urls: list[str]) -> dict[str, Any]:
+    """A record of a running agent (this process) that used ``urls``."""
+    return {"updated_unix_ms": 1, "pid": os.getpid(), "device_id": "agent-1", "service": {"urls": urls}}
+
+
+def test_status_check_probes_with_the_configured_trust_and_client_certificate(
+    tls_service: tuple[Any, Any, Path], tmp_path: Path
+) -> None:
+    """``status --check`` verified the service against the system's roots only and sent no client certificate: with
+    ``ca_file`` set, ``run`` got decisions while ``status --check`` said UNREACHABLE (CERTIFICATE_VERIFY_FAILED) for
+    both URLs and exited 1."""
+    svc, pki, _ = tls_service
+    cert, key = pki.client("agent-1")
+    urls = [f"grpcs://localhost:{svc.grpc_port}", f"https://localhost:{svc.http_port}"]
+    record = tmp_path / "status.json"
+    record.write_text(json.dumps(_status_record(urls)))
+    conf = tmp_path / "agent.json"
+    conf.write_text(json.dumps({"service": urls, "ca_file": str(pki.ca_cert), "cert_file": str(cert),
+                                "key_file": str(key), "status_file": str(record)}))  # fmt: skip
+    result = CliRunner().invoke(app, ["status", "--check", "--config", str(conf)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for url in urls:
+        assert f"check {url}: reachable" in result.output, result.output
+    # Without the CA the service's certificate is not trusted: the probe says so (the check can fail).
+    conf.write_text(json.dumps({"service": urls, "status_file": str(record)}))
+    untrusted = CliRunner().invoke(app, ["status", "--check", "--config", str(conf)], env={"COLUMNS": "200"})
+    assert untrusted.exit_code == 1 and untrusted.output.count("UNREACHABLE") == 2, untrusted.output
+
+
 def _bad_tls(pki: Any, tmp_path: Path, case: str) -> tuple[list[str], str]:
     """Command-line options with bad TLS material, and what the error must say."""
     cert, key = pki.client("agent-1")

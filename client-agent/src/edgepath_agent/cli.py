@@ -396,12 +396,14 @@ def status(
     --check, a service URL answers); 1 otherwise: no record (with --json, "running": false), the agent
     that wrote it has exited ("agent: not running (last record by pid N, …)"; with --json, "running":
     false), or no service URL answers; 2 ("Error: …") when the record or the settings cannot be read (not
-    JSON, a directory, no permission, invalid settings). An ``EDGEPATH_AGENT_*`` variable that names no
+    JSON, a directory, no permission, invalid settings, TLS files that do not load with --check). --check probes
+    with the settings' ca_file and cert_file/key_file, as run connects. An ``EDGEPATH_AGENT_*`` variable that names no
     setting is warned about on stderr, as ``run`` does (stdout, the record, is unchanged).
     """
     from pydantic import ValidationError
 
     from edgepath_agent.daemon import load_config, unknown_env_message, unknown_env_settings
+    from edgepath_agent.safety import ClientCredentials, check_tls_files
     from edgepath_agent.status import format_status, pid_alive, probe_service, read_status
 
     for var, close in unknown_env_settings():  # as `run` warns; stderr: scripts read stdout (--json)
@@ -430,7 +432,15 @@ def status(
         ok = running is not False
     if check:  # the running agent's URLs when it wrote a record, else the configured ones
         urls = (record.get("service") or {}).get("urls") or list(cfg.service)
-        probes = {url: probe_service(url, timeout_s) for url in urls}
+        try:  # the trust and client certificate `run` uses (no token: the probe makes no call)
+            cfg.check_credential_files(("ca_file", "cert_file", "key_file"))
+            check_tls_files(cfg.ca_file, cfg.cert_file, cfg.key_file)
+            tls = ClientCredentials(ca_file=cfg.ca_file, cert_file=cfg.cert_file, key_file=cfg.key_file)
+        except (ValueError, OSError) as exc:
+            fail(
+                f"--check cannot probe with the configured TLS settings (run it as the agent's user or root): {exc}", 2
+            )
+        probes = {url: probe_service(url, timeout_s, tls) for url in urls}
         record["service_check"] = {url: {"reachable": r, "detail": d} for url, (r, d) in probes.items()}
         ok = ok and any(r for r, _ in probes.values())
     if as_json:

@@ -41,8 +41,11 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from edgepath_agent.safety import ClientCredentials
 
 DEFAULT_STATUS_FILE = Path("/run/edgepath-agent/status.json")
 
@@ -95,21 +98,26 @@ def read_status(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def probe_service(url: str, timeout_s: float = 2.0) -> tuple[bool, str]:
+def probe_service(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> tuple[bool, str]:
     """Is the service at ``url`` answering? ``(reachable, detail)``.
 
     ``grpc(s)://``: the channel becomes READY within ``timeout_s`` (a TCP/TLS/HTTP2
     connection; no RPC is made). ``http(s)://``: ``GET /healthz`` answers 200.
+    ``credentials``: the TLS settings ``run`` uses (``ca_file`` verifies the service, ``cert_file``/``key_file``
+    for mTLS; its token is not sent); without them the system's roots verify it.
     No exception escapes: failures come back as ``(False, reason)``.
     """
+    from edgepath_agent.safety import ClientCredentials
+
     parsed = urlparse(url)
+    tls = credentials or ClientCredentials()
     try:
         if parsed.scheme in ("grpc", "grpcs"):
             import grpc
 
             target = f"{parsed.hostname}:{parsed.port}"
             channel = (
-                grpc.secure_channel(target, grpc.ssl_channel_credentials())
+                grpc.secure_channel(target, tls.grpc_channel_credentials())
                 if parsed.scheme == "grpcs"
                 else grpc.insecure_channel(target)
             )
@@ -123,7 +131,8 @@ def probe_service(url: str, timeout_s: float = 2.0) -> tuple[bool, str]:
         if parsed.scheme in ("http", "https"):
             import httpx
 
-            resp = httpx.get(url.rstrip("/") + "/healthz", timeout=timeout_s)
+            verify = {k: v for k, v in tls.httpx_options().items() if k == "verify"}  # no bearer header
+            resp = httpx.get(url.rstrip("/") + "/healthz", timeout=timeout_s, **verify)
             return resp.status_code == 200, f"GET /healthz → {resp.status_code}"
     except Exception as exc:  # reported, never raised: status must always print
         return False, f"{type(exc).__name__}: {exc}"
