@@ -15,6 +15,7 @@ The command line runs for real (typer's CliRunner); the agent's loop runs on a s
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from edgepath_agent.applier import NetState, Route
-from edgepath_agent.cli import app
+from edgepath_agent.cli import EXIT_CONFIG, app
 from edgepath_agent.daemon import load_config
 from typer.testing import CliRunner, Result
 
@@ -76,6 +77,24 @@ def _without_access(path: Path) -> Iterator[None]:
 
 
 # 1. files the agent cannot read
+
+
+def test_an_unreadable_settings_file_is_78_naming_the_file_and_the_permission(tmp_path: Path) -> None:
+    """click's ``Path(readable=True)`` answered first: "Invalid value for '--config': path … is not readable", exit 2
+    (restarted by systemd every 5 s, for ever)."""
+    importlib.import_module("edgepath_agent.applier.networkmanager")  # imported before the uid changes
+    tmp_path.chmod(0o755)
+    conf = tmp_path / "agent.toml"
+    conf.write_text("interval_s = 1\n")
+    conf.chmod(0o600)
+    with _without_access(conf):
+        run = _invoke([*_run(tmp_path, "--interface", "lo=ETHERNET"), "--config", str(conf)])
+        status = _invoke(["status", "--config", str(conf)])
+    assert run.exit_code == EXIT_CONFIG, run.output
+    errors = _errors(run.output)
+    assert len(errors) == 1 and str(conf) in errors[0] and "Permission denied" in errors[0], run.output
+    assert "chmod 640" in errors[0] and "Invalid value" not in run.output
+    assert status.exit_code == 2 and _errors(status.output) == errors, status.output  # status: its documented 2
 
 
 @pytest.mark.parametrize("where", ["the file", "its directory"])

@@ -68,17 +68,22 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def settings_file_problem(path: Path | None) -> str | None:
-    """Why the settings file ``path`` cannot be read (it does not exist, is a directory or is unreadable), or
-    ``None`` when it can (or none is given)."""
+    """Why the settings file ``path`` cannot be read (it does not exist, is a directory or is unreadable: the file,
+    or a directory on its way, with what to do about the permission), or ``None`` when it can (or none is given)."""
     if path is None:
         return None
-    if path.is_dir():
-        return f"settings file {path} is a directory, not a file"
-    if not path.exists():
-        return f"settings file {path} does not exist"
     try:
+        if path.is_dir():
+            return f"settings file {path} is a directory, not a file"
         with path.open("rb"):
             pass
+    except FileNotFoundError:
+        return f"settings file {path} does not exist"
+    except PermissionError as exc:
+        return (
+            f"settings file {path} cannot be read ({exc.strerror or exc}): make it (and its directories) readable by "
+            f"the user the agent runs as (the unit's edgepath-agent: chgrp edgepath-agent {path}; chmod 640 {path})"
+        )
     except OSError as exc:
         return f"settings file {path} cannot be read ({exc.strerror or exc})"
     return None
@@ -210,7 +215,7 @@ def replay(
 
 @app.command()
 def run(
-    config: Annotated[Optional[Path], typer.Option(help="Agent settings file (TOML or JSON)")] = None,
+    config: Annotated[Optional[Path], typer.Option(help="Agent settings file (TOML or JSON)", readable=False)] = None,
     service: Annotated[
         Optional[list[str]], typer.Option(help="Service URL, repeatable, in order of preference (grpc:// first)")
     ] = None,
@@ -223,7 +228,9 @@ def run(
     probe_tool: Annotated[
         Optional[str], typer.Option(help="iperf3 (an iperf3 server at --probe; default) or builtin (edgepath meter)")
     ] = None,
-    journal: Annotated[Optional[Path], typer.Option(help="Journal file (prior state + changes)")] = None,
+    journal: Annotated[
+        Optional[Path], typer.Option(help="Journal file (prior state + changes)", readable=False)
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
     netns: Annotated[
         Optional[str], typer.Option(help="Manage the device in this network namespace: read and apply there")
@@ -237,17 +244,22 @@ def run(
         typer.Option(min=1, help="Stop after this many steps (default: until SIGTERM); exit 69 if none got an answer"),
     ] = None,
     ca_file: Annotated[
-        Optional[Path], typer.Option(help="CA bundle that signed the service's certificate (grpcs:// / https://)")
+        Optional[Path],
+        typer.Option(help="CA bundle that signed the service's certificate (grpcs:// / https://)", readable=False),
     ] = None,
-    cert_file: Annotated[Optional[Path], typer.Option(help="Device certificate for mTLS (with --key-file)")] = None,
+    cert_file: Annotated[
+        Optional[Path], typer.Option(help="Device certificate for mTLS (with --key-file)", readable=False)
+    ] = None,
     key_file: Annotated[
-        Optional[Path], typer.Option(help="Device private key for mTLS; refused if readable by group/others")
+        Optional[Path],
+        typer.Option(help="Device private key for mTLS; refused if readable by group/others", readable=False),
     ] = None,
     token: Annotated[
         Optional[str], typer.Option(help="Bearer token for the service (visible in ps: prefer --token-file)")
     ] = None,
     token_file: Annotated[
-        Optional[Path], typer.Option(help="File holding the bearer token; refused if readable by group/others")
+        Optional[Path],
+        typer.Option(help="File holding the bearer token; refused if readable by group/others", readable=False),
     ] = None,
     log_level: Annotated[Optional[str], typer.Option(help="DEBUG, INFO, WARNING or ERROR (default INFO)")] = None,
     log_format: Annotated[
@@ -384,8 +396,10 @@ def run(
 
 @app.command()
 def status(
-    status_file: Annotated[Optional[Path], typer.Option(help="Status record written by `run`")] = None,
-    config: Annotated[Optional[Path], typer.Option(help="Agent settings file (for status_file and service)")] = None,
+    status_file: Annotated[Optional[Path], typer.Option(help="Status record written by `run`", readable=False)] = None,
+    config: Annotated[
+        Optional[Path], typer.Option(help="Agent settings file (for status_file and service)", readable=False)
+    ] = None,
     check: Annotated[bool, typer.Option(help="Also probe the configured service URLs now")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
     timeout_s: Annotated[float, typer.Option(help="Per-URL probe timeout, s (with --check)")] = 2.0,
@@ -457,7 +471,7 @@ def status(
 
 @app.command()
 def rollback(
-    journal: Annotated[Path, typer.Option(help="Journal file written by `run`")] = Path(
+    journal: Annotated[Path, typer.Option(help="Journal file written by `run`", readable=False)] = Path(
         "/var/lib/edgepath-agent/journal.json"
     ),
     netns: Annotated[
