@@ -19,14 +19,19 @@ import importlib
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from edgepath_agent.applier import NetState, Route
+from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.cli import EXIT_CONFIG, app
-from edgepath_agent.daemon import load_config
+from edgepath_agent.client import ServiceError
+from edgepath_agent.collector import StaticCollector
+from edgepath_agent.daemon import Agent, AgentConfig, load_config
+from pydantic import ValidationError
 from typer.testing import CliRunner, Result
 
 ENV = {"COLUMNS": "300", "NO_COLOR": "1", "EDGEPATH_AGENT_ATTEMPTS": "1"}
@@ -117,3 +122,66 @@ def test_an_unreadable_token_file_names_the_setting(tmp_path: Path, where: str) 
 
 
 # 2. settings the kernel or the service always refuse
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ('endpoint_flags = ["signal", "fullmesh"]\n', "endpoint_flags: signal and fullmesh cannot go together"),
+        ('endpoint_flags = ["fullmesh", "backup", "signal"]\n', "endpoint_flags: signal and fullmesh"),
+        ("interfaces = {}\n", "interfaces: Dictionary should have at least 1 item"),
+    ],
+)
+def test_settings_that_can_never_work_are_refused_at_start(tmp_path: Path, toml: str, named: str) -> None:
+    """``signal`` with ``fullmesh`` failed every step (the kernel: "flags mustn't have both signal and fullmesh") and
+    ``run --steps 2`` exited 0; ``interfaces = {}`` was refused by the service at every step (exit 69, "is the
+    service running?")."""
+    conf = tmp_path / "agent.toml"
+    conf.write_text(toml)
+    result = _invoke([*_run(tmp_path), "--config", str(conf)])
+    assert result.exit_code == EXIT_CONFIG, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and named in errors[0] and str(conf) in errors[0], result.output
+    assert not (tmp_path / "j.json").exists()
+
+
+def test_the_settings_that_do_work_still_pass() -> None:
+    config = AgentConfig(endpoint_flags=["subflow", "fullmesh"], primary_metric=0, secondary_metric=1)
+    assert config.endpoint_flags == ["subflow", "fullmesh"] and config.primary_metric == 0
+    assert AgentConfig(endpoint_flags=["signal", "backup"]).endpoint_flags == ["signal", "backup"]
+    with pytest.raises(ValidationError, match="signal and fullmesh"):
+        AgentConfig(endpoint_flags=["signal", "fullmesh"])
+
+
+class RefusingService:
+    """Answers every recommendation request with a refusal (the service is up: the request is what fails)."""
+
+    url = "stub://"
+
+    def recommend(self, request: Any) -> Any:
+        raise ServiceError("INVALID_ARGUMENT", "interfaces: List should have at least 1 item")
+
+    def report_outcome(self, outcome: Any) -> Any:
+        raise AssertionError("no outcome expected")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_service_refusal_is_reported_as_a_refusal_not_an_outage() -> None:
+    """``run --steps N`` said "is the service running, at that host and port?" for a service that answered."""
+    config = AgentConfig(device_id="dev-refused", service=["grpc://edge:50051", "http://edge:8080"],
+                         interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, upstream_check=False,
+                         status_file=None)  # fmt: skip
+    applier = Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal(), config.applier_config())
+    agent = Agent(config, RefusingService(), applier, [StaticCollector(config.interfaces)])
+    assert agent.run(threading.Event(), max_steps=1) == 1
+    said = agent.unanswered()
+    assert said == (
+        "no recommendation from the service in 1 step: it refused the request (INVALID_ARGUMENT: interfaces: List "
+        "should have at least 1 item); it answered, so this is no outage: fix what the refusal names (tried "
+        "grpc://edge:50051, http://edge:8080)"
+    )
+
+
+# 3. how settings are written

@@ -221,7 +221,7 @@ class AgentConfig(BaseSettings):
         min_length=1,
         description="Service URLs in order of preference (gRPC first, REST fallback)",
     )
-    interfaces: dict[str, AccessType] = Field(default_factory=_default_interfaces)
+    interfaces: dict[str, AccessType] = Field(default_factory=_default_interfaces, min_length=1)
     interval_s: float = Field(default=30.0, gt=0)
     probe: str | None = Field(default=None, description="HOST:PORT of a transfer server for active measurements")
     probe_tool: Literal["iperf3", "builtin"] = Field(
@@ -319,6 +319,25 @@ class AgentConfig(BaseSettings):
         default_factory=dict,
         description="Managed interface → IPv4 address of its network's DNS server (SSMP); other keys are refused",
     )
+
+    @field_validator("endpoint_flags")
+    @classmethod
+    def _endpoint_flags(cls, value: list[EndpointFlag]) -> list[EndpointFlag]:
+        """Flags the kernel refuses together are refused here, naming the setting: ``signal`` with ``fullmesh``
+        (Linux net/mptcp/pm_netlink.c: "flags mustn't have both signal and fullmesh") used to pass, and then every
+        step's endpoint change failed.
+
+        Raises
+        ------
+        ValueError
+            For ``signal`` together with ``fullmesh``.
+        """
+        if "signal" in value and "fullmesh" in value:
+            raise ValueError(
+                "signal and fullmesh cannot go together (the kernel refuses an endpoint with both): keep one, e.g. "
+                '["subflow", "fullmesh"] or ["signal"]'
+            )
+        return value
 
     @field_validator("pending_file", mode="before")
     @classmethod
@@ -847,6 +866,9 @@ class Agent:
         self.last_outcome: dict[str, Any] | None = None
         self.service_reachable: bool | None = None
         self.service_error: str | None = None
+        #: The last recommendation request was refused (a non-transient answer: INVALID_ARGUMENT, a 4xx), not left
+        #: unanswered: the service is up and the request (the settings) is what fails.
+        self.service_refused = False
         self.service_ok_unix_ms: int | None = None
         #: Why the last probe failed (``None`` once one runs without error), and how many probes failed so far.
         self.probe_error: str | None = None
@@ -1353,6 +1375,7 @@ class Agent:
                 rec = self.client.recommend(request)
             except ServiceError as exc:
                 self._service_answered(False, str(exc))
+                self.service_refused = not is_transient(exc)
                 self._raise_if_credentials_refused(exc)
                 if not is_transient(exc):
                     log.error(
@@ -1587,7 +1610,8 @@ class Agent:
     def unanswered(self) -> str | None:
         """Why no step so far got a recommendation from the service (one line), or ``None`` when one did or no
         step ran: every step was skipped (no managed interface could carry a path, naming why), or the service
-        gave no answer (naming the URLs tried and the last error)."""
+        gave no answer (naming the URLs tried and the last error), or refused the last request (an answer, not an
+        outage: naming its reason, which names what in the request or the settings to change)."""
         if self.service_ok_unix_ms is not None or self.steps_done == 0:
             return None
         steps = f"{self.steps_done} step{'s' if self.steps_done != 1 else ''}"
@@ -1598,6 +1622,11 @@ class Agent:
                 f"was not asked; bring an interface up with an address, or check --interface"
             )
         last = " ".join((self.service_error or "no answer").split())
+        if self.service_refused:
+            return (
+                f"no recommendation from the service in {steps}: it refused the request ({last}); it answered, so "
+                f"this is no outage: fix what the refusal names (tried {', '.join(self.config.service)})"
+            )
         return (
             f"no recommendation from the service in {steps}: tried {', '.join(self.config.service)}; last error: "
             f"{last} (is the service running, at that host and port? `edgepath-agent status --check` probes the URLs)"
