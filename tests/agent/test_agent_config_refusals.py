@@ -130,12 +130,15 @@ def test_an_unreadable_token_file_names_the_setting(tmp_path: Path, where: str) 
         ('endpoint_flags = ["signal", "fullmesh"]\n', "endpoint_flags: signal and fullmesh cannot go together"),
         ('endpoint_flags = ["fullmesh", "backup", "signal"]\n', "endpoint_flags: signal and fullmesh"),
         ("interfaces = {}\n", "interfaces: Dictionary should have at least 1 item"),
+        ("primary_metric = 30\nsecondary_metric = 20\n", "primary_metric (30) must be below secondary_metric (20)"),
+        ("primary_metric = 20\n", "primary_metric (20) must be below secondary_metric (20)"),
     ],
 )
 def test_settings_that_can_never_work_are_refused_at_start(tmp_path: Path, toml: str, named: str) -> None:
     """``signal`` with ``fullmesh`` failed every step (the kernel: "flags mustn't have both signal and fullmesh") and
     ``run --steps 2`` exited 0; ``interfaces = {}`` was refused by the service at every step (exit 69, "is the
-    service running?")."""
+    service running?"); a primary metric at or above the secondary one left the recommended path not the default
+    route, without a word."""
     conf = tmp_path / "agent.toml"
     conf.write_text(toml)
     result = _invoke([*_run(tmp_path), "--config", str(conf)])

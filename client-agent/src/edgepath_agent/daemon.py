@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -338,6 +338,24 @@ class AgentConfig(BaseSettings):
                 '["subflow", "fullmesh"] or ["signal"]'
             )
         return value
+
+    @model_validator(mode="after")
+    def _metrics_order(self) -> AgentConfig:
+        """``primary_metric`` must be below ``secondary_metric``: the primary path's default route is the one with
+        the lowest metric (the others get ``secondary_metric``, +1 each), so a primary metric at or above it left
+        the recommended path silently not the default route.
+
+        Raises
+        ------
+        ValueError
+            Naming both settings and their values.
+        """
+        if self.primary_metric >= self.secondary_metric:
+            raise ValueError(
+                f"primary_metric ({self.primary_metric}) must be below secondary_metric ({self.secondary_metric}): "
+                "the lowest metric is the default route, so the recommended primary path would not be it"
+            )
+        return self
 
     @field_validator("pending_file", mode="before")
     @classmethod
