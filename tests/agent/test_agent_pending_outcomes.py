@@ -209,6 +209,18 @@ def test_the_bound_holds_at_load_and_while_running(state: Path, caplog: pytest.L
     assert any("queue full" in r.getMessage() and "d3" in r.getMessage() for r in caplog.records)
 
 
+def test_a_bound_of_zero_keeps_none(state: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``max_pending_outcomes = 0`` used to keep one outcome (the queue's bound was at least 1)."""
+    path = state / "pending-outcomes.json"
+    keep(path, outcome("d1"), outcome("d2"))
+    loaded = agent(Service(down=True), path, max_pending_outcomes=0)
+    assert list(loaded.pending) == []  # the file's are dropped too
+    with caplog.at_level(logging.WARNING, logger="edgepath_agent"):
+        loaded._queue(outcome("d3"), "the service is unreachable")
+    assert list(loaded.pending) == [] and not path.exists()
+    assert any("d3 not kept" in r.getMessage() and "max_pending_outcomes = 0" in r.getMessage() for r in caplog.records)
+
+
 def test_outcomes_of_another_device_id_are_dropped_at_load(state: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = state / "pending-outcomes.json"
     keep(path, outcome("d1", "old-name"), outcome("d2"), outcome("d3", "old-name"))

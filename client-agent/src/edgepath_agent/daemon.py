@@ -263,7 +263,9 @@ class AgentConfig(BaseSettings):
         description="Apply MLPM's prioritised subflow (initial subflow) and its low weights as backup endpoints "
         "instead of the ATSSS steering rule (applier.core.mlpm_subflow_set)",
     )
-    max_pending_outcomes: int = Field(default=1000, ge=0)
+    max_pending_outcomes: int = Field(
+        default=1000, ge=0, description="Outcomes kept while the service is unreachable (0: none is kept)"
+    )
     application_profile: Literal["UNSPECIFIED", "STREAMING", "BULK", "LOSS_SENSITIVE", "INTERACTIVE"] = Field(
         default="UNSPECIFIED", description="What the applications need (selects MLPM feature weights and the CC metric)"
     )
@@ -870,7 +872,8 @@ class Agent:
                 "dry run: no outcome is reported to the service (measured on routes the dry run did not change, "
                 "an outcome would train the wrong arm)"
             )
-        self.pending: deque[dict[str, Any]] = deque(maxlen=max(1, config.max_pending_outcomes))
+        #: ``max_pending_outcomes = 0`` keeps none: an outcome the service did not receive is dropped (logged).
+        self.pending: deque[dict[str, Any]] = deque(maxlen=config.max_pending_outcomes)
         #: Where :attr:`pending` is kept across restarts (``pending_file``; pending.py); ``None``: in memory only
         #: (unset, or a dry run, which reports no outcome and keeps no file).
         self.pending_file: Path | None = config.pending_file if self.outcomes_off is None else None
@@ -908,7 +911,7 @@ class Agent:
         """Queue the outcomes kept at ``path`` by an earlier run (:func:`~edgepath_agent.pending.load_pending`):
         this device's, the newest ``max_pending_outcomes``. What was dropped is logged at WARNING (another
         ``device_id``, over the bound), a bad file once at WARNING (moved aside; the queue starts empty)."""
-        bound = self.pending.maxlen or 1
+        bound = self.config.max_pending_outcomes  # 0: none is kept, the file's are dropped (logged)
         loaded = load_pending(path, self.config.device_id, bound)
         if loaded.problem is not None:
             aside = f"moved to {loaded.moved_to}" if loaded.moved_to is not None else "left in place"
@@ -983,7 +986,16 @@ class Agent:
         self.save_pending()
 
     def _enqueue(self, outcome: dict[str, Any]) -> None:
-        """Append ``outcome`` to :attr:`pending` (a full queue drops its oldest, logged) and keep the queue."""
+        """Append ``outcome`` to :attr:`pending` (a full queue drops its oldest, logged) and keep the queue; with
+        ``max_pending_outcomes = 0`` it is dropped at once (logged)."""
+        if not self.pending.maxlen:
+            log.warning(
+                "outcome for %s not kept for re-sending (max_pending_outcomes = 0)",
+                outcome.get("decision_id"),
+                extra={"decision_id": outcome.get("decision_id")},
+            )
+            self.save_pending()  # the file's outcomes, dropped at load, leave it now
+            return
         if len(self.pending) == self.pending.maxlen:
             oldest = self.pending[0].get("decision_id")
             log.warning(
