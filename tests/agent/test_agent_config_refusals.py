@@ -188,3 +188,15 @@ def test_a_service_refusal_is_reported_as_a_refusal_not_an_outage() -> None:
 
 
 # 3. how settings are written
+
+
+def test_log_level_is_read_without_regard_to_case_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--log-level debug`` was taken, ``log_level = "debug"`` in the file or the environment refused."""
+    conf = tmp_path / "agent.toml"
+    conf.write_text('log_level = "debug"\n')
+    assert load_config(conf).log_level == "DEBUG"
+    monkeypatch.setenv("EDGEPATH_AGENT_LOG_LEVEL", " Warning ")
+    assert load_config(conf).log_level == "WARNING"  # the environment over the file
+    monkeypatch.setenv("EDGEPATH_AGENT_LOG_LEVEL", "verbose")
+    with pytest.raises(ValidationError, match="log_level"):
+        load_config(conf)

@@ -322,6 +322,13 @@ class AgentConfig(BaseSettings):
         description="Managed interface → IPv4 address of its network's DNS server (SSMP); other keys are refused",
     )
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level_case(cls, value: Any) -> Any:
+        """``log_level`` is read without regard to case or surrounding blanks (``"debug"``), as ``--log-level debug``
+        is; anything else is left to the type check, which names the setting."""
+        return value.strip().upper() if isinstance(value, str) else value
+
     @field_validator("endpoint_flags")
     @classmethod
     def _endpoint_flags(cls, value: list[EndpointFlag]) -> list[EndpointFlag]:
