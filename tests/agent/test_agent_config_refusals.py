@@ -190,6 +190,19 @@ def test_a_service_refusal_is_reported_as_a_refusal_not_an_outage() -> None:
 # 3. how settings are written
 
 
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("EDGEPATH_AGENT_SERVICE", "grpc://127.0.0.1:50051"), ("EDGEPATH_AGENT_INTERFACES", "wlan0=WIFI")],
+)
+def test_an_environment_variable_that_is_not_json_is_named(tmp_path: Path, var: str, value: str) -> None:
+    """It was ``error parsing value for field "service" from source "EnvSettingsSource"``."""
+    result = _invoke(["run", "--dry-run", "--steps", "1", "--journal", str(tmp_path / "j.json")], **{var: value})
+    assert result.exit_code == EXIT_CONFIG, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and errors[0].startswith(f"Error: environment variable {var} (setting "), result.output
+    assert "is not valid JSON" in errors[0] and f"e.g. {var}='" in errors[0] and "EnvSettingsSource" not in errors[0]
+
+
 def test_log_level_is_read_without_regard_to_case_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--log-level debug`` was taken, ``log_level = "debug"`` in the file or the environment refused."""
     conf = tmp_path / "agent.toml"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -89,9 +90,25 @@ def settings_file_problem(path: Path | None) -> str | None:
     return None
 
 
+#: pydantic-settings' message for a variable its environment source cannot parse (a list or mapping not in JSON).
+_ENV_PARSE_ERROR = re.compile(r'error parsing value for field "(?P<field>[^"]+)" from source "EnvSettingsSource"')
+
+
 def load_settings_error(exc: Exception, path: Path | None) -> str:
     """One line for an error :func:`edgepath_agent.daemon.load_config` raised, naming the file when it is the
-    file's: a TOML/JSON syntax error, or invalid settings (each named by :func:`settings_error`)."""
+    file's: a TOML/JSON syntax error, an ``EDGEPATH_AGENT_*`` variable that is not the JSON its setting needs
+    (pydantic-settings' ``SettingsError`` named neither the variable nor the form), or invalid settings (each named
+    by :func:`settings_error`)."""
+    env = _ENV_PARSE_ERROR.search(str(exc))
+    if env is not None:
+        field = env["field"]
+        var = f"EDGEPATH_AGENT_{field.upper()}"
+        example = {"service": "'[\"grpc://127.0.0.1:50051\"]'", "interfaces": '\'{"wlan0": "WIFI"}\''}.get(field)
+        form = f", e.g. {var}={example}" if example else ""
+        return (
+            f"environment variable {var} (setting {field}) is not valid JSON: lists and mappings are given as "
+            f"JSON{form}"
+        )
     if path is not None and isinstance(exc, (tomllib.TOMLDecodeError, json.JSONDecodeError)):
         kind = "JSON" if isinstance(exc, json.JSONDecodeError) else "TOML"
         return f"settings file {path} is not valid {kind}: {exc}"
