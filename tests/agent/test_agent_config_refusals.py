@@ -203,6 +203,17 @@ def test_an_environment_variable_that_is_not_json_is_named(tmp_path: Path, var: 
     assert "is not valid JSON" in errors[0] and f"e.g. {var}='" in errors[0] and "EnvSettingsSource" not in errors[0]
 
 
+@pytest.mark.parametrize("content", ["[1]", '"agent"', "3"])
+def test_a_json_settings_file_that_is_no_object_is_refused(tmp_path: Path, content: str) -> None:
+    """``[1]`` ended ``run`` in a ``TypeError`` traceback."""
+    conf = tmp_path / "agent.json"
+    conf.write_text(content)
+    result = _invoke([*_run(tmp_path, "--interface", "lo=ETHERNET"), "--config", str(conf)])
+    assert result.exit_code == EXIT_CONFIG, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and f"settings file {conf} holds a JSON " in errors[0] and "not an object" in errors[0]
+
+
 def test_log_level_is_read_without_regard_to_case_everywhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--log-level debug`` was taken, ``log_level = "debug"`` in the file or the environment refused."""
     conf = tmp_path / "agent.toml"
@@ -213,3 +224,12 @@ def test_log_level_is_read_without_regard_to_case_everywhere(tmp_path: Path, mon
     monkeypatch.setenv("EDGEPATH_AGENT_LOG_LEVEL", "verbose")
     with pytest.raises(ValidationError, match="log_level"):
         load_config(conf)
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan"])
+def test_status_check_refuses_a_timeout_not_above_zero(tmp_path: Path, timeout: str) -> None:
+    """``--timeout-s 0`` ended in a gRPC thread's traceback; a negative one was taken."""
+    result = _invoke(["status", "--check", "--timeout-s", timeout, "--status-file", str(tmp_path / "none.json")])
+    assert result.exit_code == 2, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "--timeout-s" in errors[0] and "is not above 0 s" in errors[0], result.output

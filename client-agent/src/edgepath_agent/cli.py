@@ -411,6 +411,14 @@ def run(
     typer.echo(f"stopped after {done} step(s); state restored: {cfg.restore_on_exit}")
 
 
+def _positive_seconds(value: float) -> float:
+    """A duration option must be above 0 s (``--timeout-s 0`` ended in a gRPC thread's traceback; a negative one
+    was taken): click's usage error (exit 2) otherwise."""
+    if not value > 0:
+        raise typer.BadParameter(f"{value:g} is not above 0 s")
+    return value
+
+
 @app.command()
 def status(
     status_file: Annotated[Optional[Path], typer.Option(help="Status record written by `run`", readable=False)] = None,
@@ -419,7 +427,9 @@ def status(
     ] = None,
     check: Annotated[bool, typer.Option(help="Also probe the configured service URLs now")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
-    timeout_s: Annotated[float, typer.Option(help="Per-URL probe timeout, s (with --check)")] = 2.0,
+    timeout_s: Annotated[
+        float, typer.Option(help="Per-URL probe timeout, s (with --check), above 0", callback=_positive_seconds)
+    ] = 2.0,
 ) -> None:
     """Current recommendation, applied state, service reachability and last outcome of the running agent.
 
@@ -427,8 +437,9 @@ def status(
     --check, a service URL answers); 1 otherwise: no record (with --json, "running": false), the agent
     that wrote it has exited ("agent: not running (last record by pid N, …)"; with --json, "running":
     false), or no service URL answers; 2 ("Error: …") when the record or the settings cannot be read (not
-    JSON, a directory, no permission, invalid settings, TLS files that do not load with --check). --check probes
-    with the settings' ca_file and cert_file/key_file, as run connects. An ``EDGEPATH_AGENT_*`` variable that names no
+    JSON, a directory, no permission, invalid settings, TLS files that do not load with --check), or for a usage
+    error (--timeout-s not above 0). --check probes with the settings' ca_file and cert_file/key_file, as run
+    connects. An ``EDGEPATH_AGENT_*`` variable that names no
     setting is warned about on stderr, as ``run`` does (stdout, the record, is unchanged).
     """
     from pydantic import ValidationError

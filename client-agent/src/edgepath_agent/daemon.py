@@ -60,6 +60,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import ipaddress
+import json
 import logging
 import os
 import shutil
@@ -578,9 +579,20 @@ def load_config(path: Path | None = None, **cli: Any) -> AgentConfig:
         When ``path`` does not exist.
     pydantic.ValidationError
         Naming the offending field (also for unknown keys in the file).
+    json.JSONDecodeError, tomllib.TOMLDecodeError
+        When the file is not valid JSON or TOML.
+    ValueError
+        When a JSON file holds something else than an object (``[1]``: it used to end in a ``TypeError``).
     """
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"settings file {path} does not exist")
+    if path is not None and path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"settings file {path} holds a JSON {type(data).__name__}, not an object of settings "
+                '(e.g. {"service": ["grpc://127.0.0.1:50051"]})'
+            )
     token = _CONFIG_FILE.set(path)
     try:
         return AgentConfig(**{k: v for k, v in cli.items() if v is not None})
