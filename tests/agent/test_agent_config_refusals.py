@@ -16,6 +16,7 @@ The command line runs for real (typer's CliRunner); the agent's loop runs on a s
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import tempfile
@@ -224,6 +225,34 @@ def test_log_level_is_read_without_regard_to_case_everywhere(tmp_path: Path, mon
     monkeypatch.setenv("EDGEPATH_AGENT_LOG_LEVEL", "verbose")
     with pytest.raises(ValidationError, match="log_level"):
         load_config(conf)
+
+
+@pytest.mark.parametrize(
+    ("record", "named"),
+    [
+        ({"updated_unix_ms": "x"}, 'updated_unix_ms is "x", not a number'),
+        ({"updated_unix_ms": 1, "service": "oops"}, 'service is "oops", not an object'),
+        ({"updated_unix_ms": 1, "service": {"urls": "grpc://h:1"}}, "service.urls is"),
+        ({"updated_unix_ms": 1, "recommendation": {"primary_path": "wlan0"}}, "recommendation.primary_path is"),
+        ({"updated_unix_ms": 1, "last_outcome": {"throughput_bps": "fast"}}, "last_outcome.throughput_bps is"),
+        ({"updated_unix_ms": 1, "connectivity": {"wlan0": True}}, "connectivity.wlan0 is true, not an object"),
+        ({"updated_unix_ms": 1, "applied": {"backup": [1]}}, "applied.backup is [1], not a list of strings"),
+    ],
+)
+def test_status_of_a_record_of_the_wrong_shape_is_one_error_line(
+    tmp_path: Path, record: dict[str, Any], named: str
+) -> None:
+    """``{"updated_unix_ms": "x"}`` ended ``status`` in a ``ValueError`` traceback, ``{"service": "oops"}`` in an
+    ``AttributeError`` one."""
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps(record))
+    for extra in ([], ["--json"]):
+        result = _invoke(["status", "--status-file", str(path), *extra])
+        assert result.exit_code == 2, result.output
+        errors = _errors(result.output)
+        assert len(errors) == 1, result.output
+        assert errors[0].startswith(f"Error: cannot read the status record {path}: not a status record: ")
+        assert named in errors[0], errors[0]
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "nan"])

@@ -437,9 +437,9 @@ def status(
     --check, a service URL answers); 1 otherwise: no record (with --json, "running": false), the agent
     that wrote it has exited ("agent: not running (last record by pid N, …)"; with --json, "running":
     false), or no service URL answers; 2 ("Error: …") when the record or the settings cannot be read (not
-    JSON, a directory, no permission, invalid settings, TLS files that do not load with --check), or for a usage
-    error (--timeout-s not above 0). --check probes with the settings' ca_file and cert_file/key_file, as run
-    connects. An ``EDGEPATH_AGENT_*`` variable that names no
+    JSON, a record of the wrong shape, a directory, no permission, invalid settings, TLS files that do not load
+    with --check), or for a usage error (--timeout-s not above 0). --check probes with the settings' ca_file
+    and cert_file/key_file, as run connects. An ``EDGEPATH_AGENT_*`` variable that names no
     setting is warned about on stderr, as ``run`` does (stdout, the record, is unchanged).
     """
     from pydantic import ValidationError

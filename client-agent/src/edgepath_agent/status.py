@@ -36,6 +36,7 @@ Record (JSON object; times are Unix epoch milliseconds):
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -81,7 +82,8 @@ def read_status(path: Path) -> dict[str, Any] | None:
     Raises
     ------
     ValueError
-        When the file is not a JSON object (the message says why, without the path).
+        When the file is not a JSON object, or a field :func:`format_status` reads is of the wrong type
+        (:func:`check_record`; the message says why, without the path).
     OSError
         When the file cannot be read (a directory, no permission).
     """
@@ -95,7 +97,61 @@ def read_status(path: Path) -> dict[str, Any] | None:
         raise ValueError(f"not a status record: not JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise ValueError(f"not a status record: a JSON {type(data).__name__}, not an object")
+    check_record(data)
     return data
+
+
+#: The record's fields that hold an object (or null), and those that hold a number (or are absent).
+_OBJECT_FIELDS = (
+    "service",
+    "recommendation",
+    "applied",
+    "last_outcome",
+    "probe",
+    "connectivity",
+    "unreported_interfaces",
+)
+_NUMBER_FIELDS = ("updated_unix_ms",)
+
+
+def check_record(record: Mapping[str, Any]) -> None:
+    """Check the fields of ``record`` that :func:`format_status` reads have the record's types (above).
+
+    A record of another shape (``{"updated_unix_ms": "x"}``, ``{"service": "oops"}``: another program's file, a
+    hand edit) used to end ``status`` with a traceback.
+
+    Raises
+    ------
+    ValueError
+        ``not a status record: FIELD is …``, naming the first field of the wrong type.
+    """
+
+    def wrong(name: str, value: Any, expected: str) -> ValueError:
+        return ValueError(f"not a status record: {name} is {json.dumps(value)[:40]}, not {expected}")
+
+    for name in _NUMBER_FIELDS:
+        value = record.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+        ):
+            raise wrong(name, value, "a number")
+    for name in _OBJECT_FIELDS:
+        value = record.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise wrong(name, value, "an object")
+    for name, value in (record.get("connectivity") or {}).items():
+        if not isinstance(value, dict):
+            raise wrong(f"connectivity.{name}", value, "an object")
+    for name, field in (("service", "urls"), ("applied", "backup")):  # joined into a line: lists of strings
+        value = (record.get(name) or {}).get(field)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise wrong(f"{name}.{field}", value, "a list of strings")
+    primary = (record.get("recommendation") or {}).get("primary_path")
+    if primary is not None and not isinstance(primary, dict):
+        raise wrong("recommendation.primary_path", primary, "an object")
+    throughput = (record.get("last_outcome") or {}).get("throughput_bps")
+    if throughput is not None and (isinstance(throughput, bool) or not isinstance(throughput, (int, float))):
+        raise wrong("last_outcome.throughput_bps", throughput, "a number")
 
 
 def probe_service(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> tuple[bool, str]:
