@@ -227,6 +227,17 @@ def test_log_level_is_read_without_regard_to_case_everywhere(tmp_path: Path, mon
         load_config(conf)
 
 
+def test_an_interface_given_twice_is_refused_naming_it(tmp_path: Path) -> None:
+    """``--interface wlan0=WIFI --interface wlan0=LTE`` kept the last one without a word."""
+    result = _invoke(_run(tmp_path, "--interface", "wlan0=WIFI", "--interface", "wlan0=LTE"))
+    assert result.exit_code == EXIT_CONFIG, result.output
+    errors = _errors(result.output)
+    assert len(errors) == 1 and "interface wlan0 is given twice (wlan0=WIFI, wlan0=LTE)" in errors[0], result.output
+
+
+# 4. status
+
+
 @pytest.mark.parametrize(
     ("record", "named"),
     [

@@ -24,7 +24,8 @@ def parse_interface_map(items: list[str] | tuple[str, ...]) -> dict[str, str]:
     Raises
     ------
     ValueError
-        For an item without ``=`` or an unknown access type.
+        For an item without ``=``, an unknown access type, or an interface given twice (``wlan0=WIFI`` and
+        ``wlan0=LTE``: the last one used to win without a word).
     """
     out: dict[str, str] = {}
     for item in items:
@@ -32,6 +33,11 @@ def parse_interface_map(items: list[str] | tuple[str, ...]) -> dict[str, str]:
         access = access.strip().upper()
         if not sep or not name.strip() or access not in ACCESS_TYPES:
             raise ValueError(f"interface {item!r}: use NAME=ACCESS with ACCESS one of {', '.join(ACCESS_TYPES)}")
+        if name.strip() in out:
+            raise ValueError(
+                f"interface {name.strip()} is given twice ({name.strip()}={out[name.strip()]}, {item}): give each "
+                "interface once"
+            )
         out[name.strip()] = access
     return out
 
