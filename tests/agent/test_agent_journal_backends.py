@@ -328,6 +328,7 @@ def test_an_older_networkmanager_record_still_rolls_back(
     env = {"DBUS_SYSTEM_BUS_ADDRESS": bus}
     dry = CliRunner().invoke(app, ["rollback", "--journal", str(journal), "--dry-run"], env=env)
     assert dry.exit_code == 0 and "profiles of wlan0, wwan0" in dry.output and "sysctl" not in dry.output
+    assert "rollback (dry run): 2 step(s) printed, none run" in dry.output, dry.output  # said "rollback: 2 step(s)"
     result = CliRunner().invoke(app, ["rollback", "--journal", str(journal)], env=env)
     assert result.exit_code == 0 and "rollback: 2 step(s)" in result.output, result.output
     assert networkmanager.reapplied == ["wlan0", "wwan0"] and networkmanager.applied == networkmanager.saved

@@ -537,7 +537,12 @@ def rollback(
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc
-    typer.echo(f"rollback: {steps} step(s)" if steps else "rollback: nothing to restore")
+    if dry_run:
+        typer.echo(
+            f"rollback (dry run): {steps} step(s) printed, none run" if steps else "rollback: nothing to restore"
+        )
+    else:
+        typer.echo(f"rollback: {steps} step(s)" if steps else "rollback: nothing to restore")
 
 
 def main() -> None:
