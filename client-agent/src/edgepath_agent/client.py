@@ -11,6 +11,8 @@ request the client cannot encode, ``BAD_RESPONSE`` for a reply that is not JSON 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 from urllib.parse import ParseResult, urlparse
@@ -232,6 +234,10 @@ class FailoverClient:
     transient failures (:func:`is_transient`) move on. Retrying ``report_outcome``
     is safe: the service counts an outcome once per ``decision_id``.
 
+    ``stop`` (the daemon's SIGTERM event): once it is set, a backoff wait in progress ends at once and no call is
+    retried, so each remaining transport gets one attempt (at most ``timeout_s`` each) and a stop is not held up by
+    ``attempts`` × transports × (``timeout_s`` + backoff), which could outlast systemd's ``TimeoutStopSec=``.
+
     Raises
     ------
     ServiceError
@@ -245,6 +251,7 @@ class FailoverClient:
         attempts: int = 3,
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 2.0,
+        stop: threading.Event | None = None,
     ) -> None:
         if not clients:
             raise ValueError("FailoverClient needs at least one client")
@@ -254,15 +261,34 @@ class FailoverClient:
         self.backoff_max_s = backoff_max_s
         self.url = " → ".join(c.url for c in clients)
         self.last_used: str | None = None
+        self.stop = stop
+
+    def _sleep(self, seconds: float) -> None:
+        """tenacity's wait between attempts: ``seconds``, or until :attr:`stop` is set."""
+        if self.stop is None:
+            time.sleep(seconds)
+        else:
+            self.stop.wait(seconds)
 
     def _call(self, method: str, body: Mapping[str, Any]) -> Any:
-        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+        from tenacity import (
+            Retrying,
+            retry_if_exception,
+            stop_after_attempt,
+            stop_any,
+            stop_when_event_set,
+            wait_exponential_jitter,
+        )
 
+        stop = stop_any(stop_after_attempt(self.attempts))
+        if self.stop is not None:
+            stop = stop_any(stop_after_attempt(self.attempts), stop_when_event_set(self.stop))  # stopping: no retry
         last: ServiceError | None = None
         for client in self.clients:
             try:
                 for attempt in Retrying(
-                    stop=stop_after_attempt(self.attempts),
+                    sleep=self._sleep,
+                    stop=stop,
                     wait=wait_exponential_jitter(
                         multiplier=self.backoff_initial_s, max=self.backoff_max_s, jitter=self.backoff_initial_s
                     ),

@@ -96,7 +96,14 @@ from edgepath_agent.applier import (
     Journal,
     RejectedRecommendation,
 )
-from edgepath_agent.client import ServiceClient, ServiceError, check_service_url, connect_failover, is_transient
+from edgepath_agent.client import (
+    FailoverClient,
+    ServiceClient,
+    ServiceError,
+    check_service_url,
+    connect_failover,
+    is_transient,
+)
 from edgepath_agent.collector import (
     Collector,
     DiagPathCollector,
@@ -2245,6 +2252,8 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
     check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)
     stop = threading.Event()
+    if isinstance(agent.client, FailoverClient):
+        agent.client.stop = stop  # SIGTERM ends the service retries in progress (no backoff wait, no retry)
     previous = install_stop_handlers(stop)
     try:
         done = agent.run(stop, max_steps)
