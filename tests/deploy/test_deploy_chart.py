@@ -25,6 +25,7 @@ import pytest
 import yaml
 from deploy_helpers import (
     CHART,
+    DEFAULTS_ARGS,
     KUBE_VERSION,
     ROOT,
     VALUE_SETS,
@@ -516,6 +517,15 @@ def test_the_helm_test_pod_goes_where_the_deciders_may(render: Any) -> None:
         (["--set", "redis.url=http://x"], "url"),
         (["--set", "tls.renewBeforeDays=365"], "renewBeforeDays"),
         (["--set", "secrets.jwtKey=too-short"], "jwtKey"),  # the pods would refuse it at start: refused here
+        # a port twice: two containerPorts of one number rendered, and the service died at start binding the second
+        (["--set", "settings.metricsPort=8080"], "settings.httpPort and settings.metricsPort are both 8080"),
+        (["--set", "settings.metricsPort=50051"], "settings.grpcPort and settings.metricsPort are both 50051"),
+        (["--set", "settings.httpPort=50051"], "settings.grpcPort and settings.httpPort are both 50051"),
+        (["--set", "service.httpPort=50051"], "service.grpcPort and service.httpPort are both 50051"),
+        (["--set", "service.grpcPort=9090"], r"service.grpcPort and settings.metricsPort \(the Service's"),
+        # Redis bounded at or above its container limit would be OOM-killed rather than refuse writes
+        (["--set", "redis.maxmemory=512Mi"], "redis.maxmemory .* must be below redis.resources.limits.memory"),
+        (["--set", "redis.resources.limits.memory=12X"], "cannot read the memory quantity"),
     ],
 )
 def test_invalid_values_are_refused_with_a_reason(render: Any, args: list[str], message: str) -> None:
@@ -1178,6 +1188,11 @@ _DAY = 86400
 def _render_against(helm_bin: str, tmp_path: Path, cluster: list[dict[str, Any]], *args: str) -> list[dict[str, Any]]:
     """``helm template`` of a copy of the chart whose lookup of a Secret finds ``cluster``'s (as `helm upgrade`
     does on a cluster holding them)."""
+    return _helm_template(helm_bin, _chart_against(tmp_path, cluster), *values_args("defaults"), *args)
+
+
+def _chart_against(tmp_path: Path, cluster: list[dict[str, Any]]) -> Path:
+    """A copy of the chart whose lookup of a Secret finds ``cluster``'s (see :func:`_render_against`)."""
     import shutil
 
     chart = tmp_path / f"chart-{len(list(tmp_path.glob('chart-*')))}" / "edgepath"
@@ -1189,7 +1204,7 @@ def _render_against(helm_bin: str, tmp_path: Path, cluster: list[dict[str, Any]]
     (chart / "fake-cluster").mkdir()
     for obj in cluster:
         (chart / "fake-cluster" / f"{obj['metadata']['name']}.json").write_text(json.dumps(obj))
-    return _helm_template(helm_bin, chart, *values_args("defaults"), *args)
+    return chart
 
 
 def _stored(obj: dict[str, Any], created: float) -> dict[str, Any]:
@@ -1447,7 +1462,7 @@ def test_the_dockerfiles_run_command_starts_the_service(monkeypatch: pytest.Monk
     words = shlex.split(command)
     run_env = dict(words[i + 1].split("=", 1) for i, w in enumerate(words) if w == "-e")
     mounts = [words[i + 1].split(":")[1] for i, w in enumerate(words) if w == "-v"]
-    image_env = dict(re.findall(r"(EDGEPATH_[A-Z_]+)=(\S+)", dockerfile.split("FROM python:3.11-slim AS runtime")[1]))
+    image_env = dict(re.findall(r"(EDGEPATH_[A-Z_]+)=(\S+)", dockerfile.split(" AS runtime")[1]))
     assert image_env["EDGEPATH_HOST"] == "0.0.0.0"
     for name, value in run_env.items():
         if name.endswith("_FILE"):
@@ -1480,3 +1495,329 @@ def test_the_load_test_recipe_names_a_name_the_generated_certificate_carries(ren
     names = san.get_values_for_type(x509.DNSName)
     assert exports["EDGEPATH_TLS_SERVER_NAME"] in names
     assert exports["EDGEPATH_HOST"] not in names, "the recipe's point: the external name is not in the certificate"
+
+
+# --- A GitOps Secret's tokens.json, ports, Redis's memory bound, gRPC core's log lines, extraSettings ------------
+
+#: An install whose keys all come from Secrets managed outside the chart (the GitOps path; README "Deploy").
+_EXISTING_SECRETS = [
+    "--set", "secrets.existingSecret=keys",
+    "--set", "tls.existingSecret=tlss",
+    "--set", "redis.auth.existingSecret=rp",
+]  # fmt: skip
+_TOKENS_PATH = "/etc/edgepath/auth/tokens.json"
+
+
+def _settings_of_pod(data: dict[str, str], monkeypatch: pytest.MonkeyPatch, tokens_file: Path) -> Any:
+    """:class:`Settings` as a decider built from the rendered ConfigMap ``data`` (its only EDGEPATH_* variables;
+    the Secret holds hmac-key and no jwt-key), the mounted tokens file at ``tokens_file``."""
+    for name in [n for n in os.environ if n.startswith("EDGEPATH_")]:
+        monkeypatch.delenv(name)
+    for name, value in data.items():
+        monkeypatch.setenv(name, value.replace(_TOKENS_PATH, str(tokens_file)))
+    return Settings()
+
+
+def test_tokens_json_of_an_existing_secret_is_mounted_and_authenticates(
+    render: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A Secret (secrets.existingSecret) holding hmac-key and tokens.json, no jwt-key: with
+    secrets.tokensFromExistingSecret the deciders and the trainer mount its tokens.json and read it
+    (EDGEPATH_AUTH_TOKENS_FILE), so the service starts with token authentication. Before, the chart mounted the file
+    only for secrets.tokensJson: these pods refused to start ("refusing to listen on '0.0.0.0' without
+    authentication"), and beside a jwt-key the tokens were silently ignored."""
+    from edgepath.security.auth import TokenFile
+
+    tokens = tmp_path / "tokens.json"
+    TokenFile(tokens).add("phone-1")
+    objects = render("defaults", *_EXISTING_SECRETS, "--set", "secrets.tokensFromExistingSecret=true")
+    data = one(objects, "ConfigMap", "-settings")["data"]
+    assert data["EDGEPATH_AUTH_TOKENS_FILE"] == _TOKENS_PATH
+    assert not [s for s in by_kind(objects, "Secret") if s["metadata"]["name"] == "keys"], "the chart renders none"
+    for suffix in ("ep-edgepath", "-trainer"):
+        spec = one(objects, "Deployment", suffix)["spec"]["template"]["spec"]
+        (auth,) = [v for v in spec["volumes"] if v["name"] == "auth"]
+        assert auth["secret"]["secretName"] == "keys"
+        assert auth["secret"]["items"] == [{"key": "tokens.json", "path": "tokens.json"}]
+        (app,) = [c for c in spec["containers"] if c["name"] in ("edgepath", "trainer")]
+        (mount,) = [m for m in app["volumeMounts"] if m["name"] == "auth"]
+        assert f"{mount['mountPath']}/tokens.json" == _TOKENS_PATH and mount["readOnly"] is True
+    settings = _settings_of_pod(data, monkeypatch, tokens)
+    assert settings.host == "0.0.0.0" and settings.auth_enabled and settings.auth_tokens_file == tokens
+
+    # Without the switch (the default: a Secret of jwt-key alone keeps working) nothing reads tokens.json, and
+    # such a Secret without jwt-key leaves the service without authentication: what the values describe.
+    plain = render("defaults", *_EXISTING_SECRETS)
+    data = one(plain, "ConfigMap", "-settings")["data"]
+    assert "EDGEPATH_AUTH_TOKENS_FILE" not in data
+    for suffix in ("ep-edgepath", "-trainer"):
+        spec = one(plain, "Deployment", suffix)["spec"]["template"]["spec"]
+        assert "auth" not in [v["name"] for v in spec["volumes"]]
+    with pytest.raises(ValueError, match="without authentication"):
+        _settings_of_pod(data, monkeypatch, tokens)
+
+
+@pytest.mark.parametrize(
+    ("keys", "switch", "refusal"),
+    [
+        (["hmac-key", "tokens.json"], "false", "holds tokens.json but secrets.tokensFromExistingSecret is false"),
+        (["hmac-key", "jwt-key"], "true", "secrets.tokensFromExistingSecret is true but Secret keys"),
+        (["hmac-key", "tokens.json"], "true", None),
+        (["hmac-key", "jwt-key"], "false", None),
+    ],
+)
+def test_helm_upgrade_checks_the_existing_secret_against_the_tokens_switch(
+    helm_bin: str, tmp_path: Path, keys: list[str], switch: str, refusal: str | None
+) -> None:
+    """Where the chart can read the existing Secret (helm install/upgrade: lookup), a switch that disagrees with its
+    keys is refused before any pod is made: its tokens would be ignored, or the pods could not mount them."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "keys", "namespace": "edge"},
+        "data": {k: base64.b64encode(b"x").decode() for k in keys},
+    }
+    chart = _chart_against(tmp_path, [secret])
+    args = ["--namespace", "edge", *_EXISTING_SECRETS, "--set", f"secrets.tokensFromExistingSecret={switch}"]
+    proc = subprocess.run(
+        [helm_bin, "template", "ep", str(chart), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    if refusal is None:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0 and refusal in proc.stderr, proc.stderr
+
+
+def _container_ports(objects: list[dict[str, Any]]) -> list[int]:
+    (app,) = [
+        c
+        for c in one(objects, "Deployment", "ep-edgepath")["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "edgepath"
+    ]
+    return [p["containerPort"] for p in app["ports"]]
+
+
+def test_ports_of_their_own_render(render: Any) -> None:
+    """The collisions test_invalid_values_are_refused_with_a_reason refuses aside, distinct ports render: metrics
+    on the API port (0) and each listener moved."""
+    assert _container_ports(render("defaults", "--set", "settings.metricsPort=0")) == [50051, 8080]
+    moved = render("defaults", "--set", "settings.metricsPort=8081", "--set", "settings.httpPort=9090")
+    assert _container_ports(moved) == [50051, 9090, 8081]
+
+
+def _redis_args(objects: list[dict[str, Any]]) -> list[str]:
+    (c,) = one(objects, "StatefulSet", "-redis")["spec"]["template"]["spec"]["containers"]
+    return list(c["args"])
+
+
+def _arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+@pytest.mark.parametrize(
+    ("args", "limit", "expected"),
+    [
+        ([], 512 * 2**20, int(512 * 2**20 * 0.7)),
+        (["--set", "redis.resources.limits.memory=2Gi"], 2 * 2**30, int(2 * 2**30 * 0.7)),
+        (["--set", "redis.resources.limits.memory=1.5G"], 1_500_000_000, 1_050_000_000),
+        (["--set", "redis.resources.limits.memory=2Gi", "--set", "redis.maxmemory=1400Mi"], 2 * 2**30, 1400 * 2**20),
+        (["--set", "redis.maxmemoryPercent=50"], 512 * 2**20, 256 * 2**20),
+        # bytes as a number (a values file's YAML number, a float to the templates)
+        (["--set-json", "redis.resources.limits.memory=536870912"], 512 * 2**20, int(512 * 2**20 * 0.7)),
+    ],
+)
+def test_the_charts_redis_refuses_writes_below_its_memory_limit(
+    render: Any, args: list[str], limit: int, expected: int
+) -> None:
+    """Redis had a 512Mi limit and no --maxmemory: the README's load profile (~720k live decisions of ~1.4 KB)
+    outgrew it and the kernel killed Redis. It now stops taking writes (noeviction) at redis.maxmemory, by default 70 %
+    of its container limit, which the chart refuses to reach."""
+    redis_args = _redis_args(render("defaults", *args))
+    maxmemory = int(_arg(redis_args, "--maxmemory"))
+    assert maxmemory == expected and maxmemory < limit
+    assert _arg(redis_args, "--maxmemory-policy") == "noeviction"
+
+
+def test_a_redis_without_a_memory_limit_gets_no_bound(render: Any) -> None:
+    """No container limit, no redis.maxmemory: nothing to stay below (as before)."""
+    args = _redis_args(render("defaults", "--set", "redis.resources.limits=null"))
+    assert "--maxmemory" not in args and "--maxmemory-policy" not in args
+
+
+@pytest.mark.redis
+def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any, tmp_path: Path) -> None:
+    """What the chart's maxmemory policy (noeviction) means for the service, on a real redis-server with the rendered
+    policy at its bound: a decision or an outcome whose write Redis refuses is answered 500 (nothing is handed out
+    that could not be joined, no outcome acknowledged that was not stored) and counted; readiness stays (reads,
+    expiry and PING go on), and the calls succeed again once memory is freed."""
+    import httpx
+    import redis
+
+    helpers = _redis_helpers()
+    policy = _arg(_redis_args(render("defaults")), "--maxmemory-policy")
+    server = helpers.RedisServer(tmp_path).start()
+    sys.path.insert(0, str(ROOT / "loadtest"))
+    from workload import outcome_body, recommend_body, situations
+
+    try:
+        client = redis.Redis(port=server.port)
+        client.config_set("maxmemory-policy", policy)
+        with served(tmp_path, "--store", server.url) as ports:
+            base = f"http://127.0.0.1:{ports['http_port']}"
+            situation = situations()[0]
+            context = recommend_body(situation, "phone-1", 20)
+            first = httpx.post(f"{base}/v1/recommendations", json=context, timeout=10)
+            assert first.status_code == 200, first.text
+            report = outcome_body(situation, "phone-1", first.json())
+            client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1024)
+            full = httpx.post(f"{base}/v1/recommendations", json=context, timeout=10)
+            assert full.status_code == 500, full.text
+            outcome = httpx.post(f"{base}/v1/outcomes", json=report, timeout=10)
+            assert outcome.status_code == 500, outcome.text
+            assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
+            metrics = httpx.get(f"{base}/metrics", timeout=10).text
+            assert 'edgepath_http_requests_total{handler="/v1/recommendations",method="POST",status="500"} 1.0' in (
+                metrics
+            )
+            client.config_set("maxmemory", 0)
+            again = httpx.post(f"{base}/v1/outcomes", json=report, timeout=10)
+            assert again.status_code == 200, again.text
+    finally:
+        server.stop()
+
+
+def test_grpc_core_logs_errors_only_in_the_image_and_the_pods(render: Any) -> None:
+    """GRPC_VERBOSITY=ERROR in the Dockerfile's runtime ENV and both Deployments' env; extraEnv may override it
+    (rendered once, with its value)."""
+    text = (ROOT / "Dockerfile").read_text()
+    runtime = text[text.index(" AS runtime") :]
+    assert re.search(r"^\s+GRPC_VERBOSITY=ERROR\b", runtime, re.MULTILINE), "ENV GRPC_VERBOSITY=ERROR (runtime)"
+    for objects, expected in (
+        (render("defaults"), "ERROR"),
+        (render("defaults", "--set", "extraEnv[0].name=GRPC_VERBOSITY", "--set", "extraEnv[0].value=DEBUG"), "DEBUG"),
+    ):
+        for suffix in ("ep-edgepath", "-trainer"):
+            (app,) = [
+                c
+                for c in one(objects, "Deployment", suffix)["spec"]["template"]["spec"]["containers"]
+                if c["name"] in ("edgepath", "trainer")
+            ]
+            values = [e.get("value") for e in app["env"] if e["name"] == "GRPC_VERBOSITY"]
+            assert values == [expected], (suffix, values)
+
+
+def _plaintext_to_tls(port: int) -> None:
+    """A cleartext HTTP/2 client on the TLS gRPC port: the server fails the handshake and closes (read to EOF)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(64))
+        try:
+            while s.recv(4096):
+                pass
+        except OSError:
+            pass
+
+
+def test_a_plaintext_client_on_the_tls_port_leaves_no_grpc_core_line(render: Any, tmp_path: Path) -> None:
+    """A served process under the image's GRPC_VERBOSITY: a plaintext connection to the TLS gRPC port writes no
+    plain-text "Handshake failed" line of gRPC core into the service's (JSON) log. At INFO, the level that printed
+    it, the same connection does (bounded poll for the line; the ERROR run's log is read after the process ended)."""
+    (verbosity,) = re.findall(r"^\s+GRPC_VERBOSITY=(\w+)", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    objects = render("defaults")
+    env = {**_tls_service_env(objects, tmp_path), "EDGEPATH_LOG_FORMAT": "json"}
+    sys.path.insert(0, str(ROOT / "tests" / "service"))
+    from state.redis_helpers import wait_until
+
+    runs = {}
+    for level in ("INFO", verbosity):
+        run_dir = tmp_path / level
+        run_dir.mkdir()
+        with served(run_dir, env={**env, "GRPC_VERBOSITY": level}) as ports:
+            _plaintext_to_tls(ports["grpc_port"])
+            if level == "INFO":
+                wait_until(
+                    lambda d=run_dir: "Handshake failed" in (d / "service.log").read_text(),
+                    30,
+                    what="gRPC core's handshake line at INFO",
+                )
+        runs[level] = (run_dir / "service.log").read_text()
+    assert "Handshake failed" not in runs[verbosity], runs[verbosity][-2000:]
+    for line in runs[verbosity].splitlines():
+        json.loads(line)  # every line the service's JSON format
+
+
+def _raw_configmap(helm_bin: str, *args: str) -> str:
+    proc = _template(helm_bin, *DEFAULTS_ARGS, "--show-only", "templates/configmap.yaml", *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_extra_settings_override_the_charts_own_keys(helm_bin: str) -> None:
+    """extraSettings naming a key the chart sets (EDGEPATH_HOST=:: for an IPv6 cluster) rendered the key twice (YAML
+    parsers keep one, silently, whichever they like): it is rendered once, with the extraSettings value."""
+    text = _raw_configmap(helm_bin, "--set-string", "extraSettings.EDGEPATH_HOST=::")
+    assert re.findall(r"^\s+EDGEPATH_HOST:.*$", text, re.MULTILINE) == ['  EDGEPATH_HOST: "::"']
+    names = re.findall(r"^  (EDGEPATH_\w+):", text, re.MULTILINE)
+    assert len(names) == len(set(names)), names
+    # a key of its own is added; the chart's keys stay
+    text = _raw_configmap(helm_bin, "--set-string", "extraSettings.EDGEPATH_OUTBOX_MAX_OUTCOMES=10000")
+    data = yaml.safe_load(text)["data"]
+    assert data["EDGEPATH_OUTBOX_MAX_OUTCOMES"] == "10000" and data["EDGEPATH_HOST"] == "0.0.0.0"
+
+
+def _other_ca(tmp_path: Path) -> Path:
+    """A self-signed CA certificate that signed nothing of the service's (PEM file)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Another CA")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    path = tmp_path / "other-ca.crt"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def test_the_image_healthcheck_is_healthy_against_a_real_mtls_service(render: Any, tmp_path: Path) -> None:
+    """The Dockerfile's HEALTHCHECK in a container run as README "Security" sets the service up: gRPC mTLS, a server
+    certificate a CA signed (the chart's generated one), the container's environment only. It failed in every mode:
+    gRPC (the default) held no client certificate (UNAVAILABLE) and HTTPS trusted the server's leaf as if it were
+    self-signed (CERTIFICATE_VERIFY_FAILED). Now it pins the server's own certificate and presents it, with its key,
+    as its client certificate; a wrong trust anchor still fails, and so does gRPC without the client certificate."""
+    objects = render("defaults", "--set", "tls.clientAuth=true")
+    env = {**_tls_service_env(objects, tmp_path), "EDGEPATH_TLS_CLIENT_CA_FILE": str(tmp_path / "ca.crt")}
+    healthcheck = _dockerfile_healthcheck()
+    with served(tmp_path, env=env) as ports:
+        container = {
+            **os.environ,
+            **env,
+            "EDGEPATH_GRPC_PORT": str(ports["grpc_port"]),
+            "EDGEPATH_HTTP_PORT": str(ports["http_port"]),
+        }
+        for mode in ("grpc", "http", "rest", "all"):
+            check = _run_check(healthcheck, ports, tmp_path, {**container, "EDGEPATH_HEALTHCHECK": mode})
+            assert check.returncode == 0, (mode, check.stderr)
+        default = _run_check(healthcheck, ports, tmp_path, container)  # no EDGEPATH_HEALTHCHECK: gRPC
+        assert default.returncode == 0, default.stderr
+        wrong = {**container, "EDGEPATH_HEALTHCHECK": "all", "EDGEPATH_HEALTHCHECK_CA_FILE": str(_other_ca(tmp_path))}
+        refused = _run_check(healthcheck, ports, tmp_path, wrong)
+        assert refused.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in refused.stderr, refused.stderr
+        anonymous = {k: v for k, v in container.items() if k != "EDGEPATH_TLS_CLIENT_CA_FILE"}
+        no_client_cert = _run_check(healthcheck, ports, tmp_path, anonymous)
+        assert no_client_cert.returncode == 1 and "UNAVAILABLE" in no_client_cert.stderr, no_client_cert.stderr

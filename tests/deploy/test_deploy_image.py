@@ -54,11 +54,18 @@ def test_dockerfile_passes_hadolint() -> None:
 def test_dockerfile_contract() -> None:
     """Multi-stage, slim Python 3.11, non-root, both ports, health check, build steps from the script."""
     text = DOCKERFILE.read_text()
-    assert re.findall(r"^FROM (\S+) AS (\w+)", text, re.MULTILINE) == [
+    # base images are build arguments (pinned by digest with --build-arg for a reproducible build; README "Deploy")
+    defaults = dict(re.findall(r"^ARG (\w+)=(\S+)$", text.split("\nFROM ", 1)[0], re.MULTILINE))
+    stages = [
+        (re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], image), name)
+        for image, name in re.findall(r"^FROM (\S+) AS (\w+)", text, re.MULTILINE)
+    ]
+    assert stages == [
         ("rust:1.95-slim-bookworm", "rust"),  # the compiled engines' toolchain, copied into the builder
         ("python:3.11-slim", "builder"),
         ("python:3.11-slim", "runtime"),
     ]
+    assert set(defaults) == {"PYTHON_IMAGE", "RUST_IMAGE"}
     runtime = _instructions("runtime")
     user = [a for i, a in runtime if i == "USER"]
     assert user and user[-1].split(":")[0] not in ("0", "root")

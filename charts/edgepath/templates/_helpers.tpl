@@ -139,6 +139,33 @@ values nor an existing Secret give them, as edgepath.generationRefusal names the
 {{- toJson $what }}
 {{- end }}
 
+{{/* Bytes of a Kubernetes memory quantity (e.g. 512Mi, 1G, 1.5Gi, 268435456; call with the quantity), as an int64;
+0 when empty. Suffixes: Ki Mi Gi Ti Pi Ei (powers of 1024), k K M G T P E (powers of 1000), m (thousandths). */}}
+{{- define "edgepath.quantityBytes" -}}
+{{- $q := ternary (toString (int64 (. | default 0))) (toString . | trim) (or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .)) }}
+{{- if not $q }}0{{- else }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $suffix := trimPrefix $num $q }}
+{{- $factors := dict "" 1.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "k" 1000.0 "K" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "P" 1000000000000000.0 "E" 1000000000000000000.0 "m" 0.001 }}
+{{- if or (not $num) (not (hasKey $factors $suffix)) }}
+{{- fail (printf "cannot read the memory quantity %q (e.g. 512Mi, 2Gi, 1G)" $q) }}
+{{- end }}
+{{- mulf (float64 $num) (get $factors $suffix) | floor | int64 }}
+{{- end }}
+{{- end }}
+
+{{/* --maxmemory of the chart's Redis, bytes: redis.maxmemory when given, else redis.maxmemoryPercent of
+redis.resources.limits.memory; 0 (no --maxmemory: Redis grows until the kernel kills it) with neither. */}}
+{{- define "edgepath.redisMaxmemory" -}}
+{{- $r := .Values.redis }}
+{{- if $r.maxmemory }}
+{{- include "edgepath.quantityBytes" $r.maxmemory }}
+{{- else }}
+{{- $limit := include "edgepath.quantityBytes" (dig "limits" "memory" "" ($r.resources | default dict)) | int64 }}
+{{- div (mul $limit (int64 $r.maxmemoryPercent)) 100 }}
+{{- end }}
+{{- end }}
+
 {{/* True (non-empty) when the chart's Redis runs with requirepass. */}}
 {{- define "edgepath.redisAuth" -}}
 {{- if and .Values.redis.enabled .Values.redis.auth.enabled }}true{{- end }}
@@ -246,6 +273,49 @@ could otherwise fail first (configmap.yaml, secret.yaml, tls-secret.yaml). */}}
 {{- $problems = append $problems "grpcRoute.backendTLSPolicy with tls.existingSecret needs grpcRoute.backendTLSPolicy.caConfigMap: a ConfigMap (key ca.crt) with the CA of that certificate" }}
 {{- end }}
 {{- end }}
+{{- /* Each listener its own port: the container's (the service binds each; equal ports render two containerPorts of one
+number and the process dies at start) and the Service's (the API server refuses a Service with a port twice). */}}
+{{- $s := .Values.settings }}
+{{- $listeners := list (list "settings.grpcPort" (int $s.grpcPort)) (list "settings.httpPort" (int $s.httpPort)) }}
+{{- if $s.metricsPort }}
+{{- $listeners = append $listeners (list "settings.metricsPort" (int $s.metricsPort)) }}
+{{- end }}
+{{- $svcPorts := list (list "service.grpcPort" (int .Values.service.grpcPort)) (list "service.httpPort" (int .Values.service.httpPort)) }}
+{{- if $s.metricsPort }}
+{{- $svcPorts = append $svcPorts (list "settings.metricsPort (the Service's metrics port)" (int $s.metricsPort)) }}
+{{- end }}
+{{- $why := dict "pod" "each listener of the service needs a port of its own (the process would fail to bind the second and exit at start)" "svc" "the Service needs a port of its own for each (the API server refuses a Service with one port twice)" }}
+{{- range $group := list (list $why.pod $listeners) (list $why.svc $svcPorts) }}
+{{- $seen := dict }}
+{{- range $p := index $group 1 }}
+{{- $key := toString (index $p 1) }}
+{{- if hasKey $seen $key }}
+{{- $problems = append $problems (printf "%s and %s are both %s: %s" (get $seen $key) (index $p 0) $key (index $group 0)) }}
+{{- else }}
+{{- $_ := set $seen $key (index $p 0) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+{{- $max := include "edgepath.redisMaxmemory" . | int64 }}
+{{- $limit := include "edgepath.quantityBytes" (dig "limits" "memory" "" (.Values.redis.resources | default dict)) | int64 }}
+{{- if and $limit $max (ge $max $limit) }}
+{{- $problems = append $problems (printf "redis.maxmemory (%d bytes) must be below redis.resources.limits.memory (%d bytes), with room for the allocator's fragmentation and the append-only file rewrite's fork: the kernel kills a Redis that reaches its limit (values.yaml redis.maxmemory; ~70 %% of the limit)" $max $limit) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.secrets.existingSecret (not .Values.secrets.tokensJson) }}
+{{- /* Where a cluster is reachable (helm install/upgrade), the existing Secret's keys are checked against the switch;
+helm template and Argo CD see no Secret (lookup returns nothing) and check nothing. */}}
+{{- $found := include "edgepath.lookupSecret" (list . .Values.secrets.existingSecret) | fromJson }}
+{{- if $found }}
+{{- $hasTokens := hasKey (get $found "data" | default dict) "tokens.json" }}
+{{- if and $hasTokens (not .Values.secrets.tokensFromExistingSecret) }}
+{{- $problems = append $problems (printf "Secret %s (secrets.existingSecret) holds tokens.json but secrets.tokensFromExistingSecret is false: the pods would not read it (its devices could not authenticate). Set secrets.tokensFromExistingSecret=true, or remove the key from the Secret" .Values.secrets.existingSecret) }}
+{{- else if and (not $hasTokens) .Values.secrets.tokensFromExistingSecret }}
+{{- $problems = append $problems (printf "secrets.tokensFromExistingSecret is true but Secret %s (secrets.existingSecret) holds no tokens.json: the pods could not start. Add the key (edgepath tokens add DEVICE --file tokens.json) or set secrets.tokensFromExistingSecret=false" .Values.secrets.existingSecret) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $d := .Values.drain }}
 {{- $drain := add $d.preStopSleepSeconds $d.readinessDelaySeconds $d.graceSeconds $d.flushSeconds }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (int $drain) }}
@@ -259,6 +329,13 @@ could otherwise fail first (configmap.yaml, secret.yaml, tls-secret.yaml). */}}
 {{- else if $problems }}
 {{- fail (printf "%d problems with the values:\n- %s" (len $problems) (join "\n- " $problems)) }}
 {{- end }}
+{{- end }}
+
+{{/* True (non-empty) when the pods read a hashed API-token file (EDGEPATH_AUTH_TOKENS_FILE): key tokens.json of the
+chart's Secret (secrets.tokensJson) or of secrets.existingSecret (secrets.tokensFromExistingSecret; a non-empty
+secrets.tokensJson beside an existing Secret also reads that Secret's tokens.json, as before the switch existed). */}}
+{{- define "edgepath.tokensFile" -}}
+{{- if or .Values.secrets.tokensJson (and .Values.secrets.existingSecret .Values.secrets.tokensFromExistingSecret) }}true{{- end }}
 {{- end }}
 
 {{/* Environment shared by the service and the trainer: settings from the ConfigMap, secrets from the Secret. */}}
@@ -290,6 +367,15 @@ env:
         name: {{ include "edgepath.secretName" . }}
         key: jwt-key
         optional: true
+  {{- $named := list }}
+  {{- range .Values.extraEnv }}{{ $named = append $named .name }}{{ end }}
+  {{- if not (has "GRPC_VERBOSITY" $named) }}
+  # gRPC core's own plain-text stderr lines (outside the service's JSON log format; e.g. an INFO line per failed TLS
+  # handshake, which any plaintext client or TCP health check of the gRPC port causes): errors only. The image sets
+  # the same; extraEnv may give another level (INFO, DEBUG) for a diagnosis.
+  - name: GRPC_VERBOSITY
+    value: ERROR
+  {{- end }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -305,7 +391,7 @@ env:
   mountPath: /etc/edgepath/tls
   readOnly: true
 {{- end }}
-{{- if .Values.secrets.tokensJson }}
+{{- if include "edgepath.tokensFile" . }}
 - name: auth
   mountPath: /etc/edgepath/auth
   readOnly: true
@@ -322,7 +408,7 @@ env:
     secretName: {{ include "edgepath.tlsSecretName" . }}
     defaultMode: 0440
 {{- end }}
-{{- if .Values.secrets.tokensJson }}
+{{- if include "edgepath.tokensFile" . }}
 - name: auth
   secret:
     secretName: {{ include "edgepath.secretName" . }}
