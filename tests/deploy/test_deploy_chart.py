@@ -1647,9 +1647,10 @@ def test_a_redis_without_a_memory_limit_gets_no_bound(render: Any) -> None:
 @pytest.mark.redis
 def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any, tmp_path: Path) -> None:
     """What the chart's maxmemory policy (noeviction) means for the service, on a real redis-server with the rendered
-    policy at its bound: a decision or an outcome whose write Redis refuses is answered 500 (nothing is handed out
-    that could not be joined, no outcome acknowledged that was not stored) and counted; readiness stays (reads,
-    expiry and PING go on), and the calls succeed again once memory is freed."""
+    policy at its bound: a decision or an outcome whose write Redis refuses is answered 503 with a retry hint
+    (nothing is handed out that could not be joined, no outcome acknowledged that was not stored; the agent reports
+    it again) and counted; readiness stays (reads, expiry and PING go on), and the calls succeed again once memory
+    is freed. Before, both were answered 500 as faults of the service."""
     import httpx
     import redis
 
@@ -1671,14 +1672,16 @@ def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any,
             report = outcome_body(situation, "phone-1", first.json())
             client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 1024)
             full = httpx.post(f"{base}/v1/recommendations", json=context, timeout=10)
-            assert full.status_code == 500, full.text
+            assert full.status_code == 503 and full.headers["retry-after"] == "1", full.text
+            assert full.json()["detail"].startswith("state store full"), full.text
             outcome = httpx.post(f"{base}/v1/outcomes", json=report, timeout=10)
-            assert outcome.status_code == 500, outcome.text
+            assert outcome.status_code == 503, outcome.text
             assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
             metrics = httpx.get(f"{base}/metrics", timeout=10).text
-            assert 'edgepath_http_requests_total{handler="/v1/recommendations",method="POST",status="500"} 1.0' in (
+            assert 'edgepath_http_requests_total{handler="/v1/recommendations",method="POST",status="503"} 1.0' in (
                 metrics
             )
+            assert 'edgepath_outcomes_total{result="unavailable"} 1.0' in metrics
             client.config_set("maxmemory", 0)
             again = httpx.post(f"{base}/v1/outcomes", json=report, timeout=10)
             assert again.status_code == 200, again.text

@@ -98,7 +98,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from edgepath.errors import Unavailable
@@ -136,6 +136,32 @@ UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 GROUP = "trainers"
 
 T = TypeVar("T")
+
+
+class StoreFull(Unavailable, OutOfMemoryError):
+    """Redis refused a write for want of memory: ``OOM command not allowed when used memory > 'maxmemory'`` (the
+    chart's Redis runs at a ``maxmemory`` with the policy ``noeviction``: README "Deploy"). Nothing was stored, so
+    nothing is handed out or acknowledged that was not: the call is answered 503 / ``UNAVAILABLE`` with a retry
+    hint (the agent keeps the outcome and reports it again), not a 500 as a fault of the service. Still a
+    :class:`redis.exceptions.ResponseError` for the code that handles reply errors (the auto-pipeline hands it to
+    its own caller only)."""
+
+    def __init__(self, reply: str) -> None:
+        super().__init__("state store full (its memory bound): nothing was stored; retry later")
+        self.reply = reply
+
+
+class _Client(Redis):
+    """redis-py's client, its replies' out-of-memory errors raised as :class:`StoreFull`: every command of the
+    store's clients and of the auto-pipeline (which parses its replies with this method) is read here. Not the
+    commands of a ``MULTI``/``EXEC`` pipeline (MEC 015 session writes), which redis-py parses in its ``Pipeline``:
+    a full Redis aborts those (``EXECABORT``), answered 500."""
+
+    async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
+        try:
+            return await super().parse_response(connection, command_name, **options)
+        except OutOfMemoryError as exc:
+            raise StoreFull(str(exc)) from exc
 
 
 def group_missing(exc: ResponseError) -> bool:
@@ -392,11 +418,11 @@ class RedisStore:
             timeout=socket_timeout_s,  # the wait for a free connection, then ConnectionError (degraded mode)
         )
         self.url = display_url(url)  # for logs: a password in the URL (the chart composes one) never reaches them
-        self.redis: Redis = Redis.from_pool(
+        self.redis: Redis = _Client.from_pool(
             BlockingConnectionPool.from_url(url, socket_timeout=socket_timeout_s, **common)
         )
         # Blocking stream reads need a longer read timeout than ordinary commands.
-        self._reader: Redis = Redis.from_pool(
+        self._reader: Redis = _Client.from_pool(
             BlockingConnectionPool.from_url(url, socket_timeout=socket_timeout_s + MAX_BLOCK_MS / 1000, **common)
         )
         self.namespace = namespace
