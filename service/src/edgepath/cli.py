@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from pydantic import ValidationError
 
 from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
 from edgepath.logs import configure_logging
-from edgepath.settings import describe_errors, load_settings
+from edgepath.settings import ConfigError, load_settings
 
 #: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
 #: error is one plain line ``Error: …`` on stderr, whatever the terminal width, and the exit code is 2
@@ -66,6 +65,29 @@ def require_lab(command: str) -> None:
     if missing:
         typer.echo(f"{command} needs the lab extra ({', '.join(missing)} not installed): {LAB_EXTRA}", err=True)
         raise typer.Exit(2)
+
+
+#: The options of ``serve`` whose setting has another name (the others are ``--SETTING-WITH-DASHES``), for messages.
+SERVE_OPTIONS = {
+    "store_url": "--store",
+    "model_path": "--model",
+    "apprentice_baseline": "--baseline",
+    "apprentice_explore": "--explore",
+    "apprentice_promote": "--promote/--no-promote",
+    "apprentice_margin": "--promote-margin",
+    "trainer": "--trainer/--no-trainer",
+}
+
+
+def setting_source(name: str, given: object, config: Optional[Path]) -> str:
+    """Where the value of the setting ``name`` came from, as the operator gave it: its option when ``given`` (the
+    option's value) is not None, else its ``EDGEPATH_*`` variable when set, else its key in the ``--config`` file."""
+    if given is not None:
+        return SERVE_OPTIONS.get(name, "--" + name.replace("_", "-"))
+    var = f"EDGEPATH_{name.upper()}"
+    if any(k.upper() == var for k in os.environ) or config is None:
+        return var
+    return f"{name} in {config}"
 
 
 @app.callback()
@@ -162,6 +184,7 @@ def serve(
             apprentice_explore=explore,
             apprentice_promote=promote,
             apprentice_margin=promote_margin,
+            options=SERVE_OPTIONS,
         )
         known_policy(settings.policy, param_hint=None)  # --policy, EDGEPATH_POLICY or the settings file
         if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving
@@ -170,10 +193,10 @@ def serve(
 
             try:
                 build_model(settings)
-            except ArtefactError as exc:
-                raise typer.BadParameter(str(exc), param_hint="--model") from exc
-    except ValidationError as exc:
-        raise typer.BadParameter(describe_errors(exc)) from exc
+            except ArtefactError as exc:  # named as given: --model, EDGEPATH_MODEL_PATH or the settings file's key
+                raise typer.BadParameter(str(exc), param_hint=setting_source("model_path", model, config)) from exc
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     from edgepath.security import startup_problems  # security: missing/malformed key, cert or tokens files
 
     if problems := startup_problems(settings):
@@ -314,10 +337,16 @@ def train(
     """
     try:
         settings = load_settings(
-            config, store_url=store, policy=policy, seed=seed, batch_size=batch_size, log_level=log_level
+            config,
+            store_url=store,
+            policy=policy,
+            seed=seed,
+            batch_size=batch_size,
+            log_level=log_level,
+            options=SERVE_OPTIONS,
         )
-    except ValidationError as exc:
-        raise typer.BadParameter(describe_errors(exc)) from exc
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     if not settings.store_is_shared:
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
     known_policy(settings.policy, param_hint=None)
@@ -336,7 +365,7 @@ def train(
     except PortUnavailable as exc:  # the metrics port in use: one line, exit 2, nothing running
         raise typer.BadParameter(str(exc)) from exc
     except ArtefactError as exc:  # EDGEPATH_MODEL_PATH refused (corrupted, unsigned, settings conflict): as serve
-        raise typer.BadParameter(str(exc), param_hint="EDGEPATH_MODEL_PATH") from exc
+        raise typer.BadParameter(str(exc), param_hint=setting_source("model_path", None, config)) from exc
 
 
 # --- eval sub-app: `edgepath eval <name>` (shared by the evaluations; issue 4 created it) ---
@@ -389,9 +418,9 @@ def log_export(
             param_hint="--store",
         )
     try:
-        settings = load_settings(config, store_url=store)
-    except ValidationError as exc:
-        raise typer.BadParameter(describe_errors(exc)) from exc
+        settings = load_settings(config, store_url=store, options=SERVE_OPTIONS)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
     async def run() -> int:
         from edgepath.main import build_store
@@ -1012,7 +1041,7 @@ def eval_ssmp(
         raise typer.BadParameter(f"{gophers} lacks rtt.csv or throughput.csv", param_hint="--gophers")
     try:
         config = ssmp_config(load_settings(), alpha=alpha)
-    except (ValidationError, ValueError) as exc:
+    except ValueError as exc:  # a pydantic ValidationError or ConfigError is one too
         raise typer.BadParameter(str(exc), param_hint="--alpha") from exc
     result = ssmp_eval.build_report(
         paper=paper, gophers_dir=gophers, seed=seed, config=config, repetitions=repetitions, downloads=downloads
@@ -1075,9 +1104,9 @@ def eval_mlpm(
     except ValueError as exc:
         raise typer.BadParameter(f"unknown profile {profile!r}", param_hint="--profile") from exc
     try:
-        settings = load_settings(mlpm_classifier=classifier)
-    except ValidationError as exc:
-        raise typer.BadParameter(describe_errors(exc)) from exc  # names --classifier's setting, mlpm.classifier
+        settings = load_settings(mlpm_classifier=classifier, options={"mlpm_classifier": "--classifier"})
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from exc  # names --classifier and its setting, mlpm.classifier
     try:
         params = mlpm_parameters(settings)
         if window:
@@ -1092,7 +1121,7 @@ def eval_mlpm(
             reps=bootstrap,
             seed=seed,
         )
-    except (ValidationError, ValueError) as exc:
+    except ValueError as exc:  # a pydantic ValidationError or ConfigError is one too
         raise typer.BadParameter(str(exc), param_hint="--gophers-driving/--ucc") from exc
     mlpm_eval.write_report(result, report)
     mlpm_eval.plot_report(result, plot)

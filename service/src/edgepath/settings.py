@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import tomllib
+import typing
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as EnvParseError
 
 ENV_PREFIX = "EDGEPATH_"
 #: Joins a group and its field in environment variable names (``EDGEPATH_BANDIT__EXPLORE_PROB``).
@@ -271,16 +274,37 @@ def env_var(loc: tuple[int | str, ...]) -> str:
     return ENV_PREFIX + NESTED_DELIMITER.join(str(part).upper() for part in loc if isinstance(part, str))
 
 
-def describe_errors(exc: ValidationError) -> str:
-    """One line per invalid value naming its environment variable and setting, e.g.
-    ``EDGEPATH_BANDIT__EXPLORE_PROB (bandit.explore_prob): Input should be less than or equal to 1``;
-    errors of the whole model (``loc`` empty) keep their message alone."""
+#: Settings whose value an error message never repeats (keys, and a store URL that may hold a password).
+_UNSHOWN_VALUES = frozenset({"hmac_key", "auth_jwt_key", "store_url"})
+
+
+def describe_errors(exc: ValidationError, source: Callable[[tuple[str, ...]], str | None] | None = None) -> str:
+    """One line per invalid value naming where it came from, the setting and the value given, e.g.
+    ``EDGEPATH_BANDIT__EXPLORE_PROB (bandit.explore_prob): Input should be less than or equal to 1 (given: 1.5)``.
+
+    ``source`` names the origin of a setting's value from its path (``("bandit", "explore_prob")``): an option,
+    a settings-file key or an environment variable (:func:`load_settings` passes the one the operator used);
+    without it, or when it returns None, the environment variable. Errors of the whole model (``loc`` empty) keep
+    their message alone; the values of keys and of the store URL (:data:`_UNSHOWN_VALUES`) are never repeated."""
     parts = []
     for err in exc.errors():
         msg = str(err["msg"]).removeprefix("Value error, ")
         loc = tuple(p for p in err.get("loc", ()) if isinstance(p, str))
-        parts.append(f"{env_var(loc)} ({'.'.join(loc)}): {msg}" if loc else msg)
+        if not loc:
+            parts.append(msg)
+            continue
+        given = err.get("input")
+        if err["type"] != "value_error" and isinstance(given, (str, int, float)) and not _UNSHOWN_VALUES & set(loc):
+            msg = f"{msg} (given: {given!r})"
+        parts.append(f"{(source and source(loc)) or env_var(loc)} ({'.'.join(loc)}): {msg}")
     return "; ".join(parts)
+
+
+class ConfigError(ValueError):
+    """Settings that cannot be used, as one line naming the source the operator used (an option, an
+    ``EDGEPATH_*`` variable or a settings-file key) and the value: raised by :func:`load_settings` for a settings
+    file that cannot be read or parsed, an environment variable that cannot be parsed (a list not in JSON) and
+    invalid values (:func:`describe_errors`). ``edgepath serve``/``train`` print it as a usage error (exit 2)."""
 
 
 # --- end per-engine groups ---
@@ -594,6 +618,56 @@ class Settings(BaseSettings):
         """Flat (old) names given to ``model_validate`` go to their groups too."""
         return nest_flat_names(data) if isinstance(data, Mapping) else data
 
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, level: str) -> str:
+        """A level name of :mod:`logging` (DEBUG, INFO, WARNING, ERROR, CRITICAL; any case), upper-cased."""
+        names = logging.getLevelNamesMapping()
+        if level.upper() not in names:
+            choices = ", ".join(n for n in names if n not in {"NOTSET", "WARN", "FATAL"})
+            raise ValueError(f"unknown log level {level!r}: one of {choices}")
+        return level.upper()
+
+    @field_validator("store_url")
+    @classmethod
+    def _known_store_url(cls, url: str) -> str:
+        """``memory://`` or a URL redis-py connects to (``redis://``, ``rediss://``, ``unix://``), its port a number
+        in 0-65535 and its database a number, as redis-py's ``parse_url`` reads them (both with
+        :func:`urllib.parse.urlsplit`): refused here, not at the first connection. Messages show the URL with its
+        password hidden."""
+        shown = _display_url(url)
+        if url.startswith("memory:"):
+            return url
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"unknown store URL {shown!r}: use memory:// or redis://HOST:PORT/DB")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            _ = parts.port  # ValueError: not a number, or out of range
+            db = parts.path.strip("/") if not url.startswith("unix://") else ""
+        except ValueError as exc:
+            raise ValueError(f"store URL {shown!r} cannot be used: {exc}; use redis://HOST:PORT/DB") from exc
+        if db and not db.isdigit():
+            raise ValueError(f"store URL {shown!r} names database {db!r}: a number is needed, redis://HOST:PORT/DB")
+        return url
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> Settings:
+        """Refuse two servers on one port (port 0, any free port, excepted): the second bind would fail only
+        after the first server started."""
+        ports = {"grpc_port": self.grpc_port, "http_port": self.http_port, "metrics_port": self.metrics_port}
+        taken: dict[int, str] = {}
+        for name, port in ports.items():
+            if not port:
+                continue
+            if port in taken:
+                first = taken[port]
+                raise ValueError(
+                    f"{first} ({env_var((first,))}) and {name} ({env_var((name,))}) are both {port}: each server "
+                    "needs a port of its own"
+                )
+            taken[port] = name
+        return self
+
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
         """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile, and in ``dev`` too
@@ -628,6 +702,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _display_url(url: str) -> str:
+    """``url`` with its password hidden (:func:`edgepath.state.base.display_url`)."""
+    from edgepath.state.base import display_url
+
+    return display_url(url)
 
 
 def jwt_key_problem(key: str) -> str | None:
@@ -689,20 +770,70 @@ def dev_hmac_key_problem(host: str, store_url: str) -> str | None:
     )
 
 
-def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build settings from a file, the environment and CLI overrides (None values are ignored).
-
-    Flat (old) and nested names are accepted everywhere (see the module docstring).
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """The settings in ``path``: TOML when its name ends in ``.toml``, JSON otherwise, a table/object at the top.
 
     Raises
     ------
-    pydantic.ValidationError
-        When a value is out of range or unknown (:func:`describe_errors` names each variable).
+    ConfigError
+        Naming the file: it cannot be read (missing, not permitted), is not valid TOML/JSON, or holds no table.
     """
-    file_values: dict[str, Any] = {}
-    if config_file is not None:
-        text = config_file.read_text()
-        file_values = tomllib.loads(text) if config_file.suffix == ".toml" else json.loads(text)
+    kind = "TOML" if path.suffix == ".toml" else "JSON"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"settings file {path} (--config) cannot be read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"settings file {path} (--config) is not UTF-8 text: {exc}") from exc
+    try:
+        values = tomllib.loads(text) if kind == "TOML" else json.loads(text)
+    except ValueError as exc:  # TOMLDecodeError, JSONDecodeError
+        raise ConfigError(f"settings file {path} (--config) is not valid {kind}: {exc}") from exc
+    if not isinstance(values, dict):
+        table = "table" if kind == "TOML" else "object"
+        raise ConfigError(f"settings file {path} (--config) holds a {type(values).__name__}, not a {kind} {table}")
+    return values
+
+
+def _env_parse_problem(exc: EnvParseError) -> ConfigError:
+    """The environment variable behind pydantic-settings' "error parsing value for field": a list or group
+    (``EDGEPATH_AUTH_ADMIN_IDS``, ``EDGEPATH_BANDIT``) whose value is not JSON."""
+    env = {k.upper(): (k, v) for k, v in os.environ.items()}
+    for name, field in Settings.model_fields.items():
+        var = ENV_PREFIX + name.upper()
+        if var not in env:
+            continue
+        given, value = env[var]
+        is_list = typing.get_origin(field.annotation) in (list, set, tuple)
+        is_group = isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        if not (is_list or is_group):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            example = json.dumps([value] if is_list else {"NAME": value})
+            kind = "a JSON list" if is_list else "a JSON object"
+            return ConfigError(f"{given} ({name}) is not {kind}: {value!r}; write it as JSON, e.g. {example}")
+    return ConfigError(str(exc))
+
+
+def load_settings(
+    config_file: Path | None = None, *, options: Mapping[str, str] | None = None, **overrides: Any
+) -> Settings:
+    """Build settings from a file, the environment and CLI overrides (None values are ignored).
+
+    Flat (old) and nested names are accepted everywhere (see the module docstring). ``options`` names the
+    command-line option of an override (``{"store_url": "--store"}``; default ``--NAME-WITH-DASHES``), for messages.
+
+    Raises
+    ------
+    ConfigError
+        The settings file cannot be read or parsed (:func:`read_settings_file`), an environment variable cannot be
+        parsed, or a value is out of range or unknown: each named by the source the operator used (option,
+        variable or settings-file key, :func:`describe_errors`); ``__cause__`` is the
+        :class:`pydantic.ValidationError` of invalid values.
+    """
+    file_values = read_settings_file(config_file) if config_file is not None else {}
 
     class _FromFile(Settings):
         @classmethod
@@ -717,4 +848,46 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             )
 
     cli = {k: v for k, v in overrides.items() if v is not None}
-    return Settings.model_validate(_FromFile(**cli).model_dump())
+    try:
+        return Settings.model_validate(_FromFile(**cli).model_dump())
+    except EnvParseError as exc:
+        raise _env_parse_problem(exc) from exc
+    except ValidationError as exc:
+        source = _source_namer(config_file, file_values, cli, options or {})
+        raise ConfigError(describe_errors(exc, source)) from exc
+
+
+def _source_namer(
+    config_file: Path | None, file_values: Mapping[str, Any], cli: Mapping[str, Any], options: Mapping[str, str]
+) -> Callable[[tuple[str, ...]], str | None]:
+    """Where a setting's value came from, by the precedence of :func:`load_settings`: its option, its
+    environment variable as set (nested or flat name), or its key in the settings file."""
+    env = {k.upper(): k for k in os.environ}
+    flat_of = {target: flat for flat, target in FLAT_ALIASES.items()}
+
+    def spellings(loc: tuple[str, ...]) -> list[tuple[str, ...]]:
+        flat = flat_of.get((loc[0], loc[1])) if len(loc) >= 2 else None
+        return [loc, *([(flat, *loc[2:])] if flat else [])]
+
+    def find(values: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+        for part in path:
+            if not isinstance(values, Mapping) or part not in values:
+                return False
+            values = values[part]
+        return True
+
+    def name(loc: tuple[str, ...]) -> str | None:
+        for path in spellings(loc):
+            if path[0] in cli:
+                return options.get(path[0], "--" + path[0].replace("_", "-"))
+        for path in spellings(loc):
+            for length in range(len(path), 0, -1):  # EDGEPATH_BANDIT__EPSILON, or EDGEPATH_BANDIT as JSON
+                var = env_var(path[:length])
+                if var in env:
+                    return env[var]
+        for path in spellings(loc):
+            if find(file_values, path):
+                return f"{'.'.join(path)} in {config_file}"
+        return None
+
+    return name

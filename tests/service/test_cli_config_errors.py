@@ -1,0 +1,136 @@
+"""`edgepath serve`/`train` refuse a misconfiguration with one `Error:` line naming the setting as the operator gave
+it (environment variable, option or settings-file key) and its value, exit 2 (click's usage error), no traceback.
+
+Each case below ended in a Python traceback and exit 1 (or named the wrong thing): a store URL of another scheme or
+with a port that is not a number, an unknown log level, a list variable not in JSON, a settings file missing or
+malformed, two servers on one port, a tokens file or TLS key this process may not read (reported as a gRPC port
+that "cannot be bound"), a settings-file typo reported as an environment variable, EDGEPATH_MODEL_PATH reported as
+``--model``. Real processes of the real CLI, as an operator runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: Beyond :func:`edgepath_cli`'s own timeout, so that a process that started instead of refusing is killed by it.
+pytestmark = pytest.mark.timeout(150)
+EDGEPATH = Path(sys.executable).with_name("edgepath")
+#: A Redis nobody listens on: the commands below are refused before they would connect.
+NO_REDIS = "redis://127.0.0.1:1/0"
+
+
+def edgepath_cli(
+    *args: str, env_extra: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """``edgepath ARGS`` as a process of its own, no ``EDGEPATH_*`` variable but ``env_extra`` (stderr a pipe:
+    plain errors). One still running after ``timeout_s`` (it started instead of refusing) is killed and fails."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EDGEPATH_")} | (env_extra or {})
+    argv = [*prefix, str(EDGEPATH), *args]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as proc:  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"edgepath {' '.join(args)} still running after {timeout_s:.0f} s: it was not refused")
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def error_line(out: subprocess.CompletedProcess[str]) -> str:
+    """The one ``Error:`` line of a usage error (exit 2), with nothing but click's usage lines around it."""
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line]
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1, out.stderr
+    assert [line for line in lines if not line.startswith(("Error: ", "Usage: ", "Try "))] == [], out.stderr
+    return errors[0]
+
+
+#: (environment, what the error line says): each names the variable, its setting and the value given.
+ENV_CASES = {
+    "store scheme": (
+        {"EDGEPATH_STORE_URL": "mysql://x"},
+        "EDGEPATH_STORE_URL (store_url): unknown store URL 'mysql://x': use memory:// or redis://HOST:PORT/DB",
+    ),
+    "store port": (
+        {"EDGEPATH_STORE_URL": "redis://:s3cret@localhost:notaport/0"},
+        "EDGEPATH_STORE_URL (store_url): store URL 'redis://:***@localhost:notaport/0' cannot be used: Port could "
+        "not be cast to integer value as 'notaport'",
+    ),
+    "log level": (
+        {"EDGEPATH_LOG_LEVEL": "VERBOSE"},
+        "EDGEPATH_LOG_LEVEL (log_level): unknown log level 'VERBOSE': one of CRITICAL, ERROR, WARNING, INFO, DEBUG",
+    ),
+    "list not JSON": (
+        {"EDGEPATH_AUTH_ADMIN_IDS": "ops-console"},
+        "EDGEPATH_AUTH_ADMIN_IDS (auth_admin_ids) is not a JSON list: 'ops-console'; write it as JSON, e.g. "
+        '["ops-console"]',
+    ),
+    "equal ports": (
+        {"EDGEPATH_GRPC_PORT": "50999", "EDGEPATH_METRICS_PORT": "50999"},
+        "grpc_port (EDGEPATH_GRPC_PORT) and metrics_port (EDGEPATH_METRICS_PORT) are both 50999: each server needs "
+        "a port of its own",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "train"])
+@pytest.mark.parametrize("case", list(ENV_CASES))
+def test_a_bad_environment_variable_is_one_error_line_naming_it(command: str, case: str) -> None:
+    env, says = ENV_CASES[case]
+    base = {"EDGEPATH_STORE_URL": NO_REDIS} if command == "train" else {"EDGEPATH_HTTP_PORT": "0"}
+    out = edgepath_cli(command, env_extra=base | env)
+    line = error_line(out)
+    assert says in line, line
+    assert "s3cret" not in out.stderr
+
+
+def test_a_store_option_with_a_bad_port_names_the_option() -> None:
+    line = error_line(edgepath_cli("train", "--store", "redis://localhost:notaport/0"))
+    assert "--store (store_url): store URL 'redis://localhost:notaport/0' cannot be used" in line, line
+
+
+def test_an_option_out_of_range_names_the_option() -> None:
+    line = error_line(edgepath_cli("serve", "--grpc-port", "70000", "--http-port", "0"))
+    assert "--grpc-port (grpc_port): Input should be less than or equal to 65535 (given: 70000)" in line, line
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("absent.toml", None, "settings file {path} (--config) cannot be read: No such file or directory"),
+        ("bad.toml", "grpc_port = \n", "settings file {path} (--config) is not valid TOML: Invalid value"),
+        ("bad.json", '{"grpc_port": ', "settings file {path} (--config) is not valid JSON: Expecting value"),
+        ("list.json", "[1]", "settings file {path} (--config) holds a list, not a JSON object"),
+        ("typo.toml", "grpc_prot = 5\n", "grpc_prot in {path} (grpc_prot): Extra inputs are not permitted (given: 5)"),
+        (
+            "nested.toml",
+            "[bandit]\nexplore_prob = 1.5\n",
+            "bandit.explore_prob in {path} (bandit.explore_prob): Input should be less than or equal to 1 (given: 1.5)",
+        ),
+    ],
+)
+def test_a_bad_settings_file_is_one_error_line_naming_the_file_or_its_key(
+    tmp_path: Path, name: str, text: str | None, says: str
+) -> None:
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    line = error_line(edgepath_cli("serve", "--config", str(path), "--grpc-port", "0", "--http-port", "0"))
+    assert says.format(path=path) in line, line
+    assert "EDGEPATH_GRPC_PROT" not in line  # a file's key is not reported as a variable
+
+
+def test_a_model_from_the_environment_is_named_by_its_variable(tmp_path: Path) -> None:
+    absent = tmp_path / "no-model"
+    line = error_line(edgepath_cli("serve", "--http-port", "0", env_extra={"EDGEPATH_MODEL_PATH": str(absent)}))
+    assert line.startswith("Error: Invalid value for EDGEPATH_MODEL_PATH: "), line
+    line = error_line(edgepath_cli("serve", "--http-port", "0", "--model", str(absent)))
+    assert line.startswith("Error: Invalid value for --model: "), line
