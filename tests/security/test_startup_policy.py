@@ -104,7 +104,7 @@ def test_cli_refuses_missing_or_malformed_security_files(tmp_path: Path, columns
     absent = tmp_path / "absent.json"
     proc = _serve("--auth-tokens-file", str(absent), columns=columns)
     assert proc.returncode == 2
-    assert _error_line(proc).endswith(f"auth_tokens_file {absent} is not a readable file")
+    assert _error_line(proc).endswith(f"auth_tokens_file (EDGEPATH_AUTH_TOKENS_FILE) {absent} does not exist")
     bad = tmp_path / "tokens.json"
     bad.write_text('{"tokens": "nope"}')
     proc = _serve("--auth-tokens-file", str(bad), columns=columns)

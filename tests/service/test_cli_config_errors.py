@@ -11,6 +11,7 @@ that "cannot be bound"), a settings-file typo reported as an environment variabl
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,3 +135,46 @@ def test_a_model_from_the_environment_is_named_by_its_variable(tmp_path: Path) -
     assert line.startswith("Error: Invalid value for EDGEPATH_MODEL_PATH: "), line
     line = error_line(edgepath_cli("serve", "--http-port", "0", "--model", str(absent)))
     assert line.startswith("Error: Invalid value for --model: "), line
+
+
+def unreadable_prefix(path: Path) -> tuple[str, ...]:
+    """Make ``path`` unreadable by the command run under the returned argv prefix: mode 0600 and owned by another
+    uid (as `edgepath tokens add` on the host leaves a file the container's uid 10001 cannot read); as root, the
+    command runs without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH (setpriv), which would read any file."""
+    path.chmod(0o600)
+    if os.geteuid() != 0:
+        path.chmod(0o000)  # its owner may not read it either
+        return ()
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv (util-linux): cannot drop the capability to read any file")
+    os.chown(path, 4242, 4242)
+    drop = "-dac_override,-dac_read_search"
+    return ("setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}")
+
+
+def test_an_unreadable_tokens_file_names_the_file_the_uid_and_the_images_uid(tmp_path: Path) -> None:
+    from edgepath.security.auth import TokenFile
+
+    tokens = tmp_path / "tokens.json"
+    TokenFile(tokens).add("phone-1")
+    prefix = unreadable_prefix(tokens)
+    out = edgepath_cli("serve", "--http-port", "0", prefix=prefix, env_extra={"EDGEPATH_AUTH_TOKENS_FILE": str(tokens)})
+    line = error_line(out)
+    assert f"auth_tokens_file (EDGEPATH_AUTH_TOKENS_FILE) {tokens} is not readable by uid {os.geteuid()}" in line
+    assert "the container image runs as uid 10001" in line, line
+
+
+@pytest.mark.parametrize("unreadable", ["tls_key_file", "tls_cert_file", "tls_client_ca_file"])
+def test_an_unreadable_tls_file_is_named_not_reported_as_a_port(tmp_path: Path, unreadable: str) -> None:
+    """Before, the files were read inside the bind's try: ``gRPC port 50051 on 127.0.0.1 cannot be bound:
+    Permission denied``. The files' contents do not matter: they are refused before they are parsed."""
+    files = {}
+    for name in ("tls_key_file", "tls_cert_file", "tls_client_ca_file"):
+        files[name] = tmp_path / f"{name}.pem"
+        files[name].write_text("-----BEGIN PLACEHOLDER-----\n")
+        files[name].chmod(0o600)
+    prefix = unreadable_prefix(files[unreadable])
+    env = {f"EDGEPATH_{name.upper()}": str(path) for name, path in files.items()}
+    line = error_line(edgepath_cli("serve", "--grpc-port", "0", "--http-port", "0", prefix=prefix, env_extra=env))
+    assert f"{unreadable} (EDGEPATH_{unreadable.upper()}) {files[unreadable]} is not readable" in line, line
+    assert "port" not in line, line

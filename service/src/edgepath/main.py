@@ -548,6 +548,9 @@ class Service:
         # Both ports before anything starts, each this process's alone unless worker processes share them
         # (SO_REUSEPORT, `serve --workers N`): gRPC core's default SO_REUSEPORT let a second `edgepath serve` on the
         # same gRPC port start, and the kernel then split the calls between two services, each with its own state.
+        # The TLS files before any port: an unreadable key is an OSError naming its file, not a port problem
+        # (`edgepath serve` names them first, edgepath.security.startup_problems).
+        credentials = grpc_server_credentials(s)
         if not self.reuse_port:
             check_port_free("gRPC", s.host, s.grpc_port)
         if s.metrics_port:  # started last, after both servers: a port in use would surface as tracebacks then
@@ -581,7 +584,7 @@ class Service:
                     self.plane,
                     f"{s.host}:{s.grpc_port}",
                     self.security,
-                    grpc_server_credentials(s),
+                    credentials,
                     admission,
                     max_connection_age_ms=seconds_to_ms(s.grpc_max_connection_age_s),
                     max_connection_age_grace_ms=seconds_to_ms(s.grpc_max_connection_age_grace_s),

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgepath.errors import InvalidInput, RateLimited
 from edgepath.security.auth import Authenticator, TokenFile, declared_principal
@@ -213,16 +216,51 @@ def build_security(
     return EdgeSecurity(auth, requests, guard or build_outcome_guard(settings, backend), settings.max_message_bytes)
 
 
+#: The uid the container image runs as (Dockerfile ``USER 10001``): the files it is given must be readable by it.
+IMAGE_UID = 10001
+
+
+def unreadable_file(name: str, path: Path) -> str | None:
+    """Why the file of setting ``name`` (``tls_key_file``, ...) at ``path`` cannot be read by this process, naming
+    it, or None when it can. Permission denied names this process's uid, the file's owner and mode, and that the
+    container image runs as uid :data:`IMAGE_UID` (a file written on the host by ``edgepath tokens add`` is mode
+    0600 and the host user's)."""
+    var = f"EDGEPATH_{name.upper()}"
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        return f"{name} ({var}) {path} does not exist"
+    except IsADirectoryError:
+        return f"{name} ({var}) {path} is a directory, not a file"
+    except PermissionError:
+        try:
+            st = path.stat()
+            owner = f" (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+        except OSError:
+            owner = ""
+        return (
+            f"{name} ({var}) {path} is not readable by uid {os.geteuid()}, this process{owner}: make it readable "
+            f"by the service's user (the container image runs as uid {IMAGE_UID}: e.g. chown {IMAGE_UID} {path})"
+        )
+    except OSError as exc:
+        return f"{name} ({var}) {path} cannot be read: {exc.strerror or exc}"
+    return None
+
+
 def startup_problems(settings: Settings) -> list[str]:
-    """What would stop the security setup from starting (missing files, a malformed tokens file, a bad key mode)."""
+    """What would stop the security setup from starting, one line each naming the setting and its file: a missing
+    or unreadable (:func:`unreadable_file`) tokens, certificate, key or client CA file, or a malformed tokens file.
+    ``edgepath serve`` checks them before anything is bound (a TLS file read later failed as a port problem)."""
     problems = []
     for name in ("auth_tokens_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file"):
         path = getattr(settings, name)
-        if path is not None and not path.is_file():
-            problems.append(f"{name} {path} is not a readable file")
-    if settings.auth_tokens_file is not None and settings.auth_tokens_file.is_file():
+        if path is not None and (problem := unreadable_file(name, path)):
+            problems.append(problem)
+    tokens = settings.auth_tokens_file
+    if tokens is not None and not any(p.startswith("auth_tokens_file ") for p in problems):
         try:
-            TokenFile(settings.auth_tokens_file).check()
+            TokenFile(tokens).check()
         except ValueError as exc:
-            problems.append(f"auth_tokens_file {settings.auth_tokens_file}: {exc}")
+            problems.append(f"auth_tokens_file {tokens}: {exc}")
     return problems
