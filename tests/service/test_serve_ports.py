@@ -174,6 +174,33 @@ def test_a_grpc_bind_that_fails_after_the_check_leaves_nothing_running(monkeypat
     asyncio.run(check())
 
 
+def test_a_metrics_bind_that_fails_after_the_check_leaves_nothing_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The metrics port taken between the check and its bind (prometheus_client's server, which was started after
+    both servers, unguarded: an OSError traceback, then "Event loop is closed"): PortUnavailable naming it, the HTTP
+    socket closed, no server started, no task left."""
+    sockets: list[socket.socket] = []
+    original = main.listening_socket
+
+    def recorded(*args: Any, **kwargs: Any) -> socket.socket:
+        sockets.append(original(*args, **kwargs))
+        return sockets[-1]
+
+    monkeypatch.setattr(main, "check_port_free", lambda *args: None)
+    monkeypatch.setattr(main, "listening_socket", recorded)
+
+    async def check() -> None:
+        with socket.create_server(("127.0.0.1", 0)) as busy:
+            port = busy.getsockname()[1]
+            service = Service.build(Settings(host="127.0.0.1", grpc_port=0, http_port=0, metrics_port=port))
+            with pytest.raises(main.PortUnavailable, match=f"metrics port {port} on 127.0.0.1 is in use"):
+                await service.run()
+        assert len(sockets) == 1 and sockets[0].fileno() == -1  # closed
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        await service.store.close()
+
+    asyncio.run(check())
+
+
 def test_serve_help_names_the_shipped_model() -> None:
     out = subprocess.run([str(EDGEPATH), "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0

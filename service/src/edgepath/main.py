@@ -553,14 +553,23 @@ class Service:
         credentials = grpc_server_credentials(s)
         if not self.reuse_port:
             check_port_free("gRPC", s.host, s.grpc_port)
-        if s.metrics_port:  # started last, after both servers: a port in use would surface as tracebacks then
+        if s.metrics_port:
             check_port_free("metrics", s.host, s.metrics_port)
         try:  # bound here and handed to uvicorn: a port in use is an OSError now, not uvicorn's exit later
             http_socket = listening_socket(s.host, s.http_port, reuse_port=self.reuse_port)
         except OSError as exc:
             raise PortUnavailable("HTTP", s.host, s.http_port, exc) from exc
+        metrics_server: Any = None
         grpc_server: Any = None
         try:
+            if s.metrics_port is not None:  # GET /metrics on a port of its own (prometheus_client's threaded server)
+                from prometheus_client import start_http_server
+
+                try:  # bound before either server starts: a port taken is one line, nothing left running
+                    metrics_server, _ = start_http_server(s.metrics_port, addr=s.host, registry=self.metrics.registry)
+                except OSError as exc:
+                    raise PortUnavailable("metrics", s.host, s.metrics_port, exc) from exc
+                self.metrics_port = metrics_server.server_port
             if self.follower is not None:  # a (re)started replica serves the published model from its first decision
                 try:
                     await asyncio.wait_for(self.follower.check(), timeout=10.0)
@@ -624,15 +633,11 @@ class Service:
             http_socket.close()
             if grpc_server is not None:
                 await grpc_server.stop(None)
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             raise
         self.http_port = http_server.servers[0].sockets[0].getsockname()[1]
-
-        metrics_server = None
-        if s.metrics_port is not None:  # GET /metrics on a port of its own (prometheus_client's threaded server)
-            from prometheus_client import start_http_server
-
-            metrics_server, _ = start_http_server(s.metrics_port, addr=s.host, registry=self.metrics.registry)
-            self.metrics_port = metrics_server.server_port
         background: list[asyncio.Task[None]] = []
         role_task: asyncio.Task[None] | None = None
         if self.trainer is not None and self.settings.trainer is not False:
