@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,36 @@ def test_serve_rejects_an_unknown_policy() -> None:
     )
     assert out.returncode == 2
     assert "no_such_policy" in out.stderr
+
+
+def _ipv6_loopback() -> bool:
+    """True when this machine can bind ::1 (socket.has_ipv6 and a loopback with an IPv6 address)."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this machine has no IPv6 loopback (::1) to bind")
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+def test_serve_binds_ipv6(tmp_path: Path, host: str) -> None:
+    """IPv6-only clusters (5G MEC): ``--host ::1`` gave "gRPC server could not bind ::1:50071" (the address not in
+    brackets), ``--host '[::1]'`` "cannot be bound: Name or service not known". Both now serve gRPC and REST, and
+    the start-up line writes the addresses in brackets."""
+    proc, ports = start_serve(tmp_path / "ready.json", tmp_path / "serve.log", "--host", host)
+    try:
+        with grpc.insecure_channel(f"[::1]:{ports['grpc_port']}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        assert httpx.get(f"http://[::1]:{ports['http_port']}/healthz").json() == {"status": "ok"}
+    finally:
+        code = stop_serve(proc)
+    assert code == 0
+    http = f"http://[::1]:{ports['http_port']}"
+    assert (
+        f"gRPC [::1]:{ports['grpc_port']}, HTTP {http}, metrics {http}/metrics;" in (tmp_path / "serve.log").read_text()
+    )

@@ -261,15 +261,13 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
     spreads connections), sharing decisions, outcomes and models through the Redis store. This process only
     starts them, writes the ready file ({grpc_port, http_port, pid, workers}) and passes SIGTERM/SIGINT on."""
     import multiprocessing
-    import socket
 
-    from edgepath.main import PortUnavailable, check_port_free, serve_worker
+    from edgepath.main import PortUnavailable, bound_socket, check_port_free, serve_worker
 
     def free(port: int) -> int:
         if port:
             return port
-        with socket.socket() as sock:
-            sock.bind((settings.host, 0))
+        with bound_socket(settings.host, 0) as sock:  # the host's family (IPv6 too)
             return int(sock.getsockname()[1])
 
     try:  # the workers share the ports (SO_REUSEPORT) with each other only, not with a process already on them

@@ -49,7 +49,7 @@ from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
 from edgepath.security import EdgeSecurity, build_outcome_guard, build_security
 from edgepath.security.tls import check_tls_key, grpc_server_credentials, uvicorn_ssl_options
-from edgepath.settings import Settings, dev_hmac_key_problem
+from edgepath.settings import Settings, dev_hmac_key_problem, host_port
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.state.base import StateStore, display_url
 from edgepath.state.memory import MemoryStore
@@ -591,7 +591,7 @@ class Service:
             try:
                 grpc_server, health_servicer, self.grpc_port = create_server(
                     self.plane,
-                    f"{s.host}:{s.grpc_port}",
+                    host_port(s.host, s.grpc_port),
                     self.security,
                     credentials,
                     admission,
@@ -708,8 +708,8 @@ class Service:
         if s.tls_enabled:
             tls = "TLS, client certificates required on gRPC" if s.tls_client_ca_file is not None else "TLS"
         metrics = (
-            f"metrics {scheme if s.metrics_port is None else 'http'}://{s.host}:"
-            f"{self.http_port if s.metrics_port is None else self.metrics_port}/metrics"
+            f"metrics {scheme if s.metrics_port is None else 'http'}://"
+            f"{host_port(s.host, self.http_port if s.metrics_port is None else self.metrics_port)}/metrics"
         )
         if self.trainer is not None and s.trainer is not False:
             training = "trainer in this process"
@@ -720,7 +720,8 @@ class Service:
         serving = self.registry.current
         return "; ".join(
             [
-                f"gRPC {s.host}:{self.grpc_port}, HTTP {scheme}://{s.host}:{self.http_port}, {metrics}",
+                f"gRPC {host_port(s.host, self.grpc_port)}, HTTP {scheme}://{host_port(s.host, self.http_port)}, "
+                f"{metrics}",
                 f"{tls}, authentication {'on' if s.auth_enabled else 'off'} (profile {s.profile})",
                 f"store {display_url(s.store_url)}, {training}",
                 f"model v{serving.version} (policy {serving.model.policy_name})",
@@ -871,7 +872,7 @@ async def run_trainer(settings: Settings) -> None:
             )
         except OSError as exc:
             raise PortUnavailable("metrics", settings.host, settings.metrics_port, exc) from exc
-        log.info("trainer metrics: http://%s:%d/metrics", settings.host, metrics_server.server_port)
+        log.info("trainer metrics: http://%s/metrics", host_port(settings.host, metrics_server.server_port))
     try:
         if settings.outbox_dir is not None:
             # The outbox journals what a replica acknowledged while Redis was away; a trainer acknowledges nothing to

@@ -618,6 +618,13 @@ class Settings(BaseSettings):
         """Flat (old) names given to ``model_validate`` go to their groups too."""
         return nest_flat_names(data) if isinstance(data, Mapping) else data
 
+    @field_validator("host")
+    @classmethod
+    def _unbracketed_host(cls, host: str) -> str:
+        """``[::1]`` (an IPv6 address as URLs write it) is ``::1``: sockets and gRPC take the bare address
+        (:func:`host_port` brackets it again where a port follows)."""
+        return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
     @field_validator("log_level")
     @classmethod
     def _known_log_level(cls, level: str) -> str:
@@ -702,6 +709,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as gRPC targets and URLs write it: an IPv6 address in brackets (``[::1]:50051``, RFC 3986
+    §3.2.2), any other host as is (``127.0.0.1:50051``)."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 def _display_url(url: str) -> str:
