@@ -109,3 +109,15 @@ def test_serve_binds_ipv6(tmp_path: Path, host: str) -> None:
     assert (
         f"gRPC [::1]:{ports['grpc_port']}, HTTP {http}, metrics {http}/metrics;" in (tmp_path / "serve.log").read_text()
     )
+
+
+def test_a_graceful_shutdown_is_not_reported_as_a_store_outage(tmp_path: Path) -> None:
+    """While draining the plane is not ready; the readiness watcher logged that as "not ready: state store
+    unreachable" at WARNING on every SIGTERM. The readiness delay (1 s, beyond the watcher's 0.5 s period) lets it
+    see the drain before it stops."""
+    log = tmp_path / "serve.log"
+    proc, _ = start_serve(tmp_path / "ready.json", log, env={"EDGEPATH_DRAIN_READINESS_DELAY_S": "1.0"})
+    assert stop_serve(proc) == 0
+    text = log.read_text()
+    assert "draining: readiness false" in text and "not ready: draining" in text, text
+    assert "state store unreachable" not in text, text

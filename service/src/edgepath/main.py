@@ -806,14 +806,17 @@ class Service:
         log.info("EdgePath stopped (drained in %.2f s)", asyncio.get_running_loop().time() - started)
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
-        """Mirror the plane's readiness (state store reachable) on the gRPC service's health status."""
+        """Mirror the plane's readiness (state store reachable, not draining) on the gRPC service's health status;
+        a change to not ready is logged by its cause (a WARNING for the store, an INFO line while draining)."""
         serving: bool | None = None
         while True:
             ready = await self.plane.ready()
             if ready != serving:
                 serving = ready
                 await set_service_serving(health_servicer, ready)
-                if not ready:
+                if not ready and self.plane.draining:  # shutting down: _drain said so ("draining: readiness false")
+                    log.info("not ready: draining")
+                elif not ready:
                     log.warning(
                         "not ready: state store unreachable; still deciding with model v%d",
                         self.registry.current.version,
