@@ -121,3 +121,18 @@ def test_a_graceful_shutdown_is_not_reported_as_a_store_outage(tmp_path: Path) -
     text = log.read_text()
     assert "draining: readiness false" in text and "not ready: draining" in text, text
     assert "state store unreachable" not in text, text
+
+
+def test_serve_warns_about_an_environment_variable_that_names_no_setting(tmp_path: Path) -> None:
+    """A typo in the chart's extraSettings (``EDGEPATH_GRPC_PROT``) was ignored without a word, while the same typo
+    in a settings file is refused. Kubernetes' service-link variables of a Service named edgepath are no typo."""
+    log = tmp_path / "serve.log"
+    links = {"EDGEPATH_SERVICE_HOST": "10.0.0.1", "EDGEPATH_PORT": "tcp://10.0.0.1:50051"}
+    proc, _ = start_serve(tmp_path / "ready.json", log, env={"EDGEPATH_GRPC_PROT": "5", **links})
+    assert stop_serve(proc) == 0
+    warnings = [line for line in log.read_text().splitlines() if "matches no setting" in line]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].endswith(
+        "WARNING edgepath [None]: environment variable EDGEPATH_GRPC_PROT matches no setting and is ignored; "
+        "did you mean EDGEPATH_GRPC_PORT?"
+    ), warnings

@@ -90,6 +90,17 @@ def setting_source(name: str, given: object, config: Optional[Path]) -> str:
     return f"{name} in {config}"
 
 
+def warn_unknown_env() -> None:
+    """One WARNING per ``EDGEPATH_*`` variable that names no setting, with the closest known name
+    (:func:`edgepath.settings.unknown_env_settings`); ``serve`` and ``train`` call it once, at start."""
+    import logging
+
+    from edgepath.settings import unknown_env_message, unknown_env_settings
+
+    for var, close in unknown_env_settings():
+        logging.getLogger("edgepath").warning("%s", unknown_env_message(var, close))
+
+
 @app.callback()
 def _root() -> None:
     """EdgePath service, trainer and evaluations."""
@@ -202,6 +213,7 @@ def serve(
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
     configure_logging(settings.log_level, settings.log_format)
+    warn_unknown_env()
     from edgepath.security.tls import TlsKeyExposed, check_tls_key
 
     try:  # once for this process and its workers, before anything is built: prod refuses, dev warns
@@ -349,6 +361,7 @@ def train(
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
     known_policy(settings.policy, param_hint=None)
     configure_logging(settings.log_level, settings.log_format)
+    warn_unknown_env()
     from edgepath.main import PortUnavailable, run_trainer
     from edgepath.training.online import renice
 

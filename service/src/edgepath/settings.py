@@ -21,6 +21,7 @@ environment variable of each invalid value.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import logging
@@ -267,6 +268,44 @@ def env_names() -> set[str]:
         if isinstance(group, type) and issubclass(group, BaseModel):
             names |= {ENV_PREFIX + f"{name}{NESTED_DELIMITER}{sub}".upper() for sub in group.model_fields}
     return names | {ENV_PREFIX + flat.upper() for flat in FLAT_ALIASES}
+
+
+#: ``EDGEPATH_*`` variables read elsewhere than the settings: the event loop (:func:`edgepath.main.run_event_loop`)
+#: and the image's health check (``docker/healthcheck.py``). ``EDGEPATH_AGENT_*`` are the device agent's.
+OTHER_ENV_NAMES = frozenset({"EDGEPATH_EVENT_LOOP", "EDGEPATH_HEALTHCHECK"})
+
+
+def unknown_env_settings(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """``EDGEPATH_*`` variables in ``environ`` (default: ``os.environ``) that name no setting (:func:`env_names`),
+    each with the known name closest to it (:func:`difflib.get_close_matches`) or None; sorted.
+
+    pydantic-settings reads only the variables of known settings, so a misspelt one (a typo in the chart's
+    ``extraSettings``) was ignored without a word, while the same typo in a settings file is refused. Not reported:
+    :data:`OTHER_ENV_NAMES`, the agent's ``EDGEPATH_AGENT_*`` and the variables Kubernetes sets for a Service
+    named ``edgepath…`` (``NAME_SERVICE_HOST``, ``NAME_SERVICE_PORT…``, ``NAME_PORT…``, where ``NAME_SERVICE_HOST``
+    is set). The agent warns the same way (``edgepath_agent.daemon.unknown_env_settings``)."""
+    environ = os.environ if environ is None else environ
+    known = sorted(env_names())
+    upper = {var.upper() for var in environ}
+    services = [var.removesuffix("_SERVICE_HOST") for var in upper if var.endswith("_SERVICE_HOST")]
+    out: list[tuple[str, str | None]] = []
+    for var in sorted(environ):
+        name = var.upper()
+        if not name.startswith(ENV_PREFIX) or name in known or name in OTHER_ENV_NAMES:
+            continue
+        if name.startswith(ENV_PREFIX + "AGENT_"):
+            continue
+        if any(name.startswith((f"{svc}_SERVICE_", f"{svc}_PORT_")) or name == f"{svc}_PORT" for svc in services):
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        out.append((var, close[0] if close else None))
+    return out
+
+
+def unknown_env_message(var: str, close: str | None) -> str:
+    """The warning for ``var``, an ``EDGEPATH_*`` variable that names no setting, with the closest known name."""
+    hint = f"; did you mean {close}?" if close else " (settings: EDGEPATH_<NAME>, groups EDGEPATH_<GROUP>__<NAME>)"
+    return f"environment variable {var} matches no setting and is ignored{hint}"
 
 
 def env_var(loc: tuple[int | str, ...]) -> str:
