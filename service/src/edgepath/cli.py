@@ -14,7 +14,7 @@ import typer
 
 from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
 from edgepath.logs import configure_logging
-from edgepath.settings import ConfigError, load_settings
+from edgepath.settings import ConfigError, load_settings, port_conflict
 
 #: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
 #: error is one plain line ``Error: …`` on stderr, whatever the terminal width, and the exit code is 2
@@ -208,6 +208,8 @@ def serve(
                 raise typer.BadParameter(str(exc), param_hint=setting_source("model_path", model, config)) from exc
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if problem := port_conflict(settings):  # serve's ports only: train binds just metrics_port
+        raise typer.BadParameter(problem)
     from edgepath.security import startup_problems  # security: missing/malformed key, cert or tokens files
 
     if problems := startup_problems(settings):

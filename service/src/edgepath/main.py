@@ -49,7 +49,7 @@ from edgepath.plane import DecisionPlane
 from edgepath.rest.app import create_app
 from edgepath.security import EdgeSecurity, build_outcome_guard, build_security
 from edgepath.security.tls import check_tls_key, grpc_server_credentials, uvicorn_ssl_options
-from edgepath.settings import Settings, dev_hmac_key_problem, host_port
+from edgepath.settings import Settings, dev_hmac_key_problem, host_port, port_conflict
 from edgepath.state.backend import MemoryBackend, StateBackend
 from edgepath.state.base import StateStore, display_url
 from edgepath.state.memory import MemoryStore
@@ -537,6 +537,8 @@ class Service:
         PortUnavailable
             When the gRPC or the HTTP port cannot be bound (in use by another process: a second ``edgepath serve``
             on the same ports); nothing is left running then.
+        ValueError
+            Two of the servers' ports are equal and not 0 (:func:`edgepath.settings.port_conflict`); nothing started.
         edgepath.security.tls.TlsKeyExposed
             In profile ``prod``, when ``tls_key_file`` is open to others than its owner (checked once, before
             anything is bound, for both servers; profile ``dev`` logs a warning); nothing was started.
@@ -548,6 +550,8 @@ class Service:
         # Both ports before anything starts, each this process's alone unless worker processes share them
         # (SO_REUSEPORT, `serve --workers N`): gRPC core's default SO_REUSEPORT let a second `edgepath serve` on the
         # same gRPC port start, and the kernel then split the calls between two services, each with its own state.
+        if problem := port_conflict(s):  # `edgepath serve` refuses it first, as a usage error
+            raise ValueError(problem)
         # The TLS files before any port: an unreadable key is an OSError naming its file, not a port problem
         # (`edgepath serve` names them first, edgepath.security.startup_problems).
         credentials = grpc_server_credentials(s)

@@ -697,24 +697,6 @@ class Settings(BaseSettings):
         return url
 
     @model_validator(mode="after")
-    def _distinct_ports(self) -> Settings:
-        """Refuse two servers on one port (port 0, any free port, excepted): the second bind would fail only
-        after the first server started."""
-        ports = {"grpc_port": self.grpc_port, "http_port": self.http_port, "metrics_port": self.metrics_port}
-        taken: dict[int, str] = {}
-        for name, port in ports.items():
-            if not port:
-                continue
-            if port in taken:
-                first = taken[port]
-                raise ValueError(
-                    f"{first} ({env_var((first,))}) and {name} ({env_var((name,))}) are both {port}: each server "
-                    "needs a port of its own"
-                )
-            taken[port] = name
-        return self
-
-    @model_validator(mode="after")
     def _refuse_unsafe(self) -> Settings:
         """Refuse an empty HMAC key with a shared (Redis) store outside the ``dev`` profile, and in ``dev`` too
         unless both the bind address and the store are on this machine (:func:`dev_hmac_key_problem`)."""
@@ -748,6 +730,26 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def port_conflict(settings: Settings) -> str | None:
+    """Why ``edgepath serve`` cannot bind its servers' ports, naming both settings: two of ``grpc_port``,
+    ``http_port`` and ``metrics_port`` equal and not 0 (any free port); None when they differ. The second bind would
+    fail only after the first server started. ``edgepath train`` binds only ``metrics_port`` and is not asked (the
+    chart gives the trainer the deciders' settings and a metrics port of its own, which may be their HTTP port)."""
+    ports = {"grpc_port": settings.grpc_port, "http_port": settings.http_port, "metrics_port": settings.metrics_port}
+    taken: dict[int, str] = {}
+    for name, port in ports.items():
+        if not port:
+            continue
+        if port in taken:
+            first = taken[port]
+            return (
+                f"{first} ({env_var((first,))}) and {name} ({env_var((name,))}) are both {port}: each server needs "
+                "a port of its own"
+            )
+        taken[port] = name
+    return None
 
 
 def host_port(host: str, port: int) -> str:
