@@ -240,6 +240,20 @@ def test_every_edgepath_variable_is_a_real_setting(render: Any, value_set: str) 
     assert not unknown, f"not settings of edgepath.settings.Settings: {unknown}"
 
 
+def test_every_edgepath_variable_the_image_reads_is_known_to_serve() -> None:
+    """``edgepath serve`` warns about an ``EDGEPATH_*`` variable that names no setting (a typo in extraSettings):
+    the variables the image itself reads outside the settings (its health check's) must not be warned about in
+    every container that sets them."""
+    import re
+
+    from edgepath.settings import OTHER_ENV_NAMES
+
+    text = (ROOT / "docker" / "healthcheck.py").read_text() + (ROOT / "Dockerfile").read_text()
+    names = set(re.findall(r"EDGEPATH_[A-Z0-9_]*[A-Z0-9]", text))
+    unknown = sorted(n for n in names if n not in _settings_env_names() and n not in OTHER_ENV_NAMES)
+    assert not unknown, f"serve would warn about: {unknown}"
+
+
 def _probes(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     deploy = one(objects, "Deployment", "ep-edgepath")
     c = deploy["spec"]["template"]["spec"]["containers"][0]  # the service container (sidecars follow)

@@ -272,7 +272,9 @@ def env_names() -> set[str]:
 
 #: ``EDGEPATH_*`` variables read elsewhere than the settings: the event loop (:func:`edgepath.main.run_event_loop`)
 #: and the image's health check (``docker/healthcheck.py``). ``EDGEPATH_AGENT_*`` are the device agent's.
-OTHER_ENV_NAMES = frozenset({"EDGEPATH_EVENT_LOOP", "EDGEPATH_HEALTHCHECK"})
+OTHER_ENV_NAMES = frozenset(
+    {"EDGEPATH_EVENT_LOOP", "EDGEPATH_HEALTHCHECK", "EDGEPATH_HEALTHCHECK_CA_FILE", "EDGEPATH_HEALTHCHECK_SERVER_NAME"}
+)
 
 
 def unknown_env_settings(environ: Mapping[str, str] | None = None) -> list[tuple[str, str | None]]:
