@@ -16,12 +16,18 @@ import asyncio
 import contextlib
 import io
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from edgepath.logs import configure_logging
 from edgepath.main import Service
 from edgepath.settings import Settings
@@ -191,3 +197,26 @@ def captured_json_log(level: str) -> Iterator[io.StringIO]:
         for h in saved_handlers:
             root.addHandler(h)
         root.setLevel(saved_level)
+
+
+#: The ``edgepath`` command of this interpreter's environment.
+EDGEPATH = Path(sys.executable).with_name("edgepath")
+
+
+def edgepath_cli(
+    *args: str, env_extra: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """``[*prefix,] edgepath ARGS`` as a process of its own (and its own process group), no ``EDGEPATH_*`` variable
+    but ``env_extra`` (stderr a pipe: plain errors). One still running after ``timeout_s`` (it started instead of
+    refusing) is killed with its process group (``--workers`` too) and fails the test."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EDGEPATH_")} | (env_extra or {})
+    argv = [*prefix, str(EDGEPATH), *args]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as proc:  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"edgepath {' '.join(args)} still running after {timeout_s:.0f} s: it was not refused")
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)

@@ -3,8 +3,11 @@ the ``edgepath-agent`` command and a kernel view for the network-namespace tests
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from edgepath_agent.testbed.netns import sh
@@ -55,3 +58,22 @@ def kernel_view(ns: str) -> dict[str, str]:
         "limits": run("ip", "mptcp", "limits", "show"),
         "routes": run("ip", "-4", "route", "show", "table", "all"),
     }
+
+
+@contextmanager
+def without_access(path: Path) -> Iterator[None]:
+    """``path`` unreadable to this process: as root, drop the effective uid to nobody (the real uid stays root,
+    so it comes back); otherwise mode 000 (its mode put back after)."""
+    if os.geteuid() == 0:
+        os.seteuid(65534)
+        try:
+            yield
+        finally:
+            os.seteuid(0)
+    else:
+        mode = path.stat().st_mode & 0o777
+        os.chmod(path, 0)
+        try:
+            yield
+        finally:
+            os.chmod(path, mode)

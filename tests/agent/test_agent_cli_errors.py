@@ -16,11 +16,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fixtures import without_access
 from edgepath.security.auth import TokenFile
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.cli import EXIT_CONFIG, EXIT_UNAVAILABLE, PERMANENT_EXIT_CODES, app
@@ -197,31 +197,13 @@ def test_run_without_ip_exits_78_naming_iproute2(tmp_path: Path) -> None:
 # 4. rollback without access to the journal
 
 
-@contextmanager
-def _without_access(path: Path) -> Iterator[None]:
-    """``path`` unreadable to this process: as root, drop the effective uid to nobody (the real uid stays root,
-    so it comes back); otherwise mode 000."""
-    if os.geteuid() == 0:
-        os.seteuid(65534)
-        try:
-            yield
-        finally:
-            os.seteuid(0)
-    else:
-        os.chmod(path, 0)
-        try:
-            yield
-        finally:
-            os.chmod(path, 0o600)
-
-
 def test_rollback_without_access_to_the_journal_is_one_error_line(tmp_path: Path) -> None:
     importlib.import_module("edgepath_agent.applier.networkmanager")  # imported before the uid changes
 
     journal = tmp_path / "journal.json"
     journal.write_text(json.dumps({"snapshot": None}))
     os.chmod(journal, 0o600)
-    with _without_access(journal):
+    with without_access(journal):
         result = CliRunner().invoke(app, ["rollback", "--journal", str(journal)], env=ENV)
     assert result.exit_code == 2, result.output
     errors = _errors(result.output)

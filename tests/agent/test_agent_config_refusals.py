@@ -21,12 +21,11 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fixtures import without_access
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.cli import EXIT_CONFIG, app
 from edgepath_agent.client import ServiceError
@@ -63,25 +62,6 @@ def _status_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var)
 
 
-@contextmanager
-def _without_access(path: Path) -> Iterator[None]:
-    """``path`` unreadable to this process: as root, drop the effective uid to nobody (the real uid stays root,
-    so it comes back); otherwise mode 000."""
-    if os.geteuid() == 0:
-        os.seteuid(65534)
-        try:
-            yield
-        finally:
-            os.seteuid(0)
-    else:
-        mode = path.stat().st_mode & 0o777
-        os.chmod(path, 0)
-        try:
-            yield
-        finally:
-            os.chmod(path, mode)
-
-
 # 1. files the agent cannot read
 
 
@@ -93,7 +73,7 @@ def test_an_unreadable_settings_file_is_78_naming_the_file_and_the_permission(tm
     conf = tmp_path / "agent.toml"
     conf.write_text("interval_s = 1\n")
     conf.chmod(0o600)
-    with _without_access(conf):
+    with without_access(conf):
         run = _invoke([*_run(tmp_path, "--interface", "lo=ETHERNET"), "--config", str(conf)])
         status = _invoke(["status", "--config", str(conf)])
     assert run.exit_code == EXIT_CONFIG, run.output
@@ -114,7 +94,7 @@ def test_an_unreadable_token_file_names_the_setting(tmp_path: Path, where: str) 
         token.write_text("secret\n")
         token.chmod(0o600)
         config = load_config(service=["grpc://127.0.0.1:50051"], token_file=token)
-        with _without_access(token if where == "the file" else home), pytest.raises(ValueError) as refused:
+        with without_access(token if where == "the file" else home), pytest.raises(ValueError) as refused:
             config.credentials()
     message = str(refused.value)
     said = "cannot be read (Permission denied)" if where == "the file" else "cannot be reached (Permission denied)"

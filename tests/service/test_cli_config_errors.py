@@ -12,36 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from service_harness import edgepath_cli
 
 #: Beyond :func:`edgepath_cli`'s own timeout, so that a process that started instead of refusing is killed by it.
 pytestmark = pytest.mark.timeout(150)
-EDGEPATH = Path(sys.executable).with_name("edgepath")
 #: A Redis nobody listens on: the commands below are refused before they would connect.
 NO_REDIS = "redis://127.0.0.1:1/0"
-
-
-def edgepath_cli(
-    *args: str, env_extra: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout_s: float = 60.0
-) -> subprocess.CompletedProcess[str]:
-    """``edgepath ARGS`` as a process of its own, no ``EDGEPATH_*`` variable but ``env_extra`` (stderr a pipe:
-    plain errors). One still running after ``timeout_s`` (it started instead of refusing) is killed and fails."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("EDGEPATH_")} | (env_extra or {})
-    argv = [*prefix, str(EDGEPATH), *args]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                          start_new_session=True) as proc:  # fmt: skip
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            pytest.fail(f"edgepath {' '.join(args)} still running after {timeout_s:.0f} s: it was not refused")
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def error_line(out: subprocess.CompletedProcess[str]) -> str:

@@ -9,11 +9,8 @@ closed loop) and exited 3. Real sockets and servers on loopback; ``--workers N``
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +21,11 @@ from edgepath import main
 from edgepath.grpc.server import create_server
 from edgepath.main import Service
 from edgepath.settings import Settings
-from service_harness import running_service
+from service_harness import EDGEPATH, edgepath_cli, running_service
 
 #: Beyond :func:`serve`'s own timeout (60 s), so that a service which started instead of refusing is killed, with
 #: its workers, by it, not left running by pytest-timeout's end of the test.
 pytestmark = pytest.mark.timeout(150)
-EDGEPATH = Path(sys.executable).with_name("edgepath")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -56,17 +52,7 @@ def serve(
     """``edgepath serve ARGS`` on 127.0.0.1 as a process of its own (stderr not a terminal: plain errors). One that
     is still running after ``timeout_s`` (it started instead of refusing) is killed with its process group (its
     ``--workers`` too) and fails the test."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGEPATH_")} | (env_extra or {})
-    argv = [str(EDGEPATH), "serve", "--host", "127.0.0.1", *args]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                          start_new_session=True) as proc:  # fmt: skip
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            pytest.fail(f"edgepath serve {' '.join(args)} still running after {timeout_s:.0f} s: it was not refused")
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+    return edgepath_cli("serve", "--host", "127.0.0.1", *args, env_extra=env_extra, timeout_s=timeout_s)
 
 
 def refused(out: subprocess.CompletedProcess[str], server: str, port: int) -> None:
