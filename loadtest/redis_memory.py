@@ -18,7 +18,7 @@ free port and ``edgepath serve`` on free ports, sends ``--decisions`` REST decis
 Prints one JSON object (and writes it to ``--out`` when given). Bounded: ``--decisions`` calls, each with a 10 s
 timeout; the children are stopped by pid. Needs the ``redis-server`` binary.
 
-    .venv/bin/python loadtest/redis_memory.py --decisions 20000 --out out/redis-memory.json
+    loadtest/redis_memory.py --decisions 20000 --out out/redis-memory.json
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import socket
@@ -36,12 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-import redis
+_VENV_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+if _VENV_PYTHON.exists() and Path(sys.prefix).resolve() != _VENV_PYTHON.parent.parent.resolve():
+    os.execv(str(_VENV_PYTHON), [str(_VENV_PYTHON), *sys.argv])  # run inside the project's venv
+
+import httpx  # noqa: E402  (after the re-exec into the venv)
+import redis  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from edgepath import launch
-from workload import (
+from edgepath import launch  # noqa: E402
+from workload import (  # noqa: E402
     AGENT_HISTORY_SAMPLES,
     OUTCOME_LOSS,
     outcome_body,
