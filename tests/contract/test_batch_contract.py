@@ -262,3 +262,25 @@ def test_the_kept_self_declared_principals_hold_at_most_128_characters_of_an_id(
     assert principal.device_id == long_id[:128]
     assert declared_principal(long_id[:128] + "another tail") is principal  # one entry, keyed by the 128 characters
     assert _declared_principal.cache_info().currsize == before + 1
+
+
+def test_a_full_batch_reply_reaches_a_client_with_default_options_past_the_message_bound(transport: str) -> None:
+    """256 devices with 16 interfaces of 64-character names each (a request under the default ``max_message_bytes``,
+    1 MiB) to a client with its transport's default options (gRPC: 4 MiB received at most): every decision arrives.
+    The reply (~1.1 MB as protobuf) outweighs the request bound, and the gRPC server once bounded its replies by it
+    too: the batch was decided and recorded, then refused with RESOURCE_EXHAUSTED "Sent message larger than max" (under
+    the chart's 256 KiB bound, already a batch of 256 two-interface devices, ~0.36 MB)."""
+    names = [f"if{k}-".ljust(64, "x") for k in range(16)]
+    requests = [
+        {
+            "device_id": f"cpe-client-{i}",
+            "interfaces": [
+                {"name": name, "access_type": ("WIFI", "LTE")[k % 2], "rtt_ms": 20.0} for k, name in enumerate(names)
+            ],
+        }
+        for i in range(MAX_BATCH)
+    ]
+    with running_service() as svc:
+        recs = BatchClient(transport, svc).recommend_batch(requests)
+    assert [len(r["scheduler"]["weights"]) for r in recs] == [16] * MAX_BATCH
+    assert {r["primary_path"]["interface"] for r in recs} <= set(names)

@@ -514,7 +514,7 @@ class Settings(BaseSettings):
         1024 * 1024,
         ge=1024,
         le=16 * 1024 * 1024,
-        description="Largest request body / gRPC message, bytes (the largest valid JSON request is ~0.5 MB)",
+        description="Largest request body / received gRPC message, bytes (the largest valid JSON request is ~0.5 MB)",
     )
 
     @property

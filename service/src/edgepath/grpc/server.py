@@ -526,8 +526,12 @@ def create_server(
 
     ``security`` enables authentication and rate limits; ``credentials`` (see
     :func:`edgepath.security.tls.grpc_server_credentials`) serves TLS/mTLS
-    instead of plaintext. Messages are bounded by ``security.max_message_bytes``
-    (``DEFAULT_MAX_MESSAGE_BYTES`` without security) in both directions.
+    instead of plaintext. Received messages are bounded by ``security.max_message_bytes``
+    (``DEFAULT_MAX_MESSAGE_BYTES`` without security); replies are not (gRPC's default for a sender): a valid
+    ``RecommendBatch`` of 256 decisions replies ~1.1 MB with 16 interfaces of 64-character names, and up to ~190 kB
+    per decision for a device with 245 MEC 015 flow filters, so bounding replies by the request bound refused valid
+    batches with RESOURCE_EXHAUSTED ("Sent message larger than max") after deciding them. What a reply may weigh is
+    the client's choice (``grpc.max_receive_message_length``, 4 MiB by default).
 
     Past capacity (``admission``, :mod:`edgepath.admission`) new ``PathService`` calls are shed
     (RESOURCE_EXHAUSTED with ``retry-after-ms``); health checks are never shed.
@@ -558,7 +562,6 @@ def create_server(
     max_bytes = security.max_message_bytes if security is not None else DEFAULT_MAX_MESSAGE_BYTES
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", max_bytes),
-        ("grpc.max_send_message_length", max_bytes),
         ("grpc.so_reuseport", 1 if reuse_port else 0),  # GRPC_ARG_ALLOW_REUSEPORT (gRPC core's default: 1)
     ]
     if max_connection_age_ms is not None:

@@ -99,8 +99,9 @@ MAX_DEVICE_SESSIONS = 64
 #: ``flowFilter`` entries over one device's flow sessions (``requestType`` 1) at most, 245: one ATSSS rule each, with
 #: precedence 10..254 (TS 24.193 §5.2.1, :data:`edgepath.adapters.steering.MAX_FLOW_RULES`). A POST or PUT beyond is
 #: 400 naming ``flowFilter``. It bounds the device's reply: with every filter maximal (64 + 64 ports, the longest
-#: addresses) ~190 kB over gRPC, under the server's 1 MiB send bound (``max_message_bytes``), and ~0.5 MB of JSON;
-#: before, 300 sessions of 16 filters made a 1.1 MB gRPC reply the server could not send (RESOURCE_EXHAUSTED).
+#: addresses) ~190 kB over gRPC, under a gRPC client's default 4 MiB receive bound, and ~0.5 MB of JSON; before,
+#: 300 sessions of 16 filters made a 1.1 MB gRPC reply (the server then bounded replies by ``max_message_bytes``
+#: and could not send it: RESOURCE_EXHAUSTED).
 MAX_DEVICE_FLOW_FILTERS = MAX_FLOW_RULES
 _ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
 
