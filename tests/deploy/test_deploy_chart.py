@@ -1663,8 +1663,9 @@ def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any,
     """What the chart's maxmemory policy (noeviction) means for the service, on a real redis-server with the rendered
     policy at its bound: a decision or an outcome whose write Redis refuses is answered 503 with a retry hint
     (nothing is handed out that could not be joined, no outcome acknowledged that was not stored; the agent reports
-    it again) and counted; readiness stays (reads, expiry and PING go on), and the calls succeed again once memory
-    is freed. Before, both were answered 500 as faults of the service."""
+    it again) and counted, and so is an MEC 015 session write (a MULTI/EXEC transaction); readiness stays (reads,
+    expiry and PING go on), and the calls succeed again once memory is freed. Before, all were answered 500 as
+    faults of the service."""
     import httpx
     import redis
 
@@ -1688,6 +1689,18 @@ def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any,
             full = httpx.post(f"{base}/v1/recommendations", json=context, timeout=10)
             assert full.status_code == 503 and full.headers["retry-after"] == "1", full.text
             assert full.json()["detail"].startswith("state store full"), full.text
+            session = {  # an MEC 015 session write: a MULTI/EXEC transaction, which EXECABORT ends (was 500)
+                "appInsId": "mec-app-1",
+                "requestType": 0,
+                "flowFilter": [{"dstIp": "198.51.100.7", "dstPort": [443], "protocol": 6}],
+                "qosD": {},
+                "mtsMode": 1,
+                "trafficDirection": "00",
+                "deviceId": "phone-1",
+            }
+            mts = httpx.post(f"{base}/mts/v1/mts_sessions", json=session, timeout=10)
+            assert mts.status_code == 503 and mts.headers["retry-after"] == "1", mts.text
+            assert mts.json()["detail"].startswith("state store full"), mts.text
             outcome = httpx.post(f"{base}/v1/outcomes", json=report, timeout=10)
             assert outcome.status_code == 503, outcome.text
             assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200

@@ -95,6 +95,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -151,17 +152,34 @@ class StoreFull(Unavailable, OutOfMemoryError):
         self.reply = reply
 
 
-class _Client(Redis):
-    """redis-py's client, its replies' out-of-memory errors raised as :class:`StoreFull`: every command of the
-    store's clients and of the auto-pipeline (which parses its replies with this method) is read here. Not the
-    commands of a ``MULTI``/``EXEC`` pipeline (MEC 015 session writes), which redis-py parses in its ``Pipeline``:
-    a full Redis aborts those (``EXECABORT``), answered 500."""
+async def _parse_storing(parse: Any, connection: Any, command_name: str | bytes, **options: Any) -> Any:
+    """``parse(connection, command_name, **options)``, a reply's out-of-memory error raised as :class:`StoreFull`."""
+    try:
+        return await parse(connection, command_name, **options)
+    except OutOfMemoryError as exc:
+        raise StoreFull(str(exc)) from exc
+
+
+class _Pipeline(Pipeline):
+    """redis-py's pipeline, its replies' out-of-memory errors raised as :class:`StoreFull` (see :class:`_Client`). In a
+    ``MULTI``/``EXEC`` transaction (MEC 015 session writes) a full Redis refuses the queued command and aborts the
+    ``EXEC`` (``EXECABORT``); redis-py raises the queued command's error, so the transaction is answered 503 too."""
 
     async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
-        try:
-            return await super().parse_response(connection, command_name, **options)
-        except OutOfMemoryError as exc:
-            raise StoreFull(str(exc)) from exc
+        return await _parse_storing(super().parse_response, connection, command_name, **options)
+
+
+class _Client(Redis):
+    """redis-py's client, its replies' out-of-memory errors raised as :class:`StoreFull`: every command of the
+    store's clients, of the auto-pipeline (which parses its replies with this method) and of its pipelines
+    (:class:`_Pipeline`: MEC 015 session transactions, decision flushes) is read here."""
+
+    async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
+        return await _parse_storing(super().parse_response, connection, command_name, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> _Pipeline:
+        """A :class:`_Pipeline` on this client's pool (redis-py's ``Redis.pipeline``, the same arguments)."""
+        return _Pipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
 
 
 def group_missing(exc: ResponseError) -> bool:
