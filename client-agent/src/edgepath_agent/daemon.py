@@ -1083,8 +1083,15 @@ class Agent:
         return rec.with_primary(interface, self.config.interfaces.get(interface, rec.primary_path.access_type))
 
     def guard_primary(self, rec: Recommendation) -> tuple[Recommendation, str | None]:
-        """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``."""
-        self.preferred = rec.primary_path.interface
+        """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``.
+
+        The path probed is the one the applier would put the initial subflow on
+        (:meth:`~edgepath_agent.messages.Recommendation.initial_interface`: the steering rule's initial access,
+        or MLPM's prioritised subflow with ``follow_mlpm``, before ``primary_path``); an override moves every one
+        of those fields to the chosen interface (:meth:`~edgepath_agent.messages.Recommendation.with_primary`),
+        so the applied primary is the guard's choice.
+        """
+        self.preferred = rec.initial_interface(self.config.follow_mlpm)
         if self.guard is None or self.preferred not in self.config.interfaces:
             return rec, None  # unmanaged names are left to the applier's safety checks
         chosen, reason = self.guard.choose(self.preferred)

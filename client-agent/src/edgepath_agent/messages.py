@@ -209,10 +209,51 @@ class Recommendation(_Reply):
         """Parse an ``edgepath.v1.Recommendation``; raises ``pydantic.ValidationError`` naming the field."""
         return cls.model_validate(_proto_fields(msg))
 
+    def initial_interface(self, follow_mlpm: bool = False) -> str:
+        """The interface this recommendation puts the initial subflow on, read as the applier reads it
+        (:meth:`edgepath_agent.applier.Applier.apply`): with ``follow_mlpm`` and MLPM advice (weights or a
+        ``prioritised_subflow``), the prioritised subflow, else the highest weight; else the match-all (last)
+        steering rule's single ``initial_subflow`` access; else ``primary_path.interface``. Shapes only: whether
+        the interface is the device's own is the safety checks' to say."""
+        if follow_mlpm:
+            weights = {w.interface: float(w.weight) for w in self._weight_items()}
+            prioritised = self.scheduler.prioritised_subflow if self.scheduler is not None else ""
+            if prioritised or weights:
+                return prioritised or max(sorted(weights), key=lambda k: weights[k])
+        if self.steering is not None and self.steering.rules:
+            initial = [a.interface for a in self.steering.rules[-1].accesses if a.initial_subflow]
+            if len(initial) == 1:
+                return initial[0]
+        return self.primary_path.interface
+
+    def _weight_items(self) -> tuple[SubflowWeight, ...]:
+        advice = self.scheduler
+        return (*(advice.weights if advice else ()), *(advice.subflows if advice else ()), *self.scheduler_weights)
+
     def with_primary(self, interface: str, access_type: str | None) -> Recommendation:
-        """This recommendation with another primary path (the upstream guard's override)."""
+        """This recommendation with the initial subflow on ``interface`` (the upstream guard's override).
+
+        Every field the applier may take the initial subflow from says ``interface``, so the override is what is
+        applied whichever one the applier reads (:meth:`initial_interface`): ``primary_path``; the match-all
+        (last) steering rule, whose ``initial_subflow`` moves to ``interface``'s access (added, with
+        ``access_type``, when the rule has none for it) while the previous initial access stays in the rule,
+        as Active-Standby's standby / Priority-based's low-priority access (an MPTCP ``backup`` endpoint), an
+        active one in the other modes; and MLPM's ``prioritised_subflow`` (set when the recommendation carries
+        MLPM advice), its weights kept.
+        """
         pp = self.primary_path.model_copy(update={"interface": interface, "access_type": access_type})
-        return self.model_copy(update={"primary_path": pp})
+        update: dict[str, Any] = {"primary_path": pp}
+        if self.steering is not None and self.steering.rules:
+            *rules, match_all = self.steering.rules
+            accesses = [a.model_copy(update={"initial_subflow": a.interface == interface}) for a in match_all.accesses]
+            if not any(a.interface == interface for a in accesses):
+                accesses.append(SteeringAccess(interface=interface, access_type=access_type, initial_subflow=True))
+            rule = match_all.model_copy(update={"accesses": tuple(accesses)})
+            update["steering"] = self.steering.model_copy(update={"rules": (*rules, rule)})
+        if self.scheduler is not None or self.scheduler_weights:
+            advice = self.scheduler if self.scheduler is not None else SchedulerAdvice()
+            update["scheduler"] = advice.model_copy(update={"prioritised_subflow": interface})
+        return self.model_copy(update=update)
 
     def summary(self) -> dict[str, Any]:
         """``decision_id``, ``model_version``, ``policy``, ``primary_path``, ``decided_at_unix_ms`` as JSON values

@@ -1,0 +1,113 @@
+"""The upstream guard's override reaches the kernel when the decision carries an ATSSS steering rule (issue 19).
+
+The applier takes the initial subflow from the steering rule's ``initial_subflow`` access, not from
+``primary_path``; the guard's override used to replace ``primary_path`` only, so with WiFi's upstream dead the
+default route stayed on wlan0 while the agent logged that it had switched to wwan0. Here, on the two-namespace
+testbed with a real MPTCP listener, the device's wlan0 upstream is blackholed (answers to its address vanish in
+the server namespace, both interfaces stay up) before one step whose decision's Active-Standby rule makes wlan0
+initial. After the step the device namespace's routing table has wwan0's default route first, wlan0's endpoint
+is the standby (``backup``), and a new MPTCP connection leaves on wwan0. One step, no waiting: the guard probes
+the path once (``upstream_failures = 1``). Skipped without root/CAP_NET_ADMIN or MPTCP.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from edgepath_agent.applier import Applier, CommandBackend, Journal
+from edgepath_agent.daemon import Agent, AgentConfig
+from edgepath_agent.messages import OutcomeAck, Recommendation
+from edgepath_agent.meter import TransferServer, mptcp_socket
+from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, call_in_netns
+
+pytestmark = pytest.mark.netns
+
+WLAN0, WWAN0 = "10.1.1.2", "10.1.2.2"
+
+
+class SteeringDecision:
+    """Stands in for the service: primary wlan0, an Active-Standby rule with wlan0 initial and wwan0 standby."""
+
+    url = "fixed://steering"
+
+    def recommend(self, request: dict[str, Any]) -> Recommendation:
+        return Recommendation.from_rest(
+            {
+                "decision_id": "steer-1",
+                "primary_path": {"interface": "wlan0", "access_type": "WIFI"},
+                "steering": {
+                    "rules": [
+                        {
+                            "steering_mode": "ACTIVE_STANDBY",
+                            "accesses": [
+                                {"interface": "wlan0", "access_type": "WIFI", "initial_subflow": True},
+                                {"interface": "wwan0", "access_type": "LTE", "initial_subflow": False},
+                            ],
+                        }
+                    ]
+                },
+            }
+        )
+
+    def report_outcome(self, outcome: dict[str, Any]) -> OutcomeAck:
+        return OutcomeAck(decision_id=outcome["decision_id"], accepted=True)
+
+    def close(self) -> None:
+        pass
+
+
+def first_default_route(tb: Testbed) -> str:
+    routes = [line for line in tb.dev("ip", "-4", "route", "show", "default").stdout.splitlines() if "metric" in line]
+    return min(routes, key=lambda line: int(line.split("metric")[1].split()[0]))
+
+
+def initial_subflow_address(tb: Testbed, port: int) -> str | None:
+    """One new MPTCP connection from the device (1 s connect timeout): its initial subflow's local address."""
+
+    def attempt() -> str | None:
+        with mptcp_socket() as s:
+            s.settimeout(1.0)
+            try:
+                s.connect((SERVER_ADDR, port))
+            except OSError:
+                return None
+            return str(s.getsockname()[0])
+
+    return call_in_netns(tb.device_ns, attempt)
+
+
+@pytest.mark.timeout(120)
+def test_guard_moves_the_steering_rules_initial_subflow_off_a_path_without_upstream(
+    testbed: Testbed, server: TransferServer, tmp_path: Path
+) -> None:
+    testbed.srv("ip", "route", "replace", "blackhole", f"{WLAN0}/32")  # wlan0 up, its upstream dead
+    config = AgentConfig(
+        device_id="dev-steer",
+        service=["grpc://192.0.2.1:50051"],  # unused: SteeringDecision answers
+        interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
+        netns=testbed.device_ns,
+        manage_cc=False,
+        upstream_target=f"{SERVER_ADDR}:{server.port}",
+        upstream_timeout_s=0.5,
+        upstream_failures=1,
+        journal=tmp_path / "journal.json",
+        status_file=None,
+    )
+    applier = Applier(CommandBackend(netns=testbed.device_ns), Journal(config.journal), config.applier_config())
+    agent = Agent(config, SteeringDecision(), applier, [], measure=lambda _p: None)
+    try:
+        result = agent.step()
+        assert result.applied is not None and result.applied.primary == "wwan0", result
+        assert "dev wwan0" in first_default_route(testbed)
+        endpoints = {
+            line.split()[0]: line for line in testbed.dev("ip", "mptcp", "endpoint", "show").stdout.splitlines()
+        }
+        assert "backup" in endpoints[WLAN0] and "backup" not in endpoints[WWAN0], endpoints
+        assert initial_subflow_address(testbed, server.port) == WWAN0
+        record = agent.status_record()
+        assert record["applied"]["primary"] == "wwan0" and record["preferred_primary"] == "wlan0"
+    finally:
+        agent.close(restore=True)
+    assert "metric 100" in testbed.dev("ip", "-4", "route", "show", "default", "dev", "wlan0").stdout
