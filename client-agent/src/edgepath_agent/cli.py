@@ -52,6 +52,10 @@ EXIT_CONFIG = os.EX_CONFIG
 #: (down, a wrong URL or port, every request refused), or every step was skipped (no managed interface could carry
 #: a path). The unit never passes ``--steps``: the daemon keeps the last configuration and asks again instead.
 EXIT_UNAVAILABLE = os.EX_UNAVAILABLE
+#: sysexits.h ``EX_TEMPFAIL``: the stop's restore left steps undone (a route or endpoint of an interface that is gone):
+#: every step was attempted, the journal is kept, and ``edgepath-agent rollback`` (the unit's ``ExecStopPost=``)
+#: retries. Restarted: the next start keeps the journal's snapshot.
+EXIT_TEMPFAIL = os.EX_TEMPFAIL
 #: What the unit's ``RestartPreventExitStatus=`` must list (a test checks it does).
 PERMANENT_EXIT_CODES = (EXIT_CONFLICT, EXIT_CONFIG)
 
@@ -302,6 +306,10 @@ def run(
         (no managed interface could carry a path); the state is restored
         first. Without --steps (the systemd unit) the agent keeps the last
         configuration and asks again at the next step instead
+    75  (EX_TEMPFAIL) the stop could not restore every step of the state it
+        found (e.g. an interface deleted meanwhile): the other steps ran, the
+        failed ones are named, the journal is kept for `edgepath-agent
+        rollback` (the unit's ExecStopPost=) to retry
     78  (EX_CONFIG) a configuration error no restart heals: invalid settings
         or settings file, --dry-run with backend = networkmanager, a kernel
         without MPTCP, an unusable journal (not writable, not a journal,
@@ -316,7 +324,7 @@ def run(
     """
     from pydantic import ValidationError
 
-    from edgepath_agent.applier import JournalError
+    from edgepath_agent.applier import JournalError, RestoreIncomplete
     from edgepath_agent.applier.journal import check_for_run
     from edgepath_agent.applier.preflight import MptcpUnavailable, check_mptcp
     from edgepath_agent.collector import parse_interface_map
@@ -401,6 +409,8 @@ def run(
         done = run_daemon(cfg, max_steps=steps, require_service=steps is not None)
     except InterfaceMissing as exc:
         fail(str(exc), EXIT_RETRY)
+    except RestoreIncomplete as exc:
+        fail(f"the state was only partly restored at stop: {exc} (journal {cfg.journal})", EXIT_TEMPFAIL)
     except ServiceUnavailable as exc:  # a smoke test (--steps) must not pass against a service that never answered
         fail(str(exc), EXIT_UNAVAILABLE)
     except (IperfMissing, IpMissing, LaminarUnavailable, CredentialsRefused, JournalError) as exc:
@@ -514,12 +524,12 @@ def rollback(
     namespace it is started from; --netns is needed only for a journal that recorded none (written before
     it was recorded), and one naming another namespace than the journal's is refused.
 
-    Exit code 0 when restored (or nothing to restore); 1 when a restore step failed (the journal is
-    kept: retry); 2 ("Error: …") when the journal cannot be read (run as the agent's user or root), is not
-    a journal (not JSON, a directory: restore by hand, then move it away), or --netns names another
-    namespace than the journal recorded.
+    Exit code 0 when restored (or nothing to restore); 1 when a restore step failed (every step is attempted, the
+    failed ones are listed on stderr; the journal is kept: retry); 2 ("Error: …") when the journal cannot be read
+    (run as the agent's user or root), is not a journal (not JSON, a directory: restore by hand, then move it away),
+    or --netns names another namespace than the journal recorded.
     """
-    from edgepath_agent.applier import ApplyError, Journal, JournalError
+    from edgepath_agent.applier import ApplyError, Journal, JournalError, RestoreIncomplete
     from edgepath_agent.applier.journal import rollback_netns
     from edgepath_agent.daemon import rollback as do_rollback
 
@@ -534,6 +544,15 @@ def rollback(
         )
     except JournalError as exc:
         fail(str(exc), 2)
+    except RestoreIncomplete as exc:
+        typer.echo(
+            f"rollback incomplete (journal {journal} kept, retry): {len(exc.failed)} of {exc.steps} step(s) failed, "
+            "the others ran:",
+            err=True,
+        )
+        for step in exc.failed:
+            typer.echo(f"  failed: {step}", err=True)
+        raise typer.Exit(1) from exc
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc

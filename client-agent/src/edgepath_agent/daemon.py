@@ -95,6 +95,7 @@ from edgepath_agent.applier import (
     DryRunBackend,
     Journal,
     RejectedRecommendation,
+    RestoreIncomplete,
 )
 from edgepath_agent.client import (
     FailoverClient,
@@ -927,6 +928,9 @@ class Agent:
         #: The primary the service asked for last; the guard may hold another one while it has no upstream.
         self.preferred: str | None = None
         self.override_reason: str | None = None
+        #: How the stop left the device's configuration (``"restored at stop"``, ``"partly restored at stop: …"``);
+        #: ``None`` while the agent runs (or when it had nothing to restore).
+        self.configuration: str | None = None
         self.guard = self._build_guard() if guard is None else guard
         n = max(1, config.history_samples)
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
@@ -1134,7 +1138,7 @@ class Agent:
         except ApplyError as exc:
             log.error("switching primary to %s failed, restoring the previous state: %s", new, exc, extra=extra)
             self._interrupt(f"its configuration was rolled back (switching the primary to {new} failed)")
-            self.applier.rollback()
+            self._rollback_after_failed_apply()
             return None
         self._interrupt(f"the upstream guard switched the primary from {current} to {new} during it ({reason})")
         self.override_reason = None if new == self.preferred else reason
@@ -1742,7 +1746,7 @@ class Agent:
         before the first such step).
         """
         rec = self.last_recommendation
-        applied = self.applier.last
+        applied = self.applier.last if self.configuration is None else None  # restored (or partly): not applied
         return {
             "updated_unix_ms": now_ms(),
             "pid": os.getpid(),
@@ -1779,6 +1783,7 @@ class Agent:
             "preferred_primary": self.preferred,
             "unreported_interfaces": dict(self.unreported),
             "override_reason": self.override_reason,
+            "configuration": self.configuration,
             "connectivity": {
                 name: {"ok": p.ok, "detail": p.detail, "elapsed_ms": p.elapsed_ms, "at_unix_ms": p.at_unix_ms}
                 for name, p in (self.guard.last.items() if self.guard else [])
@@ -1873,7 +1878,7 @@ class Agent:
                 log.error(
                     "apply failed, restoring the previous state: %s", exc, extra={"error": str(exc), "step": steps}
                 )
-                self.applier.rollback()
+                self._rollback_after_failed_apply()
             except CredentialsRefused:
                 self.write_status()  # `status` shows the refusal (service block) after the agent has exited
                 self.keep_pending_at_stop()
@@ -1896,6 +1901,18 @@ class Agent:
         finally:
             sd_notify("STOPPING=1")
         return steps
+
+    def _rollback_after_failed_apply(self) -> None:
+        """Restore the journal's snapshot after a failed apply; a restore that fails too is logged, not raised (the
+        journal keeps the snapshot: the next step's apply works from the state as it is, and the stop restores)."""
+        try:
+            self.applier.rollback()
+        except ApplyError as exc:
+            log.error(
+                "restoring the previous state failed (the journal keeps it; the stop restores it): %s",
+                exc,
+                extra={"error": str(exc)},
+            )
 
     def _wait(self, stop: threading.Event, watchdog: float | None) -> None:
         """Wait ``interval_s`` (or until ``stop``), checking the primary's upstream and pinging the watchdog."""
@@ -1920,13 +1937,39 @@ class Agent:
 
     def close(self, restore: bool | None = None) -> None:
         """Write the queue to ``pending_file`` if it changed (:meth:`save_pending`: after a crash of the loop too),
-        restore the journalled state (if ``restore``/``restore_on_exit``) and close the client."""
+        restore the journalled state (if ``restore``/``restore_on_exit``) and close the client.
+
+        After a restore the status record is rewritten: ``applied`` is ``null`` and ``configuration`` says the
+        configuration was restored (or partly restored, naming the steps that failed).
+
+        Raises
+        ------
+        RestoreIncomplete
+            When restore steps failed (every step was attempted; logged; the journal is kept for
+            ``edgepath-agent rollback``; the status record says so).
+        ApplyError
+            When the current state cannot be read for the restore (the journal is kept).
+        """
         try:
             self.save_pending()
             if self.config.restore_on_exit if restore is None else restore:
-                self.applier.rollback()
+                self._restore_at_stop()
         finally:
             self.client.close()
+
+    def _restore_at_stop(self) -> None:
+        """:meth:`close`'s restore: roll back, say how it went in the log and the status record."""
+        changed = self.applier.last is not None or getattr(getattr(self.applier, "journal", None), "active", False)
+        try:
+            self.applier.rollback()
+        except RestoreIncomplete as exc:
+            self.configuration = f"partly restored at stop: {exc}"
+            log.error("restoring the state at stop: %s", exc, extra={"error": str(exc), "failed": list(exc.failed)})
+            self.write_status()
+            raise
+        if changed:
+            self.configuration = "restored at stop"
+            self.write_status()
 
 
 def congestion_measurement(result: TransferResult, device_algorithm: str | None) -> CongestionMeasurement | None:
@@ -2253,6 +2296,9 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
     ServiceUnavailable
         With ``require_service``, when steps ran and none got a recommendation (:meth:`Agent.unanswered`); the
         state is restored first.
+    RestoreIncomplete
+        When the restore at stop left steps undone (every step was attempted; the journal is kept for
+        ``edgepath-agent rollback``); it takes the place of any other error of the run.
     """
     require_ip(config)
     ensure_sole_manager(config)
@@ -2265,9 +2311,11 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
     try:
         done = agent.run(stop, max_steps)
     finally:
-        agent.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            agent.close()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     problem = agent.unanswered() if require_service else None
     if problem is not None:
         raise ServiceUnavailable(problem)

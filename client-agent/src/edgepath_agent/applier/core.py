@@ -59,9 +59,9 @@ from typing import Any
 
 from edgepath_agent import safety
 from edgepath_agent.applier import commands
-from edgepath_agent.applier.backend import Backend
+from edgepath_agent.applier.backend import Backend, BackendError
 from edgepath_agent.applier.journal import Journal
-from edgepath_agent.applier.state import Endpoint, NetState, Plan, Route, diff, simulate
+from edgepath_agent.applier.state import Endpoint, NetState, Plan, Route, SimulationError, diff, simulate
 from edgepath_agent.messages import Recommendation
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,22 @@ class ApplyError(RuntimeError):
 
 class RejectedRecommendation(ApplyError):
     """A recommendation refused by the safety checks; nothing was changed (keep the current configuration)."""
+
+
+class RestoreIncomplete(ApplyError):
+    """A rollback ran every restore step it could, and some failed: the state is partly restored.
+
+    The journal (its snapshot) is kept, so ``edgepath-agent rollback`` can retry. ``failed`` holds one line per
+    failed step (the command, or the step, and why); ``steps`` is how many steps the rollback had.
+    """
+
+    def __init__(self, failed: Sequence[str], steps: int) -> None:
+        self.failed = tuple(failed)
+        self.steps = steps
+        super().__init__(
+            f"{len(self.failed)} of {steps} restore step(s) failed (the others ran; the journal is kept for "
+            f"`edgepath-agent rollback`): " + "; ".join(self.failed)
+        )
 
 
 def choose_cc(recommended: str | Sequence[str] | None, profile: str, allowed: Sequence[str]) -> str | None:
@@ -397,12 +413,16 @@ class Applier:
     def rollback(self) -> Plan:
         """Restore the journal's snapshot exactly; a no-op without one.
 
+        Every step is attempted, also after one failed (a route or an endpoint on an interface that is gone must
+        not keep the rest of the state from being restored).
+
         Raises
         ------
+        RestoreIncomplete
+            When one or more steps failed (the others ran; the journal is kept so the rollback can be retried).
         ApplyError
             When the journal recorded another network namespace than the backend works in (nothing is
-            touched), when the current state cannot be read, or when a step fails (the journal is kept so
-            the rollback can be retried).
+            touched), or when the current state cannot be read.
         """
         if self.journal.snapshot is None:
             return Plan()
@@ -420,10 +440,38 @@ class Applier:
             raise ApplyError(f"reading the current state failed: {exc}") from exc
         # Touch only what the snapshot describes: keys it did not record stay as they are.
         plan = diff(current, target)
-        self._execute(plan, current)
+        failed = self._restore(plan, current)
+        if failed:
+            raise RestoreIncomplete(failed, len(plan))
         self.journal.clear()
         self.last = None
         return plan
+
+    def _restore(self, plan: Plan, state: NetState) -> list[str]:
+        """Run every step of ``plan`` (journalled), going on after a failure; one line per failed step."""
+        ops = self.backend.ops
+        failed: list[str] = []
+        for op, args in plan.steps:
+            argv = commands.argv_for(op, args)
+            try:
+                after = simulate(state, op, args)
+            except SimulationError:  # an earlier step failed, so the model is off here: the kernel will say
+                after = state
+            if op == "route_delete" and not after.default_routes:
+                why = "refused: would remove the last default route"
+                self.journal.record(op, args, None, False, why)
+                failed.append(f"{' '.join(argv)}: {why}")
+                continue
+            try:
+                ops[op](**args)
+            except Exception as exc:  # BackendError, netlink errors, a device gone: the next steps still run
+                self.journal.record(op, args, argv, False, str(exc))
+                why = str(exc).strip() or type(exc).__name__
+                failed.append(why if isinstance(exc, BackendError) else f"{' '.join(argv)}: {why}")  # names argv
+                continue
+            self.journal.record(op, args, argv, True)
+            state = after
+        return failed
 
     def _execute(self, plan: Plan, state: NetState) -> None:
         ops = self.backend.ops

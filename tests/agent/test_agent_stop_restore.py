@@ -1,0 +1,112 @@
+"""The stop's restore: every step attempted, ``run``'s exit code when it is partial, and what ``status`` says after.
+
+The real failures (an interface deleted between the apply and the stop, in a network namespace) and a real
+``run`` are in netns/test_agent_restore_netns.py. Here the dry-run backend's injected failure stands in for a
+step the kernel refuses, and ``run``'s exit code 75 is checked with ``run_daemon`` replaced by one that raises
+what a partial restore raises: a real ``run --steps 1`` stops right after its step, leaving no moment to delete
+an interface before its restore, so that failure cannot be made real through the command line.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import pytest
+from edgepath_agent import cli, daemon
+from edgepath_agent.applier import (
+    Applier,
+    ApplierConfig,
+    DryRunBackend,
+    Journal,
+    NetState,
+    RestoreIncomplete,
+    Route,
+)
+from edgepath_agent.cli import app
+from edgepath_agent.messages import Recommendation
+from typer.testing import CliRunner
+
+ROUTES = NetState(
+    limits=(("add_addr_accepted", 0), ("subflows", 0)),
+    default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0", "10.1.2.1", 200)),
+)
+ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
+
+
+def test_rollback_attempts_every_step_after_a_failed_one() -> None:
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(), ApplierConfig(manage_cc=False))
+    applier.apply({"primary_path": {"interface": "wwan0"}})
+    backend.fail_on = lambda op, args: op == "endpoint_delete"  # the first kind of step in a rollback's plan
+    with pytest.raises(RestoreIncomplete) as failed:
+        applier.rollback()
+    assert len(failed.value.failed) == 2 and all("endpoint delete" in f for f in failed.value.failed)
+    assert failed.value.steps > 2 and "2 of" in str(failed.value)
+    # limits and routes, after the failed steps, were restored; the journal is kept for a retry
+    assert backend.state.limits == ROUTES.limits and backend.state.default_routes == ROUTES.default_routes
+    assert applier.journal.active
+    backend.fail_on = None
+    applier.rollback()
+    assert backend.state.canonical() == ROUTES.canonical() and not applier.journal.active
+
+
+def test_run_exits_75_when_the_stop_restored_only_part(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    def partial(*_args: object, **_kwargs: object) -> int:
+        raise RestoreIncomplete(["ip -4 route add default via 10.1.2.1 dev wwan0 metric 200 exited 1: gone"], 4)
+
+    monkeypatch.setattr(daemon, "run_daemon", partial)
+    journal = tmp_path / "j.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--steps",
+            "1",
+            "--service",
+            "grpc://127.0.0.1:9",
+            "--interface",
+            "lo=ETHERNET",
+            "--journal",
+            str(journal),
+            "--log-format",
+            "text",
+        ],
+        env={"COLUMNS": "300", "NO_COLOR": "1", "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json")},
+    )
+    assert cli.EXIT_TEMPFAIL == os.EX_TEMPFAIL == 75
+    assert result.exit_code == 75, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "partly restored" in errors[0] and "dev wwan0" in errors[0], result.output
+    assert str(journal) in errors[0] and "Traceback" not in result.output
+
+
+class Wwan0:
+    """Stands in for the service: always recommends wwan0."""
+
+    url = "fixed://wwan0"
+
+    def recommend(self, request: dict[str, Any]) -> Recommendation:
+        return Recommendation.from_rest({"decision_id": "w-1", "primary_path": {"interface": "wwan0"}})
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failed_restore_after_a_failed_apply_leaves_the_restore_to_the_stop() -> None:
+    """It used to end the run loop with the restore's exception; a restore that then succeeded at the stop still
+    left that exception to end ``run`` (as a partial restore, exit 75, with everything restored)."""
+    config = daemon.AgentConfig(
+        device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, manage_cc=False, status_file=None
+    )
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    backend.fail_on = lambda op, args: op in ("route_add", "endpoint_delete")  # the apply, then its restore, fail
+    applier = Applier(backend, Journal(), config.applier_config())
+    agent = daemon.Agent(config, Wwan0(), applier, [], measure=lambda _p: None)
+    assert agent.guard is None  # the default service is on loopback: no upstream probes
+    assert agent.run(threading.Event(), max_steps=1) == 1  # logged, not raised
+    assert applier.journal.active and backend.state.canonical() != ROUTES.canonical()
+    backend.fail_on = None
+    agent.close()
+    assert backend.state.canonical() == ROUTES.canonical() and agent.configuration == "restored at stop"
