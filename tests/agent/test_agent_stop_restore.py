@@ -26,6 +26,7 @@ from edgepath_agent.applier import (
 )
 from edgepath_agent.cli import app
 from edgepath_agent.messages import Recommendation
+from edgepath_agent.status import format_status
 from typer.testing import CliRunner
 
 ROUTES = NetState(
@@ -80,6 +81,20 @@ def test_run_exits_75_when_the_stop_restored_only_part(monkeypatch: pytest.Monke
     errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and "partly restored" in errors[0] and "dev wwan0" in errors[0], result.output
     assert str(journal) in errors[0] and "Traceback" not in result.output
+
+
+def test_status_after_a_restoring_stop_does_not_show_the_decision_as_applied() -> None:
+    record = {
+        "updated_unix_ms": 0,
+        "pid": 1,
+        "recommendation": {"decision_id": "d-1", "primary_path": {"interface": "wlan0"}},
+        "applied": None,
+        "configuration": "restored at stop",
+    }
+    text = format_status(record, now_unix_ms=0, running=False)
+    assert "applied:        nothing: the configuration was restored at stop" in text
+    partial = format_status({**record, "configuration": "partly restored at stop: 1 of 4 …"}, 0, running=False)
+    assert "applied:        partly restored at stop: 1 of 4 … (retry: edgepath-agent rollback)" in partial
 
 
 class Wwan0:

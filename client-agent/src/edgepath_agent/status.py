@@ -15,7 +15,11 @@ Record (JSON object; times are Unix epoch milliseconds):
 ``recommendation``: ``decision_id``, ``model_version``, ``policy``, ``primary_path``
     (``interface``, ``access_type``, ``propensity``), ``decided_at_unix_ms``; or ``null``
 ``applied``: ``primary``, ``backup`` (interfaces whose endpoint has the backup flag),
-    ``congestion_control``, ``steps`` (kernel changes in that step); or ``null``
+    ``congestion_control``, ``steps`` (kernel changes in that step); or ``null`` (nothing applied yet, or the
+    configuration was restored at stop: ``configuration``)
+``configuration``: how the agent's stop left the device: ``"restored at stop"``, or ``"partly restored at stop:
+    …"`` naming the restore steps that failed (the journal is kept: ``edgepath-agent rollback`` retries); null while
+    the agent runs, or when it stopped without restoring (``restore_on_exit = false``) or had nothing to restore
 ``last_outcome``: ``decision_id``, ``throughput_bps``, ``latency_ms``, ``loss``,
     ``sent_unix_ms``, ``delivered`` (false: queued for re-sending), ``reward``; or ``null``
 ``outcomes``: ``"reported"``, or why this agent reports none (``"not reported: dry run"``)
@@ -142,6 +146,9 @@ def check_record(record: Mapping[str, Any]) -> None:
     for name, value in (record.get("connectivity") or {}).items():
         if not isinstance(value, dict):
             raise wrong(f"connectivity.{name}", value, "an object")
+    configuration = record.get("configuration")
+    if configuration is not None and not isinstance(configuration, str):
+        raise wrong("configuration", configuration, "a string")
     for name, field in (("service", "urls"), ("applied", "backup")):  # joined into a line: lists of strings
         value = (record.get(name) or {}).get(field)
         if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
@@ -216,11 +223,12 @@ def pid_alive(pid: Any) -> bool | None:
 def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, running: bool | None = None) -> str:
     """Human-readable lines for ``record`` (the ``status`` command's default output).
 
-    One line each for the agent, the service (and its last error), the recommendation, the applied state, the
-    last outcome and, below it, ``no outcome: REASON`` when the last step (or the stop) reported none
-    (``no_outcome_reason``), then ``outcomes: not reported: …`` when the agent reports no outcome at all
-    (``outcomes``; a dry run, whose ``no outcome`` line would only repeat it), the pending outcomes, the probe, the
-    interfaces not reported and the upstream checks. Fields missing from the record (an older agent's) are left out.
+    One line each for the agent, the service (and its last error), the recommendation, the applied state (or how the
+    stop restored it: ``configuration``), the last outcome and, below it, ``no outcome: REASON`` when the last step
+    (or the stop) reported none (``no_outcome_reason``), then ``outcomes: not reported: …`` when the agent reports
+    no outcome at all (``outcomes``; a dry run, whose ``no outcome`` line would only repeat it), the pending
+    outcomes, the probe, the interfaces not reported and the upstream checks. Fields missing from the record (an
+    older agent's) are left out.
 
     ``running``: ``False`` when the record's process has exited (:func:`pid_alive`); the first line then says
     the agent is not running and whose record it is.
@@ -255,7 +263,12 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, run
     else:
         lines.append("recommendation: none yet")
     applied = record.get("applied")
-    if applied:
+    configuration = record.get("configuration")
+    if configuration == "restored at stop":
+        lines.append("applied:        nothing: the configuration was restored at stop")
+    elif configuration:
+        lines.append(f"applied:        {configuration} (retry: edgepath-agent rollback)")
+    elif applied:
         lines.append(
             f"applied:        primary {applied.get('primary')}, backup {','.join(applied.get('backup') or []) or '-'}, "
             f"cc {applied.get('congestion_control') or '-'}"

@@ -16,6 +16,7 @@ Skipped (not passed) without root/CAP_NET_ADMIN or kernel MPTCP.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.messages import OutcomeAck, Recommendation
 from edgepath_agent.status import read_status
 from edgepath_agent.testbed.netns import Testbed
+from service_harness import running_service
 
 pytestmark = pytest.mark.netns
 
@@ -106,3 +108,23 @@ def test_stop_restores_every_step_it_can_when_an_interface_is_gone(testbed: Test
     after = view(testbed.device_ns)
     assert (after["endpoints"], after["limits"]) == (before["endpoints"], before["limits"])
     assert default_routes(testbed) == routes_before and not journal.exists()
+
+
+@pytest.mark.timeout(120)
+def test_status_after_a_restoring_stop_says_restored(testbed: Testbed, tmp_path: Path) -> None:
+    before = view(testbed.device_ns)
+    status = tmp_path / "status.json"
+    env = {**os.environ, "EDGEPATH_AGENT_STATUS_FILE": str(status), "EDGEPATH_AGENT_ATTEMPTS": "1",
+           "EDGEPATH_AGENT_UPSTREAM_CHECK": "false"}  # fmt: skip
+    with running_service() as svc:
+        ran = agent("run", "--steps", "1", "--netns", testbed.device_ns, "--service", svc.grpc_url,
+                    "--interface", "wlan0=WIFI", "--interface", "wwan0=LTE",
+                    "--journal", str(tmp_path / "journal.json"), "--log-format", "text", env=env)  # fmt: skip
+    assert ran.returncode == 0 and "state restored: True" in ran.stdout, ran.stdout + ran.stderr
+    assert view(testbed.device_ns) == before
+    shown = agent("status", "--status-file", str(status), env=env)
+    assert "applied:        nothing: the configuration was restored at stop" in shown.stdout, shown.stdout
+    assert "applied:        primary" not in shown.stdout
+    record = read_status(status)
+    assert record is not None and record["applied"] is None and record["configuration"] == "restored at stop"
+    assert record["recommendation"] is not None  # what the service last said is still shown, as such
