@@ -315,7 +315,9 @@ def run(
         without MPTCP, an unusable journal (not writable, not a journal,
         another namespace's state, or a record the other kind of backend
         left there: roll it back first), no ip (iproute2) or iperf3 where
-        needed, laminar = on where unsupported, the service refusing this
+        needed, laminar = on where unsupported, a default route of an
+        interface the agent does not manage at a metric the agent uses
+        (primary_metric, secondary_metric), the service refusing this
         device's credentials (after restoring the state, as on SIGTERM)
 
     The systemd unit does not restart the agent after 3 or 78
@@ -324,7 +326,7 @@ def run(
     """
     from pydantic import ValidationError
 
-    from edgepath_agent.applier import JournalError, RestoreIncomplete
+    from edgepath_agent.applier import JournalError, RestoreIncomplete, RouteMetricConflict
     from edgepath_agent.applier.journal import check_for_run
     from edgepath_agent.applier.preflight import MptcpUnavailable, check_mptcp
     from edgepath_agent.collector import parse_interface_map
@@ -413,7 +415,7 @@ def run(
         fail(f"the state was only partly restored at stop: {exc} (journal {cfg.journal})", EXIT_TEMPFAIL)
     except ServiceUnavailable as exc:  # a smoke test (--steps) must not pass against a service that never answered
         fail(str(exc), EXIT_UNAVAILABLE)
-    except (IperfMissing, IpMissing, LaminarUnavailable, CredentialsRefused, JournalError) as exc:
+    except (IperfMissing, IpMissing, LaminarUnavailable, CredentialsRefused, JournalError, RouteMetricConflict) as exc:
         fail(str(exc), EXIT_CONFIG)
     except NetworkConflict as exc:
         typer.echo(str(exc), err=True)

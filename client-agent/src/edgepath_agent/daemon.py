@@ -96,6 +96,7 @@ from edgepath_agent.applier import (
     Journal,
     RejectedRecommendation,
     RestoreIncomplete,
+    RouteMetricConflict,
 )
 from edgepath_agent.client import (
     FailoverClient,
@@ -2291,6 +2292,10 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
         device (:func:`check_interfaces`).
     IpMissing
         Before touching anything (a dry run too), when the backend needs ``ip`` and none is on ``PATH``.
+    RouteMetricConflict
+        Before touching anything (a dry run too), when a default route of an interface the agent does not manage
+        has a metric the agent gives its own routes (``primary_metric``, ``secondary_metric`` …;
+        :meth:`~edgepath_agent.applier.Applier.check_route_metrics`).
     CredentialsRefused
         When the service refuses this device's credentials; the state is restored first, as on SIGTERM.
     ServiceUnavailable
@@ -2304,6 +2309,12 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
     ensure_sole_manager(config)
     check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)
+    if isinstance(agent.applier, Applier):  # ip/netlink/dry-run: routes at the agent's metrics (not NetworkManager's)
+        try:
+            agent.applier.check_route_metrics()
+        except RouteMetricConflict:
+            agent.client.close()
+            raise
     stop = threading.Event()
     if isinstance(agent.client, FailoverClient):
         agent.client.stop = stop  # SIGTERM ends the service retries in progress (no backoff wait, no retry)

@@ -102,6 +102,22 @@ class RestoreIncomplete(ApplyError):
         )
 
 
+class RouteMetricConflict(ApplyError):
+    """A default route of an interface the applier does not manage has a metric the applier gives a managed route:
+    its route changes would collide with it (:meth:`Applier.check_route_metrics`). The message names the route,
+    its interface and the setting to change."""
+
+
+def metric_conflicts(state: NetState, config: ApplierConfig) -> list[tuple[Route, str]]:
+    """``(route, setting)`` for each default route in ``state`` whose interface ``config`` does not manage and
+    whose metric is one the applier gives a managed interface's default route: ``primary_metric``, or
+    ``secondary_metric`` + 0 … n-2 for n managed interfaces (pure)."""
+    managed = set(config.interfaces)
+    ours = {config.secondary_metric + k: "secondary_metric" for k in range(max(0, len(managed) - 1))}
+    ours[config.primary_metric] = "primary_metric"
+    return [(r, ours[r.metric]) for r in state.default_routes if r.dev not in managed and r.metric in ours]
+
+
 def choose_cc(recommended: str | Sequence[str] | None, profile: str, allowed: Sequence[str]) -> str | None:
     """Congestion control to set, or ``None`` to leave it.
 
@@ -390,6 +406,45 @@ class Applier:
         self.last = Applied(primary, desired.sysctls_dict.get(CC_SYSCTL), backup, len(plan), desired)
         return self.last
 
+    def check_route_metrics(self) -> None:
+        """Refuse a device where a default route the applier does not manage has a metric it would use.
+
+        IPv4 keys a default route by its metric: the applier's ``route add`` at that metric would be refused
+        (``File exists``), or, where routes are replaced, take the place of the operator's route. Checked at the
+        agent's start, before anything is changed.
+
+        Raises
+        ------
+        RouteMetricConflict
+            For the first such route: the route, its interface, the metric setting (``primary_metric`` or
+            ``secondary_metric``) and its value, and what to change. A state that cannot be read is logged and
+            not checked (the first apply reads it again and reports its error).
+        """
+        try:
+            state = self.read_state()
+        except Exception as exc:  # BackendError, a namespace gone, netlink errors
+            log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
+            return
+        conflicts = metric_conflicts(state, self.config)
+        if not conflicts:
+            return
+        route, setting = conflicts[0]
+        where = f" in network namespace {self.netns}" if self.netns else ""
+        via = f" via {route.gateway}" if route.gateway else ""
+        used = (
+            f"primary_metric = {self.config.primary_metric}, the primary path's"
+            if setting == "primary_metric"
+            else f"secondary_metric = {self.config.secondary_metric}, the other managed interfaces' "
+            f"{self.config.secondary_metric}–{self.config.secondary_metric + len(self.config.interfaces) - 2}"
+        )
+        raise RouteMetricConflict(
+            f"the default route{via} dev {route.dev} metric {route.metric}{where} is not managed by the agent "
+            f"(interfaces: {', '.join(self.config.interfaces)}) but has the metric the agent gives its own default "
+            f"routes ({used}): their changes would collide (the kernel keeps one default route per metric); set "
+            f"{setting} in the settings to a metric no other default route uses, or move {route.dev}'s route "
+            "to another metric"
+        )
+
     def _check_plan(self, plan: Plan, addresses: Mapping[str, Sequence[str]]) -> None:
         """Second line of defence: every step names the device's own addresses and allowlisted sysctls.
 
@@ -476,7 +531,11 @@ class Applier:
     def _execute(self, plan: Plan, state: NetState) -> None:
         ops = self.backend.ops
         for op, args in plan.steps:
-            after = simulate(state, op, args)
+            try:
+                after = simulate(state, op, args)
+            except SimulationError as exc:  # the kernel would refuse it (EEXIST/ENOENT): nothing run
+                self.journal.record(op, args, None, False, f"refused: {exc}")
+                raise ApplyError(f"{op} refused before running it: {exc}") from exc
             if op == "route_delete" and not after.default_routes:
                 self.journal.record(op, args, None, False, "refused: would remove the last default route")
                 raise ApplyError(f"refusing to delete {args['route']}: it is the last default route")

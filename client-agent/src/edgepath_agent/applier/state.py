@@ -189,9 +189,10 @@ def simulate(state: NetState, op: str, args: Mapping[str, Any]) -> NetState:
         return replace(state, limits=tuple(sorted({**state.limits_dict, **args["limits"]}.items())))
     if op == "route_add":
         r = args["route"]
-        if any(x.metric == r.metric for x in state.default_routes):
+        taken = next((x for x in state.default_routes if x.metric == r.metric), None)
+        if taken is not None:
             # IPv4 keys routes by (prefix, TOS, metric): the kernel answers EEXIST.
-            raise SimulationError(f"a default route with metric {r.metric} exists")
+            raise SimulationError(f"a default route with metric {r.metric} exists (dev {taken.dev})")
         return replace(state, default_routes=(*state.default_routes, r))
     if op == "route_delete":
         r = args["route"]
