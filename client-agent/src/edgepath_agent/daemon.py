@@ -2295,7 +2295,9 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
     RouteMetricConflict
         Before touching anything (a dry run too), when a default route of an interface the agent does not manage
         has a metric the agent gives its own routes (``primary_metric``, ``secondary_metric`` …;
-        :meth:`~edgepath_agent.applier.Applier.check_route_metrics`).
+        :meth:`~edgepath_agent.applier.Applier.check_route_metrics`; with ``backend = "networkmanager"`` the metrics
+        it gives the managed connections, ``ipv4.route-metric``:
+        :meth:`~edgepath_agent.applier.networkmanager.NetworkManagerApplier.check_route_metrics`).
     CredentialsRefused
         When the service refuses this device's credentials; the state is restored first, as on SIGTERM.
     ServiceUnavailable
@@ -2309,12 +2311,11 @@ def run_daemon(config: AgentConfig, max_steps: int | None = None, require_servic
     ensure_sole_manager(config)
     check_interfaces(config)  # after it: an interface another manager owns is refused as such (exit 3)
     agent = build_agent(config)
-    if isinstance(agent.applier, Applier):  # ip/netlink/dry-run: routes at the agent's metrics (not NetworkManager's)
-        try:
-            agent.applier.check_route_metrics()
-        except RouteMetricConflict:
-            agent.client.close()
-            raise
+    try:  # every backend: NetworkManager, too, sets the route metrics the agent asks for (ipv4.route-metric)
+        agent.applier.check_route_metrics()
+    except RouteMetricConflict:
+        agent.client.close()
+        raise
     stop = threading.Event()
     if isinstance(agent.client, FailoverClient):
         agent.client.stop = stop  # SIGTERM ends the service retries in progress (no backoff wait, no retry)

@@ -10,7 +10,9 @@ interface) before journalling anything, and once the devices are unmanaged over
 NetworkManager's own D-Bus API (the way out the message gives) nothing conflicts; and the
 ``networkmanager`` applier backend changes the primary path (route metrics) and the MPTCP
 endpoint flags through NetworkManager (its own ``proto static`` routes and endpoints), and
-``edgepath-agent rollback`` / a clean stop restore the saved profiles.
+``edgepath-agent rollback`` / a clean stop restore the saved profiles; and ``run`` with that backend refuses, at
+start, a default route of another interface at a metric it would give a managed connection (NetworkManager adds
+its route beside that one, which keeps carrying the traffic).
 
 Needs root, ``unshare``, ``dbus-daemon`` and NetworkManager: ``/usr/sbin/NetworkManager``
 or, without installing it system-wide, a prefix with the Debian packages extracted
@@ -279,3 +281,75 @@ def test_networkmanager_backend_applies_through_networkmanager_and_restores(
     assert wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
     applier.rollback()
     assert wait_until(lambda: default_metrics(ns), lambda m: m == before, 10.0) == before
+
+
+def add_unmanaged_default_route(address: str, ns: str, metric: int) -> None:
+    """``eth1`` (a veth end NetworkManager does not manage, 10.9.3.2/24) and ``default via 10.9.3.1 dev eth1 metric
+    METRIC``: an operator's route, neither NetworkManager's nor the agent's."""
+    subprocess.run(["ip", "-n", ns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p"], check=True)
+    for dev in ("eth1", "eth1p"):
+        subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+    seen = wait_for(lambda: any(d.interface == "eth1" for d in query_networkmanager(address, 1.0).devices), 10.0)
+    assert seen, "NetworkManager did not see eth1"
+    set_managed(address, "eth1", False)  # NetworkManager leaves its addresses and routes alone
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.3.2/24", "dev", "eth1"], check=True)
+    subprocess.run(
+        ["ip", "-n", ns, "route", "add", "default", "via", "10.9.3.1", "dev", "eth1", "metric", str(metric)], check=True
+    )
+
+
+def route_dev(ns: str, destination: str = "192.0.2.1") -> str:
+    """The interface the kernel sends ``destination`` out of (``ip route get``)."""
+    out = subprocess.run(["ip", "-n", ns, "route", "get", destination], capture_output=True, text=True).stdout.split()
+    return out[out.index("dev") + 1] if "dev" in out else ""
+
+
+@pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
+def test_networkmanager_backend_refuses_a_foreign_default_route_at_its_metric_at_start(
+    real_networkmanager: tuple[str, str], tmp_path: Path
+) -> None:
+    """NetworkManager does not resolve the collision: given ``ipv4.route-metric`` 10 while another interface's
+    default route has metric 10, it adds its route beside that one (IPv4 keeps both), and the one added first, the
+    foreign one, keeps carrying the traffic: the agent's primary path would not be the primary. So ``run`` with
+    ``backend = "networkmanager"`` refuses it at start as the ``command`` backend does (exit 78, one Error line),
+    before any connection changes; the second half shows the collision the check prevents."""
+    from edgepath_agent.daemon import AgentConfig, build_applier
+
+    address, ns = real_networkmanager
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.2.2/24", "dev", "wwan0"], check=True)
+    add_unmanaged_default_route(address, ns, 10)
+    activate_profile(address, "wlan0", "10.9.1.2", "10.9.1.1")
+    activate_profile(address, "wwan0", "10.9.2.2", "10.9.2.1")
+    before = wait_until(lambda: default_metrics(ns), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
+    assert before and before["eth1"] == 10, f"NetworkManager did not add both default routes: {default_metrics(ns)}"
+
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    journal = tmp_path / "journal.json"
+    env = {
+        **os.environ,
+        "DBUS_SYSTEM_BUS_ADDRESS": address,
+        "COLUMNS": "200",
+        "EDGEPATH_AGENT_ATTEMPTS": "1",
+        "EDGEPATH_AGENT_UPSTREAM_CHECK": "false",
+        "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json"),
+    }
+    argv = [str(exe), "run", "--backend", "networkmanager", "--netns", ns, "--interface", "wlan0=WIFI",
+            "--interface", "wwan0=LTE", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
+            "--log-format", "text"]  # fmt: skip
+    ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert ran.returncode == 78, ran.stdout + ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in ran.stderr, ran.stderr
+    assert "default route via 10.9.3.1 dev eth1 metric 10" in errors[0] and "primary_metric" in errors[0], errors[0]
+    assert default_metrics(ns) == before and not journal.exists()  # no connection was changed
+
+    # What the check prevents: NetworkManager puts the primary's route at metric 10 beside eth1's, which stays first.
+    config = AgentConfig(device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="networkmanager",
+                         netns=ns, manage_cc=False, journal=journal)  # fmt: skip
+    applier = build_applier(config)
+    applier.bus_address = address
+    applier.apply({"decision_id": "d-1", "primary_path": {"interface": "wwan0"}})
+    both = wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
+    assert both == {"eth1": 10, "wwan0": 10, "wlan0": 20}, default_metrics(ns)
+    assert route_dev(ns) == "eth1"  # not wwan0, the primary the agent applied
+    applier.rollback()

@@ -118,6 +118,36 @@ def metric_conflicts(state: NetState, config: ApplierConfig) -> list[tuple[Route
     return [(r, ours[r.metric]) for r in state.default_routes if r.dev not in managed and r.metric in ours]
 
 
+def check_metric_conflicts(state: NetState, config: ApplierConfig, netns: str | None, collision: str) -> None:
+    """Refuse ``state`` when :func:`metric_conflicts` finds a default route in the way (the start check of the
+    ``command``/``netlink`` applier and of the NetworkManager backend); ``collision`` says what would happen.
+
+    Raises
+    ------
+    RouteMetricConflict
+        For the first such route: the route, its interface, the metric setting (``primary_metric`` or
+        ``secondary_metric``) and its value, ``collision``, and what to change.
+    """
+    conflicts = metric_conflicts(state, config)
+    if not conflicts:
+        return
+    route, setting = conflicts[0]
+    where = f" in network namespace {netns}" if netns else ""
+    via = f" via {route.gateway}" if route.gateway else ""
+    used = (
+        f"primary_metric = {config.primary_metric}, the primary path's"
+        if setting == "primary_metric"
+        else f"secondary_metric = {config.secondary_metric}, the other managed interfaces' "
+        f"{config.secondary_metric}–{config.secondary_metric + len(config.interfaces) - 2}"
+    )
+    raise RouteMetricConflict(
+        f"the default route{via} dev {route.dev} metric {route.metric}{where} is not managed by the agent "
+        f"(interfaces: {', '.join(config.interfaces)}) but has the metric the agent gives its own default "
+        f"routes ({used}): {collision}; set {setting} in the settings to a metric no other default route uses, or "
+        f"move {route.dev}'s route to another metric"
+    )
+
+
 def choose_cc(recommended: str | Sequence[str] | None, profile: str, allowed: Sequence[str]) -> str | None:
     """Congestion control to set, or ``None`` to leave it.
 
@@ -425,24 +455,11 @@ class Applier:
         except Exception as exc:  # BackendError, a namespace gone, netlink errors
             log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
             return
-        conflicts = metric_conflicts(state, self.config)
-        if not conflicts:
-            return
-        route, setting = conflicts[0]
-        where = f" in network namespace {self.netns}" if self.netns else ""
-        via = f" via {route.gateway}" if route.gateway else ""
-        used = (
-            f"primary_metric = {self.config.primary_metric}, the primary path's"
-            if setting == "primary_metric"
-            else f"secondary_metric = {self.config.secondary_metric}, the other managed interfaces' "
-            f"{self.config.secondary_metric}–{self.config.secondary_metric + len(self.config.interfaces) - 2}"
-        )
-        raise RouteMetricConflict(
-            f"the default route{via} dev {route.dev} metric {route.metric}{where} is not managed by the agent "
-            f"(interfaces: {', '.join(self.config.interfaces)}) but has the metric the agent gives its own default "
-            f"routes ({used}): their changes would collide (the kernel keeps one default route per metric); set "
-            f"{setting} in the settings to a metric no other default route uses, or move {route.dev}'s route "
-            "to another metric"
+        check_metric_conflicts(
+            state,
+            self.config,
+            self.netns,
+            "their changes would collide (the kernel keeps one default route per metric)",
         )
 
     def _check_plan(self, plan: Plan, addresses: Mapping[str, Sequence[str]]) -> None:

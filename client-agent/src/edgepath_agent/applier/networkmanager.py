@@ -55,7 +55,15 @@ from typing import Any
 
 from edgepath_agent import safety
 from edgepath_agent.applier.backend import Backend, CommandBackend
-from edgepath_agent.applier.core import CC_SYSCTL, Applied, ApplierConfig, ApplyError, RejectedRecommendation, choose_cc
+from edgepath_agent.applier.core import (
+    CC_SYSCTL,
+    Applied,
+    ApplierConfig,
+    ApplyError,
+    RejectedRecommendation,
+    check_metric_conflicts,
+    choose_cc,
+)
 from edgepath_agent.applier.journal import Journal, JournalError, other_backend_record
 from edgepath_agent.applier.state import NetState
 from edgepath_agent.messages import Recommendation
@@ -204,6 +212,34 @@ class NetworkManagerApplier:
     # --- applier interface ----------------------------------------------------------------------------------
     def read_state(self) -> NetState:
         return self.backend.read_state(self.config.sysctl_keys)
+
+    def check_route_metrics(self) -> None:
+        """Refuse a device where a default route of an interface the agent does not manage has a metric this backend
+        gives a managed connection (``ipv4.route-metric``: ``primary_metric``, ``secondary_metric`` + k).
+
+        NetworkManager does not resolve that collision: it adds the connection's default route beside the other one
+        (IPv4 keeps both at one metric), and the route added first, the other interface's, keeps carrying the
+        traffic, so the primary path the agent applies would not be the primary. Checked at the agent's start,
+        before any connection changes (as :meth:`~edgepath_agent.applier.core.Applier.check_route_metrics`).
+
+        Raises
+        ------
+        RouteMetricConflict
+            For the first such route: the route, its interface, the metric setting and its value, and what to
+            change. A state that cannot be read is logged and not checked (the first apply reports its error).
+        """
+        try:
+            state = self.backend.read_state(())
+        except Exception as exc:  # BackendError, a namespace gone
+            log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
+            return
+        check_metric_conflicts(
+            state,
+            self.config,
+            self.netns,
+            "NetworkManager would add the connection's default route beside it, and that route, added first, would "
+            "keep carrying the traffic",
+        )
 
     def apply(
         self,
