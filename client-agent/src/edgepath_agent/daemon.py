@@ -2381,12 +2381,15 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
         is touched).
     PermissionError
         When this process may not read the journal.
+    RestoreIncomplete
+        When restore steps failed: every step was attempted (a NetworkManager record's sysctls also after a
+        profile that could not be reapplied), ``failed`` names the failed ones; the journal is kept: retry.
     ApplyError
-        When the current state cannot be read or a restore step fails (the journal is kept: retry).
+        When the current state cannot be read (the journal is kept: retry).
     """
     from edgepath_agent.applier import commands
     from edgepath_agent.applier.journal import rollback_netns
-    from edgepath_agent.applier.networkmanager import journal_backend, record_sysctls, restore_profiles, restore_sysctls
+    from edgepath_agent.applier.networkmanager import journal_backend, record_sysctls, restore_record
 
     record = journal_backend(journal_path)
     if record is not None:
@@ -2399,10 +2402,9 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
             for key, value in sorted(sysctls.items()):
                 print(f"would run: {' '.join(commands.in_netns(commands.sysctl_set(key, value), where))}")
             return len(names) + len(sysctls)
-        restored = restore_profiles(names) if names else []
-        done = restore_sysctls(sysctls, where)
+        done = restore_record(names, sysctls, where)  # every step attempted; RestoreIncomplete keeps the record
         journal_path.unlink(missing_ok=True)
-        return len(restored) + len(done)
+        return done
     journal = Journal(journal_path)
     if journal.snapshot is None:
         return 0

@@ -12,7 +12,9 @@ NetworkManager's own D-Bus API (the way out the message gives) nothing conflicts
 endpoint flags through NetworkManager (its own ``proto static`` routes and endpoints), and
 ``edgepath-agent rollback`` / a clean stop restore the saved profiles; and ``run`` with that backend refuses, at
 start, a default route of another interface at a metric it would give a managed connection (NetworkManager adds
-its route beside that one, which keeps carrying the traffic).
+its route beside that one, which keeps carrying the traffic); and a stop or ``rollback`` that cannot reapply a
+device's profile (the device was deleted) still restores the other devices and the congestion control, names
+the failed step and keeps the record.
 
 Needs root, ``unshare``, ``dbus-daemon`` and NetworkManager: ``/usr/sbin/NetworkManager``
 or, without installing it system-wide, a prefix with the Debian packages extracted
@@ -29,6 +31,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -353,3 +356,102 @@ def test_networkmanager_backend_refuses_a_foreign_default_route_at_its_metric_at
     assert both == {"eth1": 10, "wwan0": 10, "wlan0": 20}, default_metrics(ns)
     assert route_dev(ns) == "eth1"  # not wwan0, the primary the agent applied
     applier.rollback()
+
+
+def ns_sysctl(ns: str, key: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, "sysctl", "-n", key], capture_output=True, text=True
+    ).stdout.strip()
+
+
+class FixedService:
+    """Stands in for the service: always recommends ``primary`` with congestion control ``cc``."""
+
+    url = "fixed://"
+
+    def __init__(self, primary: str, cc: str) -> None:
+        self.body = {"decision_id": "nm-1", "primary_path": {"interface": primary}, "congestion_control": cc}
+
+    def recommend(self, request: dict[str, object]) -> object:
+        from edgepath_agent.messages import Recommendation
+
+        return Recommendation.from_rest(self.body)
+
+    def report_outcome(self, outcome: dict[str, object]) -> object:
+        from edgepath_agent.messages import OutcomeAck
+
+        return OutcomeAck(decision_id=str(outcome["decision_id"]), accepted=True)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
+def test_networkmanager_stop_and_rollback_restore_every_step_when_a_device_is_gone(
+    real_networkmanager: tuple[str, str], tmp_path: Path
+) -> None:
+    """wwan0 is deleted between the apply and the stop (a USB modem unplugged): NetworkManager no longer knows the
+    device, so its saved profile cannot be reapplied. The stop used to end there, leaving wlan0's applied connection
+    (route metric 20) and the congestion control as the agent had set them. Now every step is attempted: wlan0 and
+    the congestion control are restored, RestoreIncomplete names only wwan0 (``run`` exits 75 on it), the record is
+    kept, and ``edgepath-agent rollback`` exits 1 listing wwan0's step until the device is back. Nothing is mocked:
+    the device is really deleted in NetworkManager's namespace."""
+    from edgepath_agent.applier import RestoreIncomplete
+    from edgepath_agent.daemon import Agent, AgentConfig, build_applier
+    from edgepath_agent.status import read_status
+
+    address, ns = real_networkmanager
+    cc_before = ns_sysctl(ns, "net.ipv4.tcp_congestion_control")
+    allowed = ns_sysctl(ns, "net.ipv4.tcp_allowed_congestion_control").split()
+    cc = next((name for name in allowed if name != cc_before), None)
+    if cc is None:
+        pytest.skip(f"the namespace allows no congestion control but {cc_before}: nothing to change and restore")
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.2.2/24", "dev", "wwan0"], check=True)
+    activate_profile(address, "wlan0", "10.9.1.2", "10.9.1.1")
+    activate_profile(address, "wwan0", "10.9.2.2", "10.9.2.1")
+    before = wait_until(lambda: default_metrics(ns), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
+    assert before, f"NetworkManager did not add both default routes: {default_metrics(ns)}"
+
+    journal, status = tmp_path / "journal.json", tmp_path / "status.json"
+    config = AgentConfig(device_id="dev-nm", service=["grpc://192.0.2.1:50051"], backend="networkmanager",
+                         interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, netns=ns, upstream_check=False,
+                         journal=journal, status_file=status)  # fmt: skip
+    applier = build_applier(config, allowed)
+    applier.bus_address = address
+    runner = Agent(config, FixedService("wwan0", cc), applier, [], measure=lambda _p: None)
+    assert runner.run(threading.Event(), max_steps=1) == 1
+    assert wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0), default_metrics(ns)
+    assert ns_sysctl(ns, "net.ipv4.tcp_congestion_control") == cc
+
+    subprocess.run(["ip", "-n", ns, "link", "del", "wwan0"], check=True)  # unplugged between the apply and the stop
+    with pytest.raises(RestoreIncomplete) as failed:
+        runner.close()
+    assert failed.value.failed and all("wwan0" in step for step in failed.value.failed), failed.value.failed
+    assert failed.value.steps == 3  # wlan0's and wwan0's profiles, the congestion control
+    # the steps after the failed one ran: wlan0's saved profile (its metric), the congestion control
+    assert wait_until(lambda: default_metrics(ns), lambda m: m == {"wlan0": before["wlan0"]}, 10.0), default_metrics(ns)
+    assert ns_sysctl(ns, "net.ipv4.tcp_congestion_control") == cc_before
+    assert journal.exists(), "the record must be kept for a retry"
+    record = read_status(status)
+    assert record is not None and record["configuration"].startswith("partly restored at stop: ")
+
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address, "COLUMNS": "200"}
+    retry = subprocess.run([str(exe), "rollback", "--journal", str(journal)],
+                           capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert retry.returncode == 1, retry.stdout + retry.stderr
+    listed = [line for line in retry.stderr.splitlines() if line.strip().startswith("failed: ")]
+    assert len(listed) == 1 and "wwan0" in listed[0], retry.stderr
+    assert "Traceback" not in retry.stderr and journal.exists()
+    assert ns_sysctl(ns, "net.ipv4.tcp_congestion_control") == cc_before
+
+    # wwan0 is back: NetworkManager activates its saved profile on it, and the retry finishes
+    subprocess.run(["ip", "-n", ns, "link", "add", "wwan0", "type", "veth", "peer", "name", "wwan0p"], check=True)
+    for dev in ("wwan0", "wwan0p"):
+        subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+    back = wait_until(lambda: default_metrics(ns), lambda m: "wwan0" in m, 20.0)
+    assert back, f"NetworkManager did not activate wwan0's saved profile again: {default_metrics(ns)}"
+    done = subprocess.run([str(exe), "rollback", "--journal", str(journal)],
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "rollback: 3 step(s)" in done.stdout, done.stdout + done.stderr
+    assert not journal.exists()

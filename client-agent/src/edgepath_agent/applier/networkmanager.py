@@ -16,7 +16,9 @@ managed device and asks NetworkManager to reapply it:
 
 Only the applied connection changes, never the saved profile, so the restore is
 ``Reapply`` with an empty connection (NetworkManager re-applies the profile as saved) for
-each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``. The namespace's
+each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``; every restore step is
+attempted, also after one failed (a device deleted meanwhile), and the failed ones are raised together
+(:class:`~edgepath_agent.applier.core.RestoreIncomplete`, the record kept for a retry). The namespace's
 ``net.ipv4.tcp_congestion_control`` is not NetworkManager's: it is set (and restored) with sysctl as by the command
 backend. ``ip mptcp limits`` are left to NetworkManager and the kernel.
 
@@ -61,6 +63,7 @@ from edgepath_agent.applier.core import (
     ApplierConfig,
     ApplyError,
     RejectedRecommendation,
+    RestoreIncomplete,
     check_metric_conflicts,
     choose_cc,
 )
@@ -389,39 +392,86 @@ class NetworkManagerApplier:
         """Reapply every changed device's saved profile and restore the original sysctl values (the CC); returns
         the interfaces restored.
 
+        Every step is attempted, also after one failed (a device deleted meanwhile, NetworkManager not answering
+        must not keep the congestion control or the other devices from being restored).
+
         Raises
         ------
-        ApplyError
-            When NetworkManager refuses or a sysctl cannot be set back (the journal is kept, so a retry can finish).
+        RestoreIncomplete
+            When one or more steps failed (the others ran): the record (journal) and what it names are kept, so
+            a retry (``edgepath-agent rollback``, or the next rollback) restores them again.
         """
-        restored = restore_profiles(sorted(self.changed), self.bus_address, self.timeout_s) if self.changed else []
+        names = sorted(self.changed)
         here = self._sysctls_netns == self.netns
-        restore_sysctls(self.original_sysctls, self._sysctls_netns, self.backend if here else None)
+        restore_record(
+            names,
+            self.original_sysctls,
+            self._sysctls_netns,
+            self.bus_address,
+            self.timeout_s,
+            self.backend if here else None,
+        )
         self.original_sysctls.clear()
         self._sysctls_netns = self.netns
         self.changed.clear()
         if self.journal_path is not None:
             self.journal_path.unlink(missing_ok=True)
         self.last = None
-        return restored
+        return names
 
 
-def restore_profiles(interfaces: Sequence[str], bus_address: str | None = None, timeout_s: float = 5.0) -> list[str]:
-    """``Device.Reapply`` with an empty connection (the saved profile) for each of ``interfaces``.
+def restore_record(
+    interfaces: Sequence[str],
+    sysctls: Mapping[str, str],
+    netns: str | None,
+    bus_address: str | None = None,
+    timeout_s: float = 5.0,
+    backend: Backend | None = None,
+) -> int:
+    """Restore what a NetworkManager record names: reapply each of ``interfaces``' saved profile
+    (:func:`restore_profiles`), then set each of ``sysctls`` back in ``netns`` (:func:`restore_sysctls`); every
+    step is attempted, also after one failed. Returns the number of steps (one per interface and per sysctl).
 
     Raises
     ------
-    ApplyError
-        When the bus or NetworkManager refuses.
+    RestoreIncomplete
+        When one or more steps failed (the others ran); ``failed`` names each, ``steps`` counts them all.
+    """
+    _, failed = restore_profiles(interfaces, bus_address, timeout_s) if interfaces else ([], [])
+    _, failed_sysctls = restore_sysctls(sysctls, netns, backend)
+    failed = [*failed, *failed_sysctls]
+    steps = len(interfaces) + len(sysctls)
+    if failed:
+        raise RestoreIncomplete(failed, steps)
+    return steps
+
+
+def restore_profiles(
+    interfaces: Sequence[str], bus_address: str | None = None, timeout_s: float = 5.0
+) -> tuple[list[str], list[str]]:
+    """``Device.Reapply`` with an empty connection (the saved profile) for each of ``interfaces``, each attempted
+    also after one failed; returns the interfaces restored and one line per interface that was not (why: the
+    bus, NetworkManager's refusal, a device it does not know).
+
+    Raises nothing: every failure comes back as a line.
     """
     applier = NetworkManagerApplier(ApplierConfig(interfaces=tuple(interfaces)), bus_address, timeout_s=timeout_s)
-    done = []
-    with applier._connect() as conn:
+    done: list[str] = []
+    failed: list[str] = []
+    try:
+        conn = applier._connect()
+    except ApplyError as exc:
+        return [], [f"reapplying {name}'s saved NetworkManager profile failed: {exc}" for name in interfaces]
+    with conn:
         for name in interfaces:
-            device = applier._device(conn, name)
-            applier._reapply(conn, device, {}, 0)
+            try:
+                device = applier._device(conn, name)
+                applier._reapply(conn, device, {}, 0)
+            except Exception as exc:  # ApplyError (NetworkManager refused), a timeout, the bus gone: the next one
+                failed.append(f"reapplying {name}'s saved NetworkManager profile failed: {exc}")
+                continue
             done.append(name)
-    return done
+    return done, failed
 
 
 def _where(netns: str | None) -> str:
@@ -448,26 +498,28 @@ def record_sysctls(record: Mapping[str, Any]) -> dict[str, str]:
     return dict(raw)
 
 
-def restore_sysctls(sysctls: Mapping[str, str], netns: str | None, backend: Backend | None = None) -> list[str]:
+def restore_sysctls(
+    sysctls: Mapping[str, str], netns: str | None, backend: Backend | None = None
+) -> tuple[list[str], list[str]]:
     """Set each of ``sysctls`` (``{name: original value}``) back in network namespace ``netns`` (``sysctl -w``, as
-    the command backend; through ``backend``'s ``sysctl_set`` when given, which must work in ``netns``); returns the
-    names set.
+    the command backend; through ``backend``'s ``sysctl_set`` when given, which must work in ``netns``), each
+    attempted also after one failed; returns the names set and one line per value that could not be set (its
+    name, value and the command's error).
 
-    Raises
-    ------
-    ApplyError
-        When a value cannot be set (its name, value and the command's error in the message).
+    Raises nothing: every failure comes back as a line.
     """
     if backend is None:
         backend = CommandBackend(netns=netns)
-    done = []
+    done: list[str] = []
+    failed: list[str] = []
     for key, value in sorted(sysctls.items()):
         try:
             backend.ops["sysctl_set"](key=key, value=value)
         except Exception as exc:  # BackendError, a namespace gone, the safety check
-            raise ApplyError(f"restoring {key}={value} in {_where(netns)} failed: {exc}") from exc
+            failed.append(f"restoring {key}={value} in {_where(netns)} failed: {exc}")
+            continue
         done.append(key)
-    return done
+    return done, failed
 
 
 def journal_backend(path: Path) -> dict[str, Any] | None:
