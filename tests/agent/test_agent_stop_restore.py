@@ -125,3 +125,44 @@ def test_a_failed_restore_after_a_failed_apply_leaves_the_restore_to_the_stop() 
     backend.fail_on = None
     agent.close()
     assert backend.state.canonical() == ROUTES.canonical() and agent.configuration == "restored at stop"
+
+
+def test_rollback_updates_the_status_record_the_stop_left(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """``rollback`` did not touch the status record: after a partial restore at stop ``status`` went on showing
+    "partly restored at stop" once a manual rollback had finished. The restore itself is replaced here (what
+    ``daemon.rollback`` returns or raises); the real one, after a real partial stop, is in
+    netns/test_agent_restore_netns.py. The record is the agent's own (``Agent.write_status``)."""
+    status = tmp_path / "status.json"
+    config = daemon.AgentConfig(device_id="d", interfaces={"wlan0": "WIFI"}, status_file=status)
+    agent = daemon.Agent(config, Wwan0(), Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal()), [])
+    agent.configuration = "partly restored at stop: 1 of 4 restore step(s) failed …: ip route add … dev wwan0"
+    agent.write_status()
+    env = {"COLUMNS": "300", "NO_COLOR": "1", "EDGEPATH_AGENT_STATUS_FILE": str(status)}
+
+    def partial(*_args: object, **_kwargs: object) -> int:
+        raise RestoreIncomplete(["ip -4 route add default via 10.1.2.1 dev wwan0 metric 200 exited 2: gone"], 4)
+
+    monkeypatch.setattr(daemon, "rollback", partial)
+    failed = CliRunner().invoke(app, ["rollback", "--journal", str(tmp_path / "j.json")], env=env)
+    assert failed.exit_code == 1, failed.output
+    shown = CliRunner().invoke(app, ["status"], env=env)
+    assert "applied:        partly restored by edgepath-agent rollback: 1 of 4" in shown.output, shown.output
+    assert "dev wwan0 metric 200 exited 2: gone" in shown.output
+
+    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: 4)
+    done = CliRunner().invoke(app, ["rollback", "--journal", str(tmp_path / "j.json")], env=env)
+    assert done.exit_code == 0 and "rollback: 4 step(s)" in done.output, done.output
+    shown = CliRunner().invoke(app, ["status"], env=env)
+    assert "applied:        nothing: the configuration was restored by edgepath-agent rollback" in shown.output
+    assert "partly restored" not in shown.output and "warning" not in shown.output, shown.output
+
+
+def test_rollback_without_a_status_record_writes_none(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """No record (the agent never ran with this status_file): nothing is created, no warning."""
+    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: 2)
+    status = tmp_path / "status.json"
+    done = CliRunner().invoke(
+        app, ["rollback", "--journal", str(tmp_path / "j.json"), "--status-file", str(status)], env={"COLUMNS": "300"}
+    )
+    assert done.exit_code == 0 and "warning" not in done.output, done.output
+    assert not status.exists()

@@ -519,6 +519,13 @@ def rollback(
         typer.Option(help="Network namespace the agent worked in (default: the one the journal recorded)"),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the commands instead of running them")] = False,
+    status_file: Annotated[
+        Optional[Path],
+        typer.Option(help="Status record to update (default: the settings' status_file)", readable=False),
+    ] = None,
+    config: Annotated[
+        Optional[Path], typer.Option(help="Agent settings file (for status_file)", readable=False)
+    ] = None,
 ) -> None:
     """Restore the network state the journal recorded before the agent's first change.
 
@@ -530,6 +537,11 @@ def rollback(
     failed ones are listed on stderr; the journal is kept: retry); 2 ("Error: …") when the journal cannot be read
     (run as the agent's user or root), is not a journal (not JSON, a directory: restore by hand, then move it away),
     or --netns names another namespace than the journal recorded.
+
+    When it restored something, or a restore step failed, the agent's status record (--status-file, else the
+    settings' status_file: --config, EDGEPATH_AGENT_STATUS_FILE, the default) is rewritten, if there is one, to say
+    so: `status` then shows "restored by edgepath-agent rollback" (or the steps still failing) instead of what the
+    stop left. A record that cannot be updated is a warning on stderr; the exit code is the rollback's.
     """
     from edgepath_agent.applier import ApplyError, Journal, JournalError, RestoreIncomplete
     from edgepath_agent.applier.journal import rollback_netns
@@ -554,16 +566,45 @@ def rollback(
         )
         for step in exc.failed:
             typer.echo(f"  failed: {step}", err=True)
+        _mark_status(status_file, config, f"partly restored by edgepath-agent rollback: {exc}")
         raise typer.Exit(1) from exc
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc
+    if steps and not dry_run:
+        _mark_status(status_file, config, "restored by edgepath-agent rollback")
     if dry_run:
         typer.echo(
             f"rollback (dry run): {steps} step(s) printed, none run" if steps else "rollback: nothing to restore"
         )
     else:
         typer.echo(f"rollback: {steps} step(s)" if steps else "rollback: nothing to restore")
+
+
+def _mark_status(status_file: Path | None, config: Path | None, configuration: str) -> None:
+    """``rollback``'s update of the status record (:func:`~edgepath_agent.status.mark_configuration`): at
+    ``status_file``, else the settings' ``status_file``. Never raises: a record that cannot be found (settings
+    that do not load) or updated is a warning on stderr (the rollback's own result decides the exit code)."""
+    from edgepath_agent.status import mark_configuration
+
+    path = status_file
+    if path is None:
+        from pydantic import ValidationError
+
+        from edgepath_agent.daemon import load_config
+
+        try:
+            path = load_config(config).status_file
+        except (ValidationError, ValueError, OSError) as exc:
+            typer.echo(f"warning: status record not updated: {load_settings_error(exc, config)}", err=True)
+            return
+    if path is None:
+        return
+    try:
+        mark_configuration(path, configuration)
+    except (ValueError, OSError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        typer.echo(f"warning: status record {path} not updated: {reason}", err=True)
 
 
 def main() -> None:

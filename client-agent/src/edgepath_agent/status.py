@@ -19,7 +19,10 @@ Record (JSON object; times are Unix epoch milliseconds):
     configuration was restored at stop: ``configuration``)
 ``configuration``: how the agent's stop left the device: ``"restored at stop"``, or ``"partly restored at stop:
     …"`` naming the restore steps that failed (the journal is kept: ``edgepath-agent rollback`` retries); null while
-    the agent runs, or when it stopped without restoring (``restore_on_exit = false``) or had nothing to restore
+    the agent runs, or when it stopped without restoring (``restore_on_exit = false``) or had nothing to restore.
+    ``edgepath-agent rollback`` rewrites it (:func:`mark_configuration`) when it restored something:
+    ``"restored by edgepath-agent rollback"``, or ``"partly restored by edgepath-agent rollback: …"`` naming the
+    steps still failing
 ``last_outcome``: ``decision_id``, ``throughput_bps``, ``latency_ms``, ``loss``,
     ``sent_unix_ms``, ``delivered`` (false: queued for re-sending), ``reward``; or ``null``
 ``outcomes``: ``"reported"``, or why this agent reports none (``"not reported: dry run"``)
@@ -78,6 +81,26 @@ def write_status(path: Path, record: Mapping[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def mark_configuration(path: Path, configuration: str) -> bool:
+    """Rewrite the record at ``path`` (atomically, :func:`write_status`) to say how the device's configuration was
+    left by something other than the agent's stop (``edgepath-agent rollback``): ``configuration`` set, ``applied``
+    null (the configuration is no longer the one applied), ``updated_unix_ms`` now; the other fields as they were.
+    Returns ``False`` (nothing written) when there is no record at ``path``.
+
+    Raises
+    ------
+    ValueError
+        When the file is not a status record (:func:`read_status`).
+    OSError
+        When it cannot be read or rewritten (no permission, a directory).
+    """
+    record = read_status(path)
+    if record is None:
+        return False
+    write_status(path, {**record, "configuration": configuration, "applied": None, "updated_unix_ms": now_ms()})
+    return True
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
@@ -264,8 +287,8 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, run
         lines.append("recommendation: none yet")
     applied = record.get("applied")
     configuration = record.get("configuration")
-    if configuration == "restored at stop":
-        lines.append("applied:        nothing: the configuration was restored at stop")
+    if isinstance(configuration, str) and configuration.startswith("restored "):  # at stop, by `rollback`
+        lines.append(f"applied:        nothing: the configuration was {configuration}")
     elif configuration:
         lines.append(f"applied:        {configuration} (retry: edgepath-agent rollback)")
     elif applied:

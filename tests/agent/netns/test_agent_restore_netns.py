@@ -9,7 +9,9 @@ exits 1 listing them until it can finish. The failure is real (the interface is 
 namespace); nothing is mocked here (``run``'s exit code 75 for it is in tests/agent/test_agent_stop_restore.py).
 
 After a stop that restored the device, ``status`` says the configuration was restored instead of still showing
-the decision as applied (a real ``run --steps 1`` against a real service).
+the decision as applied (a real ``run --steps 1`` against a real service); after a partial one, ``rollback``
+updates the status record: the steps still failing, then, once it finishes, restored by ``edgepath-agent
+rollback``.
 
 Skipped (not passed) without root/CAP_NET_ADMIN or kernel MPTCP.
 """
@@ -91,19 +93,29 @@ def test_stop_restores_every_step_it_can_when_an_interface_is_gone(testbed: Test
     assert record is not None and record["applied"] is None
     assert record["configuration"].startswith("partly restored at stop: ") and "wwan0" in record["configuration"]
 
-    retry = agent("rollback", "--journal", str(journal))
+    # the status record is found through the settings (EDGEPATH_AGENT_STATUS_FILE), as `status` finds it
+    env = {**os.environ, "EDGEPATH_AGENT_STATUS_FILE": str(status)}
+    retry = agent("rollback", "--journal", str(journal), env=env)
     assert retry.returncode == 1, retry.stdout + retry.stderr
     listed = [line for line in retry.stderr.splitlines() if line.strip().startswith("failed: ")]
     assert listed and all("wwan0" in line for line in listed), retry.stderr
     assert "Traceback" not in retry.stderr and journal.exists()
+    record = read_status(status)
+    assert record is not None and record["configuration"].startswith("partly restored by edgepath-agent rollback: ")
+    assert "wwan0" in record["configuration"]
 
     # the interface is back (same name and address): the retry finishes and removes the journal
     for argv in (("link", "add", "wwan0", "type", "veth", "peer", "name", "wwan0p"),
                  ("addr", "add", f"{WWAN0}/24", "dev", "wwan0"), ("link", "set", "wwan0p", "up"),
                  ("link", "set", "wwan0", "up")):  # fmt: skip
         testbed.dev("ip", *argv)
-    done = agent("rollback", "--journal", str(journal))
+    done = agent("rollback", "--journal", str(journal), "--status-file", str(status))
     assert done.returncode == 0, done.stdout + done.stderr
+    shown = agent("status", "--status-file", str(status))  # no longer "partly restored at stop"
+    assert "applied:        nothing: the configuration was restored by edgepath-agent rollback" in shown.stdout, (
+        shown.stdout
+    )
+    assert "partly restored" not in shown.stdout
     # what the agent manages is as before (table 102, the testbed's own route on the old wwan0, went with it)
     after = view(testbed.device_ns)
     assert (after["endpoints"], after["limits"]) == (before["endpoints"], before["limits"])
