@@ -110,6 +110,7 @@ def test_unit_matches_install_path_sysusers_tmpfiles_and_settings() -> None:
     (stop_post,) = unit_values("ExecStopPost")
     assert start.split()[0] == exe and stop_post.split()[0] == exe
     assert f"--config {conf}" in start
+    assert f"--config {conf}" in stop_post, "the rollback finds the status record at the settings' status_file"
     (user,) = unit_values("User")
     sysusers = [line.split() for line in SYSUSERS.read_text().splitlines() if line and not line.startswith("#")]
     assert ["u", user] == sysusers[0][:2]
@@ -119,6 +120,7 @@ def test_unit_matches_install_path_sysusers_tmpfiles_and_settings() -> None:
     assert defaults.status_file is not None and str(defaults.status_file.parent) in tmpfiles
     assert str(Path(conf).parent) in tmpfiles
     assert unit_values("RuntimeDirectory") == [defaults.status_file.parent.name]
+    assert unit_values("RuntimeDirectoryPreserve") == ["yes"], "status after a stop reads the record the stop left"
     assert unit_values("StateDirectory") == [defaults.journal.parent.name]
     assert unit_values("Type") == ["notify"] and unit_values("WatchdogSec")
 
