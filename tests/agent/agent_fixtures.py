@@ -9,10 +9,29 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from edgepath_agent.testbed.netns import sh
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+#: A recommendation whose initial subflow the steering rule names: primary wlan0, an Active-Standby rule with wlan0
+#: initial and wwan0 standby (the upstream guard's tests: test_agent_guard_override.py and its netns twin).
+STEERED: dict[str, Any] = {
+    "decision_id": "d-steer",
+    "primary_path": {"interface": "wlan0", "access_type": "WIFI"},
+    "steering": {
+        "rules": [
+            {
+                "steering_mode": "ACTIVE_STANDBY",
+                "accesses": [
+                    {"interface": "wlan0", "access_type": "WIFI", "initial_subflow": True},
+                    {"interface": "wwan0", "access_type": "LTE", "initial_subflow": False},
+                ],
+            }
+        ]
+    },
+}
 
 
 def fixture(name: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agent_fixtures import STEERED
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.messages import OutcomeAck, Recommendation
@@ -20,21 +21,6 @@ from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe
 ROUTES = NetState(default_routes=(Route("wlan0", "10.1.1.1", 100), Route("wwan0", "10.1.2.1", 200)))
 ADDRS = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"]}
 
-STEERED: dict[str, Any] = {
-    "decision_id": "d-steer",
-    "primary_path": {"interface": "wlan0", "access_type": "WIFI"},
-    "steering": {
-        "rules": [
-            {
-                "steering_mode": "ACTIVE_STANDBY",
-                "accesses": [
-                    {"interface": "wlan0", "access_type": "WIFI", "initial_subflow": True},
-                    {"interface": "wwan0", "access_type": "LTE", "initial_subflow": False},
-                ],
-            }
-        ]
-    },
-}
 #: MLPM prioritises wlan0 and gives wwan0 a weight below the backup threshold (0.2).
 MLPM: dict[str, Any] = {
     "decision_id": "d-mlpm",

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agent_fixtures import STEERED
 from edgepath_agent.applier import Applier, CommandBackend, Journal
 from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.messages import OutcomeAck, Recommendation
-from edgepath_agent.meter import TransferServer, mptcp_socket
-from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, call_in_netns
+from edgepath_agent.meter import TransferServer
+from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed
+from netns_helpers import new_connection
 
 pytestmark = pytest.mark.netns
 
@@ -33,23 +35,7 @@ class SteeringDecision:
     url = "fixed://steering"
 
     def recommend(self, request: dict[str, Any]) -> Recommendation:
-        return Recommendation.from_rest(
-            {
-                "decision_id": "steer-1",
-                "primary_path": {"interface": "wlan0", "access_type": "WIFI"},
-                "steering": {
-                    "rules": [
-                        {
-                            "steering_mode": "ACTIVE_STANDBY",
-                            "accesses": [
-                                {"interface": "wlan0", "access_type": "WIFI", "initial_subflow": True},
-                                {"interface": "wwan0", "access_type": "LTE", "initial_subflow": False},
-                            ],
-                        }
-                    ]
-                },
-            }
-        )
+        return Recommendation.from_rest(STEERED)
 
     def report_outcome(self, outcome: dict[str, Any]) -> OutcomeAck:
         return OutcomeAck(decision_id=outcome["decision_id"], accepted=True)
@@ -61,21 +47,6 @@ class SteeringDecision:
 def first_default_route(tb: Testbed) -> str:
     routes = [line for line in tb.dev("ip", "-4", "route", "show", "default").stdout.splitlines() if "metric" in line]
     return min(routes, key=lambda line: int(line.split("metric")[1].split()[0]))
-
-
-def initial_subflow_address(tb: Testbed, port: int) -> str | None:
-    """One new MPTCP connection from the device (1 s connect timeout): its initial subflow's local address."""
-
-    def attempt() -> str | None:
-        with mptcp_socket() as s:
-            s.settimeout(1.0)
-            try:
-                s.connect((SERVER_ADDR, port))
-            except OSError:
-                return None
-            return str(s.getsockname()[0])
-
-    return call_in_netns(tb.device_ns, attempt)
 
 
 @pytest.mark.timeout(120)
@@ -105,7 +76,7 @@ def test_guard_moves_the_steering_rules_initial_subflow_off_a_path_without_upstr
             line.split()[0]: line for line in testbed.dev("ip", "mptcp", "endpoint", "show").stdout.splitlines()
         }
         assert "backup" in endpoints[WLAN0] and "backup" not in endpoints[WWAN0], endpoints
-        assert initial_subflow_address(testbed, server.port) == WWAN0
+        assert new_connection(testbed, server.port) == WWAN0
         record = agent.status_record()
         assert record["applied"]["primary"] == "wwan0" and record["preferred_primary"] == "wlan0"
     finally:

@@ -33,8 +33,9 @@ import pytest
 from edgepath_agent.applier import Applier, CommandBackend, Journal
 from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.messages import OutcomeAck, Recommendation
-from edgepath_agent.meter import TransferServer, mptcp_socket
-from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed, call_in_netns
+from edgepath_agent.meter import TransferServer
+from edgepath_agent.testbed.netns import SERVER_ADDR, Testbed
+from netns_helpers import new_connection
 
 pytestmark = pytest.mark.netns
 
@@ -48,21 +49,6 @@ WLAN0, WWAN0 = "10.1.1.2", "10.1.2.2"
 def blackhole_wifi_upstream(tb: Testbed, on: bool) -> None:
     """Answers to the device's wlan0 address vanish in the server namespace (interfaces stay up)."""
     tb.srv("ip", "route", "replace" if on else "del", "blackhole", f"{WLAN0}/32")
-
-
-def new_connection(tb: Testbed, port: int, timeout_s: float = 1.0) -> str | None:
-    """Open a new MPTCP connection from the device; its initial subflow's local address, or None on failure."""
-
-    def attempt() -> str | None:
-        with mptcp_socket() as s:
-            s.settimeout(timeout_s)
-            try:
-                s.connect((SERVER_ADDR, port))
-            except OSError:
-                return None
-            return str(s.getsockname()[0])
-
-    return call_in_netns(tb.device_ns, attempt)
 
 
 def time_until(predicate, budget_s: float, poll_s: float = 0.2) -> float | None:

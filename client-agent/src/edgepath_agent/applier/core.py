@@ -53,7 +53,7 @@ flags, limits, routes, sysctls).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -118,9 +118,13 @@ def metric_conflicts(state: NetState, config: ApplierConfig) -> list[tuple[Route
     return [(r, ours[r.metric]) for r in state.default_routes if r.dev not in managed and r.metric in ours]
 
 
-def check_metric_conflicts(state: NetState, config: ApplierConfig, netns: str | None, collision: str) -> None:
-    """Refuse ``state`` when :func:`metric_conflicts` finds a default route in the way (the start check of the
-    ``command``/``netlink`` applier and of the NetworkManager backend); ``collision`` says what would happen.
+def check_metric_conflicts(
+    read_state: Callable[[], NetState], config: ApplierConfig, netns: str | None, collision: str
+) -> None:
+    """Refuse the state ``read_state()`` returns when :func:`metric_conflicts` finds a default route in the way (the
+    start check of the ``command``/``netlink`` applier and of the NetworkManager backend); ``collision`` says what
+    would happen. A state that cannot be read is logged and not checked (the first apply reads it again and reports
+    its error).
 
     Raises
     ------
@@ -128,6 +132,11 @@ def check_metric_conflicts(state: NetState, config: ApplierConfig, netns: str | 
         For the first such route: the route, its interface, the metric setting (``primary_metric`` or
         ``secondary_metric``) and its value, ``collision``, and what to change.
     """
+    try:
+        state = read_state()
+    except Exception as exc:  # BackendError, a namespace gone, netlink errors
+        log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
+        return
     conflicts = metric_conflicts(state, config)
     if not conflicts:
         return
@@ -450,13 +459,8 @@ class Applier:
             ``secondary_metric``) and its value, and what to change. A state that cannot be read is logged and
             not checked (the first apply reads it again and reports its error).
         """
-        try:
-            state = self.read_state()
-        except Exception as exc:  # BackendError, a namespace gone, netlink errors
-            log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
-            return
         check_metric_conflicts(
-            state,
+            self.read_state,
             self.config,
             self.netns,
             "their changes would collide (the kernel keeps one default route per metric)",

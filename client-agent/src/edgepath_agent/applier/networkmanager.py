@@ -231,13 +231,8 @@ class NetworkManagerApplier:
             For the first such route: the route, its interface, the metric setting and its value, and what to
             change. A state that cannot be read is logged and not checked (the first apply reports its error).
         """
-        try:
-            state = self.backend.read_state(())
-        except Exception as exc:  # BackendError, a namespace gone
-            log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
-            return
         check_metric_conflicts(
-            state,
+            lambda: self.backend.read_state(()),
             self.config,
             self.netns,
             "NetworkManager would add the connection's default route beside it, and that route, added first, would "

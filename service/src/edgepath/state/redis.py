@@ -152,21 +152,16 @@ class StoreFull(Unavailable, OutOfMemoryError):
         self.reply = reply
 
 
-async def _parse_storing(parse: Any, connection: Any, command_name: str | bytes, **options: Any) -> Any:
-    """``parse(connection, command_name, **options)``, a reply's out-of-memory error raised as :class:`StoreFull`."""
-    try:
-        return await parse(connection, command_name, **options)
-    except OutOfMemoryError as exc:
-        raise StoreFull(str(exc)) from exc
-
-
 class _Pipeline(Pipeline):
     """redis-py's pipeline, its replies' out-of-memory errors raised as :class:`StoreFull` (see :class:`_Client`). In a
     ``MULTI``/``EXEC`` transaction (MEC 015 session writes) a full Redis refuses the queued command and aborts the
     ``EXEC`` (``EXECABORT``); redis-py raises the queued command's error, so the transaction is answered 503 too."""
 
     async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
-        return await _parse_storing(super().parse_response, connection, command_name, **options)
+        try:
+            return await super().parse_response(connection, command_name, **options)
+        except OutOfMemoryError as exc:
+            raise StoreFull(str(exc)) from exc
 
 
 class _Client(Redis):
@@ -175,7 +170,10 @@ class _Client(Redis):
     (:class:`_Pipeline`: MEC 015 session transactions, decision flushes) is read here."""
 
     async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
-        return await _parse_storing(super().parse_response, connection, command_name, **options)
+        try:
+            return await super().parse_response(connection, command_name, **options)
+        except OutOfMemoryError as exc:
+            raise StoreFull(str(exc)) from exc
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> _Pipeline:
         """A :class:`_Pipeline` on this client's pool (redis-py's ``Redis.pipeline``, the same arguments)."""
