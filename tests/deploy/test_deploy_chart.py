@@ -1421,6 +1421,43 @@ def test_notes_say_a_serve_only_release_runs_no_trainer(helm_bin: str, tmp_path:
     assert "Trainer: in the service replicas (a Redis lock elects one)" in replicas
 
 
+def test_notes_say_how_many_decisions_per_second_the_charts_redis_holds(helm_bin: str, tmp_path: Path) -> None:
+    """README "Sizing the chart's Redis": ~1.6 KB per live decision beside a full decision log (100,000 × 1.36 KB).
+    The default 512Mi limit (maxmemory 70 %: 375,809,638 bytes) holds (375,809,638 − 136,000,000) / 1,600 = 149,881
+    live decisions, 41 per second at the default decisionTtlS of 3600 s: said at install, before the 503s say it."""
+
+    def capacity(notes: str) -> str:
+        lines = notes.splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith("Redis capacity:"))
+        return " ".join(lines[start : start + 3])
+
+    default = capacity(_notes(helm_bin, tmp_path / "defaults", *values_args("defaults")))
+    assert "maxmemory 358 MiB holds ~149881 live decisions" in default
+    assert "~41 decisions/s at settings.decisionTtlS 3600" in default and "503" in default
+    sized = capacity(
+        _notes(
+            helm_bin,
+            tmp_path / "sized",
+            *values_args("defaults"),
+            "--set",
+            "redis.resources.limits.memory=2Gi",
+            "--set",
+            "settings.decisionTtlS=600",
+            "--set",
+            "prometheusRule.enabled=true",
+        )
+    )
+    assert (
+        "~1424 decisions/s at settings.decisionTtlS 600" in sized and "EdgePathStoreNearlyFull warns at 90 %" in sized
+    )
+    small = capacity(
+        _notes(helm_bin, tmp_path / "small", *values_args("defaults"), "--set", "redis.resources.limits.memory=128Mi")
+    )
+    assert "leaves no room for live decisions" in small
+    external = _notes(helm_bin, tmp_path / "ext", *values_args("external-redis-values.yaml"))
+    assert "Redis capacity" not in external, "an existing Redis is sized by its operator"
+
+
 def test_the_charts_redis_fsyncs_its_append_only_file_as_configured(render: Any) -> None:
     """README's "an acknowledged outcome survives a Redis restart (in the AOF)" needs appendfsync always; the
     StatefulSet passed only --appendonly yes (Redis's default everysec)."""

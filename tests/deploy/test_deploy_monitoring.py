@@ -87,7 +87,7 @@ def test_alerts_cover_what_an_operator_watches(render: Any) -> None:
     assert {"EdgePathStoreDegraded", "EdgePathSnapshotsRejected", "EdgePathOutcomesDropped", "EdgePathModelStale"} <= (
         alerts
     )
-    assert {"EdgePathServerErrors", "EdgePathRateLimited", "EdgePathRewardDrop"} <= alerts
+    assert {"EdgePathServerErrors", "EdgePathRateLimited", "EdgePathRewardDrop", "EdgePathStoreNearlyFull"} <= alerts
     for expr in _rule_exprs(_rule_groups(render)):
         for sel in re.findall(r"\{([^}]*)\}", expr):
             assert 'namespace="edge"' in sel and 'job="ep-edgepath"' in sel, f"unscoped selector in {expr}"

@@ -654,6 +654,8 @@ class Service:
         if self.exploration is not None:
             background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
+        if self.backend is not None and self.backend.shared:
+            background.append(asyncio.create_task(self._watch_store_memory(), name="store-memory"))
         background.append(asyncio.create_task(admission.monitor(), name="loop-lag"))
         for task in background:
             task.add_done_callback(self._background_ended)
@@ -685,6 +687,7 @@ class Service:
         "fleet-exploration": "this replica no longer applies the other replicas' exploration decay",
         "readiness": "gRPC health no longer follows the state store",
         "loop-lag": "admission no longer measures the event loop's lag (no shedding on it)",
+        "store-memory": "the state store's memory gauges no longer move (EdgePathStoreNearlyFull cannot fire)",
     }
 
     def _background_ended(self, task: asyncio.Task[None]) -> None:
@@ -827,6 +830,21 @@ class Service:
                     )
             # Period of the readiness probe (a service loop, not a test wait).
             await asyncio.sleep(period_s)
+
+    async def _watch_store_memory(self) -> None:
+        """Every ``settings.store_memory_poll_s`` s, the shared store's memory and its bound on the gauges
+        ``edgepath_store_memory_used_bytes`` / ``edgepath_store_memory_limit_bytes``
+        (:meth:`~edgepath.state.backend.StateBackend.memory_usage`; left as they were when it cannot say). The
+        chart's EdgePathStoreNearlyFull alert reads them: a full ``noeviction`` Redis refuses every decision and
+        outcome (503 "state store full"), so an operator learns of it before the devices do."""
+        assert self.backend is not None
+        while True:
+            usage = await self.backend.memory_usage()
+            if usage is not None:
+                self.metrics.store_memory_used.set(usage.used_bytes)
+                self.metrics.store_memory_limit.set(usage.limit_bytes)
+            # Period of the gauges (a service loop, not a test wait).
+            await asyncio.sleep(self.settings.store_memory_poll_s)
 
 
 def build_trainer_role(

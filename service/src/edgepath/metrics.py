@@ -239,6 +239,10 @@ class Metrics:
     outcomes_dropped: Counter
     store_degraded: Gauge
     outbox_outcomes: Gauge
+    #: The shared store's memory and its bound (Redis ``used_memory`` / ``maxmemory``, bytes; 0 until measured, and
+    #: the in-process store's stay 0): past the bound a ``noeviction`` Redis refuses writes (503 "state store full").
+    store_memory_used: Gauge
+    store_memory_limit: Gauge
     snapshots_rejected: Counter
     #: Refit processes started again after one died (edgepath.training.online.ProcessRefitter): each lost the refit
     #: under way (its outcomes are kept and refitted on the new process).
@@ -480,6 +484,17 @@ class Metrics:
             ),
             outbox_outcomes=Gauge(
                 "edgepath_outbox_outcomes", "Outcomes buffered in memory until the state store returns", registry=reg
+            ),
+            store_memory_used=Gauge(
+                "edgepath_store_memory_used_bytes",
+                "Memory the shared state store uses (Redis used_memory; 0: not measured)",
+                registry=reg,
+            ),
+            store_memory_limit=Gauge(
+                "edgepath_store_memory_limit_bytes",
+                "Memory bound of the shared state store past which it refuses writes (Redis maxmemory; 0: none or "
+                "not measured)",
+                registry=reg,
             ),
             snapshots_rejected=Counter(
                 "edgepath_snapshots_rejected", "Model snapshots refused before unpickling", ["reason"], registry=reg

@@ -623,6 +623,12 @@ class Settings(BaseSettings):
     exploration_sync_s: float = Field(
         0.5, gt=0.0, description="Period of the fleet-wide exploration-schedule sync through Redis (issue 17), s"
     )
+    store_memory_poll_s: float = Field(
+        15.0,
+        gt=0.0,
+        description="Period of the shared state store's memory gauges (Redis INFO memory: "
+        "edgepath_store_memory_used_bytes, edgepath_store_memory_limit_bytes), s",
+    )
 
     # --- warm start (issue 8): see edgepath.training.artefact ---
     model_path: Path | None = Field(

@@ -6,6 +6,7 @@ grant fails this test, naming it: the rule an operator of a shared Redis copies 
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -104,6 +105,7 @@ def test_a_user_granted_exactly_the_documented_rule_runs_every_feature(
             "EDGEPATH_EXPLORATION_SYNC_S": "0.5",
             "EDGEPATH_TRAINER_PUBLISH_INTERVAL_S": "0",
             "EDGEPATH_DRAIN_GRACE_S": "0",
+            "EDGEPATH_STORE_MEMORY_POLL_S": "0.2",
         },
     )
     try:
@@ -150,6 +152,9 @@ def test_a_user_granted_exactly_the_documented_rule_runs_every_feature(
                 what="the replica to serve the trainer's second model",
             )
             assert http.get("/readyz").status_code == 200
+            # the store's memory gauges (INFO memory) measured as this user
+            used = re.search(r"^edgepath_store_memory_used_bytes (\S+)$", http.get("/metrics").text, re.MULTILINE)
+            assert used is not None and float(used.group(1)) > 0, cluster.logs()
         exported = tmp_path / "decisions.jsonl"
         done = subprocess.run(
             [sys.executable, "-m", "edgepath.cli", "log", "export", "--store", store_url, "--out", str(exported)],

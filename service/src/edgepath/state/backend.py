@@ -105,6 +105,16 @@ class TrainerLock(Protocol):
         """Give the lock up (never raises: a lock that cannot be released expires)."""
 
 
+@dataclass(frozen=True)
+class StoreMemory:
+    """The shared store's memory: ``used_bytes`` (Redis ``INFO memory`` ``used_memory``: what its allocator holds for
+    data, bytes) and ``limit_bytes`` (``maxmemory``, past which a ``noeviction`` Redis refuses writes: the service
+    then answers 503 "state store full"; 0 = no bound set)."""
+
+    used_bytes: int
+    limit_bytes: int
+
+
 @runtime_checkable
 class StateBackend(Protocol):
     """A store with its snapshot channel, trainer lock, rate-limit and quarantine primitives.
@@ -148,6 +158,11 @@ class StateBackend(Protocol):
     async def flush_outbox(self, timeout_s: float) -> int:
         """Write what the degraded-mode outbox holds to the shared store, for at most ``timeout_s`` s (issue 17,
         graceful shutdown); returns the records still not written (0 for the in-process backend)."""
+
+    async def memory_usage(self) -> StoreMemory | None:
+        """How much memory the shared store uses and may use (:class:`StoreMemory`); None when it cannot say (the
+        in-process backend, whose memory is the serving process's; a store that is unreachable or refuses the
+        query). Never raises."""
 
     async def close(self) -> None:
         """Release the store's connections."""
@@ -276,6 +291,9 @@ class MemoryBackend:
 
     async def flush_outbox(self, timeout_s: float) -> int:
         return 0  # nothing is held back: the store is this process's memory
+
+    async def memory_usage(self) -> StoreMemory | None:
+        return None  # the serving process's own memory (its container's metrics say it)
 
     def forget_inflight(self) -> None:
         self.store.requeue_pending()

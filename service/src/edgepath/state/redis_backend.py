@@ -23,13 +23,14 @@ hash, ``XACK`` + ``XDEL`` the outcome-log entries the model was trained on, and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from redis.exceptions import LockError
+from redis.exceptions import LockError, ResponseError
 
-from edgepath.state.backend import LockLost, SnapshotNotifications, SnapshotRecord, StoreUnreachable
+from edgepath.state.backend import LockLost, SnapshotNotifications, SnapshotRecord, StoreMemory, StoreUnreachable
 from edgepath.state.limits import (
     FallbackRateLimiter,
     MemoryRateLimiter,
@@ -41,15 +42,17 @@ from edgepath.state.limits import (
 from edgepath.state.redis import GROUP, UNREACHABLE, RedisStore
 
 T = TypeVar("T")
+log = logging.getLogger("edgepath.state")
 
 #: The Redis commands ``edgepath serve`` and ``edgepath train`` run, directly or inside their Lua scripts (Redis
 #: checks a script's commands against the caller's ACL too), each as Redis's ACL syntax names it (``cmd|subcommand``).
 #: Collected with ``MONITOR`` over every feature and held by ``tests/service/state/test_redis_acl.py``, which runs a
 #: replica and a trainer as a user granted exactly :func:`redis_acl_rule` and finds ``ACL LOG`` empty.
 REDIS_ACL_COMMANDS = (
-    # connection (redis-py's handshake: HELLO 3; readiness: PING)
+    # connection (redis-py's handshake: HELLO 3; readiness: PING); the store's memory gauges: INFO memory
     "hello",
     "ping",
+    "info",
     # scripts (EVALSHA; SCRIPT LOAD after a NOSCRIPT: the server restarted or was flushed) and what they call
     "evalsha",
     "script|load",
@@ -228,6 +231,7 @@ class RedisBackend:
         self.store = store
         self.snapshots = RedisSnapshotChannel(store)
         self.namespace = store.namespace
+        self._memory_refused = False  # INFO memory refused once (logged once)
 
     def trainer_lock(self, ttl_s: float, poll_s: float) -> RedisTrainerLock:
         return RedisTrainerLock(self.store, ttl_s, poll_s)
@@ -268,6 +272,28 @@ class RedisBackend:
         except UNREACHABLE:
             return None
         return {(f.decode() if isinstance(f, bytes) else str(f)): int(v) for f, v in results[-1].items()}
+
+    async def memory_usage(self) -> StoreMemory | None:
+        """``INFO memory``'s ``used_memory`` and ``maxmemory`` (bytes; :class:`~edgepath.state.backend.StoreMemory`).
+
+        None while the store is degraded (no socket timeout per poll), when the query fails (unreachable, or a
+        Redis user without ``+info``: logged once at WARNING, the README's ACL rule grants it) or its reply lacks
+        the fields (a Redis-compatible server that does not report them)."""
+        if self.store.degraded:
+            return None
+        try:
+            info: dict[str, Any] = await self.store.redis.info("memory")
+        except UNREACHABLE:
+            return None
+        except ResponseError as exc:  # NOPERM: an ACL user without +info
+            if not self._memory_refused:
+                self._memory_refused = True
+                log.warning("state store memory not measured: INFO memory refused (%s)", exc)
+            return None
+        used, limit = info.get("used_memory"), info.get("maxmemory")
+        if not isinstance(used, int) or not isinstance(limit, int):
+            return None
+        return StoreMemory(used_bytes=used, limit_bytes=limit)
 
     async def close(self) -> None:
         await self.store.close()
