@@ -34,6 +34,11 @@ STEERED: dict[str, Any] = {
 }
 
 
+def steered(mode: str) -> dict[str, Any]:
+    """:data:`STEERED` with its match-all rule in ``mode`` (wlan0 initial, wwan0 the other access)."""
+    return {**STEERED, "steering": {"rules": [{**STEERED["steering"]["rules"][0], "steering_mode": mode}]}}
+
+
 def fixture(name: str) -> str:
     """Fixture text without its provenance header (everything up to the ``---`` line)."""
     text = (FIXTURES / name).read_text()

@@ -9,10 +9,11 @@ kernel; netns/test_agent_guard_steering_netns.py reads a real routing table); th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from agent_fixtures import STEERED
+from agent_fixtures import STEERED, steered
 from edgepath_agent.applier import Applier, DryRunBackend, Journal, NetState, Route
 from edgepath_agent.daemon import Agent, AgentConfig
 from edgepath_agent.messages import OutcomeAck, Recommendation
@@ -29,6 +30,24 @@ MLPM: dict[str, Any] = {
         "weights": [{"interface": "wlan0", "weight": 0.9}, {"interface": "wwan0", "weight": 0.1}],
         "prioritised_subflow": "wlan0",
     },
+}
+
+
+#: A recommendation with nothing but its primary path.
+PLAIN: dict[str, Any] = {"decision_id": "d-plain", "primary_path": {"interface": "wlan0", "access_type": "WIFI"}}
+
+
+#: id → (recommendation, follow_mlpm, interfaces it makes backup itself: what the end of the override restores).
+#: Under the override (wlan0 without upstream) wlan0 alone is backup in every case.
+CASES: dict[str, tuple[dict[str, Any], bool, set[str]]] = {
+    "smallest-delay": (steered("SMALLEST_DELAY"), False, set()),
+    "load-balancing": (steered("LOAD_BALANCING"), False, set()),
+    "redundant": (steered("REDUNDANT"), False, set()),
+    "active-standby": (steered("ACTIVE_STANDBY"), False, {"wwan0"}),
+    "priority-based": (steered("PRIORITY_BASED"), False, {"wwan0"}),
+    "mlpm": (MLPM, True, {"wwan0"}),  # wlan0's weight 0.9 would keep it active
+    "weights": (MLPM, False, {"wwan0"}),  # the weights alone (no follow_mlpm): the same
+    "plain": (PLAIN, False, set()),
 }
 
 
@@ -55,7 +74,20 @@ def wlan0_dead(interface: str) -> UpstreamProbe:
     return UpstreamProbe(interface, ok, "answers" if ok else "no answer within 1 s", 1.0, 0)
 
 
-def agent_for(body: dict[str, Any], follow_mlpm: bool = False) -> tuple[Agent, DryRunBackend]:
+class Upstreams:
+    """Scripted probes: the interfaces in ``dead`` do not answer (the test changes it between steps)."""
+
+    def __init__(self, *dead: str) -> None:
+        self.dead = set(dead)
+
+    def __call__(self, interface: str) -> UpstreamProbe:
+        ok = interface not in self.dead
+        return UpstreamProbe(interface, ok, "answers" if ok else "no answer within 1 s", 1.0, 0)
+
+
+def agent_for(
+    body: dict[str, Any], follow_mlpm: bool = False, prober: Callable[[str], UpstreamProbe] = wlan0_dead
+) -> tuple[Agent, DryRunBackend]:
     config = AgentConfig(
         device_id="dev-guard",
         interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
@@ -65,7 +97,7 @@ def agent_for(body: dict[str, Any], follow_mlpm: bool = False) -> tuple[Agent, D
     )
     backend = DryRunBackend(ROUTES, ADDRS, out=None)
     applier = Applier(backend, Journal(), config.applier_config())
-    guard = PrimaryGuard(("wlan0", "wwan0"), wlan0_dead, failures=1)
+    guard = PrimaryGuard(("wlan0", "wwan0"), prober, failures=1, recoveries=1)
     return Agent(config, Fixed(body), applier, [], measure=lambda _p: None, guard=guard), backend
 
 
@@ -101,11 +133,11 @@ def test_the_guard_probes_the_path_the_steering_rule_makes_initial() -> None:
 
 
 def test_with_primary_moves_every_initial_subflow_field() -> None:
-    rec = Recommendation.from_rest(STEERED).with_primary("wwan0", "LTE")
+    rec = Recommendation.from_rest(STEERED).with_primary("wwan0", "LTE", ("wlan0",))
     assert rec.primary_path.interface == "wwan0" and rec.initial_interface() == "wwan0"
     accesses = {a.interface: a.initial_subflow for a in rec.steering.rules[-1].accesses}
     assert accesses == {"wlan0": False, "wwan0": True}
-    mlpm = Recommendation.from_rest(MLPM).with_primary("wwan0", "LTE")
+    mlpm = Recommendation.from_rest(MLPM).with_primary("wwan0", "LTE", ("wlan0",))
     assert mlpm.initial_interface(follow_mlpm=True) == "wwan0"
     assert [(w.interface, w.weight) for w in mlpm.scheduler.weights] == [("wlan0", 0.9), ("wwan0", 0.1)]
     one_access = {
@@ -114,8 +146,61 @@ def test_with_primary_moves_every_initial_subflow_field() -> None:
             "rules": [{"steering_mode": "ACTIVE_STANDBY", "accesses": [STEERED["steering"]["rules"][0]["accesses"][0]]}]
         },
     }
-    added = Recommendation.from_rest(one_access).with_primary("wwan0", "LTE")
+    added = Recommendation.from_rest(one_access).with_primary("wwan0", "LTE", ("wlan0",))
     assert [(a.interface, a.initial_subflow) for a in added.steering.rules[-1].accesses] == [
         ("wlan0", False),
         ("wwan0", True),
     ]
+
+
+@pytest.mark.parametrize(("body", "follow_mlpm", "restored"), CASES.values(), ids=list(CASES))
+def test_the_path_without_upstream_is_backup_while_the_override_lasts(
+    body: dict[str, Any], follow_mlpm: bool, restored: set[str]
+) -> None:
+    """Mainline's scheduler (net/mptcp/protocol.c mptcp_subflow_get_send) sends on any non-backup subflow: the dead
+    path must be backup, whatever the mode or weights; it stays an endpoint, and the next decision applied
+    without the override gives it the recommendation's flags again."""
+    upstreams = Upstreams("wlan0")
+    agent, backend = agent_for(body, follow_mlpm, upstreams)
+    result = agent.step()
+    assert result.applied is not None and result.applied.primary == "wwan0"
+    assert backups(backend.state) == {"wlan0"} and result.applied.backup == ("wlan0",)
+    assert {e.dev for e in backend.state.endpoints} == {"wlan0", "wwan0"}
+
+    upstreams.dead.clear()
+    result = agent.step()  # wlan0 answers: the decision is applied as it came
+    assert result.applied is not None and result.applied.primary == "wlan0" and agent.override_reason is None
+    assert backups(backend.state) == restored
+
+
+@pytest.mark.parametrize(("body", "follow_mlpm", "restored"), CASES.values(), ids=list(CASES))
+def test_the_periodic_check_demotes_the_primary_it_leaves_and_restores_it(
+    body: dict[str, Any], follow_mlpm: bool, restored: set[str]
+) -> None:
+    upstreams = Upstreams()
+    agent, backend = agent_for(body, follow_mlpm, upstreams)
+    agent.step()
+    assert backups(backend.state) == restored
+
+    upstreams.dead.add("wlan0")
+    assert agent.watch_upstream() == "wwan0"
+    assert backups(backend.state) == {"wlan0"}
+
+    upstreams.dead.clear()
+    assert agent.watch_upstream() == "wlan0" and agent.override_reason is None
+    assert backups(backend.state) == restored
+
+
+def test_with_primary_demotes_the_paths_it_leaves_never_the_new_primary() -> None:
+    rec = Recommendation.from_rest(PLAIN)
+    assert rec.demoted == () and "demoted" not in rec
+    once = rec.with_primary("wwan0", "LTE", ("wlan0", "wwan0"))
+    assert once.demoted == ("wlan0",)
+    assert once.with_primary("eth0", "ETHERNET", ("wwan0",)).demoted == ("wlan0", "wwan0")
+
+
+def test_a_demoted_interface_the_device_lacks_is_ignored() -> None:
+    """An interface gone from the device (its upstream then fails too) must not make the override a refusal."""
+    agent, _backend = agent_for(PLAIN)
+    applied = agent.applier.apply(Recommendation.from_rest(PLAIN).with_primary("wwan0", "LTE", ("eth7", "wlan0")))
+    assert applied.primary == "wwan0" and applied.backup == ("wlan0",)

@@ -1084,8 +1084,9 @@ class Agent:
             recoveries=self.config.upstream_recoveries,
         )
 
-    def _with_primary(self, rec: Recommendation, interface: str) -> Recommendation:
-        return rec.with_primary(interface, self.config.interfaces.get(interface, rec.primary_path.access_type))
+    def _with_primary(self, rec: Recommendation, interface: str, demoted: Iterable[str]) -> Recommendation:
+        access_type = self.config.interfaces.get(interface, rec.primary_path.access_type)
+        return rec.with_primary(interface, access_type, demoted)
 
     def guard_primary(self, rec: Recommendation) -> tuple[Recommendation, str | None]:
         """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``.
@@ -1094,7 +1095,8 @@ class Agent:
         (:meth:`~edgepath_agent.messages.Recommendation.initial_interface`: the steering rule's initial access,
         or MLPM's prioritised subflow with ``follow_mlpm``, before ``primary_path``); an override moves every one
         of those fields to the chosen interface (:meth:`~edgepath_agent.messages.Recommendation.with_primary`),
-        so the applied primary is the guard's choice.
+        so the applied primary is the guard's choice, and demotes the probed path: its endpoint is ``backup``
+        while the override is in force, whatever the steering mode or MLPM's weights.
         """
         self.preferred = rec.initial_interface(self.config.follow_mlpm)
         if self.guard is None or self.preferred not in self.config.interfaces:
@@ -1113,13 +1115,16 @@ class Agent:
                 "reason": reason,
             },
         )
-        return self._with_primary(rec, chosen), reason
+        return self._with_primary(rec, chosen, (self.preferred,)), reason
 
     def watch_upstream(self) -> str | None:
         """One periodic upstream check of the primary path; re-applies and returns the new primary on a change.
 
         Leaves a primary without connectivity for one that answers, and restores the
-        preferred path once it answers again (see :class:`~edgepath_agent.upstream.PrimaryGuard`).
+        preferred path once it answers again (see :class:`~edgepath_agent.upstream.PrimaryGuard`). Leaving
+        overrides the last recommendation (:meth:`~edgepath_agent.messages.Recommendation.with_primary`), with the
+        primary left and the preferred path (when not the new primary) demoted to ``backup``; a switch to the
+        preferred path ends the override: the last recommendation is applied as it came.
         """
         if self.guard is None or self.applier.last is None or self.last_recommendation is None:
             return None
@@ -1134,8 +1139,11 @@ class Agent:
             "previous_primary": current,
             "reason": reason,
         }
+        rec = self.last_recommendation
+        if new != self.preferred:
+            rec = self._with_primary(rec, new, (n for n in (current, self.preferred) if n is not None))
         try:
-            self.applier.apply(self._with_primary(self.last_recommendation, new))
+            self.applier.apply(rec)
         except ApplyError as exc:
             log.error("switching primary to %s failed, restoring the previous state: %s", new, exc, extra=extra)
             self._interrupt(f"its configuration was rolled back (switching the primary to {new} failed)")

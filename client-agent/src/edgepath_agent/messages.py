@@ -21,7 +21,7 @@ descriptor (protobuf style: values carry the enum's name as prefix) and accepts 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Annotated, Any
 
@@ -178,7 +178,9 @@ class Recommendation(_Reply):
 
     ``scheduler_weights`` (a list of ``{interface, weight}`` or a mapping), ``sysctls`` and
     ``congestion_control`` are not on the wire: they are accepted for recommendations the agent's
-    operators write by hand (fixed policies, tests) and checked like the rest.
+    operators write by hand (fixed policies, tests) and checked like the rest. ``demoted`` is not on the
+    wire either: the interfaces the agent's upstream guard found without upstream connectivity and moved the
+    initial subflow off (:meth:`with_primary`), which the applier makes MPTCP ``backup`` endpoints.
     """
 
     decision_id: StrictStr | None = None
@@ -193,6 +195,7 @@ class Recommendation(_Reply):
     scheduler_weights: tuple[SubflowWeight, ...] = ()
     sysctls: dict[StrictStr, StrictStr] = {}
     congestion_control: StrictStr | None = None
+    demoted: tuple[StrictStr, ...] = ()
 
     @field_validator("scheduler_weights", mode="before")
     @classmethod
@@ -230,19 +233,30 @@ class Recommendation(_Reply):
         advice = self.scheduler
         return (*(advice.weights if advice else ()), *(advice.subflows if advice else ()), *self.scheduler_weights)
 
-    def with_primary(self, interface: str, access_type: str | None) -> Recommendation:
-        """This recommendation with the initial subflow on ``interface`` (the upstream guard's override).
+    def with_primary(self, interface: str, access_type: str | None, demoted: Iterable[str]) -> Recommendation:
+        """This recommendation with the initial subflow on ``interface`` and the ``demoted`` interfaces ``backup``
+        (the upstream guard's override; ``demoted``: the interfaces it found without upstream connectivity).
 
         Every field the applier may take the initial subflow from says ``interface``, so the override is what is
         applied whichever one the applier reads (:meth:`initial_interface`): ``primary_path``; the match-all
         (last) steering rule, whose ``initial_subflow`` moves to ``interface``'s access (added, with
-        ``access_type``, when the rule has none for it) while the previous initial access stays in the rule,
-        as Active-Standby's standby / Priority-based's low-priority access (an MPTCP ``backup`` endpoint), an
-        active one in the other modes; and MLPM's ``prioritised_subflow`` (set when the recommendation carries
-        MLPM advice), its weights kept.
+        ``access_type``, when the rule has none for it) while the previous initial access stays in the rule; and
+        MLPM's ``prioritised_subflow`` (set when the recommendation carries MLPM advice), its weights kept.
+
+        ``demoted`` (with those this recommendation already demotes, ``interface`` left out) becomes the
+        ``demoted`` field, which the applier adds to the backup set whatever the steering mode or MLPM's weights
+        say: the interfaces stay MPTCP endpoints (the kernel can fail back to them when ``interface`` dies too) but
+        are ``backup`` (RFC 8684 §3.3.8 MP_PRIO). Without it a dead path kept a non-backup subflow in every mode but
+        Active-Standby and Priority-based (their standby / low-priority access is ``backup`` anyway), and mainline's
+        default scheduler (net/mptcp/protocol.c ``mptcp_subflow_get_send``) sends on any non-backup subflow,
+        using backup ones only when no non-backup one is usable, so new connections' data went to the dead
+        upstream until retransmission timeouts marked its subflow stale. The override ends when the next
+        recommendation is applied as it came (without ``demoted``): the interfaces' flags are then the
+        recommendation's again.
         """
         pp = self.primary_path.model_copy(update={"interface": interface, "access_type": access_type})
-        update: dict[str, Any] = {"primary_path": pp}
+        backup = tuple(n for n in dict.fromkeys((*self.demoted, *demoted)) if n != interface)
+        update: dict[str, Any] = {"primary_path": pp, "demoted": backup}
         if self.steering is not None and self.steering.rules:
             *rules, match_all = self.steering.rules
             accesses = [a.model_copy(update={"initial_subflow": a.interface == interface}) for a in match_all.accesses]

@@ -137,6 +137,8 @@ class SafeDecision:
     steering: SteeringPlan | None = None
     #: MLPM's ``scheduler.prioritised_subflow`` (one of the device's interfaces), ``None`` when absent.
     prioritised: str | None = None
+    #: The upstream guard's ``demoted`` interfaces (the device's own): ``backup`` endpoints unless primary.
+    demoted: tuple[str, ...] = ()
 
 
 #: ATSSS steering modes the service may send (3GPP TS 23.501 §5.32.8).
@@ -225,8 +227,9 @@ def safe_decision(
     Reads ``primary_path.{interface, address}``, the scheduler weights
     (``scheduler.weights[]`` / ``scheduler.subflows[]`` of ``{interface, weight}``,
     or ``scheduler_weights`` as such a list or a mapping), ``scheduler.prioritised_subflow``
-    (a valid interface name; ignored when it is not one of the device's), ``sysctls`` (a mapping),
-    and ``congestion.{mptcp_level, subflow_level}`` / ``congestion_control``;
+    (a valid interface name; ignored when it is not one of the device's), ``demoted`` (the upstream guard's,
+    :meth:`~edgepath_agent.messages.Recommendation.with_primary`: valid names, those not the device's ignored),
+    ``sysctls`` (a mapping), and ``congestion.{mptcp_level, subflow_level}`` / ``congestion_control``;
     ignores everything else. Interfaces must be the device's own, an address one
     of ``own_addresses`` on the primary interface, weights finite in [0, 1],
     sysctl keys allowlisted (:data:`SYSCTL_ALLOWLIST`), congestion-control names
@@ -268,7 +271,8 @@ def safe_decision(
     if rec.scheduler is not None and rec.scheduler.prioritised_subflow:
         name = validate_interface_name(rec.scheduler.prioritised_subflow)
         prioritised = name if name in own else None  # a subflow the device lacks: nothing to prioritise
-    return SafeDecision(primary, weights, cc, address, _steering_plan(rec, own), prioritised)
+    demoted = tuple(n for n in map(validate_interface_name, rec.demoted) if n in own)  # a path gone: nothing to demote
+    return SafeDecision(primary, weights, cc, address, _steering_plan(rec, own), prioritised, demoted)
 
 
 def check_key_file(path: Path | str, setting: str = "key_file") -> Path:

@@ -32,6 +32,13 @@ What it sets (DESIGN.md "Device side"; issue 5):
   Smallest Delay, Load-Balancing and Redundant keep both endpoints active
   (:data:`edgepath_agent.safety.STEERING_BACKUP_MODES` says why).
   ``ip mptcp limits`` are set to ``limits``.
+* **Upstream guard's override.** The interfaces the guard moved the initial subflow off for
+  lack of upstream connectivity (the recommendation's ``demoted``,
+  :meth:`edgepath_agent.messages.Recommendation.with_primary`) are ``backup`` whatever the
+  steering mode, MLPM weights or plain weights say: mainline's default scheduler
+  (net/mptcp/protocol.c ``mptcp_subflow_get_send``) would otherwise keep sending on their
+  non-backup subflows. They stay endpoints (the kernel can fail back to them), and the next
+  recommendation applied without the override gives them its own flags again.
 * **Congestion control** via ``net.ipv4.tcp_congestion_control`` of this network
   namespace, only with an algorithm in ``tcp_allowed_congestion_control`` (a
   namespace cannot select what the host has not allowed); the recommended one if
@@ -261,11 +268,13 @@ def desired_state(
     weights: Mapping[str, float] | None = None,
     cc: str | None = None,
     backup: Sequence[str] | None = None,
+    demoted: Sequence[str] = (),
 ) -> NetState:
     """The managed state a recommendation asks for (pure).
 
     ``backup``: the interfaces whose endpoints are ``backup`` (from the steering rule, issue 19);
-    None = by ``weights`` below ``backup_weight_threshold``.
+    None = by ``weights`` below ``backup_weight_threshold``. ``demoted`` (the upstream guard's override) are
+    ``backup`` in either case. ``primary`` is never ``backup``.
 
     Raises
     ------
@@ -301,6 +310,8 @@ def desired_state(
                     if name in backup and name != primary:
                         flags.add("backup")
                 elif name != primary and w is not None and w < config.backup_weight_threshold:
+                    flags.add("backup")
+                if name in demoted and name != primary:
                     flags.add("backup")
                 old = by_addr.get(addr)
                 if old is None:
@@ -426,7 +437,9 @@ class Applier:
                 decision.weights, decision.prioritised, self.config.backup_weight_threshold, decision.primary
             )
             steer_backup = list(mlpm_backup)
-        desired = desired_state(current, addresses, self.config, primary, decision.weights, cc, steer_backup)
+        desired = desired_state(
+            current, addresses, self.config, primary, decision.weights, cc, steer_backup, decision.demoted
+        )
         plan = diff(current, desired)
         try:
             self._check_plan(plan, addresses)
