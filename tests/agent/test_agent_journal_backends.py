@@ -8,7 +8,8 @@ Both kinds of applier write the same file (``journal``, default ``/var/lib/edgep
 used to write its record over the first, leaving that run's changes on the device with nothing to roll them
 back from. Such a start is now refused before anything changes (exit 78, naming the record and the
 ``rollback`` command), with a backstop where each applier writes. A ``networkmanager`` run also keeps the
-interfaces an earlier ``networkmanager`` run's record named (it used to drop them).
+interfaces an earlier ``networkmanager`` run's record named (it used to drop them). (The stand-in also serves
+the check that the backend marks the upstream guard's demoted interface ``backup``.)
 
 The ``networkmanager`` record also keeps the original ``net.ipv4.tcp_congestion_control`` (and the namespace it
 was read in) before the backend first changes it: ``rollback`` after a crash used to reapply the profiles and leave
@@ -35,9 +36,10 @@ from typing import Any
 import pytest
 from edgepath_agent.applier import CC_SYSCTL, Applier, ApplierConfig, DryRunBackend, Journal, JournalError, NetState
 from edgepath_agent.applier.journal import check_for_run
-from edgepath_agent.applier.networkmanager import NetworkManagerApplier
+from edgepath_agent.applier.networkmanager import MPTCP_FLAGS, NetworkManagerApplier
 from edgepath_agent.applier.state import Route
 from edgepath_agent.cli import app
+from edgepath_agent.messages import Recommendation
 from typer.testing import CliRunner
 
 NM = "org.freedesktop.NetworkManager"
@@ -190,6 +192,19 @@ def test_a_networkmanager_run_keeps_the_interfaces_an_earlier_run_changed(
     networkmanager.reapplied.clear()
     assert again.rollback() == ["wlan0", "wwan0"]  # the stop restores both saved profiles
     assert networkmanager.applied == networkmanager.saved and not journal.exists()
+
+
+def test_the_networkmanager_backend_makes_the_upstream_guards_demoted_path_backup(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path
+) -> None:
+    """The guard's override (wlan0 without upstream) on this backend too: wlan0's weight would keep it active."""
+    rec = Recommendation.from_rest({"primary_path": {"interface": "wlan0"}, "scheduler_weights": {"wlan0": 0.9}})
+    applier = nm_applier(bus, tmp_path / "journal.json")
+    applied = applier.apply(rec.with_primary("wwan0", "LTE", ("wlan0",)))
+    assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
+    flags = {name: networkmanager.applied[name]["connection"]["mptcp-flags"][1] for name in ("wlan0", "wwan0")}
+    assert flags["wlan0"] & MPTCP_FLAGS["backup"] and not flags["wwan0"] & MPTCP_FLAGS["backup"], flags
+    applier.rollback()
 
 
 ENV = {"EDGEPATH_AGENT_ATTEMPTS": "1", "EDGEPATH_AGENT_TIMEOUT_S": "0.5", "EDGEPATH_AGENT_UPSTREAM_CHECK": "false"}

@@ -9,7 +9,8 @@ managed device and asks NetworkManager to reapply it:
   the others ``secondary_metric + k``: the initial subflow follows the lowest metric)
   and, on NetworkManager ≥ 1.40, ``connection.mptcp-flags`` (``enabled`` + the
   configured endpoint flags, plus ``backup`` for a non-primary path whose MLPM weight is
-  below ``backup_weight_threshold``; ``NMMptcpFlags`` values from libnm's
+  below ``backup_weight_threshold`` or that the upstream guard demoted (the recommendation's
+  ``demoted``, as :mod:`~edgepath_agent.applier.core` says); ``NMMptcpFlags`` values from libnm's
   nm-dbus-interface.h);
 * ``Device.Reapply(settings, version_id, 0)``: NetworkManager rewrites the device's
   routes and MPTCP endpoints itself.
@@ -290,7 +291,8 @@ class NetworkManagerApplier:
                 )
                 flags = list(self.config.endpoint_flags)
                 weight = decision.weights.get(name)
-                if name != decision.primary and weight is not None and weight < self.config.backup_weight_threshold:
+                low = weight is not None and weight < self.config.backup_weight_threshold
+                if name != decision.primary and (low or name in decision.demoted):
                     flags.append("backup")
                     backup.append(name)
                 device = self._device(conn, name)
