@@ -18,7 +18,9 @@ op                      arguments
 plus ``read_state(sysctl_keys)`` and ``read_addresses()``.
 
 * :class:`CommandBackend` runs ``ip``/``sysctl`` (iproute2), optionally inside a
-  network namespace; it is the primary backend. Every argv passes
+  network namespace; it is the primary backend (it also reads the IPv6 default routes,
+  :meth:`CommandBackend.read_ipv6_default_routes`, for the NetworkManager backend's start
+  check). Every argv passes
   :func:`edgepath_agent.safety.check_argv` right before it is executed (a list for
   ``ip``/``sysctl`` only; never a shell string).
 * :class:`DryRunBackend` prints the argv it would run and tracks the resulting state
@@ -41,6 +43,7 @@ from edgepath_agent import safety
 from edgepath_agent.applier import commands
 from edgepath_agent.applier.state import (
     NetState,
+    Route,
     parse_addresses_json,
     parse_default_routes_json,
     parse_endpoints_json,
@@ -136,6 +139,17 @@ class CommandBackend:
 
     def read_addresses(self) -> dict[str, list[str]]:
         return parse_addresses_json(self._exec(commands.addresses_show()))
+
+    def read_ipv6_default_routes(self) -> tuple[Route, ...]:
+        """The IPv6 default routes of the main table, a multipath one as one route per next hop (the applier
+        manages IPv4 routes only; the NetworkManager backend's start check reads these).
+
+        Raises
+        ------
+        BackendError
+            When ``ip`` fails (e.g. no such namespace).
+        """
+        return parse_default_routes_json(self._exec(commands.routes_show_default("-6")), nexthops=True)
 
 
 class DryRunBackend:

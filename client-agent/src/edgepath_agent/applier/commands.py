@@ -7,6 +7,8 @@ prefixes one with ``ip netns exec NAME`` to run it in another network namespace.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from edgepath_agent.applier.state import Endpoint, Route
 
 IP = "ip"
@@ -26,8 +28,9 @@ def limits_show() -> list[str]:
     return [IP, "mptcp", "limits", "show"]
 
 
-def routes_show_default() -> list[str]:
-    return [IP, "-4", "-j", "route", "show", "default"]
+def routes_show_default(family: Literal["-4", "-6"] = "-4") -> list[str]:
+    """``ip -4 -j route show default`` (``family`` ``"-6"``: the IPv6 default routes)."""
+    return [IP, family, "-j", "route", "show", "default"]
 
 
 def addresses_show() -> list[str]:

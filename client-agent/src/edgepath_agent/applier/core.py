@@ -126,28 +126,36 @@ def metric_conflicts(state: NetState, config: ApplierConfig) -> list[tuple[Route
 
 
 def check_metric_conflicts(
-    read_state: Callable[[], NetState], config: ApplierConfig, netns: str | None, collision: str
+    read_state: Callable[[], NetState],
+    config: ApplierConfig,
+    netns: str | None,
+    collision: str,
+    read_ipv6_routes: Callable[[], Sequence[Route]] | None = None,
 ) -> None:
     """Refuse the state ``read_state()`` returns when :func:`metric_conflicts` finds a default route in the way (the
     start check of the ``command``/``netlink`` applier and of the NetworkManager backend); ``collision`` says what
-    would happen. A state that cannot be read is logged and not checked (the first apply reads it again and reports
-    its error).
+    would happen. ``read_ipv6_routes``: the IPv6 default routes, checked the same way after the IPv4 ones, for a
+    backend that sets the IPv6 metrics too (the NetworkManager backend's ``ipv6.route-metric``; ``None``: the
+    applier manages IPv4 routes only). Routes that cannot be read are logged and not checked (the first apply
+    reads them again and reports its error).
 
     Raises
     ------
     RouteMetricConflict
-        For the first such route: the route, its interface, the metric setting (``primary_metric`` or
-        ``secondary_metric``) and its value, ``collision``, and what to change.
+        For the first such route: the route (``IPv6`` named when it is one), its interface, the metric setting
+        (``primary_metric`` or ``secondary_metric``) and its value, ``collision``, and what to change.
     """
     try:
         state = read_state()
+        ipv6 = NetState(default_routes=tuple(read_ipv6_routes())) if read_ipv6_routes is not None else NetState()
     except Exception as exc:  # BackendError, a namespace gone, netlink errors
         log.warning("default routes not checked for the agent's metrics: reading them failed: %s", exc)
         return
-    conflicts = metric_conflicts(state, config)
+    conflicts = [(r, s, "") for r, s in metric_conflicts(state, config)]
+    conflicts += [(r, s, "IPv6 ") for r, s in metric_conflicts(ipv6, config)]
     if not conflicts:
         return
-    route, setting = conflicts[0]
+    route, setting, family = conflicts[0]
     where = f" in network namespace {netns}" if netns else ""
     via = f" via {route.gateway}" if route.gateway else ""
     used = (
@@ -157,7 +165,7 @@ def check_metric_conflicts(
         f"{config.secondary_metric}–{config.secondary_metric + len(config.interfaces) - 2}"
     )
     raise RouteMetricConflict(
-        f"the default route{via} dev {route.dev} metric {route.metric}{where} is not managed by the agent "
+        f"the {family}default route{via} dev {route.dev} metric {route.metric}{where} is not managed by the agent "
         f"(interfaces: {', '.join(config.interfaces)}) but has the metric the agent gives its own default "
         f"routes ({used}): {collision}; set {setting} in the settings to a metric no other default route uses, or "
         f"move {route.dev}'s route to another metric"
@@ -463,7 +471,8 @@ class Applier:
 
         IPv4 keys a default route by its metric: the applier's ``route add`` at that metric would be refused
         (``File exists``), or, where routes are replaced, take the place of the operator's route. Checked at the
-        agent's start, before anything is changed.
+        agent's start, before anything is changed. IPv6 default routes are not checked: this applier adds, deletes
+        and re-ranks IPv4 default routes only (:func:`~edgepath_agent.applier.commands.routes_show_default`).
 
         Raises
         ------

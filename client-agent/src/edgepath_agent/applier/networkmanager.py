@@ -51,7 +51,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,7 @@ from edgepath_agent.applier.core import (
     choose_cc,
 )
 from edgepath_agent.applier.journal import Journal, JournalError, other_backend_record
-from edgepath_agent.applier.state import NetState
+from edgepath_agent.applier.state import NetState, Route
 from edgepath_agent.messages import Recommendation
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,10 @@ class NetworkManagerApplier:
         self.allowed_cc = tuple(allowed_cc)
         self.timeout_s = timeout_s
         self.netns = netns
-        self.backend: Backend = CommandBackend(netns=netns)  # read-only addresses, and the CC sysctl
+        backend = CommandBackend(netns=netns)
+        self.backend: Backend = backend  # read-only addresses, and the CC sysctl
+        #: The IPv6 default routes of ``netns``, for :meth:`check_route_metrics` (``ipv6.route-metric`` is set too).
+        self.read_ipv6_routes: Callable[[], Sequence[Route]] = backend.read_ipv6_default_routes
         self.last: Applied | None = None
         earlier = journal_backend(journal_path) if journal_path is not None else None
         #: Interfaces whose applied connection this agent changed (and an earlier run's, from its record).
@@ -219,25 +222,34 @@ class NetworkManagerApplier:
 
     def check_route_metrics(self) -> None:
         """Refuse a device where a default route of an interface the agent does not manage has a metric this backend
-        gives a managed connection (``ipv4.route-metric``: ``primary_metric``, ``secondary_metric`` + k).
+        gives a managed connection (``ipv4.route-metric`` and ``ipv6.route-metric``: ``primary_metric``,
+        ``secondary_metric`` + k), IPv4 or IPv6.
 
-        NetworkManager does not resolve that collision: it adds the connection's default route beside the other one
-        (IPv4 keeps both at one metric), and the route added first, the other interface's, keeps carrying the
-        traffic, so the primary path the agent applies would not be the primary. Checked at the agent's start,
-        before any connection changes (as :meth:`~edgepath_agent.applier.core.Applier.check_route_metrics`).
+        NetworkManager does not resolve that collision: it adds the connection's default route beside the other one.
+        IPv4 keeps both at one metric, and the route added first, the other interface's, keeps carrying the
+        traffic; IPv6 merges them into one multipath route (net/ipv6/ip6_fib.c ``fib6_add_rt2node``: an appended
+        route with a gateway, not one learnt from a router advertisement, joins the same-metric route as a
+        sibling), and each new flow is hashed to one of its next hops (net/ipv6/route.c ``fib6_select_path``), so
+        part of them leave on the other interface. Either way
+        the primary path the agent applies would not be the primary. Checked at the agent's start, before any
+        connection changes (as :meth:`~edgepath_agent.applier.core.Applier.check_route_metrics`, which checks IPv4
+        only: that backend changes no IPv6 route).
 
         Raises
         ------
         RouteMetricConflict
-            For the first such route: the route, its interface, the metric setting and its value, and what to
-            change. A state that cannot be read is logged and not checked (the first apply reports its error).
+            For the first such route (IPv4 first): the route, its interface, the metric setting and its value, and
+            what to change. Routes that cannot be read are logged and not checked (the first apply reports its
+            error).
         """
         check_metric_conflicts(
             lambda: self.backend.read_state(()),
             self.config,
             self.netns,
-            "NetworkManager would add the connection's default route beside it, and that route, added first, would "
-            "keep carrying the traffic",
+            "NetworkManager would add the connection's default route beside it, and that one would keep carrying "
+            "traffic (IPv4: all of it, being added first; IPv6: the flows hashed to it, both being merged into one "
+            "multipath route)",
+            self.read_ipv6_routes,
         )
 
     def apply(

@@ -120,22 +120,30 @@ def parse_limits(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((k, int(v)) for k, v in _LIMIT.findall(text)))
 
 
-def parse_default_routes_json(text: str) -> tuple[Route, ...]:
-    """``ip -j route show default`` (main table) → IPv4 default routes."""
+def parse_default_routes_json(text: str, nexthops: bool = False) -> tuple[Route, ...]:
+    """``ip -j route show default`` (main table) → default routes (the applier's: IPv4).
+
+    A multipath route (``nexthops``, no ``dev`` of its own) is left out, or with ``nexthops`` read as one route per
+    next hop at its metric (the IPv6 routes the start check reads: the kernel merges IPv6 default routes of one
+    metric into such a route).
+    """
     out = []
     for item in json.loads(text or "[]"):
-        if item.get("dst") != "default" or "dev" not in item:
+        if item.get("dst") != "default":
             continue
-        out.append(
+        hops = item.get("nexthops", []) if nexthops and "dev" not in item else [item]
+        out += [
             Route(
-                dev=item["dev"],
-                gateway=item.get("gateway"),
+                dev=hop["dev"],
+                gateway=hop.get("gateway"),
                 metric=int(item.get("metric", 0)),
                 protocol=item.get("protocol"),
                 prefsrc=item.get("prefsrc"),
-                onlink="onlink" in item.get("flags", []),
+                onlink="onlink" in hop.get("flags", []),
             )
-        )
+            for hop in hops
+            if "dev" in hop
+        ]
     return tuple(out)
 
 
