@@ -12,7 +12,8 @@ NetworkManager's own D-Bus API (the way out the message gives) nothing conflicts
 endpoint flags through NetworkManager (its own ``proto static`` routes and endpoints), and
 ``edgepath-agent rollback`` / a clean stop restore the saved profiles; and ``run`` with that backend refuses, at
 start, a default route of another interface at a metric it would give a managed connection (NetworkManager adds
-its route beside that one, which keeps carrying the traffic); and a stop or ``rollback`` that cannot reapply a
+its route beside that one, which keeps carrying the traffic), the same for IPv6 (where the two become one multipath
+route); and a stop or ``rollback`` that cannot reapply a
 device's profile (the device was deleted) still restores the other devices and the congestion control, names
 the failed step and keeps the record.
 
@@ -188,8 +189,11 @@ def test_real_networkmanager_is_detected_and_the_agent_refuses_to_start(
     assert wait_for(lambda: check_coexistence(["wlan0", "wwan0"], address, proc=tmp_path).conflict is None, 10.0)
 
 
-def activate_profile(address: str, interface: str, addr: str, gateway: str) -> None:
-    """A NetworkManager profile with a static address and default route, activated on ``interface`` (D-Bus)."""
+def activate_profile(
+    address: str, interface: str, addr: str, gateway: str, ipv6: tuple[str, str] | None = None
+) -> None:
+    """A NetworkManager profile with a static address and default route, activated on ``interface`` (D-Bus);
+    ``ipv6``: ``(address, gateway)`` of a static IPv6 address (/64) and default route (else IPv6 disabled)."""
     from jeepney import DBusAddress, MessageType, new_method_call
     from jeepney.io.blocking import open_dbus_connection
 
@@ -203,6 +207,9 @@ def activate_profile(address: str, interface: str, addr: str, gateway: str) -> N
                  "address-data": ("aa{sv}", [{"address": ("s", addr), "prefix": ("u", 24)}])},
         "ipv6": {"method": ("s", "disabled")},
     }  # fmt: skip
+    if ipv6 is not None:
+        settings["ipv6"] = {"method": ("s", "manual"), "gateway": ("s", ipv6[1]),
+                            "address-data": ("aa{sv}", [{"address": ("s", ipv6[0]), "prefix": ("u", 64)}])}  # fmt: skip
     with open_dbus_connection(address) as conn:
         (device,) = conn.send_and_get_reply(new_method_call(nm, "GetDeviceByIpIface", "s", (interface,))).body
         reply = conn.send_and_get_reply(
@@ -211,11 +218,12 @@ def activate_profile(address: str, interface: str, addr: str, gateway: str) -> N
         assert reply.header.message_type != MessageType.error, reply.body
 
 
-def default_metrics(ns: str) -> dict[str, int]:
-    out = subprocess.run(["ip", "-n", ns, "-j", "-4", "route", "show", "default"], capture_output=True, text=True)
+def default_metrics(ns: str, family: str = "-4") -> dict[str, int]:
+    """``{dev: metric}`` of the default routes (``family`` ``"-6"``: IPv6; a multipath route: each next hop's dev)."""
+    out = subprocess.run(["ip", "-n", ns, "-j", family, "route", "show", "default"], capture_output=True, text=True)
     import json
 
-    return {r["dev"]: int(r.get("metric", 0)) for r in json.loads(out.stdout or "[]")}
+    return {h["dev"]: int(r.get("metric", 0)) for r in json.loads(out.stdout or "[]") for h in r.get("nexthops", [r])}
 
 
 def endpoint_flags(ns: str) -> dict[str, list[str]]:
@@ -355,6 +363,61 @@ def test_networkmanager_backend_refuses_a_foreign_default_route_at_its_metric_at
     both = wait_until(lambda: default_metrics(ns), lambda m: m.get("wwan0") == 10, 10.0)
     assert both == {"eth1": 10, "wwan0": 10, "wlan0": 20}, default_metrics(ns)
     assert route_dev(ns) == "eth1"  # not wwan0, the primary the agent applied
+    applier.rollback()
+
+
+@pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
+def test_networkmanager_backend_refuses_a_foreign_ipv6_default_route_at_its_metric_at_start(
+    real_networkmanager: tuple[str, str], tmp_path: Path
+) -> None:
+    """The same for IPv6, whose ``ipv6.route-metric`` the backend sets too. The start check read IPv4 routes only,
+    so an operator's IPv6 default route at metric 10 let ``run`` start; NetworkManager then puts the primary's IPv6
+    default route at metric 10 beside it, the kernel merges the two into one multipath route, and new IPv6 flows
+    are hashed to eth1 or wwan0. Now ``run`` refuses it at start (exit 78, naming the IPv6 route) before any
+    connection changes; the second half shows the merge the check prevents."""
+    from edgepath_agent.daemon import AgentConfig, build_applier
+
+    address, ns = real_networkmanager
+    subprocess.run(["ip", "-n", ns, "addr", "add", "10.9.2.2/24", "dev", "wwan0"], check=True)
+    add_unmanaged_default_route(address, ns, 50)  # IPv4: a metric the agent does not use
+    subprocess.run(["ip", "-n", ns, "addr", "add", "2001:db8:3::2/64", "dev", "eth1", "nodad"], check=True)
+    foreign = ["ip", "-n", ns, "-6", "route", "add", "default", "via", "2001:db8:3::1", "dev", "eth1", "metric", "10"]
+    subprocess.run(foreign, check=True)
+    activate_profile(address, "wlan0", "10.9.1.2", "10.9.1.1", ("2001:db8:1::2", "2001:db8:1::1"))
+    activate_profile(address, "wwan0", "10.9.2.2", "10.9.2.1", ("2001:db8:2::2", "2001:db8:2::1"))
+    before = wait_until(lambda: default_metrics(ns, "-6"), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
+    assert before and before["eth1"] == 10, f"NetworkManager did not add both IPv6 routes: {default_metrics(ns, '-6')}"
+
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    journal = tmp_path / "journal.json"
+    env = {
+        **os.environ,
+        "DBUS_SYSTEM_BUS_ADDRESS": address,
+        "COLUMNS": "200",
+        "EDGEPATH_AGENT_ATTEMPTS": "1",
+        "EDGEPATH_AGENT_UPSTREAM_CHECK": "false",
+        "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json"),
+    }
+    argv = [str(exe), "run", "--backend", "networkmanager", "--netns", ns, "--interface", "wlan0=WIFI",
+            "--interface", "wwan0=LTE", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
+            "--log-format", "text"]  # fmt: skip
+    ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert ran.returncode == 78, ran.stdout + ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in ran.stderr, ran.stderr
+    assert "IPv6 default route via 2001:db8:3::1 dev eth1 metric 10" in errors[0], errors[0]
+    assert "primary_metric" in errors[0], errors[0]
+    assert default_metrics(ns, "-6") == before and not journal.exists()  # no connection was changed
+
+    # What the check prevents: wwan0's IPv6 default route joins eth1's at metric 10, and flows leave on both.
+    config = AgentConfig(device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, backend="networkmanager",
+                         netns=ns, manage_cc=False, journal=journal)  # fmt: skip
+    applier = build_applier(config)
+    applier.bus_address = address
+    applier.apply({"decision_id": "d-1", "primary_path": {"interface": "wwan0"}})
+    both = wait_until(lambda: default_metrics(ns, "-6"), lambda m: m.get("wwan0") == 10, 10.0)
+    assert both == {"eth1": 10, "wwan0": 10, "wlan0": 20}, default_metrics(ns, "-6")
+    assert {route_dev(ns, f"2001:db8:ffff::{i}") for i in range(1, 33)} == {"eth1", "wwan0"}
     applier.rollback()
 
 
