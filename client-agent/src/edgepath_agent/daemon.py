@@ -14,8 +14,8 @@ One :meth:`Agent.step`:
    endpoints/limits, congestion control), journalled — after probing the path it is
    about to make primary (upstream.py); between steps the primary path's upstream is
    probed every ``upstream_check_interval_s``: a primary without connectivity is left
-   for one that answers, and the recommended (preferred) path is restored once it
-   answers again;
+   for one that answers (and stays an MPTCP endpoint, as ``backup``, while that override
+   lasts), and the recommended (preferred) path is restored once it answers again;
 4. **measure** the outcome (meter.py): an active transfer to ``probe`` when one is
    configured (or SSMP's content download), right after the apply, attributed to the decision just applied;
    otherwise passively from the primary interface's byte counters (``/sys/class/net/IF/statistics/rx_bytes``;
