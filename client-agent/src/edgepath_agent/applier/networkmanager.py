@@ -230,10 +230,10 @@ class NetworkManagerApplier:
         traffic; IPv6 merges them into one multipath route (net/ipv6/ip6_fib.c ``fib6_add_rt2node``: an appended
         route with a gateway, not one learnt from a router advertisement, joins the same-metric route as a
         sibling), and each new flow is hashed to one of its next hops (net/ipv6/route.c ``fib6_select_path``), so
-        part of them leave on the other interface. Either way
-        the primary path the agent applies would not be the primary. Checked at the agent's start, before any
-        connection changes (as :meth:`~edgepath_agent.applier.core.Applier.check_route_metrics`, which checks IPv4
-        only: that backend changes no IPv6 route).
+        part of them leave on the other interface. Either way the primary path the agent applies would not be the
+        primary. Checked at the agent's start, before any connection changes (as
+        :meth:`~edgepath_agent.applier.core.Applier.check_route_metrics`, which checks IPv4 only: that backend
+        changes no IPv6 route).
 
         Raises
         ------
