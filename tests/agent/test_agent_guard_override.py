@@ -204,3 +204,14 @@ def test_a_demoted_interface_the_device_lacks_is_ignored() -> None:
     agent, _backend = agent_for(PLAIN)
     applied = agent.applier.apply(Recommendation.from_rest(PLAIN).with_primary("wwan0", "LTE", ("eth7", "wlan0")))
     assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
+
+
+def test_an_override_drops_the_source_address_of_the_path_it_leaves() -> None:
+    """A hand-written recommendation may name the primary path's source address; the override moves the primary to
+    another interface, whose addresses do not include it: kept, the safety check refused the override's apply."""
+    body = {**PLAIN, "primary_path": {**PLAIN["primary_path"], "address": ADDRS["wlan0"][0]}}
+    agent, _backend = agent_for(body)
+    applied = agent.applier.apply(agent.guard_primary(Recommendation.from_rest(body))[0])
+    assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
+    same = Recommendation.from_rest(body).with_primary("wlan0", "WIFI", ())
+    assert same.primary_path.address == body["primary_path"]["address"], "no move: the address stays"

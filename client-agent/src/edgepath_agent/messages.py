@@ -241,7 +241,9 @@ class Recommendation(_Reply):
         applied whichever one the applier reads (:meth:`initial_interface`): ``primary_path``; the match-all
         (last) steering rule, whose ``initial_subflow`` moves to ``interface``'s access (added, with
         ``access_type``, when the rule has none for it) while the previous initial access stays in the rule; and
-        MLPM's ``prioritised_subflow`` (set when the recommendation carries MLPM advice), its weights kept.
+        MLPM's ``prioritised_subflow`` (set when the recommendation carries MLPM advice), its weights kept. A
+        ``primary_path.address`` (a hand-written recommendation's source address) is dropped when ``interface`` is
+        another interface: it is the old primary's.
 
         ``demoted`` (with those this recommendation already demotes, ``interface`` left out) becomes the
         ``demoted`` field, which the applier adds to the backup set whatever the steering mode or MLPM's weights
@@ -254,7 +256,12 @@ class Recommendation(_Reply):
         recommendation is applied as it came (without ``demoted``): the interfaces' flags are then the
         recommendation's again.
         """
-        pp = self.primary_path.model_copy(update={"interface": interface, "access_type": access_type})
+        moved = interface != self.primary_path.interface
+        # a source address named for the old primary is not one of ``interface``'s (the safety check would refuse it)
+        address = None if moved else self.primary_path.address
+        pp = self.primary_path.model_copy(
+            update={"interface": interface, "access_type": access_type, "address": address}
+        )
         backup = tuple(n for n in dict.fromkeys((*self.demoted, *demoted)) if n != interface)
         update: dict[str, Any] = {"primary_path": pp, "demoted": backup}
         if self.steering is not None and self.steering.rules:
