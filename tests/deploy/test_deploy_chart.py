@@ -1700,7 +1700,7 @@ def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any,
     """What the chart's maxmemory policy (noeviction) means for the service, on a real redis-server with the rendered
     policy at its bound: a decision or an outcome whose write Redis refuses is answered 503 with a retry hint
     (nothing is handed out that could not be joined, no outcome acknowledged that was not stored; the agent reports
-    it again) and counted, and so is an MEC 015 session write (a MULTI/EXEC transaction); readiness stays (reads,
+    it again) and counted, and so is an MEC 015 session write (a Lua script); readiness stays (reads,
     expiry and PING go on), and the calls succeed again once memory is freed. Before, all were answered 500 as
     faults of the service."""
     import httpx
@@ -1726,7 +1726,7 @@ def test_a_full_redis_fails_the_call_rather_than_dropping_decisions(render: Any,
             full = httpx.post(f"{base}/v1/recommendations", json=context, timeout=10)
             assert full.status_code == 503 and full.headers["retry-after"] == "1", full.text
             assert full.json()["detail"].startswith("state store full"), full.text
-            session = {  # an MEC 015 session write: a MULTI/EXEC transaction, which EXECABORT ends (was 500)
+            session = {  # an MEC 015 session write: a script, whose HSET is refused (was 500)
                 "appInsId": "mec-app-1",
                 "requestType": 0,
                 "flowFilter": [{"dstIp": "198.51.100.7", "dstPort": [443], "protocol": 6}],

@@ -248,6 +248,33 @@ async def test_mts_sessions_crud_and_per_device_lookup(harness: Harness) -> None
     assert await store.device_mts_sessions("nobody") == []
 
 
+async def test_an_mts_session_is_written_only_where_the_device_and_the_count_are_as_validated(
+    harness: Harness,
+) -> None:
+    """The MEC 015 API's conditional write: nothing is written (False) when the device's other sessions are not the
+    ones the caller validated against (one more, or one of them changed) or a new session would exceed
+    ``max_sessions``; a replacement is not a new session. Two replicas of a Redis store see each other's writes."""
+    from edgepath.state.base import MtsSession
+
+    store = harness.make()
+    replica = store if harness.kind == "memory" else harness.make()  # the in-process store is one replica's
+    a = MtsSession("s-a", "dev-1", json.dumps({"mtsMode": 1}), 1.0)
+    b = MtsSession("s-b", "dev-1", json.dumps({"mtsMode": 3}), 2.0)
+    c = MtsSession("s-c", "dev-2", json.dumps({"mtsMode": 0}), 3.0)
+    assert await store.put_mts_session(a, device_sessions=[], max_sessions=2) is True
+    assert await replica.put_mts_session(b, device_sessions=[], max_sessions=2) is False  # a is there now
+    assert await replica.put_mts_session(b, device_sessions=[a], max_sessions=2) is True
+    assert await store.put_mts_session(c, device_sessions=[], max_sessions=2) is False  # a third session
+    assert await store.list_mts_sessions() == [a, b]
+    changed = dataclasses.replace(b, info=json.dumps({"mtsMode": 4}))
+    assert await store.put_mts_session(changed, device_sessions=[a], max_sessions=2) is True  # a replacement
+    assert await replica.put_mts_session(a, device_sessions=[b], max_sessions=2) is False  # b changed since
+    moved = dataclasses.replace(a, device_id="dev-2")
+    assert await replica.put_mts_session(moved, device_sessions=[], max_sessions=2) is True
+    assert await store.device_mts_sessions("dev-1") == [changed]
+    assert await store.device_mts_sessions("dev-2") == [moved]
+
+
 async def test_many_devices_sessions_in_one_call_match_the_per_device_lookup(harness: Harness) -> None:
     """RecommendBatch reads every item's MEC 015 sessions with one devices_mts_sessions call (Redis: a pipeline)."""
     from edgepath.state.base import MtsSession

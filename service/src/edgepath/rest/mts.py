@@ -20,7 +20,9 @@ an invalid request is 400 and its ``detail`` starts with the field path (``qosD.
 ``field`` (and every invalid field in ``errors``, as on the ``/v1`` routes); a body whose ``Content-Type`` is not
 JSON is 415 naming the type, as on the ``/v1`` routes (no header is taken as JSON). A device has at most
 :data:`MAX_DEVICE_SESSIONS` sessions and :data:`MAX_DEVICE_FLOW_FILTERS` flow filters over its flow sessions (400
-naming ``deviceId``, ``flowFilter``: its recommendation's size), the service :data:`MAX_SESSIONS` (403).
+naming ``deviceId``, ``flowFilter``: its recommendation's size), the service :data:`MAX_SESSIONS` (403), also under
+concurrent requests to several replicas (the store writes a session atomically with a check that what it was validated
+against is unchanged: :data:`WRITE_ATTEMPTS`).
 An integer member takes JSON integers only: ``true``/``false`` and numeric strings (``"1"``) are 400 naming the
 member (a number with a zero fraction, ``1.0``, is an integer to the spec's JSON Schema 2020-12 and is taken).
 With authentication configured only admin principals (the MEC platform) may call the API: 401 with
@@ -103,6 +105,11 @@ MAX_DEVICE_SESSIONS = 64
 #: 300 sessions of 16 filters made a 1.1 MB gRPC reply (the server then bounded replies by ``max_message_bytes``
 #: and could not send it: RESOURCE_EXHAUSTED).
 MAX_DEVICE_FLOW_FILTERS = MAX_FLOW_RULES
+#: Reads, checks and conditional writes of one POST or PUT at most: the store writes a session only where the device's
+#: other sessions are still those it was validated against (replicas sharing Redis: two creating a device's 64th
+#: session each saw 63 and both wrote), else it is read and validated again; a write refused as often (as many
+#: concurrent changes of the same device) is 503 with ``Retry-After``.
+WRITE_ATTEMPTS = 8
 _ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
 
 #: MEC 015 §7.2.4 ``accessType`` codes, EdgePath's stable ``accessId`` per access type, and ``metered``
@@ -362,8 +369,11 @@ def mts_router(
             raise PermissionDenied("the traffic steering API needs an admin identity (MEC platform)")
         await security.admit(principal)
 
-    async def validated(info: MtsSessionInfo, session_id: str, sessions: list[MtsSession] | None = None) -> MtsSession:
-        """``info`` as session ``session_id`` (``sessions``: every stored one, when the caller has read them).
+    async def validated(
+        info: MtsSessionInfo, session_id: str, sessions: list[MtsSession]
+    ) -> tuple[MtsSession, list[MtsSession]]:
+        """``info`` as session ``session_id``, and the device's other sessions it was checked against (``sessions``:
+        every stored one, as the caller read them).
 
         Raises ``InvalidInput`` (400) naming the field: another ``sessionId``; a device that never reported its
         accesses, or that has :data:`MAX_DEVICE_SESSIONS` other sessions (``deviceId``); a flow filter of another
@@ -377,11 +387,7 @@ def mts_router(
         if await store.device_accesses(info.device_id) is None:
             raise InvalidInput("unknown device (it has not asked for a recommendation)", field="deviceId")
         # not device_mts_sessions: the decision path's read, which gives none while the store is unreachable
-        others = [
-            s
-            for s in (sessions if sessions is not None else await store.list_mts_sessions())
-            if s.device_id == info.device_id and s.session_id != session_id
-        ]
+        others = [s for s in sessions if s.device_id == info.device_id and s.session_id != session_id]
         if len(others) >= MAX_DEVICE_SESSIONS:
             raise InvalidInput(
                 f"the device has {len(others)} other MTS sessions: {MAX_DEVICE_SESSIONS} at most per device",
@@ -411,7 +417,16 @@ def mts_router(
         body = info.model_copy(update={"session_id": session_id, "time_stamp": stamp}).model_dump(
             exclude_none=True, by_alias=True
         )
-        return MtsSession(session_id=session_id, device_id=info.device_id, info=json.dumps(body), created_at=now)
+        session = MtsSession(session_id=session_id, device_id=info.device_id, info=json.dumps(body), created_at=now)
+        return session, others
+
+    async def stored(session: MtsSession, others: list[MtsSession]) -> bool:
+        """Write ``session`` unless the device's other sessions are not ``others`` any more or the service keeps
+        :data:`MAX_SESSIONS` sessions and it is new (checked by the store with the write); True when written."""
+        return await store.put_mts_session(session, device_sessions=others, max_sessions=MAX_SESSIONS)
+
+    def contended() -> Unavailable:
+        return Unavailable(f"the device's MTS sessions changed under {WRITE_ATTEMPTS} attempts to write this one")
 
     async def session_info(request: Request) -> MtsSessionInfo:
         """The request's body as ``MtsSessionInfo``, read and parsed only here: in the handler, after the
@@ -484,16 +499,20 @@ def mts_router(
     async def create_session(request: Request, response: Response) -> dict[str, Any]:
         """Create a session (201 with ``Location``); 400 naming the field when it is invalid or the device has as
         many sessions (``deviceId``) or flow filters (``flowFilter``) as it may, 403 when the service keeps as many
-        sessions as it may, 503 while the state store is unreachable. With authentication configured the
-        credentials are checked before the body is read (401 or 403 whatever the body)."""
+        sessions as it may, 503 while the state store is unreachable or the device's sessions keep changing
+        (:data:`WRITE_ATTEMPTS`). With authentication configured the credentials are checked before the body is read
+        (401 or 403 whatever the body)."""
         info = await session_info(request)
-        sessions = await store.list_mts_sessions()
-        session = await validated(info, uuid.uuid4().hex, sessions)
-        if len(sessions) >= MAX_SESSIONS:
-            raise PermissionDenied(f"the service keeps at most {MAX_SESSIONS} MTS sessions")
-        await store.put_mts_session(session)
-        response.headers["Location"] = f"/mts/v1/mts_sessions/{session.session_id}"
-        return body_of(session)
+        session_id = uuid.uuid4().hex
+        for _ in range(WRITE_ATTEMPTS):
+            sessions = await store.list_mts_sessions()
+            session, others = await validated(info, session_id, sessions)
+            if len(sessions) >= MAX_SESSIONS:
+                raise PermissionDenied(f"the service keeps at most {MAX_SESSIONS} MTS sessions")
+            if await stored(session, others):
+                response.headers["Location"] = f"/mts/v1/mts_sessions/{session.session_id}"
+                return body_of(session)
+        raise contended()
 
     async def existing(session_id: str) -> MtsSession:
         session = await store.get_mts_session(session_id) if len(session_id) <= 128 else None
@@ -521,14 +540,17 @@ def mts_router(
     async def replace_session(sessionId: SessionId, request: Request) -> dict[str, Any]:  # noqa: N803
         """Replace a session (MEC 009 PUT semantics; 400 naming the field when the body is invalid, then 404 when
         the session is unknown, then 400 naming the field as on POST, the device's bounds included; 503 while the
-        state store is unreachable). With authentication configured the credentials are checked
-        before the body is read (401 or 403 whatever the body)."""
+        state store is unreachable or the device's sessions keep changing, :data:`WRITE_ATTEMPTS`). With
+        authentication configured the credentials are checked before the body is read (401 or 403 whatever the
+        body)."""
         info = await session_info(request)
-        previous = await existing(sessionId)
-        session = await validated(info, sessionId)
-        session = MtsSession(session.session_id, session.device_id, session.info, previous.created_at)
-        await store.put_mts_session(session)
-        return body_of(session)
+        for _ in range(WRITE_ATTEMPTS):
+            previous = await existing(sessionId)
+            session, others = await validated(info, sessionId, await store.list_mts_sessions())
+            session = MtsSession(session.session_id, session.device_id, session.info, previous.created_at)
+            if await stored(session, others):
+                return body_of(session)
+        raise contended()
 
     @router.delete(
         "/mts_sessions/{sessionId}",

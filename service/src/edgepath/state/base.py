@@ -461,8 +461,20 @@ class StateStore(Protocol):
     # --- end congestion edge measurements ---
 
     # --- MEC 015 traffic steering sessions (issue 19) ---
-    async def put_mts_session(self, session: MtsSession) -> None:
-        """Create or replace ``session`` (by ``session_id``; a replacement may name another device).
+    async def put_mts_session(
+        self,
+        session: MtsSession,
+        *,
+        device_sessions: Sequence[MtsSession] | None = None,
+        max_sessions: int | None = None,
+    ) -> bool:
+        """Create or replace ``session`` (by ``session_id``; a replacement may name another device); True when written.
+
+        A conditional write, its conditions checked atomically with it (replicas sharing the store): with
+        ``device_sessions`` (the sessions of ``session.device_id`` other than ``session`` that the caller validated
+        it against: the MEC 015 API's per-device bounds) nothing is written and False returned when the device's
+        other sessions (their ids and ``info``) are not those any more; with ``max_sessions``, when ``session`` is
+        new and the store holds that many sessions. The caller then reads and validates again.
 
         Raises
         ------

@@ -225,8 +225,26 @@ class MemoryStore:
     # --- end congestion edge measurements ---
 
     # --- MEC 015 traffic steering sessions (issue 19) ---
-    async def put_mts_session(self, session: MtsSession) -> None:
-        self._mts_sessions[session.session_id] = session
+    async def put_mts_session(
+        self,
+        session: MtsSession,
+        *,
+        device_sessions: Sequence[MtsSession] | None = None,
+        max_sessions: int | None = None,
+    ) -> bool:
+        sessions = self._mts_sessions
+        if max_sessions is not None and session.session_id not in sessions and len(sessions) >= max_sessions:
+            return False
+        if device_sessions is not None:
+            now = [
+                (s.session_id, s.info)
+                for s in sessions.values()
+                if s.device_id == session.device_id and s.session_id != session.session_id
+            ]
+            if sorted(now) != sorted((s.session_id, s.info) for s in device_sessions):
+                return False
+        sessions[session.session_id] = session
+        return True
 
     async def get_mts_session(self, session_id: str) -> MtsSession | None:
         return self._mts_sessions.get(session_id)

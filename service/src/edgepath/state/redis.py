@@ -87,6 +87,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import inspect
 import json
 import logging
@@ -154,7 +155,7 @@ class StoreFull(Unavailable, OutOfMemoryError):
 
 class _Pipeline(Pipeline):
     """redis-py's pipeline, its replies' out-of-memory errors raised as :class:`StoreFull` (see :class:`_Client`). In a
-    ``MULTI``/``EXEC`` transaction (MEC 015 session writes) a full Redis refuses the queued command and aborts the
+    ``MULTI``/``EXEC`` transaction (MEC 015 session deletes) a full Redis refuses the queued command and aborts the
     ``EXEC`` (``EXECABORT``); redis-py raises the queued command's error, so the transaction is answered 503 too."""
 
     async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
@@ -167,7 +168,7 @@ class _Pipeline(Pipeline):
 class _Client(Redis):
     """redis-py's client, its replies' out-of-memory errors raised as :class:`StoreFull`: every command of the
     store's clients, of the auto-pipeline (which parses its replies with this method) and of its pipelines
-    (:class:`_Pipeline`: MEC 015 session transactions, decision flushes) is read here."""
+    (:class:`_Pipeline`: MEC 015 session deletes, decision flushes) is read here."""
 
     async def parse_response(self, connection: Any, command_name: str | bytes, **options: Any) -> Any:
         try:
@@ -261,6 +262,35 @@ _HVALS_EACH_LUA = """
 local out = {}
 for i = 1, #KEYS do out[i] = redis.call('HVALS', KEYS[i]) end
 return out
+"""
+
+# MEC 015: write a session where the API validated it, atomically with that check (two replicas each checking a
+# device's 63 sessions and each writing made 65 of MAX_DEVICE_SESSIONS). KEYS: the session hash, the device's hash,
+# the hash of the device the session had (the same key when none or the same device); ARGV: session id, its JSON,
+# max sessions ('' none), then the SHA-1 (hex) of the device's other sessions the caller validated against ('' no
+# check): "<id>\n<info>\n" of each, by id (RedisStore._sessions_digest). Nothing written and 0 when the session is
+# new and the hash holds max sessions, or when the device's other sessions differ; else 1.
+_PUT_MTS_SESSION_LUA = """
+local id = ARGV[1]
+if ARGV[3] ~= '' and redis.call('HEXISTS', KEYS[1], id) == 0
+    and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+if ARGV[4] ~= '' then
+  local flat = redis.call('HGETALL', KEYS[2])
+  local others = {}
+  for i = 1, #flat, 2 do
+    if flat[i] ~= id then others[#others + 1] = {flat[i], cjson.decode(flat[i + 1]).info} end
+  end
+  table.sort(others, function(a, b) return a[1] < b[1] end)
+  local parts = {}
+  for i, other in ipairs(others) do parts[i] = other[1] .. '\\n' .. other[2] .. '\\n' end
+  if redis.sha1hex(table.concat(parts)) ~= ARGV[4] then return 0 end
+end
+if KEYS[3] ~= KEYS[2] then redis.call('HDEL', KEYS[3], id) end
+redis.call('HSET', KEYS[1], id, ARGV[2])
+redis.call('HSET', KEYS[2], id, ARGV[2])
+return 1
 """
 
 # SSMP (issue 4): one device's view of its candidate servers. KEYS: the servers' fleet keys, then their device
@@ -464,6 +494,7 @@ class RedisStore:
         self._cc_record = self._auto.register_script(_CC_RECORD_LUA)  # issue 20
         self._put_decisions = self._auto.register_script(_PUT_DECISIONS_LUA)
         self._hvals_each = self._auto.register_script(_HVALS_EACH_LUA)
+        self._put_mts = self._auto.register_script(_PUT_MTS_SESSION_LUA)
         self._ssmp_views = self._auto.register_script(_SSMP_VIEWS_LUA)  # issue 4
         self._ssmp_record = self._auto.register_script(_SSMP_RECORD_LUA)
 
@@ -1103,26 +1134,43 @@ class RedisStore:
         self._enter_degraded(exc)
         return Unavailable("state store unreachable: MTS sessions cannot be changed now")
 
-    async def put_mts_session(self, session: MtsSession) -> None:
-        """HSET in the session hash and the device's hash in one MULTI (and HDEL from a previous device's).
+    @staticmethod
+    def _sessions_digest(sessions: Sequence[MtsSession]) -> str:
+        """SHA-1 (hex) of ``"<id>\\n<info>\\n"`` of each of ``sessions``, by id: what :data:`_PUT_MTS_SESSION_LUA`
+        computes of the sessions in a device's hash (ids are ASCII: the same order in Lua)."""
+        text = "".join(f"{s.session_id}\n{s.info}\n" for s in sorted(sessions, key=lambda s: s.session_id))
+        return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+    async def put_mts_session(
+        self,
+        session: MtsSession,
+        *,
+        device_sessions: Sequence[MtsSession] | None = None,
+        max_sessions: int | None = None,
+    ) -> bool:
+        """HSET in the session hash and the device's hash (and HDEL from a previous device's) by one script, which
+        checks the conditions (:meth:`~edgepath.state.base.StateStore.put_mts_session`) before it writes: one
+        atomic step for every replica; True when written.
 
         Raises
         ------
         edgepath.errors.Unavailable
-            Redis is unreachable (degraded mode).
+            Redis is unreachable (degraded mode), or full (:class:`StoreFull`).
         """
         if self._degraded:
             raise Unavailable("state store unreachable: MTS sessions cannot be changed now")
         sessions = self._mts_key("sessions")
+        device = self._mts_key(f"device:{session.device_id}")
         try:
             old = await self.redis.hget(sessions, session.session_id)
-            raw = self._encode_session(session)
-            async with self.redis.pipeline(transaction=True) as pipe:
-                if old is not None and (prev := self._decode_session(old)).device_id != session.device_id:
-                    pipe.hdel(self._mts_key(f"device:{prev.device_id}"), session.session_id)
-                pipe.hset(sessions, session.session_id, raw)
-                pipe.hset(self._mts_key(f"device:{session.device_id}"), session.session_id, raw)
-                await pipe.execute()
+            previous = device if old is None else self._mts_key(f"device:{self._decode_session(old).device_id}")
+            args = [
+                session.session_id,
+                self._encode_session(session),
+                "" if max_sessions is None else max_sessions,
+                "" if device_sessions is None else self._sessions_digest(device_sessions),
+            ]
+            return bool(await self._put_mts(keys=[sessions, device, previous], args=args))
         except UNREACHABLE as exc:
             raise self._write_failed(exc) from exc
 

@@ -70,6 +70,7 @@ REDIS_ACL_COMMANDS = (
     "hset",
     "hdel",
     "hexists",
+    "hlen",
     "hgetall",
     "hvals",
     "hincrby",
