@@ -572,6 +572,11 @@ class RedisStore:
         self._ensure_reconnecting()
 
     async def _reconnect(self) -> None:
+        """Probe Redis every ``reconnect_interval_s`` and flush the buffers into it; leave degraded mode once they
+        are empty. A Redis back at its ``maxmemory`` (:class:`StoreFull`, expected in an outage's aftermath) is
+        retried at the same pace with the buffers kept: one warning when the flush first meets it, no line per
+        retry, and the INFO line of the flush that succeeds."""
+        full = False  # the flush met a full Redis (warned once)
         while True:
             # Pacing of a reconnect probe (not a test wait): one PING per interval while Redis is away.
             await asyncio.sleep(self.reconnect_interval_s)
@@ -579,6 +584,18 @@ class RedisStore:
                 await self.redis.ping()
                 await self._flush()
             except UNREACHABLE:
+                continue
+            except StoreFull:
+                if not full:
+                    full = True
+                    log.warning(
+                        "state store %s full (its memory bound): %d outcomes and %d decisions stay buffered; "
+                        "retrying every %g s",
+                        self.url,
+                        len(self._outbox),
+                        len(self._unsynced),
+                        self.reconnect_interval_s,
+                    )
                 continue
             except Exception:  # a bug must not leave the replica degraded forever without a trace
                 log.exception("flushing the outbox failed; retrying")
