@@ -5,7 +5,8 @@ every write is refused with an ``OOM`` reply (:class:`~edgepath.state.redis.Stor
 of a dead replica (a decision and its outcome, buffered: degraded mode) and flushes it on reconnect. Before, each
 retry of the flush logged "flushing the outbox failed" with a traceback, every ``reconnect_interval_s``, for as
 long as Redis stayed full. The test counts the flushes that met the full Redis (an event after the third, not a
-sleep) and, once memory is raised, waits for the flush that succeeds.
+sleep) and, once memory is raised, waits for the flush that succeeds. The drain's flush meets it as it meets an
+unreachable Redis.
 """
 
 from __future__ import annotations
@@ -85,3 +86,35 @@ async def test_a_full_redis_during_the_reconnect_flush_is_one_warning_and_loses_
         admin.config_set("maxmemory", 0)
         admin.close()
         await store.close()
+
+
+async def test_a_full_redis_at_the_shutdown_flush_leaves_the_records_in_the_journal(
+    appendonly_redis: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The drain's flush (:meth:`RedisStore.flush_outbox`) meets a full Redis: it reports what is still buffered
+    (kept in the journal for the next process) with one warning and no traceback, as for an unreachable Redis;
+    before, :class:`StoreFull` went up through the service's stop, which then never closed the store."""
+    admin = Redis.from_url(appendonly_redis.url)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", 1)
+    d = decision("d-drain")
+    dead = DurableOutbox(tmp_path / "outbox")
+    dead.append_decision(d)
+    dead.append_outcome(outcome(d))
+    dead.close(remove=False)
+    caplog.set_level(logging.INFO, logger="edgepath.state.redis")
+    store = RedisStore(appendonly_redis.url, outbox_dir=str(tmp_path / "outbox"))
+    try:
+        assert await store.flush_outbox(5.0) == 2
+        assert store.degraded
+        lines = [r for r in caplog.records if r.name == "edgepath.state.redis"]
+        assert [r.levelno for r in lines] == [logging.WARNING] and not lines[0].exc_info
+        assert lines[0].getMessage() == (
+            f"outbox flush at shutdown incomplete: state store {appendonly_redis.url} full (its memory bound)"
+        )
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+        await store.close()
+    kept = list((tmp_path / "outbox").glob("outbox-*.jsonl"))
+    assert len(kept) == 1 and len(kept[0].read_text().splitlines()) == 2  # for the next process to replay

@@ -1345,8 +1345,9 @@ class RedisStore:
     async def flush_outbox(self, timeout_s: float) -> int:
         """Try, for at most ``timeout_s``, to write the degraded-mode buffers into Redis (graceful shutdown).
 
-        Returns how many decisions and outcomes are still buffered (0 when everything is in Redis); those
-        stay in the durable journal when ``outbox_dir`` is set, for the next process to replay.
+        Returns how many decisions and outcomes are still buffered (0 when everything is in Redis, not when Redis
+        is unreachable or full); those stay in the durable journal when ``outbox_dir`` is set, for the next process
+        to replay.
         """
         if not (self._outbox or self._unsynced):
             return 0
@@ -1354,6 +1355,8 @@ class RedisStore:
             async with asyncio.timeout(timeout_s):
                 await self.redis.ping()
                 await self._flush()
+        except StoreFull:
+            log.warning("outbox flush at shutdown incomplete: state store %s full (its memory bound)", self.url)
         except (TimeoutError, *UNREACHABLE) as exc:
             log.warning("outbox flush at shutdown incomplete (%r)", exc)
         else:
