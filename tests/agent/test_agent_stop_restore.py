@@ -1,5 +1,8 @@
 """The stop's restore: every step attempted, ``run``'s exit code when it is partial, and what ``status`` says after.
 
+The status record's ``configuration_state`` says how the configuration was left; records of older agents (the
+sentence only) are read by the sentence.
+
 The real failures (an interface deleted between the apply and the stop, in a network namespace) and a real
 ``run`` are in netns/test_agent_restore_netns.py. Here the dry-run backend's injected failure stands in for a
 step the kernel refuses, and ``run``'s exit code 75 is checked with ``run_daemon`` replaced by one that raises
@@ -9,6 +12,7 @@ an interface before its restore, so that failure cannot be made real through the
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from typing import Any
@@ -26,7 +30,7 @@ from edgepath_agent.applier import (
 )
 from edgepath_agent.cli import app
 from edgepath_agent.messages import Recommendation
-from edgepath_agent.status import format_status
+from edgepath_agent.status import configuration_state, format_status, mark_configuration, read_status
 from typer.testing import CliRunner
 
 ROUTES = NetState(
@@ -155,6 +159,8 @@ def test_rollback_updates_the_status_record_the_stop_left(monkeypatch: pytest.Mo
     shown = CliRunner().invoke(app, ["status"], env=env)
     assert "applied:        nothing: the configuration was restored by edgepath-agent rollback" in shown.output
     assert "partly restored" not in shown.output and "warning" not in shown.output, shown.output
+    record = read_status(status)
+    assert record is not None and record["configuration_state"] == "restored"
 
 
 def test_rollback_without_a_status_record_writes_none(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -166,3 +172,54 @@ def test_rollback_without_a_status_record_writes_none(monkeypatch: pytest.Monkey
     )
     assert done.exit_code == 0 and "warning" not in done.output, done.output
     assert not status.exists()
+
+
+def test_status_reads_the_configuration_state() -> None:
+    """``status`` decides by ``configuration_state``, not by how the sentence begins."""
+    record = {"updated_unix_ms": 0, "pid": 1, "applied": None, "configuration": "restored, at stop"}
+    restored = format_status({**record, "configuration_state": "restored"}, now_unix_ms=0, running=False)
+    assert "applied:        nothing: the configuration was restored, at stop" in restored
+    partly = format_status({**record, "configuration_state": "partly_restored"}, now_unix_ms=0, running=False)
+    assert "applied:        restored, at stop (retry: edgepath-agent rollback)" in partly
+    applied = {"primary": "wlan0", "backup": [], "congestion_control": "cubic", "steps": 2}
+    running = {**record, "configuration": None, "configuration_state": "applied", "applied": applied}
+    assert "applied:        primary wlan0, backup -, cc cubic" in format_status(running, now_unix_ms=0)
+    assert configuration_state({"configuration_state": "applied"}) == "applied"
+
+
+def test_the_agent_writes_the_configuration_state() -> None:
+    config = daemon.AgentConfig(
+        device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, manage_cc=False, status_file=None
+    )
+    applier = Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal(), config.applier_config())
+    agent = daemon.Agent(config, Wwan0(), applier, [], measure=lambda _p: None)
+    assert agent.status_record()["configuration_state"] is None  # nothing applied yet
+    assert agent.run(threading.Event(), max_steps=1) == 1
+    assert agent.status_record()["configuration_state"] == "applied"
+    agent.close()
+    record = agent.status_record()
+    assert record["configuration_state"] == "restored" and record["configuration"] == "restored at stop"
+
+
+def test_status_reads_an_older_agents_record_by_its_sentence(tmp_path) -> None:
+    """A record an older agent wrote has the sentence and no ``configuration_state``: read as before."""
+    for sentence, state in (
+        ("restored at stop", "restored"),
+        ("restored by edgepath-agent rollback", "restored"),
+        ("partly restored at stop: 1 of 4 …", "partly_restored"),
+        ("partly restored by edgepath-agent rollback: 1 of 4 …", "partly_restored"),
+    ):
+        assert configuration_state({"configuration": sentence, "applied": None}) == state
+    assert configuration_state({"configuration": None, "applied": {"primary": "wlan0"}}) == "applied"
+    assert configuration_state({"configuration": None, "applied": None}) is None
+    old = tmp_path / "status.json"
+    old.write_text(json.dumps({"updated_unix_ms": 0, "pid": 1, "applied": None, "configuration": "restored at stop"}))
+    record = read_status(old)
+    assert record is not None and "configuration_state" not in record
+    assert "applied:        nothing: the configuration was restored at stop" in format_status(record, 0, False)
+    # rollback's rewrite of such a record adds the state
+    assert mark_configuration(old, "partly restored by edgepath-agent rollback: …", "partly_restored")
+    record = read_status(old)
+    assert record is not None and record["configuration_state"] == "partly_restored"
+    with pytest.raises(ValueError, match="configuration state"):
+        mark_configuration(old, "restored", "done")

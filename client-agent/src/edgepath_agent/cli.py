@@ -546,6 +546,7 @@ def rollback(
     from edgepath_agent.applier import ApplyError, Journal, JournalError, RestoreIncomplete
     from edgepath_agent.applier.journal import rollback_netns
     from edgepath_agent.daemon import rollback as do_rollback
+    from edgepath_agent.status import PARTLY_RESTORED, RESTORED
 
     try:
         where = rollback_netns(Journal(journal), netns)  # read (and checked) before anything is touched
@@ -566,13 +567,13 @@ def rollback(
         )
         for step in exc.failed:
             typer.echo(f"  failed: {step}", err=True)
-        _mark_status(status_file, config, f"partly restored by edgepath-agent rollback: {exc}")
+        _mark_status(status_file, config, f"partly restored by edgepath-agent rollback: {exc}", PARTLY_RESTORED)
         raise typer.Exit(1) from exc
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc
     if steps and not dry_run:
-        _mark_status(status_file, config, "restored by edgepath-agent rollback")
+        _mark_status(status_file, config, "restored by edgepath-agent rollback", RESTORED)
     if dry_run:
         typer.echo(
             f"rollback (dry run): {steps} step(s) printed, none run" if steps else "rollback: nothing to restore"
@@ -581,10 +582,11 @@ def rollback(
         typer.echo(f"rollback: {steps} step(s)" if steps else "rollback: nothing to restore")
 
 
-def _mark_status(status_file: Path | None, config: Path | None, configuration: str) -> None:
-    """``rollback``'s update of the status record (:func:`~edgepath_agent.status.mark_configuration`): at
-    ``status_file``, else the settings' ``status_file``. Never raises: a record that cannot be found (settings
-    that do not load) or updated is a warning on stderr (the rollback's own result decides the exit code)."""
+def _mark_status(status_file: Path | None, config: Path | None, configuration: str, state: str) -> None:
+    """``rollback``'s update of the status record (:func:`~edgepath_agent.status.mark_configuration`: the sentence
+    ``configuration`` and the ``configuration_state`` ``state``): at ``status_file``, else the settings'
+    ``status_file``. Never raises: a record that cannot be found (settings that do not load) or updated is a warning
+    on stderr (the rollback's own result decides the exit code)."""
     from edgepath_agent.status import mark_configuration
 
     path = status_file
@@ -601,7 +603,7 @@ def _mark_status(status_file: Path | None, config: Path | None, configuration: s
     if path is None:
         return
     try:
-        mark_configuration(path, configuration)
+        mark_configuration(path, configuration, state)
     except (ValueError, OSError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         typer.echo(f"warning: status record {path} not updated: {reason}", err=True)

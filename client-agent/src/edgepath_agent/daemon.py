@@ -133,7 +133,7 @@ from edgepath_agent.netmanager import NetworkConflict, check_coexistence
 from edgepath_agent.pending import DEFAULT_PENDING_FILE, load_pending, write_pending
 from edgepath_agent.safety import ClientCredentials, check_key_file, check_tls_files
 from edgepath_agent.ssmp import SsmpStep
-from edgepath_agent.status import DEFAULT_STATUS_FILE, now_ms, write_status
+from edgepath_agent.status import APPLIED, DEFAULT_STATUS_FILE, PARTLY_RESTORED, RESTORED, now_ms, write_status
 from edgepath_agent.upstream import PrimaryGuard, UpstreamProbe, parse_target, probe_upstream
 
 log = logging.getLogger(__name__)
@@ -932,6 +932,8 @@ class Agent:
         #: How the stop left the device's configuration (``"restored at stop"``, ``"partly restored at stop: …"``);
         #: ``None`` while the agent runs (or when it had nothing to restore).
         self.configuration: str | None = None
+        #: The same as the status record's ``configuration_state`` (``RESTORED``, ``PARTLY_RESTORED``), set with it.
+        self.configuration_state: str | None = None
         self.guard = self._build_guard() if guard is None else guard
         n = max(1, config.history_samples)
         self.history: dict[str, tuple[deque[dict[str, float]], deque[dict[str, float]]]] = {
@@ -1756,6 +1758,7 @@ class Agent:
         """
         rec = self.last_recommendation
         applied = self.applier.last if self.configuration is None else None  # restored (or partly): not applied
+        state = self.configuration_state if self.configuration is not None else APPLIED if applied else None
         return {
             "updated_unix_ms": now_ms(),
             "pid": os.getpid(),
@@ -1793,6 +1796,7 @@ class Agent:
             "unreported_interfaces": dict(self.unreported),
             "override_reason": self.override_reason,
             "configuration": self.configuration,
+            "configuration_state": state,
             "connectivity": {
                 name: {"ok": p.ok, "detail": p.detail, "elapsed_ms": p.elapsed_ms, "at_unix_ms": p.at_unix_ms}
                 for name, p in (self.guard.last.items() if self.guard else [])
@@ -1972,12 +1976,12 @@ class Agent:
         try:
             self.applier.rollback()
         except RestoreIncomplete as exc:
-            self.configuration = f"partly restored at stop: {exc}"
+            self.configuration, self.configuration_state = f"partly restored at stop: {exc}", PARTLY_RESTORED
             log.error("restoring the state at stop: %s", exc, extra={"error": str(exc), "failed": list(exc.failed)})
             self.write_status()
             raise
         if changed:
-            self.configuration = "restored at stop"
+            self.configuration, self.configuration_state = "restored at stop", RESTORED
             self.write_status()
 
 

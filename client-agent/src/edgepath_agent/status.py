@@ -22,7 +22,12 @@ Record (JSON object; times are Unix epoch milliseconds):
     the agent runs, or when it stopped without restoring (``restore_on_exit = false``) or had nothing to restore.
     ``edgepath-agent rollback`` rewrites it (:func:`mark_configuration`) when it restored something:
     ``"restored by edgepath-agent rollback"``, or ``"partly restored by edgepath-agent rollback: …"`` naming the
-    steps still failing
+    steps still failing. The sentence is for people; programs read ``configuration_state``
+``configuration_state``: the state of the device's configuration, one of :data:`CONFIGURATION_STATES`:
+    ``"applied"`` (a recommendation the agent applied is in effect: ``applied``), ``"restored"`` (the state before
+    the agent's first change is back, at stop or by ``edgepath-agent rollback``), ``"partly_restored"`` (a restore
+    left steps failing: ``configuration`` names them); null when the agent applied nothing. Records of agents
+    before it was written have ``configuration`` only: :func:`configuration_state` reads those from the sentence
 ``last_outcome``: ``decision_id``, ``throughput_bps``, ``latency_ms``, ``loss``,
     ``sent_unix_ms``, ``delivered`` (false: queued for re-sending), ``reward``; or ``null``
 ``outcomes``: ``"reported"``, or why this agent reports none (``"not reported: dry run"``)
@@ -57,6 +62,10 @@ if TYPE_CHECKING:
 
 DEFAULT_STATUS_FILE = Path("/run/edgepath-agent/status.json")
 
+#: The values of the record's ``configuration_state`` (module docstring).
+APPLIED, RESTORED, PARTLY_RESTORED = "applied", "restored", "partly_restored"
+CONFIGURATION_STATES = (APPLIED, RESTORED, PARTLY_RESTORED)
+
 
 def now_ms() -> int:
     """Current Unix time in ms."""
@@ -83,24 +92,54 @@ def write_status(path: Path, record: Mapping[str, Any]) -> None:
         raise
 
 
-def mark_configuration(path: Path, configuration: str) -> bool:
+def mark_configuration(path: Path, configuration: str, state: str) -> bool:
     """Rewrite the record at ``path`` (atomically, :func:`write_status`) to say how the device's configuration was
-    left by something other than the agent's stop (``edgepath-agent rollback``): ``configuration`` set, ``applied``
-    null (the configuration is no longer the one applied), ``updated_unix_ms`` now; the other fields as they were.
-    Returns ``False`` (nothing written) when there is no record at ``path``.
+    left by something other than the agent's stop (``edgepath-agent rollback``): ``configuration`` (the sentence)
+    and ``configuration_state`` (``state``: :data:`RESTORED` or :data:`PARTLY_RESTORED`) set, ``applied`` null (the
+    configuration is no longer the one applied), ``updated_unix_ms`` now; the other fields as they were. Returns
+    ``False`` (nothing written) when there is no record at ``path``.
 
     Raises
     ------
     ValueError
-        When the file is not a status record (:func:`read_status`).
+        When ``state`` is not one of :data:`CONFIGURATION_STATES`, or the file is not a status record
+        (:func:`read_status`).
     OSError
         When it cannot be read or rewritten (no permission, a directory).
     """
+    if state not in CONFIGURATION_STATES:
+        raise ValueError(f"configuration state {state!r} is not one of {', '.join(CONFIGURATION_STATES)}")
     record = read_status(path)
     if record is None:
         return False
-    write_status(path, {**record, "configuration": configuration, "applied": None, "updated_unix_ms": now_ms()})
+    write_status(
+        path,
+        {
+            **record,
+            "configuration": configuration,
+            "configuration_state": state,
+            "applied": None,
+            "updated_unix_ms": now_ms(),
+        },
+    )
     return True
+
+
+def configuration_state(record: Mapping[str, Any]) -> str | None:
+    """The record's ``configuration_state`` (one of :data:`CONFIGURATION_STATES`, or ``None``: nothing applied).
+
+    A record written by an agent before that field (``configuration`` without ``configuration_state``; or with a
+    value this agent does not know) is read by its sentence: :data:`RESTORED` when it starts with ``"restored "``
+    (at stop, by ``edgepath-agent rollback``), :data:`PARTLY_RESTORED` otherwise; without a sentence,
+    :data:`APPLIED` when it has ``applied``.
+    """
+    state = record.get("configuration_state")
+    if state in CONFIGURATION_STATES:
+        return str(state)
+    configuration = record.get("configuration")
+    if configuration:
+        return RESTORED if str(configuration).startswith("restored ") else PARTLY_RESTORED
+    return APPLIED if record.get("applied") else None
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
@@ -172,6 +211,9 @@ def check_record(record: Mapping[str, Any]) -> None:
     configuration = record.get("configuration")
     if configuration is not None and not isinstance(configuration, str):
         raise wrong("configuration", configuration, "a string")
+    state = record.get("configuration_state")
+    if state is not None and not isinstance(state, str):
+        raise wrong("configuration_state", state, "a string")
     for name, field in (("service", "urls"), ("applied", "backup")):  # joined into a line: lists of strings
         value = (record.get(name) or {}).get(field)
         if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
@@ -287,10 +329,11 @@ def format_status(record: Mapping[str, Any], now_unix_ms: int | None = None, run
         lines.append("recommendation: none yet")
     applied = record.get("applied")
     configuration = record.get("configuration")
-    if isinstance(configuration, str) and configuration.startswith("restored "):  # at stop, by `rollback`
-        lines.append(f"applied:        nothing: the configuration was {configuration}")
-    elif configuration:
-        lines.append(f"applied:        {configuration} (retry: edgepath-agent rollback)")
+    state = configuration_state(record)
+    if state == RESTORED:  # at stop, by `rollback`
+        lines.append(f"applied:        nothing: the configuration was {configuration or 'restored'}")
+    elif state == PARTLY_RESTORED:
+        lines.append(f"applied:        {configuration or 'partly restored'} (retry: edgepath-agent rollback)")
     elif applied:
         lines.append(
             f"applied:        primary {applied.get('primary')}, backup {','.join(applied.get('backup') or []) or '-'}, "

@@ -139,4 +139,5 @@ def test_status_after_a_restoring_stop_says_restored(testbed: Testbed, tmp_path:
     assert "applied:        primary" not in shown.stdout
     record = read_status(status)
     assert record is not None and record["applied"] is None and record["configuration"] == "restored at stop"
+    assert record["configuration_state"] == "restored"
     assert record["recommendation"] is not None  # what the service last said is still shown, as such
