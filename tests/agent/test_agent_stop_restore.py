@@ -1,7 +1,9 @@
 """The stop's restore: every step attempted, ``run``'s exit code when it is partial, and what ``status`` says after.
 
-The status record's ``configuration_state`` says how the configuration was left; records of older agents (the
-sentence only) are read by the sentence.
+A step naming a device that no longer exists is skipped, not failed (the dry-run backend's ``interfaces`` stands for
+the devices that exist; the real deletion is in netns/test_agent_restore_netns.py). The status record's
+``configuration_state`` says how the configuration was left; records of older agents (the sentence only) are read
+by the sentence.
 
 The real failures (an interface deleted between the apply and the stop, in a network namespace) and a real
 ``run`` are in netns/test_agent_restore_netns.py. Here the dry-run backend's injected failure stands in for a
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,9 +28,12 @@ from edgepath_agent.applier import (
     DryRunBackend,
     Journal,
     NetState,
+    Restored,
     RestoreIncomplete,
     Route,
 )
+from edgepath_agent.applier.core import step_device
+from edgepath_agent.applier.state import Endpoint
 from edgepath_agent.cli import app
 from edgepath_agent.messages import Recommendation
 from edgepath_agent.status import configuration_state, format_status, mark_configuration, read_status
@@ -153,7 +159,7 @@ def test_rollback_updates_the_status_record_the_stop_left(monkeypatch: pytest.Mo
     assert "applied:        partly restored by edgepath-agent rollback: 1 of 4" in shown.output, shown.output
     assert "dev wwan0 metric 200 exited 2: gone" in shown.output
 
-    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: 4)
+    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: Restored(4))
     done = CliRunner().invoke(app, ["rollback", "--journal", str(tmp_path / "j.json")], env=env)
     assert done.exit_code == 0 and "rollback: 4 step(s)" in done.output, done.output
     shown = CliRunner().invoke(app, ["status"], env=env)
@@ -165,13 +171,129 @@ def test_rollback_updates_the_status_record_the_stop_left(monkeypatch: pytest.Mo
 
 def test_rollback_without_a_status_record_writes_none(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """No record (the agent never ran with this status_file): nothing is created, no warning."""
-    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: 2)
+    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: Restored(2))
     status = tmp_path / "status.json"
     done = CliRunner().invoke(
         app, ["rollback", "--journal", str(tmp_path / "j.json"), "--status-file", str(status)], env={"COLUMNS": "300"}
     )
     assert done.exit_code == 0 and "warning" not in done.output, done.output
     assert not status.exists()
+
+
+def unplug(backend: DryRunBackend, device: str) -> None:
+    """What deleting ``device`` does, in the dry run: the kernel removes its routes; every step naming it fails (as
+    ``ip route … dev`` and ``ip mptcp endpoint add … dev`` do); its MPTCP endpoints stay (the kernel keeps them)."""
+    backend.interfaces.discard(device)
+    routes = tuple(r for r in backend.state.default_routes if r.dev != device)
+    backend.state = replace(backend.state, default_routes=routes)
+    backend.fail_on = lambda op, args: step_device(op, args) == device
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "device"),
+    [
+        ("route_add", {"route": Route("wwan0", "10.1.2.1", 200)}, "wwan0"),
+        ("route_delete", {"route": Route("wlan0", "10.1.1.1", 20)}, "wlan0"),
+        ("endpoint_add", {"endpoint": Endpoint(2, "10.1.2.2", "wwan0", ("subflow",))}, "wwan0"),
+        ("endpoint_add", {"endpoint": Endpoint(2, "10.1.2.2", None, ("subflow",))}, None),  # bound to no device
+        ("endpoint_delete", {"id": 2}, None),  # by id: the kernel keeps a deleted device's endpoints
+        ("endpoint_set_backup", {"id": 2, "backup": False}, None),
+        ("limits_set", {"limits": {"subflows": 2}}, None),
+        ("sysctl_set", {"key": "net.ipv4.tcp_congestion_control", "value": "cubic"}, None),
+    ],
+)
+def test_step_device_names_the_device_a_step_needs(op: str, args: dict[str, Any], device: str | None) -> None:
+    assert step_device(op, args) == device
+
+
+def test_rollback_skips_the_steps_of_a_device_that_no_longer_exists() -> None:
+    """wwan0 deleted after the apply: its route and endpoint cannot be put back, and there is nothing of it left to
+    restore. The rollback used to fail on them every time (the journal kept, ``rollback`` exiting 1 until the
+    device came back); now they are skipped, the rest restored (the endpoint the kernel kept removed: it is deleted
+    by id) and the journal cleared."""
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(), ApplierConfig(manage_cc=False))
+    applier.apply({"primary_path": {"interface": "wwan0"}})
+    assert any(e.dev == "wwan0" for e in backend.state.endpoints)
+    unplug(backend, "wwan0")
+    plan = applier.rollback()
+    assert len(plan) > len(applier.skipped) > 0
+    assert all("dev wwan0" in step and step.endswith("(device wwan0 no longer exists)") for step in applier.skipped)
+    assert backend.state.endpoints == () and backend.state.limits == ROUTES.limits
+    assert backend.state.default_routes == (Route("wlan0", "10.1.1.1", 100),)
+    assert not applier.journal.active
+
+
+def test_rollback_still_fails_on_the_other_steps_when_a_device_is_gone() -> None:
+    """Only a failed step whose device is gone is skipped: a global step (the limits) or a step of a device that
+    exists still fails, and keeps the journal."""
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(), ApplierConfig(manage_cc=False))
+    applier.apply({"primary_path": {"interface": "wwan0"}})
+    unplug(backend, "wwan0")
+    backend.fail_on = lambda op, args: op == "limits_set" or step_device(op, args) in ("wwan0", "wlan0")
+    with pytest.raises(RestoreIncomplete) as failed:
+        applier.rollback()
+    assert failed.value.failed and failed.value.skipped == applier.skipped
+    assert any("limits set" in f for f in failed.value.failed) and any("dev wlan0" in f for f in failed.value.failed)
+    assert not any("wwan0" in f for f in failed.value.failed)
+    assert all("wwan0" in step for step in failed.value.skipped) and "skipped" in str(failed.value)
+    assert applier.journal.active
+
+
+def test_rollback_fails_without_a_way_to_tell_a_device_is_gone() -> None:
+    """A backend that cannot list the devices (no ``read_interfaces``, or reading them fails): no step is taken
+    for gone, every failed one is failed."""
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(), ApplierConfig(manage_cc=False))
+    applier.apply({"primary_path": {"interface": "wwan0"}})
+    unplug(backend, "wwan0")
+
+    def unreadable() -> set[str]:
+        raise RuntimeError("ip -j link show exited 1")
+
+    backend.read_interfaces = unreadable  # type: ignore[method-assign]
+    with pytest.raises(RestoreIncomplete) as failed:
+        applier.rollback()
+    assert failed.value.failed and not failed.value.skipped and applier.journal.active
+
+
+def test_stop_names_the_skipped_steps_and_says_restored() -> None:
+    config = daemon.AgentConfig(
+        device_id="d", interfaces={"wlan0": "WIFI", "wwan0": "LTE"}, manage_cc=False, status_file=None
+    )
+    backend = DryRunBackend(ROUTES, ADDRS, out=None)
+    applier = Applier(backend, Journal(), config.applier_config())
+    agent = daemon.Agent(config, Wwan0(), applier, [], measure=lambda _p: None)
+    assert agent.run(threading.Event(), max_steps=1) == 1
+    assert agent.status_record()["configuration_state"] == "applied"
+    unplug(backend, "wwan0")
+    agent.close()  # no RestoreIncomplete: nothing is left to restore on wwan0
+    assert agent.configuration is not None and agent.configuration.startswith("restored at stop (skipped: ")
+    assert "device wwan0 no longer exists" in agent.configuration
+    record = agent.status_record()
+    assert record["configuration_state"] == "restored" and record["applied"] is None
+
+
+def test_rollback_exits_0_naming_the_skipped_steps(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    status = tmp_path / "status.json"
+    config = daemon.AgentConfig(device_id="d", interfaces={"wlan0": "WIFI"}, status_file=status)
+    agent = daemon.Agent(config, Wwan0(), Applier(DryRunBackend(ROUTES, ADDRS, out=None), Journal()), [])
+    agent.write_status()
+    skipped = "ip -4 route add default via 10.1.2.1 dev wwan0 metric 200 (device wwan0 no longer exists)"
+    monkeypatch.setattr(daemon, "rollback", lambda *_a, **_k: Restored(5, (skipped,)))
+    env = {"COLUMNS": "300", "NO_COLOR": "1", "EDGEPATH_AGENT_STATUS_FILE": str(status)}
+    done = CliRunner().invoke(app, ["rollback", "--journal", str(tmp_path / "j.json")], env=env)
+    assert done.exit_code == 0, done.output
+    assert "rollback: 5 step(s), 1 skipped: their device no longer exists" in done.output
+    assert f"  skipped: {skipped}" in done.output
+    record = read_status(status)
+    assert record is not None and record["configuration_state"] == "restored"
+    assert record["configuration"] == f"restored by edgepath-agent rollback (skipped: {skipped})"
+    shown = CliRunner().invoke(app, ["status"], env=env)
+    assert "applied:        nothing: the configuration was restored by edgepath-agent rollback (skipped: " in (
+        shown.output
+    )
 
 
 def test_status_reads_the_configuration_state() -> None:

@@ -52,9 +52,10 @@ EXIT_CONFIG = os.EX_CONFIG
 #: (down, a wrong URL or port, every request refused), or every step was skipped (no managed interface could carry
 #: a path). The unit never passes ``--steps``: the daemon keeps the last configuration and asks again instead.
 EXIT_UNAVAILABLE = os.EX_UNAVAILABLE
-#: sysexits.h ``EX_TEMPFAIL``: the stop's restore left steps undone (a route or endpoint of an interface that is gone):
-#: every step was attempted, the journal is kept, and ``edgepath-agent rollback`` (the unit's ``ExecStopPost=``)
-#: retries. Restarted: the next start keeps the journal's snapshot.
+#: sysexits.h ``EX_TEMPFAIL``: the stop's restore left steps undone (a command the kernel or NetworkManager refused;
+#: the steps of a device that no longer exists are skipped, not failed): every step was attempted, the journal is
+#: kept, and ``edgepath-agent rollback`` (the unit's ``ExecStopPost=``) retries. Restarted: the next start keeps the
+#: journal's snapshot.
 EXIT_TEMPFAIL = os.EX_TEMPFAIL
 #: What the unit's ``RestartPreventExitStatus=`` must list (a test checks it does).
 PERMANENT_EXIT_CODES = (EXIT_CONFLICT, EXIT_CONFIG)
@@ -307,9 +308,11 @@ def run(
         first. Without --steps (the systemd unit) the agent keeps the last
         configuration and asks again at the next step instead
     75  (EX_TEMPFAIL) the stop could not restore every step of the state it
-        found (e.g. an interface deleted meanwhile): the other steps ran, the
-        failed ones are named, the journal is kept for `edgepath-agent
-        rollback` (the unit's ExecStopPost=) to retry
+        found (a command the kernel or NetworkManager refused): the other
+        steps ran, the failed ones are named, the journal is kept for
+        `edgepath-agent rollback` (the unit's ExecStopPost=) to retry. The
+        steps of an interface deleted meanwhile (its routes went with it)
+        are skipped, not failed
     78  (EX_CONFIG) a configuration error no restart heals: invalid settings
         or settings file, --dry-run with backend = networkmanager, a kernel
         without MPTCP, an unusable journal (not writable, not a journal,
@@ -538,6 +541,10 @@ def rollback(
     (run as the agent's user or root), is not a journal (not JSON, a directory: restore by hand, then move it away),
     or --netns names another namespace than the journal recorded.
 
+    A step naming an interface that no longer exists (a USB modem unplugged, a VPN or veth gone: its routes went with
+    it) is skipped, not failed: listed as "skipped: …" on stdout; with only such
+    steps skipped the rollback exits 0 and removes the journal.
+
     When it restored something, or a restore step failed, the agent's status record (--status-file, else the
     settings' status_file: --config, EDGEPATH_AGENT_STATUS_FILE, the default) is rewritten, if there is one, to say
     so: `status` then shows "restored by edgepath-agent rollback" (or the steps still failing) instead of what the
@@ -550,7 +557,7 @@ def rollback(
 
     try:
         where = rollback_netns(Journal(journal), netns)  # read (and checked) before anything is touched
-        steps = do_rollback(journal, netns=where, dry_run=dry_run)
+        restored = do_rollback(journal, netns=where, dry_run=dry_run)
     except PermissionError as exc:
         fail(
             f"no access to the journal {journal} ({exc.strerror or exc}): run rollback as the agent's "
@@ -567,17 +574,25 @@ def rollback(
         )
         for step in exc.failed:
             typer.echo(f"  failed: {step}", err=True)
+        for step in exc.skipped:
+            typer.echo(f"  skipped: {step}", err=True)
         _mark_status(status_file, config, f"partly restored by edgepath-agent rollback: {exc}", PARTLY_RESTORED)
         raise typer.Exit(1) from exc
     except ApplyError as exc:
         typer.echo(f"rollback failed (journal kept, retry): {exc}", err=True)
         raise typer.Exit(1) from exc
+    steps, skipped = restored.steps, restored.skipped
     if steps and not dry_run:
-        _mark_status(status_file, config, "restored by edgepath-agent rollback", RESTORED)
+        how = f" (skipped: {'; '.join(skipped)})" if skipped else ""
+        _mark_status(status_file, config, f"restored by edgepath-agent rollback{how}", RESTORED)
     if dry_run:
         typer.echo(
             f"rollback (dry run): {steps} step(s) printed, none run" if steps else "rollback: nothing to restore"
         )
+    elif skipped:
+        typer.echo(f"rollback: {steps} step(s), {len(skipped)} skipped: their device no longer exists")
+        for step in skipped:
+            typer.echo(f"  skipped: {step}")
     else:
         typer.echo(f"rollback: {steps} step(s)" if steps else "rollback: nothing to restore")
 

@@ -95,6 +95,7 @@ from edgepath_agent.applier import (
     DryRunBackend,
     Journal,
     RejectedRecommendation,
+    Restored,
     RestoreIncomplete,
     RouteMetricConflict,
 )
@@ -1971,7 +1972,8 @@ class Agent:
             self.client.close()
 
     def _restore_at_stop(self) -> None:
-        """:meth:`close`'s restore: roll back, say how it went in the log and the status record."""
+        """:meth:`close`'s restore: roll back, say how it went in the log and the status record (restore steps
+        skipped because their device no longer exists are named: ``"restored at stop (skipped: …)"``)."""
         changed = self.applier.last is not None or getattr(getattr(self.applier, "journal", None), "active", False)
         try:
             self.applier.rollback()
@@ -1981,7 +1983,9 @@ class Agent:
             self.write_status()
             raise
         if changed:
-            self.configuration, self.configuration_state = "restored at stop", RESTORED
+            skipped = tuple(getattr(self.applier, "skipped", ()))
+            self.configuration = "restored at stop" + (f" (skipped: {'; '.join(skipped)})" if skipped else "")
+            self.configuration_state = RESTORED
             self.write_status()
 
 
@@ -2376,8 +2380,10 @@ def install_stop_handlers(stop: threading.Event) -> dict[signal.Signals, Any]:
     return previous
 
 
-def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> int:
-    """Restore the snapshot of the journal at ``journal_path``; returns the number of steps run.
+def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> Restored:
+    """Restore the snapshot of the journal at ``journal_path``; returns the number of steps (run, or printed with
+    ``dry_run``) and those skipped because the device they name no longer exists (its routes went with it:
+    :meth:`~edgepath_agent.applier.core.Applier.rollback`). With only such steps skipped, the journal is removed.
 
     The rollback acts in the network namespace the journal recorded (its snapshot was taken there), whichever
     namespace this process runs in (:func:`~edgepath_agent.applier.journal.rollback_netns`); ``netns`` is needed
@@ -2413,13 +2419,13 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
                 print("would reapply the saved NetworkManager profiles of " + ", ".join(names))
             for key, value in sorted(sysctls.items()):
                 print(f"would run: {' '.join(commands.in_netns(commands.sysctl_set(key, value), where))}")
-            return len(names) + len(sysctls)
+            return Restored(len(names) + len(sysctls))
         done = restore_record(names, sysctls, where)  # every step attempted; RestoreIncomplete keeps the record
         journal_path.unlink(missing_ok=True)
         return done
     journal = Journal(journal_path)
     if journal.snapshot is None:
-        return 0
+        return Restored(0)
     netns = rollback_netns(journal, netns)  # where the snapshot was taken, not where this process runs
     keys = tuple(k for k, _ in journal.snapshot.sysctls)
     backend: Any = CommandBackend(netns=netns)
@@ -2428,7 +2434,8 @@ def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False
         journal = Journal(None)
         journal.snapshot = Journal(journal_path).snapshot
     config = ApplierConfig(manage_cc=bool(keys))
-    return len(Applier(backend, journal, config).rollback())
+    applier = Applier(backend, journal, config)
+    return Restored(len(applier.rollback()), applier.skipped)
 
 
 def describe(result: StepResult) -> Mapping[str, Any]:

@@ -22,7 +22,8 @@ Record (JSON object; times are Unix epoch milliseconds):
     the agent runs, or when it stopped without restoring (``restore_on_exit = false``) or had nothing to restore.
     ``edgepath-agent rollback`` rewrites it (:func:`mark_configuration`) when it restored something:
     ``"restored by edgepath-agent rollback"``, or ``"partly restored by edgepath-agent rollback: …"`` naming the
-    steps still failing. The sentence is for people; programs read ``configuration_state``
+    steps still failing. Restore steps skipped because their device no longer exists are named after a restore
+    (``"restored at stop (skipped: …)"``). The sentence is for people; programs read ``configuration_state``
 ``configuration_state``: the state of the device's configuration, one of :data:`CONFIGURATION_STATES`:
     ``"applied"`` (a recommendation the agent applied is in effect: ``applied``), ``"restored"`` (the state before
     the agent's first change is back, at stop or by ``edgepath-agent rollback``), ``"partly_restored"`` (a restore

@@ -1,17 +1,25 @@
-"""The stop restores every step it can, and says how it went (marker ``netns``).
+"""The stop and ``rollback`` restore every step they can, skip those of a deleted device, and say how it went
+(marker ``netns``).
 
-A managed interface that disappears between the apply and the stop (a USB modem unplugged) leaves restore steps
-that cannot run: its default route and its MPTCP endpoint cannot be put back on a device that is gone. The stop
-used to end at the first such step: the routes, endpoints and limits after it stayed as the agent had set them,
-and the exception ended ``run`` with a traceback. Now every step is attempted, the failed ones are named
-(:class:`~edgepath_agent.applier.RestoreIncomplete`), the journal is kept, and ``edgepath-agent rollback``
-exits 1 listing them until it can finish. The failure is real (the interface is deleted in the device's
-namespace); nothing is mocked here (``run``'s exit code 75 for it is in tests/agent/test_agent_stop_restore.py).
+A managed interface that disappears between the apply and the stop (a USB modem unplugged, a VPN or veth gone)
+leaves restore steps that cannot run: its default route cannot be put back on a device that is gone, nor an MPTCP
+endpoint bound to it (``ip mptcp endpoint add … dev NAME``). Nor is anything of it left to restore: what the kernel
+keeps after ``ip link del`` (observed here on Linux 6.18, iproute2 6.1) is
+
+* routes: none of the device's (the default route and the connected route went with it);
+* MPTCP endpoints: *all* of them, created with ``dev NAME`` or with the device's address: ``ip mptcp endpoint show``
+  lists them with ``dev ifN`` (the deleted device's index, which no longer has a name); ``delete id`` and ``change
+  id … backup|nobackup`` still work on them, ``add … dev NAME`` is refused (``device does not exist``).
+
+Those steps used to fail every time, so the stop exited 75 and ``rollback`` (the unit's ``ExecStopPost=``) exited 1
+until the device came back. Now a failed step naming a device that no longer exists is skipped and named; the rest
+is restored: the kernel-kept endpoint (deleted by id), the MPTCP limits, the congestion control, the other
+interfaces' routes; the journal is removed and ``status`` says the configuration was restored. The failure is real
+(the interface is deleted in the device's namespace); nothing is mocked. The steps that fail for another reason are
+still failures (tests/agent/test_agent_stop_restore.py, with the dry-run backend's injected failures).
 
 After a stop that restored the device, ``status`` says the configuration was restored instead of still showing
-the decision as applied (a real ``run --steps 1`` against a real service); after a partial one, ``rollback``
-updates the status record: the steps still failing, then, once it finishes, restored by ``edgepath-agent
-rollback``.
+the decision as applied (a real ``run --steps 1`` against a real service).
 
 Skipped (not passed) without root/CAP_NET_ADMIN or kernel MPTCP.
 """
@@ -26,8 +34,8 @@ from typing import Any
 import pytest
 from agent_fixtures import kernel_view as view
 from agent_fixtures import run_agent as agent
-from edgepath_agent.applier import Applier, CommandBackend, Journal, RestoreIncomplete
-from edgepath_agent.daemon import Agent, AgentConfig
+from edgepath_agent.applier import Journal
+from edgepath_agent.daemon import Agent, AgentConfig, build_applier
 from edgepath_agent.messages import OutcomeAck, Recommendation
 from edgepath_agent.status import read_status
 from edgepath_agent.testbed.netns import Testbed
@@ -36,15 +44,21 @@ from service_harness import running_service
 pytestmark = pytest.mark.netns
 
 WWAN0 = "10.1.2.2"
+CC = "net.ipv4.tcp_congestion_control"
 
 
-class Wwan0:
-    """Stands in for the service: always recommends wwan0 (the testbed's secondary path)."""
+class Recommends:
+    """Stands in for the service: always recommends ``primary`` (and congestion control ``cc`` when given)."""
 
-    url = "fixed://wwan0"
+    url = "fixed://"
+
+    def __init__(self, primary: str, cc: str | None = None) -> None:
+        self.body: dict[str, Any] = {"decision_id": "r-1", "primary_path": {"interface": primary}}
+        if cc is not None:
+            self.body["congestion_control"] = cc
 
     def recommend(self, request: dict[str, Any]) -> Recommendation:
-        return Recommendation.from_rest({"decision_id": "w-1", "primary_path": {"interface": "wwan0"}})
+        return Recommendation.from_rest(self.body)
 
     def report_outcome(self, outcome: dict[str, Any]) -> OutcomeAck:
         return OutcomeAck(decision_id=outcome["decision_id"], accepted=True)
@@ -57,69 +71,127 @@ def default_routes(tb: Testbed) -> str:
     return tb.dev("ip", "-4", "route", "show", "default").stdout
 
 
+def other_cc(tb: Testbed) -> str:
+    """A congestion control the device's namespace allows other than the current one (skips when there is none)."""
+    current = tb.dev("sysctl", "-n", CC).stdout.strip()
+    allowed = tb.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
+    others = [name for name in allowed if name != current]
+    if not others:
+        pytest.skip(f"tcp_allowed_congestion_control lists only {current}: nothing to change and restore")
+    return others[0]
+
+
 @pytest.mark.timeout(120)
-def test_stop_restores_every_step_it_can_when_an_interface_is_gone(testbed: Testbed, tmp_path: Path) -> None:
-    # a state the agent changes in every part: wwan0's endpoint (signal, not subflow), the limits, the routes
+@pytest.mark.parametrize("backend", ["command", "netlink"])
+def test_stop_skips_the_steps_of_an_interface_that_is_gone(testbed: Testbed, tmp_path: Path, backend: str) -> None:
+    if backend == "netlink":
+        from edgepath_agent.applier.netlink import available
+
+        if not available():
+            pytest.skip("pyroute2 is not installed (netlink backend)")
+    # a state the agent changes in every part: wwan0's endpoint (signal, not subflow), the limits, the routes, the CC
     testbed.dev("ip", "mptcp", "endpoint", "delete", "id", "2")
     testbed.dev("ip", "mptcp", "endpoint", "add", WWAN0, "id", "2", "dev", "wwan0", "signal")
     testbed.dev("ip", "mptcp", "limits", "set", "subflows", "1", "add_addr_accepted", "1")
-    before, routes_before = view(testbed.device_ns), default_routes(testbed)
+    cc_before, cc = testbed.dev("sysctl", "-n", CC).stdout.strip(), other_cc(testbed)
+    before = view(testbed.device_ns)
     journal, status = tmp_path / "journal.json", tmp_path / "status.json"
     config = AgentConfig(
         device_id="dev-restore",
-        service=["grpc://192.0.2.1:50051"],  # unused: Wwan0 answers
+        service=["grpc://192.0.2.1:50051"],  # unused: Recommends answers
         interfaces={"wlan0": "WIFI", "wwan0": "LTE"},
         netns=testbed.device_ns,
-        manage_cc=False,
+        backend=backend,
         upstream_check=False,
         journal=journal,
         status_file=status,
     )
-    applier = Applier(CommandBackend(netns=testbed.device_ns), Journal(journal), config.applier_config())
-    runner = Agent(config, Wwan0(), applier, [], measure=lambda _p: None)
+    allowed = testbed.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
+    runner = Agent(config, Recommends("wwan0", cc), build_applier(config, allowed), [], measure=lambda _p: None)
     assert runner.run(threading.Event(), max_steps=1) == 1
     changed = view(testbed.device_ns)
     assert changed["limits"] != before["limits"] and "dev wlan0 metric 20" in default_routes(testbed)
+    assert testbed.dev("sysctl", "-n", CC).stdout.strip() == cc
 
     testbed.dev("ip", "link", "del", "wwan0")  # unplugged between the apply and the stop
-    with pytest.raises(RestoreIncomplete) as failed:
-        runner.close()
-    assert failed.value.failed and all("wwan0" in step for step in failed.value.failed), failed.value.failed
-    # the steps after the failed ones ran: wlan0's route is back at its metric, the limits as they were
-    assert "dev wlan0 metric 100" in default_routes(testbed)
-    assert view(testbed.device_ns)["limits"] == before["limits"]
-    assert Journal(journal).active, "the journal must be kept for a retry"
+    runner.close()  # no RestoreIncomplete: nothing is left to restore on wwan0
+    # the rest is restored: wlan0's route at its metric, the limits, the CC; wwan0's endpoint (kept by the
+    # kernel, with the agent's flags) is gone, the snapshot's one (signal, dev wwan0) cannot be added back
+    assert "dev wlan0 metric 100" in default_routes(testbed) and "wwan0" not in default_routes(testbed)
+    after = view(testbed.device_ns)
+    assert after["limits"] == before["limits"] and testbed.dev("sysctl", "-n", CC).stdout.strip() == cc_before
+    assert WWAN0 not in after["endpoints"], after["endpoints"]
+    assert [line for line in after["endpoints"].splitlines() if WWAN0 not in line] == [
+        line for line in before["endpoints"].splitlines() if WWAN0 not in line
+    ]
+    assert not journal.exists() and not Journal(journal).active
     record = read_status(status)
-    assert record is not None and record["applied"] is None
-    assert record["configuration"].startswith("partly restored at stop: ") and "wwan0" in record["configuration"]
+    assert record is not None and record["applied"] is None and record["configuration_state"] == "restored"
+    assert record["configuration"].startswith("restored at stop (skipped: ")
+    assert "(device wwan0 no longer exists)" in record["configuration"]
+    shown = agent("status", "--status-file", str(status))
+    assert "applied:        nothing: the configuration was restored at stop (skipped: " in shown.stdout, shown.stdout
 
-    # the status record is found through the settings (EDGEPATH_AGENT_STATUS_FILE), as `status` finds it
-    env = {**os.environ, "EDGEPATH_AGENT_STATUS_FILE": str(status)}
-    retry = agent("rollback", "--journal", str(journal), env=env)
-    assert retry.returncode == 1, retry.stdout + retry.stderr
-    listed = [line for line in retry.stderr.splitlines() if line.strip().startswith("failed: ")]
-    assert listed and all("wwan0" in line for line in listed), retry.stderr
-    assert "Traceback" not in retry.stderr and journal.exists()
-    record = read_status(status)
-    assert record is not None and record["configuration"].startswith("partly restored by edgepath-agent rollback: ")
-    assert "wwan0" in record["configuration"]
 
-    # the interface is back (same name and address): the retry finishes and removes the journal
-    for argv in (("link", "add", "wwan0", "type", "veth", "peer", "name", "wwan0p"),
-                 ("addr", "add", f"{WWAN0}/24", "dev", "wwan0"), ("link", "set", "wwan0p", "up"),
-                 ("link", "set", "wwan0", "up")):  # fmt: skip
+@pytest.mark.timeout(120)
+def test_rollback_skips_a_deleted_device_and_restores_the_rest(testbed: Testbed, tmp_path: Path) -> None:
+    """A USB modem (here a veth pair made for the test, with an address and a default route) is managed, the agent
+    applies (it as the primary, its own endpoint for it, the limits, the CC) and ends without restoring (a
+    SIGKILL: the journal stays), then the modem is unplugged (``ip link del``). ``edgepath-agent rollback`` (the
+    unit's ``ExecStopPost=``) used to exit 1 on its route until it came back. It exits 0 now, naming the skipped
+    step and the device, removes the endpoint the kernel kept for it (``10.3.0.2 id 3 subflow dev ifN``), restores
+    the global state and the other interface, removes the journal; ``status`` says restored; a second rollback
+    has nothing to do."""
+    for argv in (("link", "add", "usb0", "type", "veth", "peer", "name", "usb0p"),
+                 ("addr", "add", "10.3.0.2/24", "dev", "usb0"), ("link", "set", "usb0p", "up"),
+                 ("link", "set", "usb0", "up"),
+                 ("route", "add", "default", "via", "10.3.0.1", "dev", "usb0", "metric", "300")):  # fmt: skip
         testbed.dev("ip", *argv)
+    testbed.dev("ip", "mptcp", "limits", "set", "subflows", "1", "add_addr_accepted", "1")
+    cc_before, cc = testbed.dev("sysctl", "-n", CC).stdout.strip(), other_cc(testbed)
+    before, routes_before = view(testbed.device_ns), default_routes(testbed)
+    journal, status = tmp_path / "journal.json", tmp_path / "status.json"
+    config = AgentConfig(
+        device_id="dev-usb",
+        service=["grpc://192.0.2.1:50051"],  # unused: Recommends answers
+        interfaces={"wlan0": "WIFI", "usb0": "LTE"},
+        netns=testbed.device_ns,
+        upstream_check=False,
+        restore_on_exit=False,
+        journal=journal,
+        status_file=status,
+    )
+    allowed = testbed.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
+    runner = Agent(config, Recommends("usb0", cc), build_applier(config, allowed), [], measure=lambda _p: None)
+    assert runner.run(threading.Event(), max_steps=1) == 1
+    runner.close()  # restore_on_exit = false: what a SIGKILL leaves, the journal kept
+    assert "dev usb0 metric 10" in default_routes(testbed) and "10.3.0.2" in view(testbed.device_ns)["endpoints"]
+    assert testbed.dev("sysctl", "-n", CC).stdout.strip() == cc and journal.exists()
+
+    testbed.dev("ip", "link", "del", "usb0")  # unplugged; its routes go with it, its MPTCP endpoint stays (6.18)
+    kept = view(testbed.device_ns)["endpoints"]
     done = agent("rollback", "--journal", str(journal), "--status-file", str(status))
     assert done.returncode == 0, done.stdout + done.stderr
-    shown = agent("status", "--status-file", str(status))  # no longer "partly restored at stop"
-    assert "applied:        nothing: the configuration was restored by edgepath-agent rollback" in shown.stdout, (
-        shown.stdout
+    skipped = [line for line in done.stdout.splitlines() if line.strip().startswith("skipped: ")]
+    assert skipped and all("dev usb0" in line and "(device usb0 no longer exists)" in line for line in skipped), (
+        done.stdout
     )
-    assert "partly restored" not in shown.stdout
-    # what the agent manages is as before (table 102, the testbed's own route on the old wwan0, went with it)
+    assert "skipped: their device no longer exists" in done.stdout and "failed" not in done.stdout + done.stderr
+    assert not journal.exists()
     after = view(testbed.device_ns)
+    # the endpoint the kernel kept for the deleted device (where it keeps it: "10.3.0.2 … dev ifN") is removed
+    assert "10.3.0.2" in kept or "10.3.0.2" not in before["endpoints"]
     assert (after["endpoints"], after["limits"]) == (before["endpoints"], before["limits"])
-    assert default_routes(testbed) == routes_before and not journal.exists()
+    assert testbed.dev("sysctl", "-n", CC).stdout.strip() == cc_before
+    assert default_routes(testbed) == "".join(line + "\n" for line in routes_before.splitlines() if "usb0" not in line)
+    shown = agent("status", "--status-file", str(status))
+    assert "applied:        nothing: the configuration was restored by edgepath-agent rollback (skipped: " in (
+        shown.stdout
+    ), shown.stdout
+    record = read_status(status)
+    assert record is not None and record["configuration_state"] == "restored" and "usb0" in record["configuration"]
+    again = agent("rollback", "--journal", str(journal), "--status-file", str(status))
+    assert again.returncode == 0 and "rollback: nothing to restore" in again.stdout, again.stdout + again.stderr
 
 
 @pytest.mark.timeout(120)

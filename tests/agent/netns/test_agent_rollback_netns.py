@@ -112,12 +112,12 @@ def test_daemon_rollback_without_netns_acts_where_the_journal_recorded(
     changed = view(testbed.device_ns)
     assert changed != before
 
-    assert daemon.rollback(journal, dry_run=True) > 0
+    assert daemon.rollback(journal, dry_run=True).steps > 0
     printed = [line.removeprefix("would run: ") for line in capsys.readouterr().out.splitlines() if "would run" in line]
     assert printed and all(cmd.startswith(f"ip netns exec {testbed.device_ns} ip ") for cmd in printed), printed
     with pytest.raises(JournalError, match=scratch_ns):  # another namespace than the recorded one: refused
         daemon.rollback(journal, netns=scratch_ns)
     assert view(testbed.device_ns) == changed and journal.exists()
 
-    assert daemon.rollback(journal) > 0
+    assert daemon.rollback(journal).steps > 0
     assert view(testbed.device_ns) == before and not journal.exists()

@@ -15,7 +15,10 @@ op                      arguments
 ``sysctl_set``          ``key``: str, ``value``: str
 ======================  =============================================
 
-plus ``read_state(sysctl_keys)`` and ``read_addresses()``.
+plus ``read_state(sysctl_keys)`` and ``read_addresses()``, and (optional) ``read_interfaces()``: the names of the
+network interfaces that exist where the backend works. A rollback asks it after a restore step failed, to tell a
+step whose interface was deleted meanwhile (skipped: :meth:`~edgepath_agent.applier.core.Applier.rollback`) from
+one that failed; without it every failed step counts as failed.
 
 * :class:`CommandBackend` runs ``ip``/``sysctl`` (iproute2), optionally inside a
   network namespace; it is the primary backend (it also reads the IPv6 default routes,
@@ -48,6 +51,7 @@ from edgepath_agent.applier.state import (
     parse_default_routes_json,
     parse_endpoints_json,
     parse_limits,
+    parse_link_names_json,
     simulate,
 )
 
@@ -151,6 +155,16 @@ class CommandBackend:
         """
         return parse_default_routes_json(self._exec(commands.routes_show_default("-6")), nexthops=True)
 
+    def read_interfaces(self) -> set[str]:
+        """Names of the network interfaces in ``netns`` (``ip -j link show``).
+
+        Raises
+        ------
+        BackendError
+            When ``ip`` fails (e.g. no such namespace).
+        """
+        return parse_link_names_json(self._exec(commands.links_show()))
+
 
 class DryRunBackend:
     """Prints what it would run; keeps a simulated state.
@@ -167,6 +181,9 @@ class DryRunBackend:
         replaces it later gets them), a stream = that stream, ``None`` = don't print.
     netns
         Namespace to show in the printed commands.
+
+    :attr:`interfaces` (what :meth:`read_interfaces` reports) starts as the interfaces named in ``state`` and
+    ``addresses``; remove one to stand for an interface deleted.
     """
 
     name = "dry-run"
@@ -183,6 +200,11 @@ class DryRunBackend:
         self.out = out
         self.netns = netns
         self.printed: list[list[str]] = []
+        self.interfaces: set[str] = (
+            set(self.addresses)
+            | {r.dev for r in self.state.default_routes}
+            | {e.dev for e in self.state.endpoints if e.dev}
+        )
         self.fail_on: Callable[[str, dict[str, Any]], bool] | None = None
 
     @classmethod
@@ -232,3 +254,6 @@ class DryRunBackend:
 
     def read_addresses(self) -> dict[str, list[str]]:
         return {k: list(v) for k, v in self.addresses.items()}
+
+    def read_interfaces(self) -> set[str]:
+        return set(self.interfaces)

@@ -37,6 +37,10 @@ def addresses_show() -> list[str]:
     return [IP, "-4", "-j", "addr", "show"]
 
 
+def links_show() -> list[str]:
+    return [IP, "-j", "link", "show"]
+
+
 def sysctl_get(key: str) -> list[str]:
     return [SYSCTL, "-n", key]
 

@@ -97,16 +97,50 @@ class RestoreIncomplete(ApplyError):
     """A rollback ran every restore step it could, and some failed: the state is partly restored.
 
     The journal (its snapshot) is kept, so ``edgepath-agent rollback`` can retry. ``failed`` holds one line per
-    failed step (the command, or the step, and why); ``steps`` is how many steps the rollback had.
+    failed step (the command, or the step, and why); ``skipped`` one per step skipped because the device it names
+    no longer exists (:func:`step_device`); ``steps`` is how many steps the rollback had.
     """
 
-    def __init__(self, failed: Sequence[str], steps: int) -> None:
+    def __init__(self, failed: Sequence[str], steps: int, skipped: Sequence[str] = ()) -> None:
         self.failed = tuple(failed)
         self.steps = steps
-        super().__init__(
+        self.skipped = tuple(skipped)
+        message = (
             f"{len(self.failed)} of {steps} restore step(s) failed (the others ran; the journal is kept for "
             f"`edgepath-agent rollback`): " + "; ".join(self.failed)
         )
+        if self.skipped:
+            message += f" ({len(self.skipped)} skipped: " + "; ".join(self.skipped) + ")"
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What a completed restore did: ``steps`` restore steps, of which ``skipped`` (one line each,
+    ``"<step> (device NAME no longer exists)"``) were skipped because the device they name was deleted."""
+
+    steps: int
+    skipped: tuple[str, ...] = ()
+
+
+def step_device(op: str, args: Mapping[str, Any]) -> str | None:
+    """The network device a step of the ops table names: a route's ``dev`` (``route_add``, ``route_delete``), an
+    added endpoint's ``dev`` (``endpoint_add``); ``None`` for the steps that name none (``limits_set``,
+    ``sysctl_set``, and ``endpoint_delete``/``endpoint_set_backup``, which name the endpoint by id) (pure).
+
+    A restore step that failed and names a device that no longer exists is skipped, not failed
+    (:meth:`Applier.rollback`): deleting a device deletes its routes and addresses with it, and neither an
+    ``ip route`` nor an ``ip mptcp endpoint add … dev`` naming it can run. The MPTCP endpoints of a deleted device
+    are kept by the kernel (Linux 6.18: ``ip mptcp endpoint show`` lists them with ``dev ifN``, the deleted
+    device's index); they are deleted or changed by id, steps that name no device, so their restore runs and
+    fails as any other.
+    """
+    if op in ("route_add", "route_delete"):
+        return str(args["route"].dev)
+    if op == "endpoint_add":
+        dev = args["endpoint"].dev
+        return str(dev) if dev else None
+    return None
 
 
 class RouteMetricConflict(ApplyError):
@@ -247,6 +281,19 @@ def recommended_cc(recommendation: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def existing_devices(backend: object) -> set[str] | None:
+    """The network devices that exist where ``backend`` works (its ``read_interfaces()``); ``None`` when it has no
+    such method or reading them fails (logged): whether a device is gone cannot be told then."""
+    read = getattr(backend, "read_interfaces", None)
+    if read is None:
+        return None
+    try:
+        return set(read())
+    except Exception as exc:  # BackendError, a namespace gone, netlink errors
+        log.warning("cannot tell whether the devices of failed restore steps still exist: %s", exc)
+        return None
+
+
 @dataclass
 class ApplierConfig:
     """What the applier manages and how (see module docstring)."""
@@ -377,6 +424,8 @@ class Applier:
         self.config = config or ApplierConfig()
         self.allowed_cc = tuple(allowed_cc)
         self.last: Applied | None = None
+        #: The restore steps the last :meth:`rollback` skipped, their device being gone (one line each).
+        self.skipped: tuple[str, ...] = ()
 
     @property
     def netns(self) -> str | None:
@@ -512,12 +561,19 @@ class Applier:
         """Restore the journal's snapshot exactly; a no-op without one.
 
         Every step is attempted, also after one failed (a route or an endpoint on an interface that is gone must
-        not keep the rest of the state from being restored).
+        not keep the rest of the state from being restored). A failed step that names a device
+        (:func:`step_device`) the backend's ``read_interfaces()`` no longer lists is *skipped*: the device was
+        deleted (a USB modem unplugged, a VPN or veth gone), and its routes and addresses with it, so nothing of
+        it is left to restore. Such steps are logged and listed in :attr:`skipped`
+        (``"<command> (device NAME no longer exists)"``); with only those, the rollback is done and the journal
+        cleared. A backend without ``read_interfaces()``, or one that cannot read them, counts every failed
+        step as failed.
 
         Raises
         ------
         RestoreIncomplete
-            When one or more steps failed (the others ran; the journal is kept so the rollback can be retried).
+            When one or more steps failed (the others ran; the journal is kept so the rollback can be retried);
+            its ``skipped`` lists the steps skipped.
         ApplyError
             When the journal recorded another network namespace than the backend works in (nothing is
             touched), or when the current state cannot be read.
@@ -538,17 +594,23 @@ class Applier:
             raise ApplyError(f"reading the current state failed: {exc}") from exc
         # Touch only what the snapshot describes: keys it did not record stay as they are.
         plan = diff(current, target)
-        failed = self._restore(plan, current)
+        failed, skipped = self._restore(plan, current)
+        self.skipped = tuple(skipped)
+        for step in skipped:
+            log.warning("restore step skipped: %s", step)
         if failed:
-            raise RestoreIncomplete(failed, len(plan))
+            raise RestoreIncomplete(failed, len(plan), skipped)
         self.journal.clear()
         self.last = None
         return plan
 
-    def _restore(self, plan: Plan, state: NetState) -> list[str]:
-        """Run every step of ``plan`` (journalled), going on after a failure; one line per failed step."""
+    def _restore(self, plan: Plan, state: NetState) -> tuple[list[str], list[str]]:
+        """Run every step of ``plan`` (journalled), going on after a failure; ``(failed, skipped)``, one line per
+        step that failed, and per failed step whose device no longer exists (:meth:`rollback`)."""
         ops = self.backend.ops
         failed: list[str] = []
+        skipped: list[str] = []
+        interfaces: set[str] | None = None  # read after the first failure of a step naming a device
         for op, args in plan.steps:
             argv = commands.argv_for(op, args)
             try:
@@ -563,13 +625,20 @@ class Applier:
             try:
                 ops[op](**args)
             except Exception as exc:  # BackendError, netlink errors, a device gone: the next steps still run
+                device = step_device(op, args)
+                if device is not None and interfaces is None:
+                    interfaces = existing_devices(self.backend)
+                if device is not None and interfaces is not None and device not in interfaces:
+                    self.journal.record(op, args, argv, False, f"skipped: device {device} no longer exists ({exc})")
+                    skipped.append(f"{' '.join(argv)} (device {device} no longer exists)")
+                    continue
                 self.journal.record(op, args, argv, False, str(exc))
                 why = str(exc).strip() or type(exc).__name__
                 failed.append(why if isinstance(exc, BackendError) else f"{' '.join(argv)}: {why}")  # names argv
                 continue
             self.journal.record(op, args, argv, True)
             state = after
-        return failed
+        return failed, skipped
 
     def _execute(self, plan: Plan, state: NetState) -> None:
         ops = self.backend.ops

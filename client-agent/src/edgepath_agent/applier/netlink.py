@@ -193,6 +193,11 @@ class NetlinkBackend:
                     out.setdefault(names[int(a["index"])], []).append(str(local))
         return out
 
+    def read_interfaces(self) -> set[str]:
+        """Names of the network interfaces in ``netns`` (``RTM_GETLINK`` dump)."""
+        with self._ipr() as ipr:
+            return {str(link.get_attr("IFLA_IFNAME")) for link in ipr.get_links() if link.get_attr("IFLA_IFNAME")}
+
     def _sysctl_get(self, key: str) -> str:
         if self.netns is None:
             return Path("/proc/sys", *key.split(".")).read_text().strip()

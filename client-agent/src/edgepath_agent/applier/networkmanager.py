@@ -64,6 +64,7 @@ from edgepath_agent.applier.core import (
     ApplierConfig,
     ApplyError,
     RejectedRecommendation,
+    Restored,
     RestoreIncomplete,
     check_metric_conflicts,
     choose_cc,
@@ -436,7 +437,7 @@ def restore_record(
     bus_address: str | None = None,
     timeout_s: float = 5.0,
     backend: Backend | None = None,
-) -> int:
+) -> Restored:
     """Restore what a NetworkManager record names: reapply each of ``interfaces``' saved profile
     (:func:`restore_profiles`), then set each of ``sysctls`` back in ``netns`` (:func:`restore_sysctls`); every
     step is attempted, also after one failed. Returns the number of steps (one per interface and per sysctl).
@@ -452,7 +453,7 @@ def restore_record(
     steps = len(interfaces) + len(sysctls)
     if failed:
         raise RestoreIncomplete(failed, steps)
-    return steps
+    return Restored(steps)
 
 
 def restore_profiles(

@@ -157,6 +157,11 @@ def parse_addresses_json(text: str) -> dict[str, list[str]]:
     return out
 
 
+def parse_link_names_json(text: str) -> set[str]:
+    """``ip -j link show`` → the names of the interfaces that exist."""
+    return {str(link["ifname"]) for link in json.loads(text or "[]") if "ifname" in link}
+
+
 # ---------------------------------------------------------------- simulator (pure)
 
 
