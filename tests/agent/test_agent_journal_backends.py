@@ -364,3 +364,30 @@ def test_a_networkmanager_record_with_sysctls_the_agent_never_writes_is_refused(
     assert networkmanager.reapplied == [] and json.loads(journal.read_text()) == record  # nothing touched
     with pytest.raises(JournalError, match="not a journal written by edgepath-agent"):
         check_for_run(journal, None, "networkmanager")  # `run` refuses it before it starts, too (exit 78)
+
+
+def test_a_deleted_devices_profile_is_skipped_and_the_others_still_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile that cannot be reapplied is skipped when its device no longer exists where the record was taken
+    (its applied connection went with it; the saved profile was never changed), and still fails when the device
+    exists (NetworkManager refused it); the congestion control is restored either way. ``Reapply`` is stubbed
+    (both fail); the real deletion is in netns/test_agent_networkmanager_netns.py."""
+    from edgepath_agent.applier import Restored, RestoreIncomplete
+    from edgepath_agent.applier import networkmanager as nm
+
+    def refused(interfaces: list[str], *_args: object) -> tuple[list[str], list[str]]:
+        done = [name for name in interfaces if name == "wlan0"]
+        failed = [f"reapplying {name}'s saved NetworkManager profile failed: refused" for name in interfaces]
+        return done, [line for line in failed if "wlan0" not in line]
+
+    monkeypatch.setattr(nm, "restore_profiles", refused)
+    backend = DryRunBackend(NetState(sysctls=((CC_SYSCTL, "bbr"),)), ADDRS, out=None)
+    backend.interfaces = {"eth1", "wlan0"}  # wwan0 was deleted
+    with pytest.raises(RestoreIncomplete) as failed:
+        nm.restore_record(["eth1", "wlan0", "wwan0"], {CC_SYSCTL: "cubic"}, None, backend=backend)
+    assert failed.value.failed == ("reapplying eth1's saved NetworkManager profile failed: refused",)
+    gone = "reapplying wwan0's saved NetworkManager profile (device wwan0 no longer exists)"
+    assert failed.value.skipped == (gone,) and failed.value.steps == 4
+    assert backend.state.sysctls_dict[CC_SYSCTL] == "cubic"
+
+    restored = nm.restore_record(["wlan0", "wwan0"], {CC_SYSCTL: "cubic"}, None, backend=backend)
+    assert restored == Restored(3, (gone,))

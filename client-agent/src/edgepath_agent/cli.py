@@ -542,7 +542,7 @@ def rollback(
     or --netns names another namespace than the journal recorded.
 
     A step naming an interface that no longer exists (a USB modem unplugged, a VPN or veth gone: its routes went with
-    it) is skipped, not failed: listed as "skipped: …" on stdout; with only such
+    it, and its NetworkManager connection) is skipped, not failed: listed as "skipped: …" on stdout; with only such
     steps skipped the rollback exits 0 and removes the journal.
 
     When it restored something, or a restore step failed, the agent's status record (--status-file, else the

@@ -2383,7 +2383,8 @@ def install_stop_handlers(stop: threading.Event) -> dict[signal.Signals, Any]:
 def rollback(journal_path: Path, netns: str | None = None, dry_run: bool = False) -> Restored:
     """Restore the snapshot of the journal at ``journal_path``; returns the number of steps (run, or printed with
     ``dry_run``) and those skipped because the device they name no longer exists (its routes went with it:
-    :meth:`~edgepath_agent.applier.core.Applier.rollback`). With only such steps skipped, the journal is removed.
+    :meth:`~edgepath_agent.applier.core.Applier.rollback`; its NetworkManager connection too:
+    :mod:`~edgepath_agent.applier.networkmanager`). With only such steps skipped, the journal is removed.
 
     The rollback acts in the network namespace the journal recorded (its snapshot was taken there), whichever
     namespace this process runs in (:func:`~edgepath_agent.applier.journal.rollback_netns`); ``netns`` is needed

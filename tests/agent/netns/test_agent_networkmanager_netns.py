@@ -13,9 +13,9 @@ endpoint flags through NetworkManager (its own ``proto static`` routes and endpo
 ``edgepath-agent rollback`` / a clean stop restore the saved profiles; and ``run`` with that backend refuses, at
 start, a default route of another interface at a metric it would give a managed connection (NetworkManager adds
 its route beside that one, which keeps carrying the traffic), the same for IPv6 (where the two become one multipath
-route); and a stop or ``rollback`` that cannot reapply a
-device's profile (the device was deleted) still restores the other devices and the congestion control, names
-the failed step and keeps the record.
+route); and a stop after a device was deleted restores the other devices and the congestion control, and skips the
+deleted one's profile (its applied connection went with it; its saved profile, never changed, is what
+NetworkManager activates when the device returns).
 
 Needs root, ``unshare``, ``dbus-daemon`` and NetworkManager: ``/usr/sbin/NetworkManager``
 or, without installing it system-wide, a prefix with the Debian packages extracted
@@ -450,16 +450,17 @@ class FixedService:
 
 
 @pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
-def test_networkmanager_stop_and_rollback_restore_every_step_when_a_device_is_gone(
+def test_networkmanager_stop_skips_a_deleted_device_and_restores_the_rest(
     real_networkmanager: tuple[str, str], tmp_path: Path
 ) -> None:
     """wwan0 is deleted between the apply and the stop (a USB modem unplugged): NetworkManager no longer knows the
-    device, so its saved profile cannot be reapplied. The stop used to end there, leaving wlan0's applied connection
-    (route metric 20) and the congestion control as the agent had set them. Now every step is attempted: wlan0 and
-    the congestion control are restored, RestoreIncomplete names only wwan0 (``run`` exits 75 on it), the record is
-    kept, and ``edgepath-agent rollback`` exits 1 listing wwan0's step until the device is back. Nothing is mocked:
-    the device is really deleted in NetworkManager's namespace."""
-    from edgepath_agent.applier import RestoreIncomplete
+    device, so its profile cannot be reapplied (``GetDeviceByIpIface`` fails). Nor does it need to be: the applied
+    connection the agent changed went with the device, and the saved profile was never changed. The stop used to
+    fail on it (``run`` exiting 75, the record kept, ``rollback`` exiting 1 until the device was back); now it is
+    skipped and named, wlan0 and the congestion control are restored, the record is removed, ``status`` says
+    restored, and once wwan0 is back NetworkManager activates its saved profile at the metric it had before the
+    agent: nothing was left to restore. Nothing is mocked: the device is really deleted in NetworkManager's
+    namespace."""
     from edgepath_agent.daemon import Agent, AgentConfig, build_applier
     from edgepath_agent.status import read_status
 
@@ -487,34 +488,24 @@ def test_networkmanager_stop_and_rollback_restore_every_step_when_a_device_is_go
     assert ns_sysctl(ns, "net.ipv4.tcp_congestion_control") == cc
 
     subprocess.run(["ip", "-n", ns, "link", "del", "wwan0"], check=True)  # unplugged between the apply and the stop
-    with pytest.raises(RestoreIncomplete) as failed:
-        runner.close()
-    assert failed.value.failed and all("wwan0" in step for step in failed.value.failed), failed.value.failed
-    assert failed.value.steps == 3  # wlan0's and wwan0's profiles, the congestion control
-    # the steps after the failed one ran: wlan0's saved profile (its metric), the congestion control
+    runner.close()  # no RestoreIncomplete: nothing of wwan0 is left to restore
+    assert applier.skipped == ("reapplying wwan0's saved NetworkManager profile (device wwan0 no longer exists)",)
     assert wait_until(lambda: default_metrics(ns), lambda m: m == {"wlan0": before["wlan0"]}, 10.0), default_metrics(ns)
     assert ns_sysctl(ns, "net.ipv4.tcp_congestion_control") == cc_before
-    assert journal.exists(), "the record must be kept for a retry"
+    assert not journal.exists()
     record = read_status(status)
-    assert record is not None and record["configuration"].startswith("partly restored at stop: ")
+    assert record is not None and record["configuration_state"] == "restored"
+    assert record["configuration"] == f"restored at stop (skipped: {applier.skipped[0]})"
 
     exe = Path(sys.executable).parent / "edgepath-agent"
     env = {**os.environ, "DBUS_SYSTEM_BUS_ADDRESS": address, "COLUMNS": "200"}
-    retry = subprocess.run([str(exe), "rollback", "--journal", str(journal)],
+    again = subprocess.run([str(exe), "rollback", "--journal", str(journal)],
                            capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
-    assert retry.returncode == 1, retry.stdout + retry.stderr
-    listed = [line for line in retry.stderr.splitlines() if line.strip().startswith("failed: ")]
-    assert len(listed) == 1 and "wwan0" in listed[0], retry.stderr
-    assert "Traceback" not in retry.stderr and journal.exists()
-    assert ns_sysctl(ns, "net.ipv4.tcp_congestion_control") == cc_before
+    assert again.returncode == 0 and "rollback: nothing to restore" in again.stdout, again.stdout + again.stderr
 
-    # wwan0 is back: NetworkManager activates its saved profile on it, and the retry finishes
+    # wwan0 is back: NetworkManager activates its saved profile, as it was before the agent
     subprocess.run(["ip", "-n", ns, "link", "add", "wwan0", "type", "veth", "peer", "name", "wwan0p"], check=True)
     for dev in ("wwan0", "wwan0p"):
         subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
     back = wait_until(lambda: default_metrics(ns), lambda m: "wwan0" in m, 20.0)
-    assert back, f"NetworkManager did not activate wwan0's saved profile again: {default_metrics(ns)}"
-    done = subprocess.run([str(exe), "rollback", "--journal", str(journal)],
-                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
-    assert done.returncode == 0 and "rollback: 3 step(s)" in done.stdout, done.stdout + done.stderr
-    assert not journal.exists()
+    assert back == before, f"NetworkManager did not activate wwan0's saved profile as it was: {default_metrics(ns)}"

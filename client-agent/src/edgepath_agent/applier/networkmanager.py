@@ -18,8 +18,13 @@ managed device and asks NetworkManager to reapply it:
 Only the applied connection changes, never the saved profile, so the restore is
 ``Reapply`` with an empty connection (NetworkManager re-applies the profile as saved) for
 each device changed: on SIGTERM, or after a crash through ``edgepath-agent rollback``; every restore step is
-attempted, also after one failed (a device deleted meanwhile), and the failed ones are raised together
-(:class:`~edgepath_agent.applier.core.RestoreIncomplete`, the record kept for a retry). The namespace's
+attempted, also after one failed, and the failed ones are raised together
+(:class:`~edgepath_agent.applier.core.RestoreIncomplete`, the record kept for a retry). A device deleted meanwhile
+(a USB modem unplugged) is *skipped*, not failed: its applied connection went with it, and its saved profile, which
+the agent never changes, is what NetworkManager activates when the device comes back, so there is nothing left to
+restore (``Reapply`` cannot run on a device NetworkManager no longer has; retrying it would fail until the device
+returns, and then only redo what NetworkManager already did). A device that exists and whose profile cannot be
+reapplied still fails. The namespace's
 ``net.ipv4.tcp_congestion_control`` is not NetworkManager's: it is set (and restored) with sysctl as by the command
 backend. ``ip mptcp limits`` are left to NetworkManager and the kernel.
 
@@ -68,6 +73,7 @@ from edgepath_agent.applier.core import (
     RestoreIncomplete,
     check_metric_conflicts,
     choose_cc,
+    existing_devices,
 )
 from edgepath_agent.applier.journal import Journal, JournalError, other_backend_record
 from edgepath_agent.applier.state import NetState, Route
@@ -156,6 +162,8 @@ class NetworkManagerApplier:
         #: The IPv6 default routes of ``netns``, for :meth:`check_route_metrics` (``ipv6.route-metric`` is set too).
         self.read_ipv6_routes: Callable[[], Sequence[Route]] = backend.read_ipv6_default_routes
         self.last: Applied | None = None
+        #: The restore steps the last :meth:`rollback` skipped, their device being gone (one line each).
+        self.skipped: tuple[str, ...] = ()
         earlier = journal_backend(journal_path) if journal_path is not None else None
         #: Interfaces whose applied connection this agent changed (and an earlier run's, from its record).
         self.changed: set[str] = {str(n) for n in (earlier or {}).get("interfaces", [])}
@@ -403,7 +411,8 @@ class NetworkManagerApplier:
         the interfaces restored.
 
         Every step is attempted, also after one failed (a device deleted meanwhile, NetworkManager not answering
-        must not keep the congestion control or the other devices from being restored).
+        must not keep the congestion control or the other devices from being restored). A device that no longer
+        exists is skipped (module docstring), listed in :attr:`skipped`.
 
         Raises
         ------
@@ -413,7 +422,8 @@ class NetworkManagerApplier:
         """
         names = sorted(self.changed)
         here = self._sysctls_netns == self.netns
-        restore_record(
+        self.skipped = ()
+        restored = restore_record(
             names,
             self.original_sysctls,
             self._sysctls_netns,
@@ -421,6 +431,7 @@ class NetworkManagerApplier:
             self.timeout_s,
             self.backend if here else None,
         )
+        self.skipped = restored.skipped
         self.original_sysctls.clear()
         self._sysctls_netns = self.netns
         self.changed.clear()
@@ -440,20 +451,35 @@ def restore_record(
 ) -> Restored:
     """Restore what a NetworkManager record names: reapply each of ``interfaces``' saved profile
     (:func:`restore_profiles`), then set each of ``sysctls`` back in ``netns`` (:func:`restore_sysctls`); every
-    step is attempted, also after one failed. Returns the number of steps (one per interface and per sysctl).
+    step is attempted, also after one failed. A profile that could not be reapplied because its device no longer
+    exists in ``netns`` (``backend``'s ``read_interfaces()``, else ``ip link`` there) is skipped (module
+    docstring). Returns the number of steps (one per interface and per sysctl) and the skipped ones.
 
     Raises
     ------
     RestoreIncomplete
-        When one or more steps failed (the others ran); ``failed`` names each, ``steps`` counts them all.
+        When one or more steps failed (the others ran); ``failed`` names each, ``skipped`` the skipped ones,
+        ``steps`` counts them all.
     """
-    _, failed = restore_profiles(interfaces, bus_address, timeout_s) if interfaces else ([], [])
+    done, failed_profiles = restore_profiles(interfaces, bus_address, timeout_s) if interfaces else ([], [])
+    failed: list[str] = []
+    skipped: list[str] = []
+    if failed_profiles:
+        present = existing_devices(backend if backend is not None else CommandBackend(netns=netns))
+        not_done = [name for name in interfaces if name not in done]  # in the order of failed_profiles
+        for name, line in zip(not_done, failed_profiles, strict=True):
+            if present is not None and name not in present:
+                skipped.append(f"reapplying {name}'s saved NetworkManager profile (device {name} no longer exists)")
+            else:
+                failed.append(line)
+    for step in skipped:
+        log.warning("restore step skipped: %s", step)
     _, failed_sysctls = restore_sysctls(sysctls, netns, backend)
-    failed = [*failed, *failed_sysctls]
+    failed += failed_sysctls
     steps = len(interfaces) + len(sysctls)
     if failed:
-        raise RestoreIncomplete(failed, steps)
-    return Restored(steps)
+        raise RestoreIncomplete(failed, steps, skipped)
+    return Restored(steps, tuple(skipped))
 
 
 def restore_profiles(
