@@ -165,3 +165,36 @@ async def test_a_session_whose_device_changes_before_each_write_is_503_after_the
     assert len(attempts) == WRITE_ATTEMPTS and len(set(attempts)) == 1
     assert attempts[0] not in {s.session_id for s in await a.store.list_mts_sessions()}
     assert len(await a.store.device_mts_sessions(DEVICE)) == WRITE_ATTEMPTS  # the other replica's
+
+
+async def test_a_session_moved_by_another_replica_meanwhile_is_not_left_under_two_devices(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """Replica 1 reads session S under device A, then replica 2 moves S to device C, then replica 1 writes S under
+    device B: its write named A's hash to remove S from, so C's hash kept S (two devices steered by one session)
+    until the script also checked that S is still where the writer read it. Forced by running replica 2's move
+    inside replica 1's read of the session (no sleep)."""
+    from edgepath.state.base import MtsSession
+
+    def under(device: str) -> MtsSession:
+        return MtsSession(session_id="s-1", device_id=device, info=json.dumps({"deviceId": device}), created_at=1.0)
+
+    one, two = RedisStore(redis_server.url, namespace=namespace), RedisStore(redis_server.url, namespace=namespace)
+    try:
+        assert await one.put_mts_session(under("dev-a"))
+        read = one.redis.hget
+
+        async def read_then_moved(*args: Any) -> Any:
+            value = await read(*args)
+            assert await two.put_mts_session(under("dev-c"))  # the other replica, between the read and the write
+            return value
+
+        one.redis.hget = read_then_moved  # type: ignore[method-assign]
+        assert not await one.put_mts_session(under("dev-b")), "written as if S were still under dev-a"
+        one.redis.hget = read  # type: ignore[method-assign]
+        assert await one.put_mts_session(under("dev-b"))  # the API's next attempt, which reads S under dev-c
+        assert [s.session_id for s in await one.device_mts_sessions("dev-c")] == []
+        assert [s.session_id for s in await one.device_mts_sessions("dev-b")] == ["s-1"]
+    finally:
+        await one.close()
+        await two.close()

@@ -268,10 +268,16 @@ return out
 # device's 63 sessions and each writing made 65 of MAX_DEVICE_SESSIONS). KEYS: the session hash, the device's hash,
 # the hash of the device the session had (the same key when none or the same device); ARGV: session id, its JSON,
 # max sessions ('' none), then the SHA-1 (hex) of the device's other sessions the caller validated against ('' no
-# check): "<id>\n<info>\n" of each, by id (RedisStore._sessions_digest). Nothing written and 0 when the session is
-# new and the hash holds max sessions, or when the device's other sessions differ; else 1.
+# check): "<id>\n<info>\n" of each, by id (RedisStore._sessions_digest), then the device the caller read the session
+# under ('' none: new). Nothing written and 0 when the session is new and the hash holds max sessions, when the
+# device's other sessions differ, or when the session is under another device than the caller read (moved meanwhile:
+# HDEL from the hash the caller named would leave it in the other device's); else 1.
 _PUT_MTS_SESSION_LUA = """
 local id = ARGV[1]
+local old = redis.call('HGET', KEYS[1], id)
+local was = ''
+if old then was = cjson.decode(old).device_id end
+if was ~= ARGV[5] then return 0 end
 if ARGV[3] ~= '' and redis.call('HEXISTS', KEYS[1], id) == 0
     and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
   return 0
@@ -1167,7 +1173,8 @@ class RedisStore:
     ) -> bool:
         """HSET in the session hash and the device's hash (and HDEL from a previous device's) by one script, which
         checks the conditions (:meth:`~edgepath.state.base.StateStore.put_mts_session`) before it writes: one
-        atomic step for every replica; True when written.
+        atomic step for every replica; True when written. False too when another replica moved the session to
+        another device between this one's read of it and the script (the HDEL would miss that device's hash).
 
         Raises
         ------
@@ -1180,12 +1187,14 @@ class RedisStore:
         device = self._mts_key(f"device:{session.device_id}")
         try:
             old = await self.redis.hget(sessions, session.session_id)
-            previous = device if old is None else self._mts_key(f"device:{self._decode_session(old).device_id}")
+            was = "" if old is None else self._decode_session(old).device_id
+            previous = self._mts_key(f"device:{was}") if was else device
             args = [
                 session.session_id,
                 self._encode_session(session),
                 "" if max_sessions is None else max_sessions,
                 "" if device_sessions is None else self._sessions_digest(device_sessions),
+                was,  # the script writes only if the session is still under it
             ]
             return bool(await self._put_mts(keys=[sessions, device, previous], args=args))
         except UNREACHABLE as exc:
