@@ -198,3 +198,36 @@ async def test_a_session_moved_by_another_replica_meanwhile_is_not_left_under_tw
     finally:
         await one.close()
         await two.close()
+
+
+async def test_a_session_moved_by_another_replica_meanwhile_is_deleted_from_where_it_is(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """The same interleaving for a delete: replica 1 reads S under A, replica 2 moves S to C, replica 1 deletes S.
+    The delete removed S from A's hash only, so C went on being steered by a deleted session."""
+    from edgepath.state.base import MtsSession
+
+    def under(device: str) -> MtsSession:
+        return MtsSession(session_id="s-2", device_id=device, info=json.dumps({"deviceId": device}), created_at=1.0)
+
+    one, two = RedisStore(redis_server.url, namespace=namespace), RedisStore(redis_server.url, namespace=namespace)
+    try:
+        assert await one.put_mts_session(under("dev-a"))
+        read = one.redis.hget
+        moved = False
+
+        async def read_then_moved(*args: Any) -> Any:
+            nonlocal moved
+            value = await read(*args)
+            if not moved:  # once: the delete's next read sees where S is now
+                moved = True
+                assert await two.put_mts_session(under("dev-c"))
+            return value
+
+        one.redis.hget = read_then_moved  # type: ignore[method-assign]
+        assert await one.delete_mts_session("s-2")
+        assert moved and await two.get_mts_session("s-2") is None
+        assert await one.device_mts_sessions("dev-c") == [] and await one.device_mts_sessions("dev-a") == []
+    finally:
+        await one.close()
+        await two.close()

@@ -299,6 +299,19 @@ redis.call('HSET', KEYS[2], id, ARGV[2])
 return 1
 """
 
+# MEC 015: delete a session from the session hash and its device's hash, if it is still under the device the caller
+# read it under (another replica may have moved it meanwhile: the HDEL would miss the device hash it is in now).
+# KEYS: the session hash, that device's hash; ARGV: session id, that device id. 1 deleted, 0 no such session,
+# -1 under another device now (nothing deleted: read again).
+_DELETE_MTS_SESSION_LUA = """
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if not old then return 0 end
+if cjson.decode(old).device_id ~= ARGV[2] then return -1 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return 1
+"""
+
 # SSMP (issue 4): one device's view of its candidate servers. KEYS: the servers' fleet keys, then their device
 # hashes (same order); ARGV: the device id. The reply holds, per server, the fleet value then the device's (nil
 # replies as false: no holes in the array).
@@ -501,6 +514,7 @@ class RedisStore:
         self._put_decisions = self._auto.register_script(_PUT_DECISIONS_LUA)
         self._hvals_each = self._auto.register_script(_HVALS_EACH_LUA)
         self._put_mts = self._auto.register_script(_PUT_MTS_SESSION_LUA)
+        self._delete_mts = self._auto.register_script(_DELETE_MTS_SESSION_LUA)
         self._ssmp_views = self._auto.register_script(_SSMP_VIEWS_LUA)  # issue 4
         self._ssmp_record = self._auto.register_script(_SSMP_RECORD_LUA)
 
@@ -1239,28 +1253,36 @@ class RedisStore:
             raise self._read_failed(exc, "MTS sessions") from exc
         return sorted((self._decode_session(r) for r in raws), key=lambda s: (s.created_at, s.session_id))
 
+    #: Reads of a session's device before :meth:`delete_mts_session` gives up (each one moved by another replica).
+    DELETE_ATTEMPTS = 8
+
     async def delete_mts_session(self, session_id: str) -> bool:
-        """HDEL from the session hash and the device's hash in one MULTI; False when there was no such session.
+        """HDEL from the session hash and the device's hash by one script, which checks that the session is still
+        under the device read just before (another replica may have moved it: the HDEL would miss the device's hash
+        it is in now, and the device would go on being steered by a deleted session); read again when not. False
+        when there was no such session.
 
         Raises
         ------
         edgepath.errors.Unavailable
-            Redis is unreachable (degraded mode).
+            Redis is unreachable (degraded mode), or the session moved under each of :attr:`DELETE_ATTEMPTS` reads.
         """
         if self._degraded:
             raise Unavailable("state store unreachable: MTS sessions cannot be changed now")
         sessions = self._mts_key("sessions")
         try:
-            old = await self.redis.hget(sessions, session_id)
-            if old is None:
-                return False
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hdel(sessions, session_id)
-                pipe.hdel(self._mts_key(f"device:{self._decode_session(old).device_id}"), session_id)
-                await pipe.execute()
+            for _ in range(self.DELETE_ATTEMPTS):
+                old = await self.redis.hget(sessions, session_id)
+                if old is None:
+                    return False
+                device_id = self._decode_session(old).device_id
+                keys = [sessions, self._mts_key(f"device:{device_id}")]
+                done = int(await self._delete_mts(keys=keys, args=[session_id, device_id]))
+                if done >= 0:
+                    return done == 1
         except UNREACHABLE as exc:
             raise self._write_failed(exc) from exc
-        return True
+        raise Unavailable(f"MTS session {session_id} moved between devices under {self.DELETE_ATTEMPTS} attempts")
 
     async def device_mts_sessions(self, device_id: str) -> list[MtsSession]:
         """HVALS of the device's hash; while degraded none (the device gets the default rule): never raises for an
