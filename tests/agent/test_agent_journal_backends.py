@@ -207,6 +207,57 @@ def test_the_networkmanager_backend_makes_the_upstream_guards_demoted_path_backu
     applier.rollback()
 
 
+#: id → (recommendation, follow_mlpm): each puts the initial subflow on wwan0 and makes wlan0 backup, though
+#: ``primary_path`` names wlan0 and no weight is below the threshold.
+ROLES: dict[str, tuple[dict[str, Any], bool]] = {
+    "active-standby rule": (
+        {
+            "primary_path": {"interface": "wlan0"},
+            "steering": {
+                "rules": [
+                    {
+                        "steering_mode": "ACTIVE_STANDBY",
+                        "accesses": [
+                            {"interface": "wwan0", "access_type": "LTE", "initial_subflow": True},
+                            {"interface": "wlan0", "access_type": "WIFI"},
+                        ],
+                    }
+                ]
+            },
+        },
+        False,
+    ),
+    "mlpm prioritised subflow": (
+        {
+            "primary_path": {"interface": "wlan0"},
+            "scheduler": {"prioritised_subflow": "wwan0", "weights": [{"interface": "wlan0", "weight": 0.1}]},
+        },
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ROLES))
+def test_the_networkmanager_backend_takes_the_initial_subflow_and_backups_as_the_command_backend_does(
+    bus: str, networkmanager: FakeNetworkManager, tmp_path: Path, case: str
+) -> None:
+    """A steering rule's initial-subflow access (and its standby as backup), or MLPM's prioritised subflow under
+    follow_mlpm: this backend put the lowest route metric on ``primary_path`` and read only the weights."""
+    body, follow_mlpm = ROLES[case]
+    config = ApplierConfig(interfaces=("wlan0", "wwan0"), manage_cc=False, follow_mlpm=follow_mlpm)
+    applier = NetworkManagerApplier(config, bus, journal_path=tmp_path / "journal.json")
+    applied = applier.apply(Recommendation.from_rest(body))
+    assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
+    assert networkmanager.applied["wwan0"]["ipv4"]["route-metric"] == ("x", config.primary_metric)
+    assert networkmanager.applied["wlan0"]["ipv4"]["route-metric"] == ("x", config.secondary_metric)
+    assert networkmanager.applied["wlan0"]["connection"]["mptcp-flags"][1] & MPTCP_FLAGS["backup"]
+    assert not networkmanager.applied["wwan0"]["connection"]["mptcp-flags"][1] & MPTCP_FLAGS["backup"]
+    command = Applier(DryRunBackend(ROUTES, ADDRS, out=None), config=config)
+    same = command.apply(Recommendation.from_rest(body))
+    assert (same.primary, same.backup) == (applied.primary, applied.backup), "one rule for both backends"
+    applier.rollback()
+
+
 ENV = {"EDGEPATH_AGENT_ATTEMPTS": "1", "EDGEPATH_AGENT_TIMEOUT_S": "0.5", "EDGEPATH_AGENT_UPSTREAM_CHECK": "false"}
 
 

@@ -249,6 +249,25 @@ def scheduler_weights(recommendation: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+def subflow_roles(decision: safety.SafeDecision, config: ApplierConfig) -> tuple[str, tuple[str, ...] | None]:
+    """``(initial-subflow interface, backup interfaces)`` of a checked recommendation, for every backend (pure).
+
+    A steering rule (issue 19) puts the initial subflow on its initial-subflow access and makes its standby /
+    low-priority access ``backup``; with ``config.follow_mlpm`` and MLPM advice, :func:`mlpm_subflow_set` decides
+    instead; otherwise ``decision.primary``, and ``None`` for the backup set: the weights below
+    ``backup_weight_threshold`` decide (:func:`desired_state`). The upstream guard's ``demoted`` interfaces are
+    added by the caller (:func:`desired_state`'s ``demoted``).
+    """
+    steer = decision.steering
+    primary = steer.initial if steer is not None else decision.primary
+    backup = tuple(steer.backup) if steer is not None else None
+    if config.follow_mlpm and (decision.weights or decision.prioritised):
+        primary, backup = mlpm_subflow_set(
+            decision.weights, decision.prioritised, config.backup_weight_threshold, decision.primary
+        )
+    return primary, backup
+
+
 def mlpm_subflow_set(
     weights: Mapping[str, float], prioritised: str | None, threshold: float, fallback_primary: str
 ) -> tuple[str, tuple[str, ...]]:
@@ -485,15 +504,7 @@ class Applier:
             if self.config.manage_cc
             else None
         )
-        # issue 19: a steering rule puts the route on its initial-subflow access, backup on its standby/low one
-        steer = decision.steering
-        primary = steer.initial if steer is not None else decision.primary
-        steer_backup: Sequence[str] | None = steer.backup if steer is not None else None
-        if self.config.follow_mlpm and (decision.weights or decision.prioritised):
-            primary, mlpm_backup = mlpm_subflow_set(
-                decision.weights, decision.prioritised, self.config.backup_weight_threshold, decision.primary
-            )
-            steer_backup = list(mlpm_backup)
+        primary, steer_backup = subflow_roles(decision, self.config)
         desired = desired_state(
             current, addresses, self.config, primary, decision.weights, cc, steer_backup, decision.demoted
         )

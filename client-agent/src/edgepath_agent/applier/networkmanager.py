@@ -5,13 +5,15 @@ undo them at the next DHCP renewal), the agent changes the *applied* connection 
 managed device and asks NetworkManager to reapply it:
 
 * ``org.freedesktop.NetworkManager.Device.GetAppliedConnection(0)`` → settings + version id;
-* set ``ipv4.route-metric`` and ``ipv6.route-metric`` (primary path: ``primary_metric``,
-  the others ``secondary_metric + k``: the initial subflow follows the lowest metric)
+* set ``ipv4.route-metric`` and ``ipv6.route-metric`` (the initial subflow's interface:
+  ``primary_metric``, the others ``secondary_metric + k``: the initial subflow follows the lowest metric)
   and, on NetworkManager ≥ 1.40, ``connection.mptcp-flags`` (``enabled`` + the
-  configured endpoint flags, plus ``backup`` for a non-primary path whose MLPM weight is
-  below ``backup_weight_threshold`` or that the upstream guard demoted (the recommendation's
-  ``demoted``, as :mod:`~edgepath_agent.applier.core` says); ``NMMptcpFlags`` values from libnm's
-  nm-dbus-interface.h);
+  configured endpoint flags, plus ``backup`` for the interfaces the ``command`` applier makes backup); both
+  chosen as that applier chooses them (:func:`~edgepath_agent.applier.core.subflow_roles`): a steering rule's
+  initial-subflow access and its standby / low-priority access as ``backup``, or with ``follow_mlpm`` MLPM's
+  prioritised subflow and the weights below ``backup_weight_threshold``, else ``primary_path`` and those weights;
+  and the paths the upstream guard demoted (the recommendation's ``demoted``) ``backup`` in every case;
+  ``NMMptcpFlags`` values from libnm's nm-dbus-interface.h);
 * ``Device.Reapply(settings, version_id, 0)``: NetworkManager rewrites the device's
   routes and MPTCP endpoints itself.
 
@@ -74,6 +76,7 @@ from edgepath_agent.applier.core import (
     check_metric_conflicts,
     choose_cc,
     existing_devices,
+    subflow_roles,
 )
 from edgepath_agent.applier.journal import Journal, JournalError, other_backend_record
 from edgepath_agent.applier.state import NetState, Route
@@ -299,7 +302,9 @@ class NetworkManagerApplier:
                 f"--journal {self.journal_path}`, then start the agent again"
             )
         managed = list(self.config.interfaces)
-        secondaries = [n for n in managed if n != decision.primary]
+        # the initial subflow and the backup set as the command/netlink applier takes them (steering rule, MLPM)
+        primary, chosen_backup = subflow_roles(decision, self.config)
+        secondaries = [n for n in managed if n != primary]
         backup: list[str] = []
         steps = 0
         with self._connect() as conn:
@@ -307,13 +312,14 @@ class NetworkManagerApplier:
             for name in managed:
                 metric = (
                     self.config.primary_metric
-                    if name == decision.primary
+                    if name == primary
                     else self.config.secondary_metric + secondaries.index(name)
                 )
                 flags = list(self.config.endpoint_flags)
                 weight = decision.weights.get(name)
                 low = weight is not None and weight < self.config.backup_weight_threshold
-                if name != decision.primary and (low or name in decision.demoted):
+                chosen = name in chosen_backup if chosen_backup is not None else low
+                if name != primary and (chosen or name in decision.demoted):
                     flags.append("backup")
                     backup.append(name)
                 device = self._device(conn, name)
@@ -341,7 +347,7 @@ class NetworkManagerApplier:
                     self._journal_sysctl(CC_SYSCTL, current)  # recorded before it changes
                 self.backend.ops["sysctl_set"](key=CC_SYSCTL, value=cc)
                 steps += 1
-        self.last = Applied(decision.primary, cc, tuple(sorted(backup)), steps, NetState())
+        self.last = Applied(primary, cc, tuple(sorted(backup)), steps, NetState())
         return self.last
 
     def _journal(self, interface: str) -> None:
