@@ -1974,7 +1974,7 @@ class Agent:
     def _restore_at_stop(self) -> None:
         """:meth:`close`'s restore: roll back, say how it went in the log and the status record (restore steps
         skipped because their device no longer exists are named: ``"restored at stop (skipped: …)"``)."""
-        changed = self.applier.last is not None or getattr(getattr(self.applier, "journal", None), "active", False)
+        changed = self.applier.changed_anything
         try:
             self.applier.rollback()
         except RestoreIncomplete as exc:
@@ -1983,7 +1983,7 @@ class Agent:
             self.write_status()
             raise
         if changed:
-            skipped = tuple(getattr(self.applier, "skipped", ()))
+            skipped = self.applier.skipped
             self.configuration = "restored at stop" + (f" (skipped: {'; '.join(skipped)})" if skipped else "")
             self.configuration_state = RESTORED
             self.write_status()

@@ -447,6 +447,12 @@ class Applier:
         self.skipped: tuple[str, ...] = ()
 
     @property
+    def changed_anything(self) -> bool:
+        """True when this run applied something or the journal holds an earlier run's snapshot: a rollback would
+        restore something."""
+        return self.last is not None or self.journal.active
+
+    @property
     def netns(self) -> str | None:
         """Network namespace the backend reads and changes (``None``: this process's own, or a backend that does not
         say: one without a ``netns`` attribute)."""

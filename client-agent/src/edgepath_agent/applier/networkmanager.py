@@ -232,6 +232,12 @@ class NetworkManagerApplier:
     def read_state(self) -> NetState:
         return self.backend.read_state(self.config.sysctl_keys)
 
+    @property
+    def changed_anything(self) -> bool:
+        """True when this run applied something or the record names devices or sysctls changed (by this run or an
+        earlier one): a rollback would restore something."""
+        return self.last is not None or bool(self.changed) or bool(self.original_sysctls)
+
     def check_route_metrics(self) -> None:
         """Refuse a device where a default route of an interface the agent does not manage has a metric this backend
         gives a managed connection (``ipv4.route-metric`` and ``ipv6.route-metric``: ``primary_metric``,
