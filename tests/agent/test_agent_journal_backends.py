@@ -442,3 +442,17 @@ def test_a_deleted_devices_profile_is_skipped_and_the_others_still_fail(monkeypa
 
     restored = nm.restore_record(["wlan0", "wwan0"], {CC_SYSCTL: "cubic"}, None, backend=backend)
     assert restored == Restored(3, (gone,))
+
+
+def test_an_earlier_runs_record_is_something_to_restore_for_both_backends(tmp_path: Path) -> None:
+    """The stop's status says "restored at stop" when the rollback restored something: also an earlier run's
+    changes found in the journal, with the NetworkManager backend too (it has no journal object to ask)."""
+    nm_journal = tmp_path / "nm.json"
+    assert not NetworkManagerApplier(CONFIG, "unix:path=/nonexistent", journal_path=nm_journal).changed_anything
+    nm_journal.write_text(json.dumps({"backend": "networkmanager", "netns": None, "interfaces": ["wwan0"],
+                                      "sysctls": {}}))  # fmt: skip
+    assert NetworkManagerApplier(CONFIG, "unix:path=/nonexistent", journal_path=nm_journal).changed_anything
+    journal = Journal()
+    assert not Applier(DryRunBackend(ROUTES, ADDRS, out=None), journal, CONFIG).changed_anything
+    journal.begin(ROUTES)
+    assert Applier(DryRunBackend(ROUTES, ADDRS, out=None), journal, CONFIG).changed_anything
