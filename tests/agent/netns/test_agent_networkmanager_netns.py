@@ -315,6 +315,28 @@ def route_dev(ns: str, destination: str = "192.0.2.1") -> str:
     return out[out.index("dev") + 1] if "dev" in out else ""
 
 
+def refused_at_start(address: str, ns: str, journal: Path, status: Path) -> str:
+    """The one ``Error:`` line of ``edgepath-agent run --backend networkmanager`` in ``ns`` (wlan0, wwan0), which must
+    exit 78 at start, without a traceback."""
+    exe = Path(sys.executable).parent / "edgepath-agent"
+    env = {
+        **os.environ,
+        "DBUS_SYSTEM_BUS_ADDRESS": address,
+        "COLUMNS": "200",
+        "EDGEPATH_AGENT_ATTEMPTS": "1",
+        "EDGEPATH_AGENT_UPSTREAM_CHECK": "false",
+        "EDGEPATH_AGENT_STATUS_FILE": str(status),
+    }
+    argv = [str(exe), "run", "--backend", "networkmanager", "--netns", ns, "--interface", "wlan0=WIFI",
+            "--interface", "wwan0=LTE", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
+            "--log-format", "text"]  # fmt: skip
+    ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert ran.returncode == 78, ran.stdout + ran.stderr
+    errors = [line for line in ran.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and "Traceback" not in ran.stderr, ran.stderr
+    return errors[0]
+
+
 @pytest.mark.timeout(120)  # NetworkManager start-up and activation in the namespace take a few seconds
 def test_networkmanager_backend_refuses_a_foreign_default_route_at_its_metric_at_start(
     real_networkmanager: tuple[str, str], tmp_path: Path
@@ -334,24 +356,9 @@ def test_networkmanager_backend_refuses_a_foreign_default_route_at_its_metric_at
     before = wait_until(lambda: default_metrics(ns), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
     assert before and before["eth1"] == 10, f"NetworkManager did not add both default routes: {default_metrics(ns)}"
 
-    exe = Path(sys.executable).parent / "edgepath-agent"
     journal = tmp_path / "journal.json"
-    env = {
-        **os.environ,
-        "DBUS_SYSTEM_BUS_ADDRESS": address,
-        "COLUMNS": "200",
-        "EDGEPATH_AGENT_ATTEMPTS": "1",
-        "EDGEPATH_AGENT_UPSTREAM_CHECK": "false",
-        "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json"),
-    }
-    argv = [str(exe), "run", "--backend", "networkmanager", "--netns", ns, "--interface", "wlan0=WIFI",
-            "--interface", "wwan0=LTE", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
-            "--log-format", "text"]  # fmt: skip
-    ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
-    assert ran.returncode == 78, ran.stdout + ran.stderr
-    errors = [line for line in ran.stderr.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and "Traceback" not in ran.stderr, ran.stderr
-    assert "default route via 10.9.3.1 dev eth1 metric 10" in errors[0] and "primary_metric" in errors[0], errors[0]
+    error = refused_at_start(address, ns, journal, tmp_path / "status.json")
+    assert "default route via 10.9.3.1 dev eth1 metric 10" in error and "primary_metric" in error, error
     assert default_metrics(ns) == before and not journal.exists()  # no connection was changed
 
     # What the check prevents: NetworkManager puts the primary's route at metric 10 beside eth1's, which stays first.
@@ -388,25 +395,10 @@ def test_networkmanager_backend_refuses_a_foreign_ipv6_default_route_at_its_metr
     before = wait_until(lambda: default_metrics(ns, "-6"), lambda m: {"wlan0", "wwan0"} <= set(m), 20.0)
     assert before and before["eth1"] == 10, f"NetworkManager did not add both IPv6 routes: {default_metrics(ns, '-6')}"
 
-    exe = Path(sys.executable).parent / "edgepath-agent"
     journal = tmp_path / "journal.json"
-    env = {
-        **os.environ,
-        "DBUS_SYSTEM_BUS_ADDRESS": address,
-        "COLUMNS": "200",
-        "EDGEPATH_AGENT_ATTEMPTS": "1",
-        "EDGEPATH_AGENT_UPSTREAM_CHECK": "false",
-        "EDGEPATH_AGENT_STATUS_FILE": str(tmp_path / "status.json"),
-    }
-    argv = [str(exe), "run", "--backend", "networkmanager", "--netns", ns, "--interface", "wlan0=WIFI",
-            "--interface", "wwan0=LTE", "--steps", "1", "--service", "grpc://127.0.0.1:9", "--journal", str(journal),
-            "--log-format", "text"]  # fmt: skip
-    ran = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
-    assert ran.returncode == 78, ran.stdout + ran.stderr
-    errors = [line for line in ran.stderr.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and "Traceback" not in ran.stderr, ran.stderr
-    assert "IPv6 default route via 2001:db8:3::1 dev eth1 metric 10" in errors[0], errors[0]
-    assert "primary_metric" in errors[0], errors[0]
+    error = refused_at_start(address, ns, journal, tmp_path / "status.json")
+    assert "IPv6 default route via 2001:db8:3::1 dev eth1 metric 10" in error, error
+    assert "primary_metric" in error, error
     assert default_metrics(ns, "-6") == before and not journal.exists()  # no connection was changed
 
     # What the check prevents: wwan0's IPv6 default route joins eth1's at metric 10, and flows leave on both.

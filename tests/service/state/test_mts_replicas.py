@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import httpx
 import pytest
 from edgepath.rest.mts import MAX_DEVICE_FLOW_FILTERS, MAX_DEVICE_SESSIONS, MAX_FILTERS, WRITE_ATTEMPTS, mts_router
+from edgepath.state.base import MtsSession
 from edgepath.state.redis import RedisStore
 from fastapi import FastAPI
 
@@ -167,6 +169,11 @@ async def test_a_session_whose_device_changes_before_each_write_is_503_after_the
     assert len(await a.store.device_mts_sessions(DEVICE)) == WRITE_ATTEMPTS  # the other replica's
 
 
+def session_under(session_id: str, device: str) -> MtsSession:
+    """A stored session ``session_id`` of ``device`` (what the store keeps; its ``info`` is opaque to it)."""
+    return MtsSession(session_id=session_id, device_id=device, info=json.dumps({"deviceId": device}), created_at=1.0)
+
+
 async def test_a_session_moved_by_another_replica_meanwhile_is_not_left_under_two_devices(
     redis_server: RedisServer, namespace: str
 ) -> None:
@@ -174,11 +181,7 @@ async def test_a_session_moved_by_another_replica_meanwhile_is_not_left_under_tw
     device B: its write named A's hash to remove S from, so C's hash kept S (two devices steered by one session)
     until the script also checked that S is still where the writer read it. Forced by running replica 2's move
     inside replica 1's read of the session (no sleep)."""
-    from edgepath.state.base import MtsSession
-
-    def under(device: str) -> MtsSession:
-        return MtsSession(session_id="s-1", device_id=device, info=json.dumps({"deviceId": device}), created_at=1.0)
-
+    under = partial(session_under, "s-1")
     one, two = RedisStore(redis_server.url, namespace=namespace), RedisStore(redis_server.url, namespace=namespace)
     try:
         assert await one.put_mts_session(under("dev-a"))
@@ -205,11 +208,7 @@ async def test_a_session_moved_by_another_replica_meanwhile_is_deleted_from_wher
 ) -> None:
     """The same interleaving for a delete: replica 1 reads S under A, replica 2 moves S to C, replica 1 deletes S.
     The delete removed S from A's hash only, so C went on being steered by a deleted session."""
-    from edgepath.state.base import MtsSession
-
-    def under(device: str) -> MtsSession:
-        return MtsSession(session_id="s-2", device_id=device, info=json.dumps({"deviceId": device}), created_at=1.0)
-
+    under = partial(session_under, "s-2")
     one, two = RedisStore(redis_server.url, namespace=namespace), RedisStore(redis_server.url, namespace=namespace)
     try:
         assert await one.put_mts_session(under("dev-a"))
