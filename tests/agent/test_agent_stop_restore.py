@@ -242,7 +242,7 @@ def test_rollback_still_fails_on_the_other_steps_when_a_device_is_gone() -> None
 
 
 def test_rollback_fails_without_a_way_to_tell_a_device_is_gone() -> None:
-    """A backend that cannot list the devices (no ``read_interfaces``, or reading them fails): no step is taken
+    """A backend that cannot list the devices (reading them fails): no step is taken
     for gone, every failed one is failed."""
     backend = DryRunBackend(ROUTES, ADDRS, out=None)
     applier = Applier(backend, Journal(), ApplierConfig(manage_cc=False))

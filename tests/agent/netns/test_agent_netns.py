@@ -110,6 +110,9 @@ class FailAfter:
     def read_addresses(self):
         return self.inner.read_addresses()
 
+    def read_interfaces(self):
+        return self.inner.read_interfaces()
+
     @property
     def ops(self):
         def wrap(fn):

@@ -81,6 +81,15 @@ def other_cc(tb: Testbed) -> str:
     return others[0]
 
 
+def applied_once(testbed: Testbed, config: AgentConfig, primary: str, cc: str) -> Agent:
+    """An agent of ``config`` in the testbed's device namespace that has run one step: ``primary`` made the primary
+    path and ``cc`` the congestion control (:class:`Recommends`), with the namespace's allowed algorithms."""
+    allowed = testbed.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
+    runner = Agent(config, Recommends(primary, cc), build_applier(config, allowed), [], measure=lambda _p: None)
+    assert runner.run(threading.Event(), max_steps=1) == 1
+    return runner
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", ["command", "netlink"])
 def test_stop_skips_the_steps_of_an_interface_that_is_gone(testbed: Testbed, tmp_path: Path, backend: str) -> None:
@@ -106,9 +115,7 @@ def test_stop_skips_the_steps_of_an_interface_that_is_gone(testbed: Testbed, tmp
         journal=journal,
         status_file=status,
     )
-    allowed = testbed.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
-    runner = Agent(config, Recommends("wwan0", cc), build_applier(config, allowed), [], measure=lambda _p: None)
-    assert runner.run(threading.Event(), max_steps=1) == 1
+    runner = applied_once(testbed, config, "wwan0", cc)
     changed = view(testbed.device_ns)
     assert changed["limits"] != before["limits"] and "dev wlan0 metric 20" in default_routes(testbed)
     assert testbed.dev("sysctl", "-n", CC).stdout.strip() == cc
@@ -161,9 +168,7 @@ def test_rollback_skips_a_deleted_device_and_restores_the_rest(testbed: Testbed,
         journal=journal,
         status_file=status,
     )
-    allowed = testbed.dev("sysctl", "-n", "net.ipv4.tcp_allowed_congestion_control").stdout.split()
-    runner = Agent(config, Recommends("usb0", cc), build_applier(config, allowed), [], measure=lambda _p: None)
-    assert runner.run(threading.Event(), max_steps=1) == 1
+    runner = applied_once(testbed, config, "usb0", cc)
     runner.close()  # restore_on_exit = false: what a SIGKILL leaves, the journal kept
     assert "dev usb0 metric 10" in default_routes(testbed) and "10.3.0.2" in view(testbed.device_ns)["endpoints"]
     assert testbed.dev("sysctl", "-n", CC).stdout.strip() == cc and journal.exists()

@@ -15,10 +15,10 @@ op                      arguments
 ``sysctl_set``          ``key``: str, ``value``: str
 ======================  =============================================
 
-plus ``read_state(sysctl_keys)`` and ``read_addresses()``, and (optional) ``read_interfaces()``: the names of the
-network interfaces that exist where the backend works. A rollback asks it after a restore step failed, to tell a
-step whose interface was deleted meanwhile (skipped: :meth:`~edgepath_agent.applier.core.Applier.rollback`) from
-one that failed; without it every failed step counts as failed.
+plus ``read_state(sysctl_keys)``, ``read_addresses()`` and ``read_interfaces()``: the names of the network
+interfaces that exist where the backend works. A rollback asks it after a restore step failed, to tell a step whose
+interface was deleted meanwhile (skipped: :meth:`~edgepath_agent.applier.core.Applier.rollback`) from one that
+failed; when it cannot read them, every failed step counts as failed.
 
 * :class:`CommandBackend` runs ``ip``/``sysctl`` (iproute2), optionally inside a
   network namespace; it is the primary backend (it also reads the IPv6 default routes,
@@ -81,6 +81,8 @@ class Backend(Protocol):
     def read_state(self, sysctl_keys: Iterable[str]) -> NetState: ...
 
     def read_addresses(self) -> dict[str, list[str]]: ...
+
+    def read_interfaces(self) -> set[str]: ...
 
 
 Runner = Callable[[Sequence[str]], str]

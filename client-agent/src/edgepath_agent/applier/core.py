@@ -300,14 +300,11 @@ def recommended_cc(recommendation: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def existing_devices(backend: object) -> set[str] | None:
-    """The network devices that exist where ``backend`` works (its ``read_interfaces()``); ``None`` when it has no
-    such method or reading them fails (logged): whether a device is gone cannot be told then."""
-    read = getattr(backend, "read_interfaces", None)
-    if read is None:
-        return None
+def existing_devices(backend: Backend) -> set[str] | None:
+    """The network devices that exist where ``backend`` works (its ``read_interfaces()``); ``None`` when reading them
+    fails (logged): whether a device is gone cannot be told then."""
     try:
-        return set(read())
+        return set(backend.read_interfaces())
     except Exception as exc:  # BackendError, a namespace gone, netlink errors
         log.warning("cannot tell whether the devices of failed restore steps still exist: %s", exc)
         return None
@@ -583,7 +580,7 @@ class Applier:
         deleted (a USB modem unplugged, a VPN or veth gone), and its routes and addresses with it, so nothing of
         it is left to restore. Such steps are logged and listed in :attr:`skipped`
         (``"<command> (device NAME no longer exists)"``); with only those, the rollback is done and the journal
-        cleared. A backend without ``read_interfaces()``, or one that cannot read them, counts every failed
+        cleared. A backend that cannot read its interfaces counts every failed
         step as failed.
 
         Raises
