@@ -395,9 +395,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
             try:
                 caller = self.caller(context)  # a bad credential is refused before the bytes are read
                 values = convert.recommend_request_values(request, native)  # read, not yet validated
-                principal = await self.device(caller, values["device_id"])
-                req = RecommendRequest.model_validate(values)
-                rec = await self.plane.recommend(principal, req)
+                req = RecommendRequest.model_validate(values)  # before the token: an invalid request costs none
+                rec = await self.plane.recommend(await self.device(caller, req.device_id), req)
             except ValidationError as exc:
                 await abort_invalid(context, exc, caller=caller)
             except EdgePathError as exc:
@@ -442,9 +441,10 @@ class PathServicer(pb_grpc.PathServiceServicer):
         since, within the tokens file's ``recheck_s``, a JWT past its ``exp`` or a client certificate past its
         ``notAfter``, read once when the stream opens, ends the stream with UNAUTHENTICATED at that message; a
         dictionary lookup and a clock read per message, on the authenticator's clock). Each message takes one
-        rate-limit token of its caller and one admission slot, is validated and decided exactly as
-        :meth:`Recommend`. Any error ends the stream with Recommend's status and details plus trailing metadata
-        ``message-index`` (0-based); the replies already sent stand.
+        admission slot, is validated, then takes one rate-limit token of its caller (an invalid message costs
+        none, as over REST) and is decided, exactly as :meth:`Recommend`. Any error ends the stream with
+        Recommend's status and details plus trailing metadata ``message-index`` (0-based); the replies already
+        sent stand.
         """
         credential: CallCredential | None = None
         if self.security is not None:
@@ -463,16 +463,14 @@ class PathServicer(pb_grpc.PathServiceServicer):
             await self.admit_call(context, where)
             try:
                 try:
-                    if self.security is None:
-                        principal = declared_principal(request.device_id)
-                    else:  # as principal(): the call's credential, else (auth off) the self-declared device
-                        if credential is not None:
-                            credential.check()  # revoked, or JWT/certificate expired since the stream opened
-                            principal = credential.principal
-                        else:
-                            principal = declared_principal(request.device_id)
-                        await self.security.admit(principal)
+                    if credential is not None:
+                        credential.check()  # revoked, or JWT/certificate expired since the stream opened
                     req = convert.recommend_request(request, self.plane.settings.native_engines)
+                    # as principal(), after validation (an invalid message costs no token): the call's credential,
+                    # else (auth off) the self-declared device
+                    principal = credential.principal if credential is not None else declared_principal(req.device_id)
+                    if self.security is not None:
+                        await self.security.admit(principal)
                     rec = await self.plane.recommend(principal, req)
                 except ValidationError as exc:  # Recommend's status and BadRequest details, and the message index
                     await abort_invalid(context, exc, where)
@@ -494,9 +492,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
             try:
                 caller = self.caller(context)  # a bad credential is refused before the bytes are parsed
                 message = convert.parse_wire(pb.OutcomeRequest, request) if isinstance(request, bytes) else request
-                principal = await self.device(caller, message.device_id)
-                report = convert.outcome_report(message)
-                ack = await self.plane.report_outcome(principal, report)
+                report = convert.outcome_report(message)  # before the token, as REST: an invalid report costs none
+                ack = await self.plane.report_outcome(await self.device(caller, report.device_id), report)
             except ValidationError as exc:
                 await abort_invalid(context, exc, caller=caller)
             except EdgePathError as exc:
