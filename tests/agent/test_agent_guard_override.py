@@ -215,3 +215,88 @@ def test_an_override_drops_the_source_address_of_the_path_it_leaves() -> None:
     assert applied.primary == "wwan0" and applied.backup == ("wlan0",)
     same = Recommendation.from_rest(body).with_primary("wlan0", "WIFI", ())
     assert same.primary_path.address == body["primary_path"]["address"], "no move: the address stays"
+
+
+#: Three paths in order of fallback: the recommendation prefers wlan0; wwan0 takes over first, then wwan1.
+ROUTES3 = NetState(
+    default_routes=(
+        Route("wlan0", "10.1.1.1", 100),
+        Route("wwan0", "10.1.2.1", 200),
+        Route("wwan1", "10.1.3.1", 300),
+    )
+)
+ADDRS3 = {"wlan0": ["10.1.1.2"], "wwan0": ["10.1.2.2"], "wwan1": ["10.1.3.2"]}
+
+
+def three_path_agent(upstreams: Upstreams) -> tuple[Agent, DryRunBackend]:
+    """A plain recommendation (wlan0 primary, no path backup by itself) over three paths, probes scripted."""
+    config = AgentConfig(
+        device_id="dev-guard",
+        interfaces={"wlan0": "WIFI", "wwan0": "LTE", "wwan1": "NR"},
+        manage_cc=False,
+        status_file=None,
+    )
+    backend = DryRunBackend(ROUTES3, ADDRS3, out=None)
+    applier = Applier(backend, Journal(), config.applier_config())
+    guard = PrimaryGuard(("wlan0", "wwan0", "wwan1"), upstreams, failures=1, recoveries=1)
+    return Agent(config, Fixed(PLAIN), applier, [], measure=lambda _p: None, guard=guard), backend
+
+
+def test_a_path_that_died_during_the_override_stays_backup_when_the_preferred_path_returns() -> None:
+    """wlan0 dies (→ wwan0), then wwan0 dies (→ wwan1), then wlan0 answers again: wlan0 is primary once more and
+    wwan0, still without upstream, stays backup (it used to get the recommendation's flags back: active, so
+    mainline's scheduler sent on its dead subflow). Its first answer gives its flags back, the primary kept."""
+    upstreams = Upstreams()
+    agent, backend = three_path_agent(upstreams)
+    agent.step()
+    assert backups(backend.state) == set()
+
+    upstreams.dead.add("wlan0")
+    assert agent.watch_upstream() == "wwan0" and backups(backend.state) == {"wlan0"}
+    upstreams.dead.add("wwan0")
+    assert agent.watch_upstream() == "wwan1" and backups(backend.state) == {"wlan0", "wwan0"}
+
+    upstreams.dead.discard("wlan0")
+    assert agent.watch_upstream() == "wlan0" and agent.override_reason is None
+    assert backups(backend.state) == {"wwan0"}
+    assert agent.status_record()["demoted_paths"] == ["wwan0"]
+    assert agent.watch_upstream() is None  # wwan0 re-probed, still dead: nothing to apply
+
+    upstreams.dead.clear()
+    assert agent.watch_upstream() == "wlan0"  # the primary kept, wwan0's flags back
+    assert backups(backend.state) == set() and agent.demoted == ()
+    assert agent.watch_upstream() is None
+
+
+def test_a_new_recommendation_keeps_a_path_without_upstream_backup() -> None:
+    """The next decision is applied with the guard's knowledge: the preferred path answers, so no override, but
+    wwan0 (found dead) is backup, not what the recommendation says."""
+    upstreams = Upstreams("wlan0", "wwan0")
+    agent, backend = three_path_agent(upstreams)
+    result = agent.step()  # wlan0 and wwan0 dead: wwan1 primary
+    assert result.applied is not None and result.applied.primary == "wwan1"
+    assert backups(backend.state) == {"wlan0", "wwan0"}
+
+    upstreams.dead.discard("wlan0")
+    result = agent.step()
+    assert result.applied is not None and result.applied.primary == "wlan0" and agent.override_reason is None
+    assert backups(backend.state) == {"wwan0"}
+
+
+def test_the_paths_without_upstream_are_re_probed_one_per_check_in_turn() -> None:
+    """Two dead paths besides the primary: each periodic check probes the primary and one of them, alternating,
+    so a check costs at most one more probe timeout however many paths are dead."""
+    upstreams = Upstreams("wwan0", "wwan1")
+    guard = PrimaryGuard(("wlan0", "wwan0", "wwan1"), upstreams, failures=1, recoveries=1)
+    assert guard.choose("wwan0") == (
+        "wlan0",
+        "wwan0 has no upstream connectivity (no answer within 1 s); wlan0 answers",
+    )
+    guard.probe("wwan1")
+    assert guard.without_upstream() == ("wwan0", "wwan1")
+    assert [guard.recheck(("wlan0",)) for _ in range(3)] == ["wwan0", "wwan1", "wwan0"]
+    assert guard.recheck(("wlan0", "wwan0")) == "wwan1"  # the primary and preferred paths are watch()'s own
+    upstreams.dead.discard("wwan1")
+    assert guard.recheck(("wlan0",)) == "wwan0" and guard.recheck(("wlan0",)) == "wwan1"
+    assert guard.without_upstream() == ("wwan0",)  # one answer is enough to leave the set
+    assert guard.recheck(("wlan0", "wwan0")) is None

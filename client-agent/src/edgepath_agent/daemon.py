@@ -823,6 +823,16 @@ def rx_bytes(ifname: str, sys_class_net: Path = Path("/sys/class/net"), netns: s
         return None
 
 
+def flags_changed(applied: Sequence[str], wanted: Sequence[str]) -> str:
+    """What changes between the paths demoted to ``backup`` for the upstream guard (``applied``) and those it now
+    wants demoted (``wanted``), as a log line's reason; ``""`` when nothing does."""
+    lost = [n for n in wanted if n not in applied]
+    back = [n for n in applied if n not in wanted]
+    parts = [f"{n} has no upstream connectivity: backup" for n in lost]
+    parts += [f"{n} answers again: the recommendation's flags" for n in back]
+    return "; ".join(parts)
+
+
 class Agent:
     """collect → decide → apply → measure → report (see module docstring).
 
@@ -930,6 +940,8 @@ class Agent:
         #: The primary the service asked for last; the guard may hold another one while it has no upstream.
         self.preferred: str | None = None
         self.override_reason: str | None = None
+        #: The paths the applied configuration demotes to ``backup`` for the upstream guard (:meth:`guarded`).
+        self.demoted: tuple[str, ...] = ()
         #: How the stop left the device's configuration (``"restored at stop"``, ``"partly restored at stop: …"``);
         #: ``None`` while the agent runs (or when it had nothing to restore).
         self.configuration: str | None = None
@@ -1087,9 +1099,24 @@ class Agent:
             recoveries=self.config.upstream_recoveries,
         )
 
-    def _with_primary(self, rec: Recommendation, interface: str, demoted: Iterable[str]) -> Recommendation:
-        access_type = self.config.interfaces.get(interface, rec.primary_path.access_type)
-        return rec.with_primary(interface, access_type, demoted)
+    def demoted_with(self, primary: str) -> tuple[str, ...]:
+        """The paths to demote to ``backup`` with ``primary`` carrying the initial subflow: every managed path the
+        guard finds without upstream (:meth:`~edgepath_agent.upstream.PrimaryGuard.without_upstream`) and, while
+        an override is in force (``primary`` is not the preferred path), the preferred path; ``primary`` never."""
+        assert self.guard is not None
+        overridden = (self.preferred,) if self.preferred is not None and primary != self.preferred else ()
+        return tuple(n for n in dict.fromkeys((*overridden, *self.guard.without_upstream())) if n != primary)
+
+    def guarded(self, rec: Recommendation, primary: str) -> Recommendation:
+        """``rec`` as the guard applies it with ``primary`` carrying the initial subflow: moved there
+        (:meth:`~edgepath_agent.messages.Recommendation.with_primary`) when it is not the preferred path, and with
+        :meth:`demoted_with`'s paths ``backup`` (``rec`` itself when the preferred path is primary and no path is
+        without upstream)."""
+        demoted = self.demoted_with(primary)
+        if primary == self.preferred:
+            return rec.with_demoted(demoted, primary)
+        access_type = self.config.interfaces.get(primary, rec.primary_path.access_type)
+        return rec.with_primary(primary, access_type, demoted)
 
     def guard_primary(self, rec: Recommendation) -> tuple[Recommendation, str | None]:
         """Probe the path ``rec`` makes primary; ``(recommendation to apply, override reason or None)``.
@@ -1099,14 +1126,15 @@ class Agent:
         or MLPM's prioritised subflow with ``follow_mlpm``, before ``primary_path``); an override moves every one
         of those fields to the chosen interface (:meth:`~edgepath_agent.messages.Recommendation.with_primary`),
         so the applied primary is the guard's choice, and demotes the probed path: its endpoint is ``backup``
-        while the override is in force, whatever the steering mode or MLPM's weights.
+        while the override is in force, whatever the steering mode or MLPM's weights. Any other path the guard
+        finds without upstream is ``backup`` too, override or not (:meth:`guarded`).
         """
         self.preferred = rec.initial_interface(self.config.follow_mlpm)
         if self.guard is None or self.preferred not in self.config.interfaces:
             return rec, None  # unmanaged names are left to the applier's safety checks
         chosen, reason = self.guard.choose(self.preferred)
         if reason is None:
-            return rec, None
+            return self.guarded(rec, chosen), None
         log.warning(
             "decision %s: %s",
             rec.decision_id,
@@ -1118,33 +1146,40 @@ class Agent:
                 "reason": reason,
             },
         )
-        return self._with_primary(rec, chosen, (self.preferred,)), reason
+        return self.guarded(rec, chosen), reason
 
     def watch_upstream(self) -> str | None:
-        """One periodic upstream check of the primary path; re-applies and returns the new primary on a change.
+        """One periodic upstream check; re-applies the last recommendation when the primary or a path's
+        ``backup`` flag must change, and returns the primary it applied (None: nothing applied).
 
         Leaves a primary without connectivity for one that answers, and restores the
         preferred path once it answers again (see :class:`~edgepath_agent.upstream.PrimaryGuard`). Leaving
         overrides the last recommendation (:meth:`~edgepath_agent.messages.Recommendation.with_primary`), with the
         primary left and the preferred path (when not the new primary) demoted to ``backup``; a switch to the
-        preferred path ends the override: the last recommendation is applied as it came.
+        preferred path ends the override. Either way every other path the guard finds without upstream stays
+        ``backup`` (:meth:`guarded`): with three paths, one that died while it carried the override keeps its
+        ``backup`` flag when the preferred path returns. Without a primary change, one such path is re-probed
+        (:meth:`~edgepath_agent.upstream.PrimaryGuard.recheck`); its first answer gives it the recommendation's
+        flags back (and a path found dead meanwhile is demoted), the primary unchanged.
         """
         if self.guard is None or self.applier.last is None or self.last_recommendation is None:
             return None
         current = self.applier.last.primary
         change = self.guard.watch(current, self.preferred)
-        if change is None:
-            return None
-        new, reason = change
+        if change is not None:
+            new, reason = change
+        else:
+            self.guard.recheck((current, self.preferred))
+            new, reason = current, flags_changed(self.demoted, self.demoted_with(current))
+            if not reason:
+                return None
         extra = {
             "decision_id": self.last_recommendation.decision_id,
             "interface": new,
             "previous_primary": current,
             "reason": reason,
         }
-        rec = self.last_recommendation
-        if new != self.preferred:
-            rec = self._with_primary(rec, new, (n for n in (current, self.preferred) if n is not None))
+        rec = self.guarded(self.last_recommendation, new)
         try:
             self.applier.apply(rec)
         except ApplyError as exc:
@@ -1152,6 +1187,10 @@ class Agent:
             self._interrupt(f"its configuration was rolled back (switching the primary to {new} failed)")
             self._rollback_after_failed_apply()
             return None
+        self.demoted = rec.demoted
+        if change is None:  # the decision's arm (its primary path) unchanged: its interval's outcome stands
+            log.warning("primary %s kept: %s", current, reason, extra=extra)
+            return new
         self._interrupt(f"the upstream guard switched the primary from {current} to {new} during it ({reason})")
         self.override_reason = None if new == self.preferred else reason
         log.warning("primary %s → %s: %s", current, new, reason, extra=extra)
@@ -1489,6 +1528,7 @@ class Agent:
             raise
         self.last_recommendation = rec
         self.override_reason = override
+        self.demoted = to_apply.demoted
         self.interval = None
         closed = self._close(ending, end) if ending is not None and end is not None else None
         measured, server_transfer = self.ssmp.measure(rec) if self.ssmp is not None else (None, None)
@@ -1796,6 +1836,7 @@ class Agent:
             "preferred_primary": self.preferred,
             "unreported_interfaces": dict(self.unreported),
             "override_reason": self.override_reason,
+            "demoted_paths": list(self.demoted),
             "configuration": self.configuration,
             "configuration_state": state,
             "connectivity": {

@@ -253,7 +253,7 @@ class Recommendation(_Reply):
         default scheduler (net/mptcp/protocol.c ``mptcp_subflow_get_send``) sends on any non-backup subflow,
         using backup ones only when no non-backup one is usable, so new connections' data went to the dead
         upstream until retransmission timeouts marked its subflow stale. The override ends when the next
-        recommendation is applied as it came (without ``demoted``): the interfaces' flags are then the
+        recommendation is applied without them (:meth:`with_demoted`): the interfaces' flags are then the
         recommendation's again.
         """
         moved = interface != self.primary_path.interface
@@ -262,8 +262,7 @@ class Recommendation(_Reply):
         pp = self.primary_path.model_copy(
             update={"interface": interface, "access_type": access_type, "address": address}
         )
-        backup = tuple(n for n in dict.fromkeys((*self.demoted, *demoted)) if n != interface)
-        update: dict[str, Any] = {"primary_path": pp, "demoted": backup}
+        update: dict[str, Any] = {"primary_path": pp}
         if self.steering is not None and self.steering.rules:
             *rules, match_all = self.steering.rules
             accesses = [a.model_copy(update={"initial_subflow": a.interface == interface}) for a in match_all.accesses]
@@ -274,7 +273,15 @@ class Recommendation(_Reply):
         if self.scheduler is not None or self.scheduler_weights:
             advice = self.scheduler if self.scheduler is not None else SchedulerAdvice()
             update["scheduler"] = advice.model_copy(update={"prioritised_subflow": interface})
-        return self.model_copy(update=update)
+        return self.model_copy(update=update).with_demoted(demoted, interface)
+
+    def with_demoted(self, demoted: Iterable[str], primary: str) -> Recommendation:
+        """This recommendation with the ``demoted`` interfaces (the upstream guard's: without upstream
+        connectivity) added to its ``demoted`` field, ``primary`` (the interface carrying the initial subflow) left
+        out: the applier makes them MPTCP ``backup`` endpoints (:meth:`with_primary` says why). Itself when that
+        adds nothing."""
+        backup = tuple(n for n in dict.fromkeys((*self.demoted, *demoted)) if n != primary)
+        return self if backup == self.demoted else self.model_copy(update={"demoted": backup})
 
     def summary(self) -> dict[str, Any]:
         """``decision_id``, ``model_version``, ``policy``, ``primary_path``, ``decided_at_unix_ms`` as JSON values

@@ -11,9 +11,11 @@ Why (upstream Linux MPTCP facts the agent works around):
   (mptcp_net-next issue #581).
 
 So the agent (a) probes a path before making it primary, (b) keeps probing the
-current primary and switches away after ``failures`` consecutive failed probes, and
+current primary and switches away after ``failures`` consecutive failed probes,
 (c) switches back to the preferred path (the service's recommendation) after
-``recoveries`` consecutive successful probes.
+``recoveries`` consecutive successful probes, and (d) keeps every path found without
+upstream (``failures`` failed probes in a row) a ``backup`` endpoint, whichever path is
+primary, re-probing one such path per periodic check until it answers.
 
 A probe is a TCP handshake to ``target`` (HOST:PORT) from a socket bound to the
 interface (``SO_BINDTODEVICE``, Linux ≥ 5.7 needs no CAP_NET_RAW for it) and to the
@@ -28,7 +30,7 @@ import errno
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -119,6 +121,7 @@ class PrimaryGuard:
     last: dict[str, UpstreamProbe] = field(default_factory=dict)
     _bad: dict[str, int] = field(default_factory=dict)
     _good: dict[str, int] = field(default_factory=dict)
+    _rechecked: str | None = None
 
     def probe(self, interface: str) -> UpstreamProbe:
         """Probe once and update the consecutive-result counters."""
@@ -131,6 +134,27 @@ class PrimaryGuard:
             self._bad[interface] = self._bad.get(interface, 0) + 1
             self._good[interface] = 0
         return result
+
+    def without_upstream(self) -> tuple[str, ...]:
+        """The managed interfaces whose last ``failures`` probes in a row failed (none has answered since), in
+        order of preference."""
+        return tuple(n for n in self.interfaces if self._bad.get(n, 0) >= self.failures)
+
+    def recheck(self, exclude: Iterable[str | None]) -> str | None:
+        """Probe once the next interface without upstream (:meth:`without_upstream`) not in ``exclude`` (the paths
+        :meth:`watch` probes itself: the primary and the preferred one), taking them in turn: one probe per call,
+        so a periodic check costs at most one more probe timeout however many paths are dead. One answer takes
+        the interface out of :meth:`without_upstream`. Returns the interface probed (None: none to probe)."""
+        skip = set(exclude)
+        dead = [n for n in self.without_upstream() if n not in skip]
+        if not dead:
+            return None
+        order = self.interfaces
+        start = order.index(self._rechecked) + 1 if self._rechecked in order else 0
+        turn = next(n for n in (*order[start:], *order[:start]) if n in dead)
+        self._rechecked = turn
+        self.probe(turn)
+        return turn
 
     def usable_now(self, interface: str) -> bool:
         """Probe ``interface`` up to ``failures`` times; True at the first success (for a path about to be primary)."""
