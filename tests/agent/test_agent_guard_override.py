@@ -9,6 +9,7 @@ kernel; netns/test_agent_guard_steering_netns.py reads a real routing table); th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -242,7 +243,9 @@ def three_path_agent(upstreams: Upstreams) -> tuple[Agent, DryRunBackend]:
     return Agent(config, Fixed(PLAIN), applier, [], measure=lambda _p: None, guard=guard), backend
 
 
-def test_a_path_that_died_during_the_override_stays_backup_when_the_preferred_path_returns() -> None:
+def test_a_path_that_died_during_the_override_stays_backup_when_the_preferred_path_returns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """wlan0 dies (→ wwan0), then wwan0 dies (→ wwan1), then wlan0 answers again: wlan0 is primary once more and
     wwan0, still without upstream, stays backup (it used to get the recommendation's flags back: active, so
     mainline's scheduler sent on its dead subflow). Its first answer gives its flags back, the primary kept."""
@@ -263,9 +266,12 @@ def test_a_path_that_died_during_the_override_stays_backup_when_the_preferred_pa
     assert agent.watch_upstream() is None  # wwan0 re-probed, still dead: nothing to apply
 
     upstreams.dead.clear()
+    caplog.set_level(logging.INFO, logger="edgepath_agent.daemon")
     assert agent.watch_upstream() == "wlan0"  # the primary kept, wwan0's flags back
     assert backups(backend.state) == set() and agent.demoted == ()
     assert agent.watch_upstream() is None
+    kept = [(r.levelname, r.getMessage()) for r in caplog.records if "kept" in r.getMessage()]
+    assert kept == [("INFO", "primary wlan0 kept: wwan0 answers again: the recommendation's flags")]
 
 
 def test_a_new_recommendation_keeps_a_path_without_upstream_backup() -> None:

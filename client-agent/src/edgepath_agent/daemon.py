@@ -1160,7 +1160,7 @@ class Agent:
         ``backup`` (:meth:`guarded`): with three paths, one that died while it carried the override keeps its
         ``backup`` flag when the preferred path returns. Without a primary change, one such path is re-probed
         (:meth:`~edgepath_agent.upstream.PrimaryGuard.recheck`); its first answer gives it the recommendation's
-        flags back (and a path found dead meanwhile is demoted), the primary unchanged.
+        flags back, the primary unchanged.
         """
         if self.guard is None or self.applier.last is None or self.last_recommendation is None:
             return None
@@ -1187,9 +1187,10 @@ class Agent:
             self._interrupt(f"its configuration was rolled back (switching the primary to {new} failed)")
             self._rollback_after_failed_apply()
             return None
+        lost = set(rec.demoted) - set(self.demoted)
         self.demoted = rec.demoted
         if change is None:  # the decision's arm (its primary path) unchanged: its interval's outcome stands
-            log.warning("primary %s kept: %s", current, reason, extra=extra)
+            log.log(logging.WARNING if lost else logging.INFO, "primary %s kept: %s", current, reason, extra=extra)
             return new
         self._interrupt(f"the upstream guard switched the primary from {current} to {new} during it ({reason})")
         self.override_reason = None if new == self.preferred else reason
