@@ -9,30 +9,23 @@ token/s: no token comes back within a test.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
-from edge_security_helpers import TransportClient, proto_from_rest
+from edge_security_helpers import TransportClient, context_body, proto_from_rest
 from edgepath.wire import edgepath_pb2 as pb
 from service_harness import RunningService, running_service
 
 BURST = 3
-CONTEXT: dict[str, Any] = {
-    "device_id": "",
-    "interfaces": [
-        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -61.0, "link_speed_mbps": 144.0},
-        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -97.0, "rsrq_db": -11.0, "cqi": 9},
-    ],
-}
 INVALID = {"rest": "422", "grpc": "INVALID_ARGUMENT"}
 LIMITED = {"rest": "429", "grpc": "RESOURCE_EXHAUSTED"}
 
 
-def context(device_id: str, rsrp_dbm: float = -97.0) -> dict[str, Any]:
-    body = {**copy.deepcopy(CONTEXT), "device_id": device_id}
+def context(device_id: str, rsrp_dbm: float = -95.0) -> dict[str, Any]:
+    """A valid WiFi + LTE context of ``device_id``, its LTE RSRP ``rsrp_dbm`` (dBm)."""
+    body = context_body(device_id)
     body["interfaces"][1]["rsrp_dbm"] = rsrp_dbm
     return body
 
