@@ -37,6 +37,7 @@ from deploy_helpers import (
     served,
     values_args,
 )
+from edgepath.engines.primary_path import POLICIES
 from edgepath.grpc.server import SERVICE_NAME
 from edgepath.settings import Settings, env_names
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -539,12 +540,55 @@ def test_the_helm_test_pod_goes_where_the_deciders_may(render: Any) -> None:
         (["--set", "service.grpcPort=9090"], r"service.grpcPort and settings.metricsPort \(the Service's"),
         # Redis bounded at or above its container limit would be OOM-killed rather than refuse writes
         (["--set", "redis.maxmemory=512Mi"], "redis.maxmemory .* must be below redis.resources.limits.memory"),
-        (["--set", "redis.resources.limits.memory=12X"], "cannot read the memory quantity"),
+        (["--set", "redis.resources.limits.memory=12X"], "'12X' does not match pattern"),  # the schema, first
+        # each of these rendered and failed only on the cluster or at the pods' start, or never said anything
+        (["--set", "extraSettings.EDGEPATH_GRPC_PORT=9999"], "extraSettings.EDGEPATH_GRPC_PORT: set settings.grpcPort"),
+        (["--set", "extraSettings.EDGEPATH_HMAC_KEY=k"], "extraSettings.EDGEPATH_HMAC_KEY: set secrets.hmacKey"),
+        (["--set", "settings.policy=ridge-squarecb"], "/settings/policy': value must be one of 'ridge_squarecb'"),
+        (["--set", "autoscaling.minReplicas=5", "--set", "autoscaling.maxReplicas=2"], r"minReplicas \(5\) is above"),
+        (["--set", "podDisruptionBudget.minAvailable=2"], r"minAvailable \(2\) must be below the replicas \(2"),
+        (["--set", "ingress.enabled=true"], "ingress.enabled needs ingress.hosts"),
+        (["--set", "grpcRoute.enabled=true"], "grpcRoute.enabled needs grpcRoute.parentRefs"),
+        (["--set", "secrets.tokensFromExistingSecret=true"], "secrets.existingSecret, which is not set"),
+        (["--set", "secrets.tokensJson=notjson"], "secrets.tokensJson is not JSON"),
+        (["--set-json", 'secrets.tokensJson="{\\"tokens\\": 5}"'], r"tokensJson: expected \{"),
+        (["--set", "resources.limits.memory=512MB"], "'512MB' does not match pattern"),
+        (["--set", "trainer.resources.requests.cpu=-1"], "/trainer/resources/requests/cpu"),
     ],
 )
 def test_invalid_values_are_refused_with_a_reason(render: Any, args: list[str], message: str) -> None:
     with pytest.raises(RenderError, match=message):
         render("defaults", *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--set", "extraSettings.EDGEPATH_HOST=::"],  # a setting the chart renders but uses nowhere else
+        ["--set", "podDisruptionBudget.minAvailable=50%"],
+        [
+            "--set",
+            "autoscaling.enabled=false",
+            "--set",
+            "replicaCount=1",
+            "--set",
+            "podDisruptionBudget.minAvailable=1",
+        ],
+        ["--set-json", 'secrets.tokensJson="{\\"version\\": 1, \\"tokens\\": []}"'],
+        ["--set", "resources.limits.cpu=1.5", "--set", "resources.limits.memory=1Gi"],
+    ],
+)
+def test_values_next_to_a_refusal_still_render(render: Any, args: list[str]) -> None:
+    """The checks above refuse what would break, not their neighbours: a percentage budget, one replica (no budget
+    rendered), an empty token file, decimal quantities."""
+    assert one(render("defaults", *args), "ConfigMap", "-settings")
+
+
+def test_the_schema_offers_every_policy_the_service_serves() -> None:
+    """``settings.policy`` is an enum (a misspelt policy rendered and the pods crash-looped on it): the service's
+    own list, no more, no less."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["settings"]["properties"]["policy"]["enum"] == list(POLICIES)
 
 
 def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -846,6 +890,42 @@ def test_notes_tell_the_operator_what_the_defaults_leave_to_them(helm_bin: str, 
     assert "model.hmac" in warm and "edgepath sign-model models/primary-path-v2 --out" in warm
     dev = _notes(helm_bin, tmp_path / "dev", *values_args("single-replica-dev-values.yaml"))
     assert "model.hmac" not in dev, "the dev profile loads unsigned artefacts"
+
+
+def test_notes_tell_devices_how_to_authenticate_and_what_an_ingress_or_the_alerts_need(
+    helm_bin: str, tmp_path: Path
+) -> None:
+    """Past the default JWT line: how to make a device's token (``edgepath tokens jwt``), how to sign a device's
+    client certificate with the CA the chart generated (mTLS), that an Ingress must originate TLS to a TLS-only
+    port (an annotation that says so silences it), and that the alerts need the ServiceMonitor's job label."""
+    notes = _notes(helm_bin, tmp_path / "defaults", *values_args("defaults"))
+    assert "edgepath tokens jwt DEVICE_ID" in notes and "export EDGEPATH_AUTH_JWT_KEY=$(kubectl -n edge" in notes
+    assert "client certificates" not in notes and "Ingress:" not in notes and "Alerts:" not in notes
+    mtls = _notes(helm_bin, tmp_path / "mtls", *values_args("defaults"), "--set", "tls.clientAuth=true")
+    assert "client certificates (mTLS; CN = device_id)" in mtls and "Secret ep-edgepath-tls-ca" in mtls
+    assert "-CA ca.crt -CAkey ca.key" in mtls and "{.data.ca\\.key}" in mtls
+    theirs = _notes(helm_bin, tmp_path / "theirs", *values_args("external-redis-values.yaml"))
+    assert "client certificates (mTLS" in theirs and "-tls-ca" not in theirs, "their CA: the chart has no key"
+    ingress = ["--set", "ingress.enabled=true", "--set", "ingress.hosts[0].host=edge.example.org"]
+    plain = _notes(helm_bin, tmp_path / "ingress", *values_args("defaults"), *ingress)
+    assert "backend-protocol: HTTPS" in plain and "every request fails (502)" in plain
+    grpc_port = _notes(
+        helm_bin, tmp_path / "grpc", *values_args("defaults"), *ingress, "--set", "ingress.servicePort=grpc"
+    )
+    assert "backend-protocol: GRPCS" in grpc_port
+    annotated = _notes(
+        helm_bin,
+        tmp_path / "annotated",
+        *values_args("defaults"),
+        *ingress,
+        "--set-string",
+        "ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/backend-protocol=HTTPS",
+    )
+    assert "Ingress:" not in annotated
+    alerts = _notes(helm_bin, tmp_path / "alerts", *values_args("defaults"), "--set", "prometheusRule.enabled=true")
+    assert 'selects job="ep-edgepath"' in alerts
+    both = ["--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true"]
+    assert "Alerts:" not in _notes(helm_bin, tmp_path / "both", *values_args("defaults"), *both)
 
 
 def test_metrics_stay_closed_by_default_and_open_to_the_named_scrapers(render: Any) -> None:

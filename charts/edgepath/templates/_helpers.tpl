@@ -316,6 +316,42 @@ helm template and Argo CD see no Secret (lookup returns nothing) and check nothi
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* extraSettings may set any other setting, not one the chart also reads for its own objects: a port there left the
+containerPort, the Service and the probes on the chart's (the pods went Ready, every gRPC call through the Service
+failed), a file path left the mounts elsewhere, a key would sit in the ConfigMap in clear. */}}
+{{- $owned := dict "EDGEPATH_GRPC_PORT" "settings.grpcPort" "EDGEPATH_HTTP_PORT" "settings.httpPort" "EDGEPATH_METRICS_PORT" "settings.metricsPort" "EDGEPATH_PROFILE" "settings.profile" "EDGEPATH_TLS_CERT_FILE" "tls.enabled / tls.existingSecret" "EDGEPATH_TLS_KEY_FILE" "tls.enabled / tls.existingSecret" "EDGEPATH_TLS_CLIENT_CA_FILE" "tls.clientAuth" "EDGEPATH_AUTH_TOKENS_FILE" "secrets.tokensJson or secrets.tokensFromExistingSecret" "EDGEPATH_STORE_URL" "redis.enabled or redis.url (kept in the Secret)" "EDGEPATH_HMAC_KEY" "secrets.hmacKey (kept in the Secret)" "EDGEPATH_AUTH_JWT_KEY" "secrets.jwtKey (kept in the Secret)" "EDGEPATH_DRAIN_READINESS_DELAY_S" "drain.readinessDelaySeconds" "EDGEPATH_DRAIN_GRACE_S" "drain.graceSeconds" "EDGEPATH_DRAIN_FLUSH_TIMEOUT_S" "drain.flushSeconds" }}
+{{- range $k := keys .Values.extraSettings | sortAlpha }}
+{{- with get $owned $k }}
+{{- $problems = append $problems (printf "extraSettings.%s: set %s instead (the chart renders that setting itself and uses it for the pods' ports, probes, mounts or Secret: given here it would leave them behind)" $k .) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- $problems = append $problems (printf "autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- end }}
+{{- $replicas := int (ternary .Values.autoscaling.minReplicas .Values.replicaCount .Values.autoscaling.enabled) }}
+{{- $minAvailable := .Values.podDisruptionBudget.minAvailable }}
+{{- if and .Values.podDisruptionBudget.enabled (gt $replicas 1) (not (kindIs "string" $minAvailable)) (ge (int $minAvailable) $replicas) }}
+{{- $problems = append $problems (printf "podDisruptionBudget.minAvailable (%d) must be below the replicas (%d: %s): no pod could ever be evicted, so every node drain would block" (int $minAvailable) $replicas (ternary "autoscaling.minReplicas" "replicaCount" .Values.autoscaling.enabled)) }}
+{{- end }}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
+{{- $problems = append $problems "ingress.enabled needs ingress.hosts (e.g. [{host: edgepath.example.org, paths: [{path: /, pathType: Prefix}]}]): an Ingress without rules is refused by the API server" }}
+{{- end }}
+{{- if and .Values.grpcRoute.enabled (not .Values.grpcRoute.parentRefs) }}
+{{- $problems = append $problems "grpcRoute.enabled needs grpcRoute.parentRefs (the Gateway and its listener, e.g. [{name: edge-gateway, sectionName: grpc}]): a route without one is attached to nothing" }}
+{{- end }}
+{{- if and .Values.secrets.tokensFromExistingSecret (not .Values.secrets.existingSecret) }}
+{{- $problems = append $problems "secrets.tokensFromExistingSecret reads tokens.json from secrets.existingSecret, which is not set: name that Secret, or give the file as secrets.tokensJson" }}
+{{- end }}
+{{- with .Values.secrets.tokensJson }}
+{{- $tokens := fromJson . }}
+{{- if or (hasKey $tokens "Error") (not (kindIs "map" $tokens)) }}
+{{- $problems = append $problems (printf "secrets.tokensJson is not JSON (%s): give the content of the file `edgepath tokens add DEVICE --file tokens.json` writes (the pods would refuse it at start)" (get $tokens "Error" | default "not an object")) }}
+{{- else if not (kindIs "slice" (get $tokens "tokens" | default list)) }}
+{{- if not (and (kindIs "map" (get $tokens "tokens")) (empty (get $tokens "tokens"))) }}
+{{- $problems = append $problems "secrets.tokensJson: expected {\"version\": 1, \"tokens\": [...]}, as `edgepath tokens add DEVICE --file tokens.json` writes (the pods would refuse it at start)" }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $d := .Values.drain }}
 {{- $drain := add $d.preStopSleepSeconds $d.readinessDelaySeconds $d.graceSeconds $d.flushSeconds }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (int $drain) }}
