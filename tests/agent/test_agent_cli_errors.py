@@ -280,6 +280,31 @@ def test_status_of_an_agent_that_has_exited_says_not_running_and_exits_1(tmp_pat
     assert shown.exit_code == 0 and shown.output.startswith(f"agent:          pid {os.getpid()}, device dev-1")
 
 
+def test_status_check_probes_the_configured_urls_unless_a_running_agent_dials_others(tmp_path: Path) -> None:
+    """``--check`` probed the URLs of the last record even when its agent had exited: a user who fixed a wrong URL
+    in the settings and checked before starting the agent was told about the old one. Now: no agent running, the
+    configured URLs; a running agent, the URLs it dials, with a note naming the settings' others. Closed loopback
+    ports: each probe fails at once, and the output names the URLs probed."""
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    status_file, conf = tmp_path / "status.json", tmp_path / "agent.json"
+    conf.write_text(json.dumps({"service": ["grpc://127.0.0.1:9"], "status_file": str(status_file)}))
+    status_file.write_text(json.dumps(_record(int(exited.stdout))))  # dialled grpc://h:1, has exited
+    args = ["status", "--check", "--timeout-s", "1", "--config", str(conf)]
+    checked = CliRunner().invoke(app, args, env=ENV)
+    assert checked.exit_code == 1 and "check grpc://127.0.0.1:9: UNREACHABLE" in checked.output, checked.output
+    assert "grpc://h:1:" not in checked.output and "note:" not in checked.output
+    running = {**_record(os.getpid()), "service": {"urls": ["grpc://127.0.0.1:7"]}}
+    status_file.write_text(json.dumps(running))
+    checked = CliRunner().invoke(app, args, env=ENV)
+    assert (
+        "check grpc://127.0.0.1:7: UNREACHABLE" in checked.output and "check grpc://127.0.0.1:9" not in checked.output
+    )
+    note = (
+        f"note: the running agent (pid {os.getpid()}) uses grpc://127.0.0.1:7; the settings now name grpc://127.0.0.1:9"
+    )
+    assert note in checked.stderr, checked.output
+
+
 # 6. a misspelt EDGEPATH_AGENT_* variable is named at start, with the setting it probably meant
 
 

@@ -228,6 +228,11 @@ def test_an_interface_given_twice_is_refused_naming_it(tmp_path: Path) -> None:
         ({"updated_unix_ms": 1, "last_outcome": {"throughput_bps": "fast"}}, "last_outcome.throughput_bps is"),
         ({"updated_unix_ms": 1, "connectivity": {"wlan0": True}}, "connectivity.wlan0 is true, not an object"),
         ({"updated_unix_ms": 1, "applied": {"backup": [1]}}, "applied.backup is [1], not a list of strings"),
+        ({}, "no updated_unix_ms"),  # another program's JSON object: was "no status record", exit 0
+        ({"x": 1}, "no updated_unix_ms"),
+        ({"pid": 1}, "no updated_unix_ms"),  # was shown as a running agent (pid 1 is alive)
+        ({"updated_unix_ms": 1}, "no pid"),
+        ({"updated_unix_ms": 1, "pid": "1"}, 'pid is "1", not an integer'),
     ],
 )
 def test_status_of_a_record_of_the_wrong_shape_is_one_error_line(

@@ -440,7 +440,10 @@ def status(
     config: Annotated[
         Optional[Path], typer.Option(help="Agent settings file (for status_file and service)", readable=False)
     ] = None,
-    check: Annotated[bool, typer.Option(help="Also probe the configured service URLs now")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(help="Also probe the service URLs now: the running agent's, else the configured ones"),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
     timeout_s: Annotated[
         float, typer.Option(help="Per-URL probe timeout, s (with --check), above 0", callback=_positive_seconds)
@@ -453,9 +456,11 @@ def status(
     that wrote it has exited ("agent: not running (last record by pid N, …)"; with --json, "running":
     false), or no service URL answers; 2 ("Error: …") when the record or the settings cannot be read (not
     JSON, a record of the wrong shape, a directory, no permission, invalid settings, TLS files that do not load
-    with --check), or for a usage error (--timeout-s not above 0). --check probes with the settings' ca_file
-    and cert_file/key_file, as run connects. An ``EDGEPATH_AGENT_*`` variable that names no
-    setting is warned about on stderr, as ``run`` does (stdout, the record, is unchanged).
+    with --check), or for a usage error (--timeout-s not above 0). --check probes the URLs the running agent
+    dials (its record's; a note on stderr when the settings now name others), else, with no agent running, the
+    configured ones; with the settings' ca_file and cert_file/key_file, as run connects. An
+    ``EDGEPATH_AGENT_*`` variable that names no setting is warned about on stderr, as ``run`` does (stdout, the
+    record, is unchanged).
     """
     from pydantic import ValidationError
 
@@ -487,8 +492,17 @@ def status(
         if running is not None:
             record["running"] = running
         ok = running is not False
-    if check:  # the running agent's URLs when it wrote a record, else the configured ones
-        urls = (record.get("service") or {}).get("urls") or list(cfg.service)
+    if check:
+        urls = list(cfg.service)
+        recorded = (record.get("service") or {}).get("urls") or []
+        if running and recorded:  # what the running agent dials; the settings may name others until it restarts
+            if recorded != urls:
+                typer.echo(
+                    f"note: the running agent (pid {record.get('pid')}) uses {', '.join(recorded)}; the settings now "
+                    f"name {', '.join(urls)} (restart it to use them): checking the running agent's",
+                    err=True,
+                )
+            urls = recorded
         try:  # the trust and client certificate `run` uses (no token: the probe makes no call)
             cfg.check_credential_files(("ca_file", "cert_file", "key_file"))
             check_tls_files(cfg.ca_file, cfg.cert_file, cfg.key_file)

@@ -179,10 +179,14 @@ _OBJECT_FIELDS = (
     "unreported_interfaces",
 )
 _NUMBER_FIELDS = ("updated_unix_ms",)
+#: The fields every record has (:meth:`edgepath_agent.daemon.Agent.status_record`): when, and by which process.
+_REQUIRED_FIELDS = ("updated_unix_ms", "pid")
 
 
 def check_record(record: Mapping[str, Any]) -> None:
-    """Check the fields of ``record`` that :func:`format_status` reads have the record's types (above).
+    """Check the fields of ``record`` that :func:`format_status` reads have the record's types (above), and that
+    it has the fields every record has (``updated_unix_ms``, ``pid``: ``{}`` was shown as "no status record" with
+    exit 0, ``{"pid": 1}`` as a running agent).
 
     A record of another shape (``{"updated_unix_ms": "x"}``, ``{"service": "oops"}``: another program's file, a
     hand edit) used to end ``status`` with a traceback.
@@ -225,6 +229,12 @@ def check_record(record: Mapping[str, Any]) -> None:
     throughput = (record.get("last_outcome") or {}).get("throughput_bps")
     if throughput is not None and (isinstance(throughput, bool) or not isinstance(throughput, (int, float))):
         raise wrong("last_outcome.throughput_bps", throughput, "a number")
+    for name in _REQUIRED_FIELDS:  # every record an agent writes has them: {} or another program's object has not
+        if name not in record:
+            raise ValueError(f"not a status record: no {name}")
+    pid = record["pid"]
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        raise wrong("pid", pid, "an integer")
 
 
 def probe_service(url: str, timeout_s: float = 2.0, credentials: ClientCredentials | None = None) -> tuple[bool, str]:
