@@ -128,7 +128,7 @@ def test_replay_names_the_missing_extra_before_any_missing_option() -> None:
 
     result = CliRunner().invoke(cli.app, ["replay"], env={"COLUMNS": "200"})
     assert result.exit_code == 2
-    assert "edgepath-agent[replay]" in result.output and "pandas is not installed" in result.output
+    assert "pip install './client-agent[replay]'" in result.output and "pandas is not installed" in result.output
     assert "Missing option" not in result.output
     helped = CliRunner().invoke(cli.app, ["replay", "--help"], env={"COLUMNS": "200"})
     assert helped.exit_code == 0 and "--service" in helped.output
@@ -270,7 +270,9 @@ def test_wheel_from_clean_clone_installs_alone_and_runs(tmp_path: Path) -> None:
     assert heavy.stdout.strip() == "[]", f"installed without extras, yet present: {heavy.stdout}"
     replay = run("replay", "--wifi", str(wheel), "--cellular", str(wheel), "--service", "grpc://127.0.0.1:1",
                  "--report", "r.json", "--plot", "p.png")  # fmt: skip
-    assert replay.returncode == 2 and "edgepath-agent[replay]" in replay.stderr, replay.stdout + replay.stderr
+    assert replay.returncode == 2 and "pip install './client-agent[replay]'" in replay.stderr, (
+        replay.stdout + replay.stderr
+    )
 
     dry = dry_run(run, tmp_path)
     assert dry.returncode == 0, dry.stdout + dry.stderr

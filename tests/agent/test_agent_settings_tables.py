@@ -60,6 +60,20 @@ def test_content_dns_refuses_a_key_that_is_no_managed_interface(tmp_path: Path) 
         load_config(f)
 
 
+def test_a_setting_below_the_interfaces_table_is_named_as_a_setting(tmp_path: Path) -> None:
+    """``interval_s = 5`` written below ``[interfaces]`` belonged to that table and was refused as an access type
+    ("interfaces.interval_s: Input should be 'WIFI', …"), with none of content_dns's advice."""
+    f = tmp_path / "agent.toml"
+    f.write_text('[interfaces]\nwlan0 = "WIFI"\ninterval_s = 5\n')
+    with pytest.raises(ValidationError) as err:
+        load_config(f)
+    message = settings_error(err.value)
+    assert "interfaces.interval_s: interval_s is a setting" in message and "move it above the table" in message
+    assert 'interfaces = { wlan0 = "WIFI", wwan0 = "LTE" }' in message and "Input should be" not in message
+    f.write_text('interval_s = 5\n[interfaces]\nwlan0 = "WIFI"\n')  # above the table: a setting
+    assert load_config(f).interval_s == 5
+
+
 @pytest.mark.parametrize(
     ("server", "says"),
     [
@@ -112,3 +126,13 @@ def test_access_types_are_read_without_regard_to_case(tmp_path: Path, monkeypatc
     assert AgentConfig(interfaces={"wwan0": "nr"}).interfaces == {"wwan0": "NR"}
     with pytest.raises(ValidationError, match=r"interfaces\.wlan0"):
         AgentConfig(interfaces={"wlan0": "wlan"})
+
+
+def test_one_service_url_may_be_given_as_a_string(tmp_path: Path) -> None:
+    """``service = "grpc://…"`` (one URL, not a list) was refused as "Input should be a valid list"."""
+    f = tmp_path / "agent.toml"
+    f.write_text('service = "grpc://edge.example.org:50051"\n')
+    assert load_config(f).service == ["grpc://edge.example.org:50051"]
+    f.write_text('service = "grcp://edge.example.org:50051"\n')
+    with pytest.raises(ValidationError, match="grcp"):  # still checked as a URL
+        load_config(f)

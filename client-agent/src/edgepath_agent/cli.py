@@ -31,7 +31,10 @@ app = typer.Typer(
     pretty_exceptions_enable=sys.stderr.isatty(),
 )
 
-EXTRA_HINT = "pip install 'edgepath-agent[replay]'"
+#: edgepath-agent is installed from the EdgePath source tree (no package index publishes it): the extra likewise.
+EXTRA_HINT = (
+    "install the extra from the EdgePath source tree into the agent's environment: pip install './client-agent[replay]'"
+)
 
 #: ``run``'s exit codes (systemd's ``Restart=on-failure`` restarts on any but 0; the unit's
 #: ``RestartPreventExitStatus=`` lists the permanent ones, :data:`PERMANENT_EXIT_CODES`).

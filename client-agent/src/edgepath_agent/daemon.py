@@ -391,8 +391,23 @@ class AgentConfig(BaseSettings):
     def _access_types(cls, value: Any) -> Any:
         """Access types are read without regard to case or surrounding blanks (``wlan0 = "WiFi"``), as
         ``--interface wlan0=wifi`` is (:func:`~edgepath_agent.collector.parse_interface_map`); anything else is
-        left to the type check, which names the setting."""
+        left to the type check, which names the setting.
+
+        Raises
+        ------
+        ValueError
+            Naming ``interfaces.<key>`` when the key is another setting: in a TOML file a key written below an
+            ``[interfaces]`` header belongs to that table (``interval_s = 5`` became an interface whose access
+            type was 5); the message says to move it above the table, or to write the table inline.
+        """
         if isinstance(value, Mapping):
+            for key in value:
+                if key in cls.model_fields:
+                    raise ValueError(
+                        f"interfaces.{key}: {key} is a setting, and in a TOML file a key written below the "
+                        f"[interfaces] header belongs to that table: move it above the table, or write the table "
+                        f'inline (interfaces = {{ wlan0 = "WIFI", wwan0 = "LTE" }})'
+                    )
             return {k: v.strip().upper() if isinstance(v, str) else v for k, v in value.items()}
         return value
 
@@ -454,6 +469,13 @@ class AgentConfig(BaseSettings):
         if value is not None:
             parse_target(value)
         return value
+
+    @field_validator("service", mode="before")
+    @classmethod
+    def _one_service_url(cls, value: Any) -> Any:
+        """One URL given as a string (``service = "grpc://edge:50051"``) is a list of one: it was refused as "Input
+        should be a valid list", which did not say the form."""
+        return [value] if isinstance(value, str) else value
 
     @field_validator("service")
     @classmethod
