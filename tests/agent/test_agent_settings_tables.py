@@ -136,3 +136,15 @@ def test_one_service_url_may_be_given_as_a_string(tmp_path: Path) -> None:
     f.write_text('service = "grcp://edge.example.org:50051"\n')
     with pytest.raises(ValidationError, match="grcp"):  # still checked as a URL
         load_config(f)
+
+
+def test_a_misspelt_setting_in_the_file_names_the_setting_it_probably_meant(tmp_path: Path) -> None:
+    """``intervall_s = 5`` was "Extra inputs are not permitted"; a misspelt EDGEPATH_AGENT_* variable already got
+    the closest name."""
+    f = tmp_path / "agent.toml"
+    f.write_text("intervall_s = 5\nzzzq = 1\n")
+    with pytest.raises(ValidationError) as err:
+        load_config(f)
+    message = settings_error(err.value)
+    assert "intervall_s: no such setting (did you mean interval_s?)" in message
+    assert "zzzq: no such setting" in message and "not permitted" not in message
