@@ -321,7 +321,7 @@ containerPort, the Service and the probes on the chart's (the pods went Ready, e
 failed), a file path left the mounts elsewhere, a key would sit in the ConfigMap in clear. */}}
 {{- $owned := dict "EDGEPATH_GRPC_PORT" "settings.grpcPort" "EDGEPATH_HTTP_PORT" "settings.httpPort" "EDGEPATH_METRICS_PORT" "settings.metricsPort" "EDGEPATH_PROFILE" "settings.profile" "EDGEPATH_TLS_CERT_FILE" "tls.enabled / tls.existingSecret" "EDGEPATH_TLS_KEY_FILE" "tls.enabled / tls.existingSecret" "EDGEPATH_TLS_CLIENT_CA_FILE" "tls.clientAuth" "EDGEPATH_AUTH_TOKENS_FILE" "secrets.tokensJson or secrets.tokensFromExistingSecret" "EDGEPATH_STORE_URL" "redis.enabled or redis.url (kept in the Secret)" "EDGEPATH_HMAC_KEY" "secrets.hmacKey (kept in the Secret)" "EDGEPATH_AUTH_JWT_KEY" "secrets.jwtKey (kept in the Secret)" "EDGEPATH_DRAIN_READINESS_DELAY_S" "drain.readinessDelaySeconds" "EDGEPATH_DRAIN_GRACE_S" "drain.graceSeconds" "EDGEPATH_DRAIN_FLUSH_TIMEOUT_S" "drain.flushSeconds" }}
 {{- range $k := keys .Values.extraSettings | sortAlpha }}
-{{- with get $owned $k }}
+{{- with get $owned (upper $k) }}
 {{- $problems = append $problems (printf "extraSettings.%s: set %s instead (the chart renders that setting itself and uses it for the pods' ports, probes, mounts or Secret: given here it would leave them behind)" $k .) }}
 {{- end }}
 {{- end }}
