@@ -306,3 +306,23 @@ def test_the_paths_without_upstream_are_re_probed_one_per_check_in_turn() -> Non
     assert guard.recheck(("wlan0",)) == "wwan0" and guard.recheck(("wlan0",)) == "wwan1"
     assert guard.without_upstream() == ("wwan0",)  # one answer is enough to leave the set
     assert guard.recheck(("wlan0", "wwan0")) is None
+
+
+def test_a_refused_recommendation_of_an_unmanaged_path_changes_no_flag() -> None:
+    """A recommendation naming an interface the agent does not manage is refused by the safety checks (the last
+    configuration stays). The guard's preferred path used to become that name all the same: the next periodic
+    check probed it and logged "primary wlan0 → eth9: preferred path eth9 answers again" (re-applying the old
+    decision, marking its interval interrupted: its outcome lost). Now the preferred path stays the applied
+    recommendation's: nothing to apply."""
+    agent, backend = agent_for(PLAIN, prober=Upstreams())
+    assert agent.step().applied is not None
+    assert isinstance(agent.client, Fixed)
+    agent.client.body = {
+        **PLAIN,
+        "decision_id": "d-eth9",
+        "primary_path": {"interface": "eth9", "access_type": "ETHERNET"},
+    }
+    result = agent.step()
+    assert result.kept_last and agent.preferred == "wlan0"
+    assert agent.watch_upstream() is None and agent.demoted == () and backups(backend.state) == set()
+    assert min(backend.state.default_routes, key=lambda r: r.metric).dev == "wlan0", "nothing rolled back"

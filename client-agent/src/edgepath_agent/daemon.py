@@ -1126,7 +1126,8 @@ class Agent:
         guard finds without upstream (:meth:`~edgepath_agent.upstream.PrimaryGuard.without_upstream`) and, while
         an override is in force (``primary`` is not the preferred path), the preferred path; ``primary`` never."""
         assert self.guard is not None
-        overridden = (self.preferred,) if self.preferred is not None and primary != self.preferred else ()
+        preferred = self.preferred if self.preferred in self.guard.interfaces else None  # unmanaged: the applier's
+        overridden = (preferred,) if preferred is not None and primary != preferred else ()
         return tuple(n for n in dict.fromkeys((*overridden, *self.guard.without_upstream())) if n != primary)
 
     def guarded(self, rec: Recommendation, primary: str) -> Recommendation:
@@ -1187,11 +1188,12 @@ class Agent:
         if self.guard is None or self.applier.last is None or self.last_recommendation is None:
             return None
         current = self.applier.last.primary
-        change = self.guard.watch(current, self.preferred)
+        preferred = self.preferred if self.preferred in self.guard.interfaces else None  # never an unmanaged one
+        change = self.guard.watch(current, preferred)
         if change is not None:
             new, reason = change
         else:
-            self.guard.recheck((current, self.preferred))
+            self.guard.recheck((current, preferred))
             new, reason = current, flags_changed(self.demoted, self.demoted_with(current))
             if not reason:
                 return None
@@ -1532,6 +1534,7 @@ class Agent:
                 )
                 return StepResult(request, None, self.applier.last, None, None, None, kept_last=True, error=str(exc))
             self._service_answered(True)
+        preferred_before = self.preferred  # a refused recommendation leaves the guard's preferred path as it was
         to_apply, override = self.guard_primary(rec) if primary is None else (rec, None)
         # Passive meter: the open interval (the previous decision's) ends where the next configuration takes effect.
         ending = self.interval if self._passive else None
@@ -1542,6 +1545,7 @@ class Agent:
             else:
                 applied = self.applier.apply(to_apply, addresses=ipv4_addresses(links))
         except RejectedRecommendation as exc:  # logged by the applier; nothing was changed: the interval runs on
+            self.preferred = preferred_before
             log.error("keeping the last applied configuration: %s", exc, extra={"decision_id": rec.decision_id})
             return StepResult(request, rec, self.applier.last, None, None, None, kept_last=True, error=str(exc))
         except ApplyError:  # the caller rolls back: the previous configuration was in effect until this attempt
