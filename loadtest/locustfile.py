@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import random
 import sys
@@ -98,7 +99,11 @@ def _options(parser: Any) -> None:
         default=os.environ.get("EDGEPATH_CA_FILE", ""),
         help="CA (PEM) verifying the service's TLS certificate on both transports; gRPC channels use TLS",
     )
-    parser.add_argument("--grpc-tls", action="store_true", help="gRPC over TLS with the system roots (no --ca-file)")
+    parser.add_argument(
+        "--grpc-tls",
+        action="store_true",
+        help="gRPC over TLS with the system roots (no --ca-file); implied by an https:// --host",
+    )
     parser.add_argument(
         "--tls-server-name", default="", help="Name the service's certificate is checked against (default: the host)"
     )
@@ -123,8 +128,16 @@ def _write_final_stats(environment: Any, **_kwargs: Any) -> None:
 
 @events.init.add_listener
 def _load_data(environment: Any, **_kwargs: Any) -> None:
-    """Pair the situations once, before users spawn (it takes a moment)."""
+    """Pair the situations once, before users spawn (it takes a moment); say once how the service's certificate
+    is verified when the host is https:// without --ca-file."""
     opts = _options_of(environment)
+    if (environment.host or "").startswith("https://") and not (opts and opts.ca_file):
+        logging.getLogger("edgepath.loadtest").warning(
+            "%s: verifying the service's certificate with the system roots (no --ca-file / EDGEPATH_CA_FILE): "
+            "a self-signed one or the chart's generated CA fails every call with CERTIFICATE_VERIFY_FAILED; "
+            "give its ca.crt with --ca-file",
+            environment.host,
+        )
     situations(opts.situations if opts else 2000)
 
 
@@ -202,8 +215,10 @@ class RestDevice(_DeviceStream, FastHttpUser):
 
     def __init__(self, environment: Any) -> None:
         opts = _options_of(environment)
-        if opts and opts.ca_file:  # verify the service's certificate (locust's FastHttpUser skips it by default)
-            self.insecure = False
+        # Always verify the service's certificate (locust's FastHttpUser skips it by default): against --ca-file,
+        # else the system roots (an https:// host without --ca-file used to run unverified while gRPC failed)
+        self.insecure = False
+        if opts and opts.ca_file:
             # the chain against the CA, the name against --tls-server-name (else the host dialled), as gRPC does
             self.ssl_context_factory = verified_context_factory(
                 opts.ca_file, opts.tls_server_name, gevent.ssl.SSLContext
@@ -275,11 +290,19 @@ class LocustInterceptor(grpc.UnaryUnaryClientInterceptor):
         return response
 
 
-def grpc_channel(opts: Any, target: str) -> grpc.Channel:
-    """A TLS channel (``--ca-file``, or ``--grpc-tls`` with the system roots) or a plaintext one to ``target``."""
-    if opts and (opts.ca_file or opts.grpc_tls):
-        roots = Path(opts.ca_file).read_bytes() if opts.ca_file else None
-        options = [("grpc.ssl_target_name_override", opts.tls_server_name)] if opts.tls_server_name else []
+def grpc_tls(opts: Any, host: str | None) -> bool:
+    """Whether the gRPC channels use TLS: with ``--ca-file``, ``--grpc-tls``, or an ``https://`` ``--host`` (the
+    service's TLS covers both of its ports: a plaintext channel to its gRPC port fails, "Socket closed")."""
+    return bool(opts and (opts.ca_file or opts.grpc_tls)) or (host or "").startswith("https://")
+
+
+def grpc_channel(opts: Any, target: str, host: str | None = None) -> grpc.Channel:
+    """A TLS channel (:func:`grpc_tls`: trusting ``--ca-file``, else the system roots) or a plaintext one to
+    ``target``; ``host``: the run's ``--host``."""
+    if grpc_tls(opts, host):
+        roots = Path(opts.ca_file).read_bytes() if opts and opts.ca_file else None
+        name = opts.tls_server_name if opts else ""
+        options = [("grpc.ssl_target_name_override", name)] if name else []
         return grpc.secure_channel(target, grpc.ssl_channel_credentials(root_certificates=roots), options=options)
     return grpc.insecure_channel(target)
 
@@ -296,7 +319,8 @@ class GrpcUser(User):
             raise LocustError("You must specify the stub_class.")
         opts = _options_of(environment)
         target = opts.grpc_target if opts else "127.0.0.1:50051"
-        self._channel = grpc.intercept_channel(grpc_channel(opts, target), LocustInterceptor(environment))
+        channel = grpc_channel(opts, target, environment.host)
+        self._channel = grpc.intercept_channel(channel, LocustInterceptor(environment))
         self.stub = self.stub_class(self._channel)
 
     def on_stop(self) -> None:

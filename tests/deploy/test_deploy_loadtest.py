@@ -412,11 +412,12 @@ def docs_locust_command() -> str:
     return command.strip()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)  # locust starts gevent and loads the paired situations (~20 s) before its 8 s run
-def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tmp_path: Path) -> None:
-    """The README's command against a local service with TLS on both transports and JWT authentication:
-    no failures, and the service saw each simulated device as its own authenticated identity."""
+def run_docs_locust(
+    tmp_path: Path, run_time_s: int, with_ca: bool
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The README's locust command for ``run_time_s`` against a local service with TLS on both transports (a CA of
+    its own, as the chart generates) and JWT authentication, ``EDGEPATH_CA_FILE`` set when ``with_ca``: the locust
+    process, and the device ids the service decided for."""
     ca, server_crt, server_key = _tls_pki(tmp_path)
     key = "loadtest-jwt-key-" + "x" * 32
     (tmp_path / "jwt.key").write_text(key + "\n")
@@ -429,10 +430,12 @@ def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tm
             "EDGEPATH_HTTP_PORT": str(svc.http_port),
             "EDGEPATH_GRPC_PORT": str(svc.grpc_port),
             "EDGEPATH_JWT_KEY_FILE": str(tmp_path / "jwt.key"),
-            "EDGEPATH_CA_FILE": str(ca),
         }
+        env.pop("EDGEPATH_CA_FILE", None)
+        if with_ca:
+            env["EDGEPATH_CA_FILE"] = str(ca)
         overrides = (
-            f" --run-time 8s --users 6 --spawn-rate 6 --device-decisions-per-s 4 --situations 300"
+            f" --run-time {run_time_s}s --users 6 --spawn-rate 6 --device-decisions-per-s 4 --situations 300"
             f" --csv {tmp_path}/edgepath --html {tmp_path}/report.html --final-stats-file {tmp_path}/final.json"
         )
         proc = subprocess.run(
@@ -440,11 +443,37 @@ def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tm
         )
         # which identities the service decided for (the in-process store's records; read after the run)
         devices = {row_decision(row).device_id for row in svc.service.store._decisions.values()}
+    return proc, devices
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)  # locust starts gevent and loads the paired situations (~20 s) before its 8 s run
+def test_docs_production_locust_command_runs_over_tls_with_one_jwt_per_device(tmp_path: Path) -> None:
+    """The README's command against a local service with TLS on both transports and JWT authentication:
+    no failures, and the service saw each simulated device as its own authenticated identity."""
+    proc, devices = run_docs_locust(tmp_path, 8, with_ca=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     final = json.loads((tmp_path / "final.json").read_text())
     assert final["Aggregated"]["failures"] == 0 and final["Aggregated"]["requests"] > 0
     assert final["gRPC Recommend"]["requests"] > 0 and final["REST Recommend"]["requests"] > 0
     assert len(devices) >= 6 and all(d.startswith("loadtest-") for d in devices), devices
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_without_the_ca_both_transports_verify_and_fail_alike(tmp_path: Path) -> None:
+    """Without ``EDGEPATH_CA_FILE`` the REST users ran unverified (all green against a certificate nothing
+    trusted) while the gRPC users dialled plaintext and failed "Socket closed". Now both verify with the system
+    roots, which do not hold the service's CA: every call of both fails on the certificate, and a warning at start
+    names --ca-file."""
+    proc, devices = run_docs_locust(tmp_path, 4, with_ca=False)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verifying the service's certificate with the system roots" in proc.stderr and "--ca-file" in proc.stderr
+    final = json.loads((tmp_path / "final.json").read_text())
+    for name in ("REST Recommend", "gRPC Recommend"):
+        assert final[name]["requests"] > 0 and final[name]["failures"] == final[name]["requests"], final
+    assert "CERTIFICATE_VERIFY_FAILED" in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    assert devices == set(), "no call reached the service past its TLS handshake"
 
 
 @pytest.mark.timeout(240)  # on a busy host the trainer's refits (SCHED_IDLE) wait: catch-up took 20 s a round
