@@ -12,6 +12,7 @@ machine).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,6 +209,18 @@ def test_request_id_is_echoed_or_generated(service: RunningService) -> None:
         # a value that could forge log lines is replaced, not echoed
         replaced = http.get("/healthz", headers={"x-request-id": "a b\tc"}).headers["x-request-id"]
         assert replaced != "a b\tc" and re.fullmatch(r"[0-9a-f]{32}", replaced)
+
+
+def test_bad_request_ids_log_nothing(service: RunningService, caplog: pytest.LogCaptureFixture) -> None:
+    """asgi-correlation-id logged one WARNING per request whose x-request-id failed validation: anyone, without
+    credentials, could write a line per request (gRPC replaces a bad id silently; refusals are bounded at 10
+    lines/s). The id is still replaced, and nothing is logged for it."""
+    caplog.set_level(logging.DEBUG, logger="asgi_correlation_id")
+    with httpx.Client(base_url=service.http_url, timeout=5.0) as http:
+        for i in range(20):
+            replaced = http.get("/healthz", headers={"x-request-id": f"bad id {i}!"}).headers["x-request-id"]
+            assert re.fullmatch(r"[0-9a-f]{32}", replaced)
+    assert [r for r in caplog.records if r.name == "asgi_correlation_id" and r.levelno >= logging.INFO] == []
 
 
 def test_docs_load_without_a_cdn(service: RunningService) -> None:

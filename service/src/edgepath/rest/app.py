@@ -38,6 +38,7 @@ from typing import Annotated, Any, cast
 import orjson
 from asgi_correlation_id import CorrelationIdMiddleware
 from asgi_correlation_id.context import correlation_id
+from asgi_correlation_id.middleware import FAILED_VALIDATION_MESSAGE
 from fastapi import APIRouter, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -133,6 +134,21 @@ def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] 
 def note_caller(request: Request, caller: Principal | None, declared_device_id: str | None) -> None:
     """Remember the caller of a request being refused (:data:`CALLER_KEY`), for its log line."""
     request.scope[CALLER_KEY] = (caller.device_id if caller is not None else None, declared_device_id)
+
+
+class _ReplacedRequestIdUnlogged(logging.Filter):
+    """Drops asgi-correlation-id's WARNING for each request whose ``x-request-id`` failed :func:`valid_request_id`:
+    anyone could write one log line per request with a bad header (no credentials needed), where refusals are
+    bounded (:class:`~edgepath.logs.RefusalLog`) and the gRPC transport replaces a bad id silently. The id is still
+    replaced, and the reply carries the new one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != FAILED_VALIDATION_MESSAGE
+
+
+_CORRELATION_LOG = logging.getLogger("asgi_correlation_id")
+if not any(isinstance(f, _ReplacedRequestIdUnlogged) for f in _CORRELATION_LOG.filters):
+    _CORRELATION_LOG.addFilter(_ReplacedRequestIdUnlogged())
 
 
 def valid_request_id(value: str) -> bool:
