@@ -60,7 +60,9 @@ def test_request_metrics_label_route_templates_unknown_paths_and_skip_metrics() 
 
     async def run() -> str:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as http:
-            assert (await http.put("/v1/admin/quarantine/dev-7")).status_code == 401  # templated, refused
+            admin = await http.put("/v1/admin/quarantine/dev-7")  # templated, refused
+            # no authentication configured: no credential could be an admin's, and the 403 says what to configure
+            assert admin.status_code == 403 and "no authentication configured" in admin.json()["detail"]
             assert (await http.get("/no/such/path")).status_code == 404
             assert (await http.get("/healthz")).status_code == 200
             await http.get("/metrics")
@@ -74,7 +76,7 @@ def test_request_metrics_label_route_templates_unknown_paths_and_skip_metrics() 
         if s.name == "edgepath_http_requests_total"
     }
     assert {labels: n for labels, n in counts.items() if n} == {
-        ("/v1/admin/quarantine/{device_id}", "PUT", "401"): 1.0,
+        ("/v1/admin/quarantine/{device_id}", "PUT", "403"): 1.0,
         ("none", "GET", "404"): 1.0,
         ("/healthz", "GET", "200"): 1.0,
     }

@@ -527,9 +527,18 @@ class Gate:
 
         Raises
         ------
+        PermissionDenied
+            Authentication is off (no tokens file, JWT key or client CA configured): no credential could ever be
+            an admin's, so a 401 asking for one would mislead; the 403 says what to configure.
         Unauthenticated
-            No credentials (authentication off or none presented).
+            Authentication on, no credentials presented.
         """
+        if self.security is None or not self.security.auth.required:
+            raise PermissionDenied(
+                "admin endpoints need an admin identity, and this service has no authentication configured: give "
+                "it a tokens file with an admin token (edgepath tokens add ID --admin) or a JWT key (README "
+                '"Security")'
+            )
         principal = await self.caller(request)
         if principal is None:
             raise Unauthenticated("admin endpoints need credentials")
