@@ -54,3 +54,14 @@ def test_the_command_replays_only_the_policies_named(tmp_path: Path) -> None:
     refused = CliRunner().invoke(app, [*args, "--policy", "thompson"])
     assert refused.exit_code == 2
     assert "unknown policy 'thompson'" in refused.output and "ridge_squarecb" in refused.output
+
+
+def test_swapped_or_foreign_csvs_are_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
+    """``--wifi 4G.csv --cellular wifi4.csv`` (or a file that is no mobilebandwidth CSV) ended in a ValueError
+    traceback, the message good but buried; now exit 2 with that message, as a wrong policy name is."""
+    data = Path(__file__).resolve().parents[2] / "service" / "data" / "mobilebandwidth"
+    base = ["eval", "policies", "--seeds", "1,2", "--rounds", "100", "--out", str(tmp_path / "r.json")]
+    swapped = CliRunner().invoke(app, [*base, "--wifi", str(data / "4G.csv"), "--cellular", str(data / "wifi4.csv")])
+    assert swapped.exit_code == 2, swapped.output
+    assert "expected a wifi CSV, found a cellular CSV" in swapped.output and "Traceback" not in swapped.output
+    assert swapped.exception is None or isinstance(swapped.exception, SystemExit)

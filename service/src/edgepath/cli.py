@@ -554,7 +554,10 @@ def eval_ope_truth(
 
     if reward_model not in REWARD_MODELS:
         raise typer.BadParameter(f"one of {', '.join(REWARD_MODELS)}", param_hint="--reward-model")
-    split = load_split(wifi, cellular, wifi, cellular)
+    try:
+        split = load_split(wifi, cellular, wifi, cellular)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--wifi/--cellular") from exc
     report = ground_truth(
         split,
         n_reps=reps,
@@ -601,9 +604,13 @@ def eval_policies(
     policies = (
         tuple(dict.fromkeys(known_policy(name) for name in policy)) if policy else (*PAPER_POLICIES, DEFAULT_LEARNER)
     )
+    try:
+        wifi_rows, cellular_rows = read_measurements(wifi, "wifi"), read_measurements(cellular, "cellular")
+    except ValueError as exc:  # a cellular CSV given as --wifi, or no mobilebandwidth CSV at all
+        raise typer.BadParameter(str(exc), param_hint="--wifi/--cellular") from exc
     report = compare(
-        read_measurements(wifi, "wifi"),
-        read_measurements(cellular, "cellular"),
+        wifi_rows,
+        cellular_rows,
         seed_list,
         rounds,
         policies=policies,
