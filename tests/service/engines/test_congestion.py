@@ -68,6 +68,9 @@ def test_mainline_fallback_subflow_level_only() -> None:
     assert a.subflow_level == "cubic"
     assert (a.deciding_metric, a.deciding_value) == ("throughput_avg_mbps", pytest.approx(15.98))
     assert "no coupled" in a.explanation and "measured" in a.explanation
+    # the advice names what decided it: the testbed's mainline measurement, not Table 3 (it said Table 3)
+    assert a.source == cc.MAINLINE_MEASURED_SOURCE
+    assert cc.advise(Profile.BULK, OUT_OF_TREE).source == cc.SOURCE  # a coupled pair of Table 3 decides
 
 
 def test_mainline_fallback_ranks_by_the_measured_metric_per_profile() -> None:

@@ -355,7 +355,9 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
     marg = subflow_marginals()
     first = criteria[0][0]
     measured = MAINLINE_MEASURED.get(first, {})
+    source = SOURCE
     if all(sf in measured for sf in subflow):
+        source = MAINLINE_MEASURED_SOURCE  # the testbed's measurement decides, not Table 3
         hi = criteria[0][1]
         best = sorted(subflow, key=lambda sf: (-measured[sf] if hi else measured[sf], sf))[0]
         deciding, value = first, measured[best]
@@ -379,6 +381,7 @@ def advise(profile: Profile, caps: KernelCapabilities) -> CongestionAdvice:
         mainline_fallback=True,
         assumed_capabilities=assumed,
         explanation="; ".join(notes),
+        source=source,
     )
 
 
