@@ -211,6 +211,23 @@ def test_request_id_is_echoed_or_generated(service: RunningService) -> None:
         assert replaced != "a b\tc" and re.fullmatch(r"[0-9a-f]{32}", replaced)
 
 
+def test_the_openapi_examples_are_bodies_the_service_accepts() -> None:
+    """/docs' "Try it out" starts from each operation's example: without one it generated a body the service
+    refused (both forms of a history: 422). Each example is served in the OpenAPI document and is answered 200
+    (the outcome's once its placeholder decision_id is one Recommend answered). Authentication off, as in the
+    dev profile's /docs."""
+    with running_service() as svc, httpx.Client(base_url=svc.http_url, timeout=5.0) as http:
+        schemas = http.get("/openapi.json").json()["components"]["schemas"]
+        examples = {name: schemas[name]["examples"][0] for name in ("RecommendRequest", "RecommendBatchRequest")}
+        outcome = schemas["OutcomeReport"]["examples"][0]
+        decided = http.post("/v1/recommendations", json=examples["RecommendRequest"])
+        assert decided.status_code == 200, decided.text
+        assert http.post("/v1/recommendations/batch", json=examples["RecommendBatchRequest"]).status_code == 200
+        assert http.post("/v1/outcomes", json=outcome).status_code == 404  # the placeholder names no decision
+        reported = http.post("/v1/outcomes", json={**outcome, "decision_id": decided.json()["decision_id"]})
+        assert reported.status_code == 200 and reported.json()["accepted"] is True, reported.text
+
+
 def test_bad_request_ids_log_nothing(service: RunningService, caplog: pytest.LogCaptureFixture) -> None:
     """asgi-correlation-id logged one WARNING per request whose x-request-id failed validation: anyone, without
     credentials, could write a line per request (gRPC replaces a bad id silently; refusals are bounded at 10

@@ -557,10 +557,21 @@ MAX_SECTIONS = 16
 PRIMARY_PATH_SECTION = "primary_path"
 
 
+#: A device's context as README "Using it" shows it: the OpenAPI document's example (``/docs``' "Try it out" starts
+#: from it; it used to start from a generated body the service refuses, e.g. both forms of a history).
+RECOMMEND_EXAMPLE: dict[str, Any] = {
+    "device_id": "phone-1",
+    "interfaces": [
+        {"name": "wlan0", "access_type": "WIFI", "wifi_rssi_dbm": -71, "link_speed_mbps": 65, "frequency_mhz": 2437},
+        {"name": "wwan0", "access_type": "LTE", "rsrp_dbm": -95, "rsrq_db": -10, "sinr_db": 12, "cqi": 10},
+    ],
+}
+
+
 class RecommendRequest(BaseModel):
     """A device's radio context: what ``Recommend`` decides on."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(**_STRICT, json_schema_extra={"examples": [RECOMMEND_EXAMPLE]})
 
     device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="No whitespace")
     interfaces: list[InterfaceContext] = Field(min_length=1, max_length=MAX_INTERFACES)
@@ -690,7 +701,12 @@ MAX_BATCH = 256
 class RecommendBatchRequest(BaseModel):
     """Many devices' contexts in one call (``RecommendBatch``): a gateway asking for its clients."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(
+        **_STRICT,
+        json_schema_extra={
+            "examples": [{"requests": [RECOMMEND_EXAMPLE, {**RECOMMEND_EXAMPLE, "device_id": "phone-2"}]}]
+        },
+    )
 
     requests: list[RecommendRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
@@ -709,7 +725,21 @@ class RecommendBatch(BaseModel):
 class OutcomeReport(BaseModel):
     """Measured outcome of a decision (``ReportOutcome``)."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(
+        **_STRICT,
+        # decision_id: the one Recommend answered (this one is a placeholder, answered 404 until replaced)
+        json_schema_extra={
+            "examples": [
+                {
+                    "device_id": "phone-1",
+                    "decision_id": "DECISION_ID_FROM_RECOMMEND",
+                    "throughput_bps": 42000000,
+                    "latency_ms": 38.5,
+                    "loss": 0.002,
+                }
+            ]
+        },
+    )
 
     device_id: str = Field(min_length=1, max_length=128, pattern=DEVICE_ID_PATTERN, description="No whitespace")
     decision_id: str = Field(min_length=1, max_length=128, pattern=DECISION_ID_PATTERN, description="From Recommend")
