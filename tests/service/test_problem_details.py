@@ -228,6 +228,21 @@ def test_the_openapi_examples_are_bodies_the_service_accepts() -> None:
         assert reported.status_code == 200 and reported.json()["accepted"] is True, reported.text
 
 
+@pytest.mark.parametrize(
+    ("sent", "instance"),
+    [
+        ("/v1/nothing%20here", "/v1/nothing%20here"),  # was /v1/nothing%2520here: encoded twice
+        ("/v1/a%zz", "/v1/a%25zz"),  # a % that starts no octet is encoded, so the URI stays valid
+        ("/v1/caf%C3%A9", "/v1/caf%C3%A9"),
+    ],
+)
+def test_a_problems_instance_is_the_path_as_sent(sent: str, instance: str) -> None:
+    """RFC 9457 ``instance``: the request's URI; the octets a client percent-encoded stay as sent."""
+    with running_service() as svc:
+        resp = httpx.get(svc.http_url + sent, timeout=5.0)
+    assert resp.status_code == 404 and resp.json()["instance"] == svc.http_url + instance
+
+
 def test_bad_request_ids_log_nothing(service: RunningService, caplog: pytest.LogCaptureFixture) -> None:
     """asgi-correlation-id logged one WARNING per request whose x-request-id failed validation: anyone, without
     credentials, could write a line per request (gRPC replaces a bad id silently; refusals are bounded at 10

@@ -23,6 +23,7 @@ provokes every one and checks it is declared).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from http import HTTPStatus
@@ -129,9 +130,15 @@ def field_problems(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
 def instance_uri(request: Any) -> str:
     """The absolute URI of the request without its query (RFC 9457 ``instance``; MEC 015 declares it
     ``format: uri``, which a bare path does not satisfy): the path as received, percent-encoded again so
-    that any byte sequence yields a valid URI (RFC 3986 §2.1)."""
+    that any byte sequence yields a valid URI (RFC 3986 §2.1): a percent-encoded octet the client sent stays as
+    it was (``/v1/nothing%20here``: it became ``%2520``), a ``%`` that starts none is encoded itself."""
     raw = request.scope.get("raw_path") or request.url.path.encode("utf-8", "surrogateescape")
-    return f"{request.url.scheme}://{request.url.netloc}{quote(raw, safe=URI_PATH_SAFE)}"
+    path = _LONE_PERCENT.sub("%25", quote(raw, safe=URI_PATH_SAFE + "%"))
+    return f"{request.url.scheme}://{request.url.netloc}{path}"
+
+
+#: A ``%`` that does not start a percent-encoded octet (RFC 3986 §2.1: ``%`` HEXDIG HEXDIG).
+_LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 #: The problem :func:`problem_response` answered last in this request's context, until :func:`take_problem` takes it:
