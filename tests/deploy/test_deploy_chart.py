@@ -922,6 +922,12 @@ def test_notes_tell_devices_how_to_authenticate_and_what_an_ingress_or_the_alert
         "ingress.annotations.nginx\\.ingress\\.kubernetes\\.io/backend-protocol=HTTPS",
     )
     assert "Ingress:" not in annotated
+    named = ["--set", "tls.existingSecret=their-tls"]
+    theirs_tls = _notes(helm_bin, tmp_path / "their-tls", *values_args("defaults"), *named)
+    assert "check Secret their-tls's certificate against the name\nep-edgepath" in theirs_tls
+    assert "set tls.serverName" in theirs_tls and "set tls.serverName" not in notes
+    named_too = [*named, "--set", "tls.serverName=edge.example.org"]
+    assert "TLS: the liveness" not in _notes(helm_bin, tmp_path / "named", *values_args("defaults"), *named_too)
     alerts = _notes(helm_bin, tmp_path / "alerts", *values_args("defaults"), "--set", "prometheusRule.enabled=true")
     assert 'selects job="ep-edgepath"' in alerts
     both = ["--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true"]
