@@ -243,6 +243,29 @@ def test_a_problems_instance_is_the_path_as_sent(sent: str, instance: str) -> No
     assert resp.status_code == 404 and resp.json()["instance"] == svc.http_url + instance
 
 
+def test_a_pattern_refusal_says_what_the_pattern_means_over_both_transports() -> None:
+    """A device_id with a space was refused with the raw regular expression (``String should match pattern
+    '^[^\\s\\x00-…]+$'``); now in words, the same over REST and gRPC."""
+    import grpc
+    from edgepath.wire import edgepath_pb2 as pb
+    from edgepath.wire import edgepath_pb2_grpc as pb_grpc
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    said = "must have no whitespace, control or invisible formatting characters"
+    with running_service() as svc:
+        rest = httpx.post(f"{svc.http_url}/v1/recommendations", json=context("phone 1"), timeout=5.0)
+        with grpc.insecure_channel(f"127.0.0.1:{svc.grpc_port}") as channel:
+            request = pb.RecommendRequest(device_id="phone 1", interfaces=[pb.InterfaceContext(name="wlan0")])
+            with pytest.raises(grpc.RpcError) as refused:
+                pb_grpc.PathServiceStub(channel).Recommend(request, timeout=5.0)
+    assert rest.status_code == 422 and rest.json()["field"] == "device_id" and said in rest.json()["detail"]
+    assert "pattern" not in rest.json()["detail"]
+    bad = error_details_pb2.BadRequest()
+    assert rpc_status.from_call(refused.value).details[0].Unpack(bad)  # type: ignore[arg-type]
+    assert [(v.field, v.description) for v in bad.field_violations][:1] == [("device_id", said)]
+
+
 def test_bad_request_ids_log_nothing(service: RunningService, caplog: pytest.LogCaptureFixture) -> None:
     """asgi-correlation-id logged one WARNING per request whose x-request-id failed validation: anyone, without
     credentials, could write a line per request (gRPC replaces a bad id silently; refusals are bounded at 10

@@ -169,7 +169,16 @@ def error_message(error: Mapping[str, Any]) -> str:
     if error.get("type") in _VALIDATOR_RAISED and isinstance(ctx, Mapping) and "error" in ctx:
         # an exception raised without a message leaves only pydantic's prefix: "Assertion failed"
         return str(ctx["error"]) or msg.rstrip(", ")
+    if error.get("type") == "string_pattern_mismatch" and isinstance(ctx, Mapping):
+        said = PATTERN_MEANINGS.get(str(ctx.get("pattern")))
+        if said is not None:  # a pattern said in words, not as the regular expression (a caller reads this)
+            return said
     return msg
+
+
+#: What a field's pattern means, in words, by pattern (:func:`error_message`); filled where the patterns are
+#: defined (:mod:`edgepath.types`), so this module, below it, names none itself.
+PATTERN_MEANINGS: dict[str, str] = {}
 
 
 def field_violations(errors: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -62,7 +62,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions on Python < 3.12
 
-from edgepath.errors import FieldError
+from edgepath.errors import PATTERN_MEANINGS, FieldError
 
 
 class AccessType(str, enum.Enum):
@@ -125,6 +125,13 @@ DEVICE_ID_PATTERN = (
 )
 DECISION_ID_PATTERN = r"^[A-Za-z0-9_-]+$"  # secrets.token_urlsafe alphabet
 IFNAME_PATTERN = r"^[^/\s\x00-\x1f\x7f]+$"
+PATTERN_MEANINGS.update(
+    {
+        DEVICE_ID_PATTERN: "must have no whitespace, control or invisible formatting characters",
+        DECISION_ID_PATTERN: "must be a decision_id as Recommend answers it (letters, digits, '-' and '_')",
+        IFNAME_PATTERN: "must be an interface name: no '/', whitespace or control characters",
+    }
+)
 
 
 class InterfaceContext(BaseModel):
