@@ -89,3 +89,25 @@ def test_the_authenticator_keeps_one_principal_per_identity(tmp_path: Path) -> N
     assert auth.principal("root-cn").is_admin  # admin_ids still apply
     with pytest.raises(Unauthenticated):
         auth.authenticate(authorization=f"Bearer {user}x")
+
+
+def test_a_tampered_jwt_is_refused_in_words_a_caller_can_act_on() -> None:
+    """A JWT whose signature was cut or altered was refused as "invalid JWT: Invalid crypto padding" (PyJWT's
+    base64 error); now it says the token is malformed, or that its signature does not verify."""
+    from edgepath.security.auth import issue_jwt
+
+    key = "k" * 32
+    auth = Authenticator(jwt_key=key)
+    good = issue_jwt(key, "phone-1")
+    assert auth.authenticate(authorization=f"Bearer {good}").device_id == "phone-1"
+    header, claims, signature = good.split(".")
+    for token, said in (
+        (f"{header}.{claims}.{signature[:-1]}", "invalid JWT: malformed (a JWT is three base64url parts"),
+        (
+            f"{header}.{claims}.{issue_jwt('o' * 32, 'phone-1').split('.')[2]}",
+            "invalid JWT: Signature verification failed",
+        ),
+    ):
+        with pytest.raises(Unauthenticated) as refused:
+            auth.authenticate(authorization=f"Bearer {token}")
+        assert str(refused.value).startswith(said) and "padding" not in str(refused.value)

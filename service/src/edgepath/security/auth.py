@@ -336,7 +336,13 @@ class Authenticator:
                 claims: dict[str, Any] = jwt.decode(
                     token, self.jwt_key, algorithms=["HS256"], options={"require": ["sub", "exp"]}
                 )
-            except jwt.PyJWTError as exc:
+            except jwt.DecodeError as exc:  # not base64url / JSON, or a signature of the wrong shape ("padding")
+                if isinstance(exc, jwt.InvalidSignatureError):
+                    raise Unauthenticated("invalid JWT: Signature verification failed") from None
+                raise Unauthenticated(
+                    "invalid JWT: malformed (a JWT is three base64url parts: header.claims.signature)"
+                ) from None
+            except jwt.PyJWTError as exc:  # expired, missing claims, wrong algorithm: PyJWT's words say which
                 raise Unauthenticated(f"invalid JWT: {exc}") from None
             sub = claims.get("sub")
             if not isinstance(sub, str) or not sub or len(sub) > _DEVICE_ID_MAX:
