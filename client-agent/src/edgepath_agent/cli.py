@@ -7,7 +7,6 @@ imports only the base dependencies; ``replay`` needs the ``replay`` extra
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import json
 import os
@@ -161,7 +160,7 @@ def settings_error(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return str(exc)
-    from edgepath_agent.daemon import AgentConfig
+    from edgepath_agent.daemon import closest_setting
 
     parts = []
     for e in errors():
@@ -170,8 +169,8 @@ def settings_error(exc: Exception) -> str:
         loc = e.get("loc", ())
         name = ".".join(str(p) for p in loc) or "settings"
         if e.get("type") == "extra_forbidden" and len(loc) == 1:  # a misspelt setting, as for EDGEPATH_AGENT_*
-            close = difflib.get_close_matches(str(loc[0]), sorted(AgentConfig.model_fields), n=1)
-            reason = f"no such setting (did you mean {close[0]}?)" if close else "no such setting"
+            close = closest_setting(str(loc[0]))
+            reason = f"no such setting (did you mean {close}?)" if close else "no such setting"
         parts.append(f"{name}: {reason}")
     return "; ".join(parts)
 

@@ -647,14 +647,20 @@ def unknown_env_settings(environ: Mapping[str, str] | None = None) -> list[tuple
     """
     environ = os.environ if environ is None else environ
     prefix = str(AgentConfig.model_config.get("env_prefix") or "").upper()
-    names = sorted(name.upper() for name in AgentConfig.model_fields)
     out: list[tuple[str, str | None]] = []
     for var in sorted(environ):
         upper = var.upper()
-        if upper.startswith(prefix) and upper[len(prefix) :] not in names:
-            close = difflib.get_close_matches(upper[len(prefix) :], names, n=1)  # the names alone: not the prefix
-            out.append((var, prefix + close[0] if close else None))
+        if upper.startswith(prefix) and upper[len(prefix) :].lower() not in AgentConfig.model_fields:
+            close = closest_setting(upper[len(prefix) :])  # the name alone: not the prefix
+            out.append((var, prefix + close.upper() if close else None))
     return out
+
+
+def closest_setting(name: str) -> str | None:
+    """The setting whose name is closest to ``name`` (any case; :func:`difflib.get_close_matches`), or None when
+    none is close: the "did you mean" of a misspelt ``EDGEPATH_AGENT_*`` variable or settings-file key."""
+    close = difflib.get_close_matches(name.lower(), sorted(AgentConfig.model_fields), n=1)
+    return close[0] if close else None
 
 
 def unknown_env_message(var: str, close: str | None) -> str:
@@ -1121,12 +1127,18 @@ class Agent:
             recoveries=self.config.upstream_recoveries,
         )
 
+    def managed_preferred(self) -> str | None:
+        """The preferred path when the guard manages it, else None (an unmanaged name is the applier's safety
+        checks' to refuse: the guard neither probes nor demotes it)."""
+        assert self.guard is not None
+        return self.preferred if self.preferred in self.guard.interfaces else None
+
     def demoted_with(self, primary: str) -> tuple[str, ...]:
         """The paths to demote to ``backup`` with ``primary`` carrying the initial subflow: every managed path the
         guard finds without upstream (:meth:`~edgepath_agent.upstream.PrimaryGuard.without_upstream`) and, while
         an override is in force (``primary`` is not the preferred path), the preferred path; ``primary`` never."""
         assert self.guard is not None
-        preferred = self.preferred if self.preferred in self.guard.interfaces else None  # unmanaged: the applier's
+        preferred = self.managed_preferred()
         overridden = (preferred,) if preferred is not None and primary != preferred else ()
         return tuple(n for n in dict.fromkeys((*overridden, *self.guard.without_upstream())) if n != primary)
 
@@ -1188,7 +1200,7 @@ class Agent:
         if self.guard is None or self.applier.last is None or self.last_recommendation is None:
             return None
         current = self.applier.last.primary
-        preferred = self.preferred if self.preferred in self.guard.interfaces else None  # never an unmanaged one
+        preferred = self.managed_preferred()
         change = self.guard.watch(current, preferred)
         if change is not None:
             new, reason = change
@@ -1211,10 +1223,11 @@ class Agent:
             self._interrupt(f"its configuration was rolled back (switching the primary to {new} failed)")
             self._rollback_after_failed_apply()
             return None
-        lost = set(rec.demoted) - set(self.demoted)
         self.demoted = rec.demoted
         if change is None:  # the decision's arm (its primary path) unchanged: its interval's outcome stands
-            log.log(logging.WARNING if lost else logging.INFO, "primary %s kept: %s", current, reason, extra=extra)
+            # a path answering again (recheck finds no new dead path: only watch's own probes could, and those
+            # change the primary or the override instead)
+            log.info("primary %s kept: %s", current, reason, extra=extra)
             return new
         self._interrupt(f"the upstream guard switched the primary from {current} to {new} during it ({reason})")
         self.override_reason = None if new == self.preferred else reason
