@@ -748,6 +748,14 @@ def test_chart_renders_as_a_dependency_of_a_parent_chart(helm_bin: str, tmp_path
     deploy = one(objects, "Deployment", "ep-edgepath")
     (c,) = deploy["spec"]["template"]["spec"]["containers"]
     assert c["image"] == "registry.example.invalid/edgepath@sha256:" + "ab" * 32, "digest wins over the tag"
+    refused = subprocess.run(
+        [helm_bin, "template", "ep", str(parent), "--namespace", "edge", "--set", "edgepath.ingress.enabled=true"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "execution error at (platform/charts/edgepath/templates/validate.yaml:" in refused.stderr, refused.stderr
 
 
 def test_repo_built_helm_reports_a_current_kubernetes_version(helm_bin: str, tmp_path: Path) -> None:
@@ -834,6 +842,29 @@ def test_one_refusal_names_every_missing_value(helm_bin: str) -> None:
     assert _GENERATED["redis.auth.password"] not in err and _GENERATED["tls.existingSecret"] not in err, (
         "only what would really be generated is named"
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*DEFAULTS_ARGS, "--set", "ingress.enabled=true"],  # was trainer-deployment.yaml:21 (its ConfigMap checksum)
+        [*DEFAULTS_ARGS, "--set", "trainer.enabled=false", "--set", "tls.enabled=false"],  # was tls-secret.yaml:1
+        [*DEFAULTS_ARGS, "--set", "redis.enabled=false"],  # two problems
+        [*DEFAULTS_ARGS, "--set", "ingress.enabled=true", "--show-only", "templates/ingress.yaml"],
+        [],  # the keys the defaults would generate
+    ],
+)
+def test_a_refusal_is_reported_at_the_values_check_not_a_workload(helm_bin: str, args: list[str]) -> None:
+    """helm prefixes a refusal with the template that was rendering when it failed: that was whichever template
+    first ran the validation (trainer-deployment.yaml, through its checksum of the ConfigMap, or tls-secret.yaml
+    without a trainer), so wrong ingress values sent the operator to the trainer's Deployment. templates/validate.yaml
+    runs it before any other template, and the message says the values are at fault."""
+    proc = _template(helm_bin, *args)
+    assert proc.returncode != 0, proc.stdout[:500]
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert error.startswith("Error: execution error at (edgepath/templates/validate.yaml:"), proc.stderr
+    assert "trainer-deployment.yaml" not in proc.stderr, proc.stderr
+    assert re.search(r"\): (\d+ problems|problem) with the values:", error), proc.stderr
 
 
 def _notes(helm_bin: str, tmp_path: Path, *args: str) -> str:

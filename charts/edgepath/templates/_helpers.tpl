@@ -241,8 +241,11 @@ seccompProfile:
 {{- end }}
 
 {{/* Refuse value combinations that cannot work, and keys that would be generated where they cannot be kept:
-one message naming every problem, each in its own words (not one per render). Called by every template that
-could otherwise fail first (configmap.yaml, secret.yaml, tls-secret.yaml). */}}
+one message naming every problem, each in its own words (not one per render). templates/validate.yaml calls it
+before every other template (helm then reports a refusal there, not in the template that first read the values);
+the templates that could otherwise fail first on a refused value call it too (configmap.yaml, secret.yaml,
+tls-secret.yaml; the deployments through configmap.yaml's checksum), so that under any render order the refusal
+is this message, not another template's error. */}}
 {{- define "edgepath.validate" -}}
 {{- $problems := list }}
 {{- if not (include "edgepath.sharedStore" .) }}
@@ -361,7 +364,7 @@ failed), a file path left the mounts elsewhere, a key would sit in the ConfigMap
 {{- $problems = append $problems . }}
 {{- end }}
 {{- if eq (len $problems) 1 }}
-{{- fail (first $problems) }}
+{{- fail (printf "problem with the values: %s" (first $problems)) }}
 {{- else if $problems }}
 {{- fail (printf "%d problems with the values:\n- %s" (len $problems) (join "\n- " $problems)) }}
 {{- end }}
