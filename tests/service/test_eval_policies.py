@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import edgepath.datasets
 import numpy as np
+import pytest
 from edgepath.cli import app
 from edgepath.datasets.mobilebandwidth import read_measurements
 from edgepath.evaluation.policies import compare, plot
@@ -65,3 +67,36 @@ def test_swapped_or_foreign_csvs_are_a_usage_error_not_a_traceback(tmp_path: Pat
     assert swapped.exit_code == 2, swapped.output
     assert "expected a wifi CSV, found a cellular CSV" in swapped.output and "Traceback" not in swapped.output
     assert swapped.exception is None or isinstance(swapped.exception, SystemExit)
+
+
+def test_the_default_data_is_the_repositorys_whatever_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The --wifi/--cellular defaults were paths relative to the working directory: run anywhere but the repository
+    root, ``eval policies`` exited 2 (``file 'service/data/mobilebandwidth/wifi4.csv' does not exist``). They are
+    the repository's vendored files now; the outputs stay relative to the working directory."""
+    monkeypatch.chdir(tmp_path)
+    args = ["eval", "policies", "--seeds", "1,2", "--rounds", "100", "--policy", "epsilon_greedy"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert set(json.loads((tmp_path / "out" / "policies" / "report.json").read_text())["curves"]) == {
+        "wifi_first",
+        "lte_first",
+        "random",
+        "epsilon_greedy",
+    }
+    assert (tmp_path / "out" / "policies" / "policies.png").is_file()
+
+
+@pytest.mark.parametrize("command", [["eval", "policies"], ["eval", "ope-truth"], ["train-offline"]])
+def test_without_the_repository_data_the_default_names_the_option_to_pass(
+    command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A package without the repository around it (installed from a wheel) has no vendored data: a usage error
+    naming the option, before any work or output."""
+    monkeypatch.setattr(edgepath.datasets, "REPO_ROOT", tmp_path / "site-packages")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert "service/data/mobilebandwidth/wifi4.csv" in result.output and "pass --wifi FILE" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -43,6 +43,34 @@ def known_policy(name: str, param_hint: str | None = "--policy") -> str:
     return name
 
 
+#: Help of the ``--wifi``/``--cellular`` options that default to the vendored data.
+_WIFI_HELP = "WiFi CSV (mobilebandwidth format; default: the repository's service/data/mobilebandwidth/wifi4.csv)"
+_CELLULAR_HELP = "4G CSV (mobilebandwidth format; default: the repository's service/data/mobilebandwidth/4G.csv)"
+
+
+def vendored_csv(given: Optional[Path], name: str, option: str) -> Path:
+    """``given``, else the vendored ``service/data/mobilebandwidth/NAME`` of the repository this package runs from,
+    whatever the working directory.
+
+    Raises
+    ------
+    typer.BadParameter
+        The package runs without the repository's data (an installed package): naming ``option`` to pass.
+    """
+    if given is not None:
+        return given
+    from edgepath.datasets import MOBILEBANDWIDTH, repo_file
+
+    found = repo_file(f"{MOBILEBANDWIDTH}/{name}")
+    if found is None:
+        raise typer.BadParameter(
+            f"the default {MOBILEBANDWIDTH}/{name} is not in a repository beside this package (an installed "
+            f"package ships no data); pass {option} FILE",
+            param_hint=option,
+        )
+    return found
+
+
 #: The lab's modules (evaluation, datasets, plots) need the ``lab`` extra; the serving runtime never does.
 LAB_EXTRA = "pip install 'edgepath[lab]'"
 LAB_MODULES = ("pandas", "matplotlib", "edgepath_agent", "contextualbandits")
@@ -538,13 +566,11 @@ def eval_ope_truth(
     dr_folds: Annotated[
         int, typer.Option(min=1, max=10, help="Cross-fitting folds of DR's reward model (1: fitted on the model part)")
     ] = 1,
-    out: Annotated[Path, typer.Option(help="JSON report")] = Path("out/ope-truth/report.json"),
-    wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV")] = Path(
-        "service/data/mobilebandwidth/wifi4.csv"
-    ),
-    cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV")] = Path(
-        "service/data/mobilebandwidth/4G.csv"
-    ),
+    out: Annotated[
+        Path, typer.Option(help="JSON report (under the working directory when relative); table.md beside it")
+    ] = Path("out/ope-truth/report.json"),
+    wifi: Annotated[Optional[Path], typer.Option(exists=True, dir_okay=False, help=_WIFI_HELP)] = None,
+    cellular: Annotated[Optional[Path], typer.Option(exists=True, dir_okay=False, help=_CELLULAR_HELP)] = None,
 ) -> None:
     """IPS, SNIPS, DR and adaptively-weighted DR against the true values of paired real data (bias, MAE, coverage);
     also cadr_exact, the contextually weighted ADR, which needs the logging policy at every context (harness only)."""
@@ -554,6 +580,7 @@ def eval_ope_truth(
 
     if reward_model not in REWARD_MODELS:
         raise typer.BadParameter(f"one of {', '.join(REWARD_MODELS)}", param_hint="--reward-model")
+    wifi, cellular = vendored_csv(wifi, "wifi4.csv", "--wifi"), vendored_csv(cellular, "4G.csv", "--cellular")
     try:
         split = load_split(wifi, cellular, wifi, cellular)
     except ValueError as exc:
@@ -578,14 +605,14 @@ def eval_ope_truth(
 def eval_policies(
     seeds: Annotated[str, typer.Option(help="Pairing seeds (>= 5 for the CI bands)")] = "1,2,3,4,5",
     rounds: Annotated[int, typer.Option(min=100, help="Rounds (decisions) per stream")] = 3000,
-    out: Annotated[Path, typer.Option(help="JSON report (every curve)")] = Path("out/policies/report.json"),
-    plot_path: Annotated[Path, typer.Option("--plot", help="PNG plot")] = Path("out/policies/policies.png"),
-    wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV")] = Path(
-        "service/data/mobilebandwidth/wifi4.csv"
-    ),
-    cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV")] = Path(
-        "service/data/mobilebandwidth/4G.csv"
-    ),
+    out: Annotated[
+        Path, typer.Option(help="JSON report, every curve (under the working directory when relative)")
+    ] = Path("out/policies/report.json"),
+    plot_path: Annotated[
+        Path, typer.Option("--plot", help="PNG plot (under the working directory when relative)")
+    ] = Path("out/policies/policies.png"),
+    wifi: Annotated[Optional[Path], typer.Option(exists=True, dir_okay=False, help=_WIFI_HELP)] = None,
+    cellular: Annotated[Optional[Path], typer.Option(exists=True, dir_okay=False, help=_CELLULAR_HELP)] = None,
     policy: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -604,6 +631,7 @@ def eval_policies(
     policies = (
         tuple(dict.fromkeys(known_policy(name) for name in policy)) if policy else (*PAPER_POLICIES, DEFAULT_LEARNER)
     )
+    wifi, cellular = vendored_csv(wifi, "wifi4.csv", "--wifi"), vendored_csv(cellular, "4G.csv", "--cellular")
     try:
         wifi_rows, cellular_rows = read_measurements(wifi, "wifi"), read_measurements(cellular, "cellular")
     except ValueError as exc:  # a cellular CSV given as --wifi, or no mobilebandwidth CSV at all
@@ -632,9 +660,6 @@ def eval_policies(
 
 
 # --- primary path warm start and evaluation (issue 8) ---
-_DATA = Path("service/data/mobilebandwidth")
-
-
 def _seeds(text: str) -> list[int]:
     try:
         seeds = [int(x) for x in text.split(",") if x.strip()]
@@ -728,13 +753,11 @@ def sign_model(
 @app.command("train-offline")
 def train_offline_cmd(
     ctx: typer.Context,
-    wifi: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="WiFi CSV (mobilebandwidth format)")] = (
-        _DATA / "wifi4.csv"
-    ),
-    cellular: Annotated[Path, typer.Option(exists=True, dir_okay=False, help="4G CSV (mobilebandwidth format)")] = (
-        _DATA / "4G.csv"
-    ),
-    out: Annotated[Path, typer.Option(help="Artefact directory to write")] = Path("models/primary-path-v2"),
+    wifi: Annotated[Optional[Path], typer.Option(exists=True, dir_okay=False, help=_WIFI_HELP)] = None,
+    cellular: Annotated[Optional[Path], typer.Option(exists=True, dir_okay=False, help=_CELLULAR_HELP)] = None,
+    out: Annotated[
+        Path, typer.Option(help="Artefact directory to write (under the working directory when relative)")
+    ] = Path("models/primary-path-v2"),
     decision_log: Annotated[
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="JSON-lines decision log (IPS-weighted rows)"),
@@ -776,6 +799,7 @@ def train_offline_cmd(
     import datetime
 
     require_lab("edgepath train-offline")
+    from edgepath.datasets import repo_relative
     from edgepath.datasets.mobilebandwidth import pair_situations
     from edgepath.engines.features import FEATURE_GROUPS, FEATURE_NAMES
     from edgepath.evaluation.primary import PAIRING_TEXT, load_split, offline_scores
@@ -818,6 +842,7 @@ def train_offline_cmd(
     cfg = OfflineConfig(policy=policy, reward_threshold_mbps=reward_threshold_mbps, epochs=epochs, seed=seed)
     if explore_prob is not None:  # active_explorer's p (checked above); otherwise OfflineConfig's default
         cfg = dataclasses.replace(cfg, explore_prob=explore_prob)
+    wifi, cellular = vendored_csv(wifi, "wifi4.csv", "--wifi"), vendored_csv(cellular, "4G.csv", "--cellular")
     try:
         split = load_split(wifi, cellular, wifi, cellular, test_fraction=test_fraction)
     except ValueError as exc:
@@ -853,7 +878,7 @@ def train_offline_cmd(
             "source": "Mobile Access Bandwidth in Practice (Li et al., ACM SIGCOMM 2022), public data release; "
             "crowd-sourced Android bandwidth tests, China 2021",
             "licence": "Apache-2.0 (service/data/mobilebandwidth/LICENSE.txt, ATTRIBUTION.md)",
-            "files": {str(wifi): _sha256_file(wifi), str(cellular): _sha256_file(cellular)},
+            "files": {repo_relative(wifi): _sha256_file(wifi), repo_relative(cellular): _sha256_file(cellular)},
             "pairing": PAIRING_TEXT,
         },
         "split": split.describe(),

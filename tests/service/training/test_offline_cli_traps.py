@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
+import edgepath.datasets
 import pytest
 from edgepath.cli import app
 from edgepath.datasets.mobilebandwidth import read_measurements, split_by_user
@@ -205,3 +207,31 @@ def test_card_lists_only_what_the_policy_reads_and_its_command_reruns(trained_fr
     notes = [argv[i + 1] for i, a in enumerate(argv) if a == "--note"]
     assert notes == ["measured on 2 cores, [not] simultaneous", "second note"]
     assert card["notes"][-2:] == notes
+
+
+# --- 6. train-offline's default data: the repository's, whatever the working directory -----------------------------
+
+
+def test_train_offline_defaults_to_the_repository_data_from_any_working_directory(
+    small_data: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The --wifi/--cellular defaults were relative to the working directory (exit 2 outside the repository root);
+    they are the repository's service/data/mobilebandwidth files, named as repository paths in the card, and the
+    card's command leaves them out so that it re-runs from anywhere. --out stays relative to the working directory."""
+    data = tmp_path / "repo" / "service" / "data" / "mobilebandwidth"
+    data.mkdir(parents=True)
+    shutil.copy(small_data[0], data / "wifi4.csv")
+    shutil.copy(small_data[1], data / "4G.csv")
+    monkeypatch.setattr(edgepath.datasets, "REPO_ROOT", tmp_path / "repo")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    args = ["train-offline", "--out", "m", "--eval-seeds", "1", "--epochs", "1", "--no-ablation"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    card = json.loads((tmp_path / "elsewhere" / "m" / "card.json").read_text())
+    assert list(card["data"]["files"]) == [
+        "service/data/mobilebandwidth/wifi4.csv",
+        "service/data/mobilebandwidth/4G.csv",
+    ]
+    argv = shlex.split(card["command"])
+    assert "--wifi" not in argv and "--cellular" not in argv

@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from edgepath.datasets import REPO_ROOT
 from edgepath.engines import mlpm
 from edgepath.types import ApplicationProfile
 
@@ -570,8 +571,7 @@ def format_table(report: dict[str, Any]) -> str:
 
 def shared_data_dir() -> Path | None:
     """``../shared/data`` beside the repository (CI, developers), else None."""
-    repo_root = Path(__file__).resolve().parents[4]
-    for candidate in (repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"):
+    for candidate in (REPO_ROOT.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"):
         if (candidate / "5gophers").is_dir() or (candidate / "ucc-5g").is_dir():
             return candidate
     return None

@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from edgepath.datasets import REPO_ROOT
 from edgepath.engines.ssmp import (
     MATHIS_C,
     MSS_BYTES,
@@ -572,8 +573,7 @@ def load_gophers(directory: Path) -> GophersData:
 
 def default_gophers_dir() -> Path | None:
     """``../shared/data/5gophers`` beside the repository (CI, developers), else None."""
-    repo_root = Path(__file__).resolve().parents[4]
-    for candidate in (repo_root.parent / "shared" / "data" / "5gophers", Path.cwd().parent / "shared/data/5gophers"):
+    for candidate in (REPO_ROOT.parent / "shared" / "data" / "5gophers", Path.cwd().parent / "shared/data/5gophers"):
         if (candidate / "rtt.csv").is_file() and (candidate / "throughput.csv").is_file():
             return candidate
     return None
