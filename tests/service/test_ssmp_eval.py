@@ -159,8 +159,18 @@ def test_cli_gophers_subset(tmp_path: Path) -> None:
     args = ["eval", "ssmp", "--gophers", str(GOPHERS), "--downloads", "5", "--report", str(report)]
     result = CliRunner().invoke(app, [*args, "--plot", str(tmp_path / "g.png")])
     assert result.exit_code == 0, result.output
-    rows = ssmp_eval.table_rows(json.loads(report.read_text()))
+    data = json.loads(report.read_text())
+    rows = ssmp_eval.table_rows(data)
     assert len(rows) == 3 * 8
+    # The printed table carries the report's 95 % CIs (it printed the means alone), as eval mlpm's does
+    lines = result.output.splitlines()
+    assert lines[0].count("(95% CI)") == 3
+    for name, block in data["scenarios"].items():
+        for label, row in block["sizes"].items():
+            line = next(ln for ln in lines if ln.split()[:2] == [name, label])
+            for key, digits in (("dss_seconds", 4), ("ssmp_seconds", 4), ("reduction_pct", 2)):
+                lo, hi = row[f"{key}_ci95"]
+                assert f"{row[key]:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" in line, (key, line)
 
 
 def test_config_alpha_validated() -> None:

@@ -730,10 +730,29 @@ def table_rows(report: dict[str, Any]) -> list[tuple[str, str, float, float, flo
     return rows
 
 
+def _with_ci(row: dict[str, Any], key: str, digits: int) -> str:
+    """``mean [low, high]`` as ``eval mlpm`` prints it (the report's 95 % CI), else the mean alone (a row without)."""
+    ci = row.get(f"{key}_ci95")
+    value = f"{row[key]:.{digits}f}"
+    return value if ci is None else f"{value} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
 def format_table(report: dict[str, Any]) -> str:
-    lines = [f"{'scenario':<32} {'size':>7} {'dss_s':>10} {'ssmp_s':>10} {'reduction%':>11} {'paper%':>7}"]
-    for name, label, d, s, r, p in table_rows(report):
-        lines.append(f"{name:<32} {label:>7} {d:>10.4f} {s:>10.4f} {r:>11.2f} {'' if p is None else f'{p:.2f}':>7}")
+    """One line per scenario and size: DSS and SSMP mean download times and SSMP's reduction, each with its 95 % CI
+    (Student-t for the times, paired percentile bootstrap for the reduction), and the paper's reduction."""
+    ci = "(95% CI)"
+    lines = [
+        f"{'scenario':<32} {'size':>7} {'dss s ' + ci:>30} {'ssmp s ' + ci:>30} {'reduction % ' + ci:>26} {'paper%':>7}"
+    ]
+    for name, block in report["scenarios"].items():
+        for label, row in block["sizes"].items():
+            d, s, r = (
+                _with_ci(row, "dss_seconds", 4),
+                _with_ci(row, "ssmp_seconds", 4),
+                _with_ci(row, "reduction_pct", 2),
+            )
+            p = row["paper_reduction_pct"]
+            lines.append(f"{name:<32} {label:>7} {d:>30} {s:>30} {r:>26} {'' if p is None else f'{p:.2f}':>7}")
     return "\n".join(lines)
 
 
