@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+import yaml
 from edgepath.errors import error_message, field_violations
 from edgepath.main import Service
 from edgepath.rest.app import create_app
@@ -337,3 +338,38 @@ def test_a_body_is_read_as_json_only_when_sent_as_json(
             assert resp.json()["error"] == "invalid_input"
         else:  # an outcome's body here is a context: refused by validation, after the media type was taken
             assert resp.status_code == (422 if path == "/v1/outcomes" else 200), resp.text
+
+
+#: ETSI MEC 015's OpenAPI (vendored): the ``/mts/v1`` problems are its ``ProblemDetails`` too.
+ETSI_SPEC = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "service" / "data" / "etsi-mec-015" / "TrafficSteeringApi.yaml").read_text()
+)
+
+
+@pytest.mark.parametrize("sent", ["text/plain", "application/x-www-form-urlencoded; charset=utf-8"])
+def test_a_body_not_sent_as_json_is_named_body_on_v1_and_mts_alike(
+    app: FastAPI, tokens: tuple[Path, dict[str, str]], sent: str
+) -> None:
+    """A 415 is a fault of the body as a whole, which every problem names ``body`` (a body that is not JSON, a rule
+    across its members): ``/v1`` and ``/mts/v1`` answer the same members (``/v1`` said ``field: null`` and no
+    ``errors``, ``/mts/v1`` ``body``)."""
+    message = f"Content-Type {sent.split(';')[0]} is not JSON: send the body as application/json"
+    raw = json.dumps(context("dev-a")).encode()
+    answers = {}
+    for method, path, who in (
+        ("POST", "/v1/recommendations", "dev-a"),
+        ("POST", "/v1/recommendations/batch", "dev-a"),
+        ("POST", "/v1/outcomes", "dev-a"),
+        ("POST", "/mts/v1/mts_sessions", "admin"),
+        ("PUT", "/mts/v1/mts_sessions/any", "admin"),
+    ):
+        body = problem(app, 415, method, path, content=raw, headers={**auth(tokens, who), "content-type": sent})
+        assert body["error"] == "invalid_input"
+        assert_names(body, "body", message)
+        answers[path] = {k: v for k, v in body.items() if k not in ("instance", "request_id")}
+    assert len({json.dumps(a, sort_keys=True) for a in answers.values()}) == 1, answers
+    mts = problem(
+        app, 415, "POST", "/mts/v1/mts_sessions", content=raw, headers={**auth(tokens, "admin"), "content-type": sent}
+    )
+    etsi = {**ETSI_SPEC, "$ref": "#/components/schemas/ProblemDetails"}
+    jsonschema.Draft202012Validator(etsi, format_checker=jsonschema.FormatChecker()).validate(mts)

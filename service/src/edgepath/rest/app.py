@@ -768,12 +768,14 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        """Starlette's own errors (unknown path 404, 405, a body FastAPI cannot read) as problem details."""
+        """Starlette's own errors (unknown path 404, 405, a body FastAPI cannot read) and a body not sent as JSON
+        (:class:`~edgepath.rest.body.NotJson`, 415 naming the ``field`` ``body``) as problem details."""
         kind = ErrorKind.NOT_FOUND if exc.status_code == 404 else ErrorKind.INVALID_INPUT
         body = problem_body(
             exc.status_code,
             str(exc.detail),
             kind=kind.value,
+            field=getattr(exc, "field", None),
             instance=instance_uri(request),
             request_id=correlation_id.get(),
         )

@@ -2,7 +2,8 @@
 ``/mts/v1`` sessions): after authentication, so a caller without valid credentials gets 401 (or 403) whatever
 its body, never a 400 or 422 about it, and costs no parse.
 
-A body is read once its ``Content-Type`` says JSON (:func:`json_request_body`: 415 naming the type sent otherwise),
+A body is read once its ``Content-Type`` says JSON (:func:`json_request_body`: 415 naming the type sent otherwise,
+field ``body`` on both APIs: :class:`NotJson`),
 then validated in one pass by pydantic's own JSON parser straight into the model (:func:`parse_body`); the OpenAPI
 document still names the model as the request body (:func:`request_body`). Used by :mod:`edgepath.rest.app`
 and :mod:`edgepath.rest.mts` (which ``app`` imports: the helpers live here, below both).
@@ -17,8 +18,21 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
+from edgepath.rest.problem import BODY
+
 JSON = "application/json"
 M = TypeVar("M", bound=BaseModel)
+
+
+class NotJson(HTTPException):
+    """415 (RFC 9110 §15.5.16) for a body sent as another type than JSON: a fault of the body as a whole, so its
+    problem names :attr:`field` ``body`` (:data:`~edgepath.rest.problem.BODY`, as for a body that is not JSON)
+    on the ``/v1`` routes and ``/mts/v1`` alike (``/v1`` answered ``field: null``, ``/mts/v1`` ``body``)."""
+
+    field = BODY
+
+    def __init__(self, media: str) -> None:
+        super().__init__(415, f"Content-Type {media} is not JSON: send the body as {JSON}")
 
 
 def json_media_type(content_type: str | None) -> bool:
@@ -36,15 +50,14 @@ async def json_request_body(request: Request) -> bytes:
 
     Raises
     ------
-    starlette.exceptions.HTTPException
-        415 (RFC 9110 §15.5.16) naming the type sent, for a body sent as anything else: a form (``curl -d``
-        without ``-H 'content-type: application/json'``), text or XML would otherwise be parsed as JSON all the
-        same and answered as if the client had meant it.
+    NotJson
+        415 naming the type sent, for a body sent as anything else: a form (``curl -d`` without
+        ``-H 'content-type: application/json'``), text or XML would otherwise be parsed as JSON all the same and
+        answered as if the client had meant it.
     """
     content_type = request.headers.get("content-type")
     if not json_media_type(content_type):
-        media = (content_type or "").split(";", 1)[0].strip()
-        raise HTTPException(415, f"Content-Type {media} is not JSON: send the body as {JSON}")
+        raise NotJson((content_type or "").split(";", 1)[0].strip())
     return await request.body()
 
 

@@ -182,8 +182,9 @@ class MtsRoute(APIRoute):
                 errors = field_problems(exc.errors()) or [{"field": BODY, "message": "invalid"}]
                 field, message = errors[0]["field"], errors[0]["message"]
                 return problem(400, message, field, kind=ErrorKind.INVALID_INPUT, path=path, errors=errors)
-            except HTTPException as exc:  # e.g. a body that is not JSON
-                return problem(exc.status_code, str(exc.detail), BODY, kind=ErrorKind.INVALID_INPUT, path=path)
+            except HTTPException as exc:  # a body not sent as JSON (field body, as on /v1), one past the size bound
+                named: str | None = getattr(exc, "field", None)
+                return problem(exc.status_code, str(exc.detail), named, kind=ErrorKind.INVALID_INPUT, path=path)
             except EdgePathError as exc:
                 status = MTS_STATUS[exc.kind]
                 return problem(status, exc.message, exc.field, kind=exc.kind, path=path, headers=error_headers(exc))
@@ -433,10 +434,10 @@ def mts_router(
         ``platform`` dependency checked the credentials (a route with a body parameter has FastAPI read and parse
         the body before any dependency runs: ``{`` without a token was 400 "JSON decode error", not 401).
 
-        Raises ``HTTPException`` 415 naming the ``Content-Type`` sent when it is not JSON (an absent one is taken
-        as JSON, as on the ``/v1`` routes: :func:`~edgepath.rest.body.json_request_body`; text was parsed as a
-        string and answered 400 "Input should be a valid dictionary"), ``RequestValidationError`` (400 naming the
-        field; ``body`` when it is not JSON).
+        Raises ``NotJson`` (415 naming the ``field`` ``body``) naming the ``Content-Type`` sent when it is not JSON
+        (an absent one is taken as JSON, as on the ``/v1`` routes: :func:`~edgepath.rest.body.json_request_body`;
+        text was parsed as a string and answered 400 "Input should be a valid dictionary"),
+        ``RequestValidationError`` (400 naming the field; ``body`` when it is not JSON).
         """
         return parse_body(await json_request_body(request), MtsSessionInfo)
 

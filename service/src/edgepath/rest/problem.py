@@ -8,7 +8,7 @@ URI without its query), plus EdgePath's extension members (RFC 9457 §3.2), kept
 
 - ``error``: the :class:`~edgepath.errors.ErrorKind` value (``invalid_input``, ``rate_limited``, ...);
 - ``field``: the offending request field (``interfaces[0].rsrp_dbm``; ``body`` for the body as a whole: not JSON,
-  or a rule across its members), or null;
+  not sent as JSON (415, :class:`edgepath.rest.body.NotJson`), or a rule across its members), or null;
 - ``message``: the explanation without the field prefix (``detail`` is ``"<field>: <message>"``);
 - ``errors``: present whenever ``field`` is, whatever found the fault (pydantic, the decision plane, the security
   layer; any status): ``[{"field", "message"}]``, the first entry ``field`` and ``message`` themselves, then every
