@@ -171,6 +171,8 @@ _OUTCOME_LINK = {
 #: Documents the bearer scheme in OpenAPI (the hot routes authenticate in :class:`Gate`, not through FastAPI's DI).
 _bearer = HTTPBearer(auto_error=False, description="Device token (`edgepath tokens add`) or HS256 JWT")
 _BEARER_SCHEME = "HTTPBearer"
+#: The routes served to anyone, authentication on or off (no security requirement in the OpenAPI document).
+_OPEN_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 # --- one validation per request, pydantic-core JSON both ways ---------------------------------------------------------
@@ -232,7 +234,7 @@ def documented_body(model: type[BaseModel]) -> dict[str, Any]:
     The model's schema (and its nested ones) are added to the document's components by
     :func:`install_openapi`.
     """
-    return {"requestBody": request_body(model), "security": [{_BEARER_SCHEME: []}, {}]}
+    return {"requestBody": request_body(model)}
 
 
 def error_statuses(path: str, method: str) -> tuple[int, ...]:
@@ -261,6 +263,22 @@ def error_statuses(path: str, method: str) -> tuple[int, ...]:
     return (413,)
 
 
+def security_requirement(path: str, auth_required: bool) -> list[dict[str, list[str]]] | None:
+    """The OpenAPI ``security`` of the operations of ``path`` (None: none), as the service enforces it.
+
+    With authentication on (``auth_required``: a tokens file, a JWT key or client certificates) every ``/v1`` and
+    ``/mts/v1`` route answers 401 without a valid bearer credential: the scheme is required, so a generated client
+    sends it. With authentication off any credential is ignored: optional (the ``{}`` alternative), but for the
+    admin routes, which need an admin identity either way (403 whatever is sent while no authentication is
+    configured: :meth:`Gate.admin`). The health routes (:data:`_OPEN_PATHS`) are served to anyone.
+    """
+    if path in _OPEN_PATHS:
+        return None
+    if auth_required or path.startswith("/v1/admin/"):
+        return [{_BEARER_SCHEME: []}]
+    return [{_BEARER_SCHEME: []}, {}]
+
+
 def known_answers(
     app: FastAPI, included: Sequence[tuple[APIRoute, str]] = (), excluded: Sequence[str] = ("/metrics",)
 ) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -279,9 +297,11 @@ def known_answers(
     return answers
 
 
-def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]]) -> None:
-    """Generate the OpenAPI document as FastAPI does, plus the schemas of the self-parsed request bodies and
-    the problem responses of every operation (:func:`error_statuses`, :func:`.problem.declare_problems`)."""
+def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]], auth_required: bool = False) -> None:
+    """Generate the OpenAPI document as FastAPI does, plus the schemas of the self-parsed request bodies, the
+    problem responses of every operation (:func:`error_statuses`, :func:`.problem.declare_problems`) and its
+    security requirement (:func:`security_requirement`: required when ``auth_required``, the service's
+    authentication being on)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -300,6 +320,15 @@ def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]]) -> Non
             "description": _bearer.model.description,
         }
         declare_problems(doc, error_statuses)
+        for path, item in doc.get("paths", {}).items():
+            for operation in item.values():
+                if not isinstance(operation, dict):
+                    continue
+                requirement = security_requirement(path, auth_required)
+                if requirement is None:
+                    operation.pop("security", None)
+                else:
+                    operation["security"] = requirement
         app.openapi_schema = doc
         return doc
 
@@ -648,19 +677,18 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
 def add_admin_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Gate) -> None:
     """Quarantine management (admin identity required)."""
     tags: list[str | Enum] = ["admin"]
-    security: dict[str, Any] = {"security": [{_BEARER_SCHEME: []}]}
 
-    @router.get("/v1/admin/quarantine", tags=tags, response_model=QuarantineList, openapi_extra=security)
+    @router.get("/v1/admin/quarantine", tags=tags, response_model=QuarantineList)
     async def list_quarantine(request: Request) -> QuarantineList:
         """Quarantined devices (admin identity required)."""
         return QuarantineList(devices=await plane.quarantined_devices(await gate.admin(request)))
 
-    @router.put("/v1/admin/quarantine/{device_id}", tags=tags, response_model=QuarantineList, openapi_extra=security)
+    @router.put("/v1/admin/quarantine/{device_id}", tags=tags, response_model=QuarantineList)
     async def quarantine(request: Request, device_id: DeviceIdPath) -> QuarantineList:
         """Stop training on ``device_id``'s outcomes (admin identity required)."""
         return QuarantineList(devices=await plane.set_quarantine(await gate.admin(request), device_id, True))
 
-    @router.delete("/v1/admin/quarantine/{device_id}", tags=tags, response_model=QuarantineList, openapi_extra=security)
+    @router.delete("/v1/admin/quarantine/{device_id}", tags=tags, response_model=QuarantineList)
     async def release(request: Request, device_id: DeviceIdPath) -> QuarantineList:
         """Train on ``device_id``'s outcomes again (admin identity required)."""
         return QuarantineList(devices=await plane.set_quarantine(await gate.admin(request), device_id, False))
@@ -719,7 +747,7 @@ def add_status_route(router: FastAPI | APIRouter, plane: DecisionPlane, gate: Ga
     Without authentication (``dev`` on loopback) it is as open as the rest of the service.
     """
 
-    @router.get("/v1/status", tags=["health"], openapi_extra={"security": [{_BEARER_SCHEME: []}, {}]})
+    @router.get("/v1/status", tags=["health"])
     async def status(request: Request) -> Response:
         """Serving mode and model version; in apprentice mode the estimates, who serves, promotion events (admin
         identity required when authentication is configured)."""
@@ -852,7 +880,8 @@ def create_app(
     add_admin_routes(app, plane, gate)
     add_health_routes(app, plane, metrics=serve_metrics)
     add_status_route(app, plane, gate)  # apprentice mode (issue 18)
-    install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport, *MTS_BODY_MODELS))
+    auth_required = security is not None and security.auth.required  # the document says what Gate enforces
+    install_openapi(app, (RecommendRequest, RecommendBatchRequest, OutcomeReport, *MTS_BODY_MODELS), auth_required)
     # the request counter's series of every route and status it answers, at 0 from the first scrape (issue 22)
     plane.metrics.initialise_http_routes(known_answers(app, included))
     return app

@@ -333,6 +333,8 @@ class MtsCapabilityInfo(BaseModel):
     time_stamp: TimeStamp | None = None
 
 
+#: The bearer credential of the OpenAPI document (each operation's requirement, required or optional as the service
+#: enforces it: :func:`edgepath.rest.app.security_requirement`); ``platform`` checks it itself.
 _bearer = HTTPBearer(auto_error=False, description="Admin token or JWT (the MEC platform)")
 
 
