@@ -222,3 +222,19 @@ def test_certificate_not_after_reads_the_peers_pem(pki: Any) -> None:
     assert certificate_not_after({"x509_common_name": [b"dev-a"]}) is None  # no certificate: nothing to bound
     with pytest.raises(Unauthenticated, match="unreadable"):
         certificate_not_after({"x509_pem_cert": [b"-----BEGIN CERTIFICATE-----\nnot one\n-----END CERTIFICATE-----"]})
+
+
+def test_client_certificates_alone_warn_that_rest_has_no_credential(pki: Any, tmp_path: Path) -> None:
+    """Client certificates identify gRPC callers only: a service with no bearer method answers every REST call 401,
+    and its start-up says so (None once a tokens file or a JWT key gives REST devices a credential)."""
+    from edgepath.main import rest_without_credential
+    from edgepath.settings import Settings
+
+    tls = {"tls_cert_file": pki.server_cert, "tls_key_file": pki.server_key, "tls_client_ca_file": pki.ca_cert}
+    note = rest_without_credential(Settings(**tls))
+    assert note is not None and "401" in note and "EDGEPATH_AUTH_TOKENS_FILE" in note
+    tokens = TokenFile(tmp_path / "tokens.json")
+    tokens.add("dev-rest")
+    assert rest_without_credential(Settings(**tls, auth_tokens_file=tokens.path)) is None
+    assert rest_without_credential(Settings(**tls, auth_jwt_key="k" * 32)) is None
+    assert rest_without_credential(Settings(tls_cert_file=pki.server_cert, tls_key_file=pki.server_key)) is None

@@ -439,6 +439,20 @@ class QuietSignalsServer(uvicorn.Server):
         yield
 
 
+def rest_without_credential(settings: Settings) -> str | None:
+    """The start-up warning of a service whose authentication is client certificates alone (``tls_client_ca_file``
+    without ``auth_tokens_file`` or ``auth_jwt_key``), None otherwise. Client certificates identify gRPC callers only
+    (:mod:`edgepath.security.auth`; REST reads no peer certificate), so such a service answers every ``/v1`` and
+    ``/mts/v1`` call over HTTP 401: a REST device needs a bearer credential the service can check."""
+    if settings.tls_client_ca_file is None or settings.auth_tokens_file or settings.auth_jwt_key.get_secret_value():
+        return None
+    return (
+        "client certificates (tls_client_ca_file) identify gRPC callers only: with no auth_tokens_file or "
+        "auth_jwt_key, every /v1 and /mts/v1 call over HTTP is 401 (set EDGEPATH_AUTH_TOKENS_FILE or "
+        "EDGEPATH_AUTH_JWT_KEY for REST devices)"
+    )
+
+
 @dataclass
 class Service:
     """A running (or ready to run) EdgePath service process."""
@@ -668,6 +682,8 @@ class Service:
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
         log.info("EdgePath serving: %s", self.describe())
+        if (note := rest_without_credential(self.settings)) is not None:
+            log.warning("%s", note)
         self._started.set()
         try:
             await self._stop.wait()
