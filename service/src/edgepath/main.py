@@ -249,7 +249,7 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
                 f"profile prod loads only HMAC-signed model artefacts and {directory} has no {HMAC_FILE}: sign a copy "
                 f"with this release's key, EDGEPATH_HMAC_KEY=… edgepath sign-model {directory} --out SIGNED_DIR"
             )
-        bandit = load_artefact(directory, key if (key and signed) else None).bandit
+        bandit = load_artefact(directory, key if (key and signed) else None, classifier=False).bandit
         if conflicts := model_setting_conflicts(settings, bandit.config):
             raise ArtefactError(
                 f"model {directory} was trained with other bandit settings than the ones set here: "

@@ -37,10 +37,12 @@ from __future__ import annotations
 
 import warnings
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from sklearn.linear_model import SGDClassifier
+
+if TYPE_CHECKING:
+    from sklearn.linear_model import SGDClassifier
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import json
 import pickle
 import shutil
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 from edgepath.engines.features import FEATURE_NAMES
 from edgepath.engines.primary_path import PrimaryPathBandit
@@ -194,7 +196,68 @@ def sign_artefact(path: Path | str, hmac_key: bytes, out: Path | str | None = No
     return verify_artefact(target, hmac_key)
 
 
-def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
+class _Skipped:
+    """What :class:`_ServingUnpickler` makes of a scikit-learn object: nothing (its arguments and state dropped)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Skipped:
+        return object.__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _ServingUnpickler(pickle.Unpickler):
+    """Unpickles a payload with every ``sklearn.*`` global as :class:`_Skipped`, importing no scikit-learn (which brings
+    SciPy and pandas: ~1.4 s and ~110 MB of a serving process). For the serving load (:func:`load_artefact`,
+    ``classifier=False``): the better-arm classifier is scikit-learn's and serving never reads it."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "sklearn" or module.startswith("sklearn."):
+            return _Skipped
+        return super().find_class(module, name)
+
+
+def _holds_skipped(obj: Any, seen: set[int] | None = None) -> bool:
+    """True when ``obj``'s object graph (dict values, list/tuple/set items, instance ``__dict__`` and ``__slots__``)
+    holds a :class:`_Skipped`: the bandit itself needs scikit-learn (the paper's SGD oracles)."""
+    seen = set() if seen is None else seen
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, (str, bytes, int, float, bool, type(None), np.ndarray, np.generic)):
+            continue
+        seen.add(id(item))
+        if isinstance(item, _Skipped):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            stack.extend(getattr(item, "__dict__", {}).values())
+            for cls in type(item).__mro__:
+                for slot in getattr(cls, "__slots__", ()):
+                    if isinstance(slot, str) and hasattr(item, slot):
+                        stack.append(getattr(item, slot))
+    return False
+
+
+def _serving_payload(blob: bytes) -> Any:
+    """``blob`` unpickled without scikit-learn (:class:`_ServingUnpickler`), None when the bandit needs it (its own
+    oracles are scikit-learn's) or the payload does not unpickle that way: then the caller loads it whole."""
+    try:
+        payload = _ServingUnpickler(io.BytesIO(blob)).load()
+    except Exception:  # an object whose reduction a skipped class cannot stand in for
+        return None
+    if not isinstance(payload, dict) or _holds_skipped(payload.get("bandit")):
+        return None
+    return payload
+
+
+def load_artefact(path: Path | str, hmac_key: bytes | None = None, *, classifier: bool = True) -> Artefact:
     """Verify, then load an artefact written by :func:`save_artefact`.
 
     Parameters
@@ -203,6 +266,10 @@ def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
         The artefact directory or its ``model.pkl``.
     hmac_key:
         When given, the artefact must carry a matching ``model.hmac``.
+    classifier:
+        False (serving): the better-arm classifier is left out (``Artefact.classifier`` None) and scikit-learn is
+        imported only when the bandit itself holds scikit-learn objects (the paper's SGD-oracle policies): a ridge
+        learner's artefact serves without it.
 
     Raises
     ------
@@ -213,7 +280,10 @@ def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
     directory, contents = _verified(path, hmac_key)  # each file read once: what was checked is what is loaded
     try:
         card = json.loads(contents[CARD_JSON])
-        payload = pickle.loads(contents[MODEL_FILE])  # the checked bytes (SHA256SUMS, and model.hmac with a key)
+        # the checked bytes (SHA256SUMS, and model.hmac with a key)
+        payload = None if classifier else _serving_payload(contents[MODEL_FILE])
+        if payload is None:
+            payload = pickle.loads(contents[MODEL_FILE])
     except Exception as exc:  # a checksummed file that still fails to load: incompatible libraries
         raise ArtefactError(f"model artefact {directory} could not be loaded: {exc}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -226,4 +296,6 @@ def load_artefact(path: Path | str, hmac_key: bytes | None = None) -> Artefact:
     bandit = payload["bandit"]
     if not isinstance(bandit, PrimaryPathBandit):
         raise ArtefactError(f"model artefact {directory}: payload holds no PrimaryPathBandit")
-    return Artefact(path=directory, bandit=bandit, classifier=payload.get("classifier"), card=card)
+    return Artefact(
+        path=directory, bandit=bandit, classifier=payload.get("classifier") if classifier else None, card=card
+    )
