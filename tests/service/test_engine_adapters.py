@@ -27,7 +27,7 @@ from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard
 from edgepath.settings import Settings
 from edgepath.state.memory import MemoryStore
 from edgepath.training.online import ModelRegistry
-from edgepath.types import OutcomeReport, Principal, RecommendRequest
+from edgepath.types import OutcomeReport, Principal, Recommendation, RecommendRequest
 from edgepath_agent.client import connect
 from pydantic import BaseModel
 
@@ -66,6 +66,20 @@ class ToyAdapter(EngineAdapter):
         self.throughputs_bps.append(outcome.report.throughput_bps)
 
 
+#: The engines registered before the toy (the registry's, whatever engines it holds): the tests below derive the
+#: sections they expect from it, so that a new engine breaks only the deliberate pin of the built-in list.
+BUILT_IN = registry.ENGINES
+
+
+def _sections(factories: Any) -> list[str]:
+    return [e.section for e in registry.build_engines(Settings(), factories)]
+
+
+def _untyped_sections() -> set[str]:
+    """The built-in sections no ``Recommendation`` member declares: served as extra members, as the toy's is."""
+    return set(_sections(BUILT_IN)) - set(Recommendation.model_fields)
+
+
 @pytest.fixture
 def registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES, ToyAdapter))  # the one registration line
@@ -79,7 +93,7 @@ def _plane(settings: Settings, **kwargs: Any) -> DecisionPlane:
 
 async def test_a_registered_toy_engine_is_served_and_learns_once_per_decision(registered: None) -> None:
     plane = _plane(Settings(), guard=OutcomeGuard(1.5, None, MemoryQuarantine(["phone-q"])))
-    assert [e.section for e in plane.engines] == ["scheduler", "congestion", "server_selection", "steering", "toy"]
+    assert [e.section for e in plane.engines] == [*_sections(BUILT_IN), "toy"]  # after every built-in engine
     me = Principal(device_id="phone-1")
     rec = await plane.recommend(me, RecommendRequest.model_validate(CONTEXT))
     assert rec.model_extra is not None
@@ -200,7 +214,7 @@ async def test_a_section_asked_for_alone_gets_the_sections_it_reads_computed_but
     assert rec.model_extra is not None and set(rec.model_extra) == {"reader"} and toy.single == ["phone-1"]
     recs = await plane.recommend_batch([(me, asking), (me, RecommendRequest.model_validate(CONTEXT))])
     assert toy.batches == [["phone-1", "phone-1"]]
-    assert [set(r.model_extra or {}) for r in recs] == [{"reader"}, {"toy", "reader"}]
+    assert [set(r.model_extra or {}) for r in recs] == [{"reader"}, {"toy", "reader"} | _untyped_sections()]
     # the built-in case: steering reads MLPM's weights, computed by MLPM's adapter (and its cache), not shown
     steering = await plane.recommend(me, RecommendRequest.model_validate({**CONTEXT, "sections": ["steering"]}))
     assert steering.steering is not None and steering.scheduler is None
