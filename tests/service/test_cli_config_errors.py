@@ -135,6 +135,32 @@ def test_a_model_from_the_environment_is_named_by_its_variable(tmp_path: Path) -
     assert line.startswith("Error: Invalid value for --model: "), line
 
 
+#: (how the unknown policy is given, the source the error line names): the variables (nested and flat), the option,
+#: and the settings file's key (nested and flat); ``{path}`` is the settings file.
+POLICY_SOURCES = {
+    "nested variable": ({"EDGEPATH_BANDIT__POLICY": "nope"}, (), None, "EDGEPATH_BANDIT__POLICY"),
+    "flat variable": ({"EDGEPATH_POLICY": "nope"}, (), None, "EDGEPATH_POLICY"),
+    "option": ({}, ("--policy", "nope"), None, "--policy"),
+    "settings file": ({}, (), '[bandit]\npolicy = "nope"\n', "bandit.policy in {path}"),
+    "flat settings key": ({}, (), 'policy = "nope"\n', "policy in {path}"),
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "train"])
+@pytest.mark.parametrize("given", list(POLICY_SOURCES))
+def test_an_unknown_policy_names_where_it_was_given(tmp_path: Path, command: str, given: str) -> None:
+    env, args, text, source = POLICY_SOURCES[given]
+    path = tmp_path / "settings.toml"
+    if text is not None:
+        path.write_text(text)
+        args = (*args, "--config", str(path))
+    base = {"EDGEPATH_STORE_URL": NO_REDIS} if command == "train" else {"EDGEPATH_HTTP_PORT": "0"}
+    line = error_line(edgepath_cli(command, *args, env_extra=base | env))
+    says = f"Error: Invalid value: {source.format(path=path)} (bandit.policy): unknown policy 'nope'; choose one of "
+    assert line.startswith(says), line
+    assert "ridge_squarecb" in line, line
+
+
 def unreadable_prefix(path: Path) -> tuple[str, ...]:
     """Make ``path`` unreadable by the command run under the returned argv prefix: mode 0600 and owned by another
     uid (as `edgepath tokens add` on the host leaves a file the container's uid 10001 cannot read); as root, the

@@ -14,7 +14,7 @@ import typer
 
 from edgepath.engines.primary_path import DEFAULT_POLICY, POLICIES
 from edgepath.logs import configure_logging
-from edgepath.settings import ConfigError, load_settings, port_conflict
+from edgepath.settings import ConfigError, load_settings, port_conflict, setting_origin
 
 #: Rich help and error boxes only on a terminal. Written to a pipe or a file (CI, systemd, scripts), a usage
 #: error is one plain line ``Error: …`` on stderr, whatever the terminal width, and the exit code is 2
@@ -116,6 +116,23 @@ def setting_source(name: str, given: object, config: Optional[Path]) -> str:
     if any(k.upper() == var for k in os.environ) or config is None:
         return var
     return f"{name} in {config}"
+
+
+def known_policy_setting(policy: str, config: Optional[Path], given: Optional[str]) -> None:
+    """Refuse an unknown ``policy`` setting (``serve``, ``train``) naming where it came from as invalid settings are
+    named (:func:`edgepath.settings.describe_errors`): ``EDGEPATH_BANDIT__POLICY (bandit.policy): unknown policy
+    'nope'; …``, or ``--policy``, ``EDGEPATH_POLICY``, ``bandit.policy in FILE``. ``given`` is the ``--policy`` value.
+
+    Raises
+    ------
+    typer.BadParameter
+        Naming the source, the unknown policy and the choices (exit status 2).
+    """
+    try:
+        known_policy(policy, param_hint=None)
+    except typer.BadParameter as exc:
+        where = setting_origin(("bandit", "policy"), config, options=SERVE_OPTIONS, policy=given)
+        raise typer.BadParameter(f"{where} (bandit.policy): {exc.message}") from None
 
 
 def warn_unknown_env() -> None:
@@ -225,7 +242,7 @@ def serve(
             apprentice_margin=promote_margin,
             options=SERVE_OPTIONS,
         )
-        known_policy(settings.policy, param_hint=None)  # --policy, EDGEPATH_POLICY or the settings file
+        known_policy_setting(settings.policy, config, policy)  # --policy, EDGEPATH_BANDIT__POLICY or the file
         if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving
             from edgepath.main import build_model
             from edgepath.training.artefact import ArtefactError
@@ -389,7 +406,7 @@ def train(
         raise typer.BadParameter(str(exc)) from exc
     if not settings.store_is_shared:
         raise typer.BadParameter("train needs a shared store: --store redis://HOST:PORT/DB")
-    known_policy(settings.policy, param_hint=None)
+    known_policy_setting(settings.policy, config, policy)
     configure_logging(settings.log_level, settings.log_format)
     warn_unknown_env()
     from edgepath.main import PortUnavailable, run_trainer

@@ -919,6 +919,22 @@ def load_settings(
         raise ConfigError(describe_errors(exc, source)) from exc
 
 
+def setting_origin(
+    loc: tuple[str, ...],
+    config_file: Path | None = None,
+    *,
+    options: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> str:
+    """Where :func:`load_settings` called with these arguments took the setting at ``loc`` (``("bandit", "policy")``)
+    from, named as :func:`describe_errors` names it: its option, its environment variable as set (nested or flat
+    name), its key in the settings file; else (the default) its environment variable. For a value the settings
+    accept but the command refuses later (an unknown policy: settings import no engine)."""
+    file_values = read_settings_file(config_file) if config_file is not None else {}
+    cli = {k: v for k, v in overrides.items() if v is not None}
+    return _source_namer(config_file, file_values, cli, options or {})(loc) or env_var(loc)
+
+
 def _source_namer(
     config_file: Path | None, file_values: Mapping[str, Any], cli: Mapping[str, Any], options: Mapping[str, str]
 ) -> Callable[[tuple[str, ...]], str | None]:
