@@ -16,19 +16,38 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import strategies as st
 
 
-def require_compiled(installed: bool, what: str) -> None:
-    """Call at a test module's top: nothing where ``installed``; else the module fails where cargo is on this
-    machine (``make setup`` builds the package, so its absence is a broken setup) and is skipped, saying why,
-    where there is no Rust toolchain to build it. ``what``: the compiled part, for the message."""
-    if installed:
-        return
-    if shutil.which("cargo") is not None:
-        pytest.fail(
-            f"{what} is not installed (or does not match this checkout) though cargo is: `make setup` builds it "
-            "from service/native",
-            pytrace=False,
-        )
-    pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+def require_compiled(installed: bool, what: str) -> Any:
+    """Call at a test module's top, binding what it returns to a module name (``compiled_part =
+    require_compiled(...)``: an autouse fixture, which pytest finds there). Nothing where ``installed``; else every
+    test of the module fails where cargo is on this machine (``make setup`` builds the package, so its absence, or a
+    build from another proto, is a broken setup), and the module is skipped, saying why, where there is no Rust
+    toolchain to build it. Each test fails, not the module's import: a failure at import is a collection error,
+    which interrupts the whole run. ``what``: the compiled part, for the message."""
+    if not installed and shutil.which("cargo") is None:
+        pytest.skip("edgepath_native is not built: no Rust toolchain (cargo) on this machine", allow_module_level=True)
+    missing = (
+        None
+        if installed
+        else f"{what} is not installed (or does not match this checkout) though cargo is: `make setup` builds it "
+        "from service/native"
+    )
+
+    @pytest.fixture(autouse=True)
+    def compiled_part() -> None:
+        if missing is not None:
+            pytest.fail(missing, pytrace=False)
+
+    return compiled_part
+
+
+def compiled_package() -> Any:
+    """The ``edgepath_native`` module, or None where it is not importable (its tests then fail or are skipped by
+    :func:`require_compiled`)."""
+    try:
+        import edgepath_native
+    except ImportError:
+        return None
+    return edgepath_native
 
 
 def messages(

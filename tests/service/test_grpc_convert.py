@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 from edgepath.adapters.mlpm import scheduler_advice
+from edgepath.grpc import convert
 from edgepath.grpc.convert import scheduler_to_proto, steering_to_proto
 from edgepath.settings import Settings
 from edgepath.types import RecommendRequest, SteeringAdvice
 from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf import json_format
+from service_harness import running_service
 
 
 def _proto_spelling(value: Any) -> Any:
@@ -95,3 +99,25 @@ def test_steering_section_matches_its_rest_json() -> None:
     rest = _proto_spelling(advice.model_dump(mode="json", exclude_none=True))
     assert steering_to_proto(advice) == json_format.ParseDict(rest, pb.SteeringAdvice())
     assert steering_to_proto(None) is None
+
+
+def test_a_compiled_package_of_another_proto_is_a_warning_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed edgepath_native built from another proto (proto edited, wire code regenerated, no rebuild) turns
+    the compiled gRPC parts off; the service says so at start at WARNING, naming ``make setup``, not only as the
+    start-up line's "no"."""
+    assert convert.stale_compiled_wire(installed=True, same_schema=True) is None
+    assert convert.stale_compiled_wire(installed=False, same_schema=False) is None  # not installed: the line says so
+    note = convert.stale_compiled_wire(installed=True, same_schema=False)
+    assert note is not None and "request decoding and reply encoding are off" in note and "`make setup`" in note
+    monkeypatch.setattr(convert, "_native_schema", lambda: b"")  # installed, of another schema
+    monkeypatch.setattr(convert, "NATIVE_DECODING", False)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("edgepath").addHandler(handler)
+    try:
+        with running_service():
+            pass
+    finally:
+        logging.getLogger("edgepath").removeHandler(handler)
+    assert [r.getMessage() for r in records if "make setup" in r.getMessage()] == [note]

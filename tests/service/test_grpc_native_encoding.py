@@ -25,12 +25,12 @@ from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from native_twin import messages, require_compiled
+from native_twin import compiled_package, messages, require_compiled
 from service_harness import reply_requests
 
-require_compiled(convert.NATIVE_ENCODING, "the compiled reply encoding")
+compiled_part = require_compiled(convert.NATIVE_ENCODING, "the compiled reply encoding")
 
-import edgepath_native  # noqa: E402  (installed: checked above)
+edgepath_native = compiled_package()  # None where not installed: each test fails, above
 
 BATCH = pb.RecommendBatchResponse.DESCRIPTOR.full_name
 #: A wire enum's values as the service's members, by the enum's full name (the encoder's tables, reversed).

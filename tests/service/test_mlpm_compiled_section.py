@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from native_twin import require_compiled
 from pydantic import ConfigDict, Field, field_validator
 
-require_compiled(mlpm.NATIVE_AVAILABLE, "the compiled MLPM")
+compiled_part = require_compiled(mlpm.NATIVE_AVAILABLE, "the compiled MLPM")
 
 COMPILED, PYTHON = Settings(native_engines=True), Settings(native_engines=False)
 _NAMES = ["wlan0", "wwan0", "eth0", "wlan1"]

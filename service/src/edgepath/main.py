@@ -41,7 +41,7 @@ import uvicorn
 from edgepath.adapters.registry import compiled_engines
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
-from edgepath.grpc.convert import COMPILED_WIRE
+from edgepath.grpc.convert import COMPILED_WIRE, stale_compiled_wire
 from edgepath.grpc.server import create_server, set_service_serving, set_serving
 from edgepath.logs import configure_logging
 from edgepath.metrics import Metrics
@@ -682,8 +682,9 @@ class Service:
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
         log.info("EdgePath serving: %s", self.describe())
-        if (note := rest_without_credential(self.settings)) is not None:
-            log.warning("%s", note)
+        for note in (rest_without_credential(self.settings), stale_compiled_wire()):
+            if note is not None:
+                log.warning("%s", note)
         self._started.set()
         try:
             await self._stop.wait()

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from native_twin import require_compiled
 
-require_compiled(features.NATIVE_AVAILABLE, "the compiled context encoder")
+compiled_part = require_compiled(features.NATIVE_AVAILABLE, "the compiled context encoder")
 
 
 def _measurement(field: str) -> st.SearchStrategy[Any]:

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from native_twin import require_compiled
 
-require_compiled(mlpm.NATIVE_AVAILABLE, "the compiled MLPM")
+compiled_part = require_compiled(mlpm.NATIVE_AVAILABLE, "the compiled MLPM")
 
 BIT_FOR_BIT = sys.version_info < (3, 12)
 

@@ -16,7 +16,7 @@ from edgepath.engines import linear_bandit
 from edgepath.engines.linear_bandit import LinearBandit, LinearBanditConfig
 from native_twin import require_compiled
 
-require_compiled(linear_bandit.NATIVE_AVAILABLE, "the compiled ridge decision")
+compiled_part = require_compiled(linear_bandit.NATIVE_AVAILABLE, "the compiled ridge decision")
 
 D = 6
 

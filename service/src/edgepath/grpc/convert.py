@@ -394,6 +394,24 @@ NATIVE_ENCODING: bool = _native_encode is not None and NATIVE_DECODING
 #: ``REQUIRE_NATIVE`` verify requires them.
 COMPILED_WIRE: dict[str, bool] = {"request decoding": NATIVE_DECODING, "reply encoding": NATIVE_ENCODING}
 
+
+def stale_compiled_wire(installed: bool | None = None, same_schema: bool | None = None) -> str | None:
+    """The start-up warning of an ``edgepath_native`` that is installed but was built from another
+    proto/edgepath/v1/edgepath.proto than the wire code of this checkout (the proto edited and proto/generate.py run
+    without a rebuild): its compiled gRPC parts are off (:data:`COMPILED_WIRE`), which the start-up line alone says
+    only as "no". None where it is not installed or matches. ``installed``, ``same_schema``: this process's, unless
+    given."""
+    installed = _native_schema is not None if installed is None else installed
+    same_schema = NATIVE_DECODING if same_schema is None else same_schema
+    if not installed or same_schema:
+        return None
+    return (
+        "edgepath_native is installed but was built from another proto/edgepath/v1/edgepath.proto than this "
+        f"checkout's wire code: compiled gRPC {' and '.join(COMPILED_WIRE)} are off (the Python converters serve "
+        "every call, slower); `make setup` rebuilds it"
+    )
+
+
 #: The wire enums' tables the compiled encoding writes enum members through, by the proto enum's full name.
 _ENUM_NUMBERS: dict[str, dict[Any, int]] = {
     pb.AccessType.DESCRIPTOR.full_name: ACCESS_TO_PROTO,
