@@ -85,3 +85,58 @@ def messages(
         return msg
 
     return st.fixed_dictionaries(fields).map(build)
+
+
+#: A set value of each scalar type, for :func:`every_field_set` (an enum: its first value after the zero one).
+_SET_VALUES: dict[int, Any] = {
+    FieldDescriptor.TYPE_DOUBLE: 1.0,
+    FieldDescriptor.TYPE_INT32: 1,
+    FieldDescriptor.TYPE_INT64: 1,
+    FieldDescriptor.TYPE_BOOL: True,
+    FieldDescriptor.TYPE_STRING: "wlan0",
+    FieldDescriptor.TYPE_ENUM: 1,
+}
+
+
+def every_field_set(module: ModuleType, descriptor: Descriptor, values: Mapping[str, Any] | None = None) -> Any:
+    """A message of ``descriptor`` with every field set, drawn from the proto's own descriptors (a field added to
+    the proto is set without a test changing): each scalar to :data:`_SET_VALUES`' value of its type, or to
+    ``values["Message.field"]`` where given; each repeated field to one item; each message field to a message with
+    every field set (repeated: one)."""
+    values = values or {}
+    msg = getattr(module, descriptor.name)()
+    for f in descriptor.fields:
+        if f.type == FieldDescriptor.TYPE_MESSAGE:
+            sub = every_field_set(module, f.message_type, values)
+            (getattr(msg, f.name).append if f.is_repeated else getattr(msg, f.name).CopyFrom)(sub)
+            continue
+        value = values.get(f"{descriptor.name}.{f.name}", _SET_VALUES[f.type])
+        if f.is_repeated:
+            getattr(msg, f.name).append(value)
+        else:
+            setattr(msg, f.name, value)
+    return msg
+
+
+def decoded_fields(decoded: Any, descriptor: Descriptor, path: str = "") -> dict[str, Any]:
+    """Every field of ``descriptor`` (nested messages' too, a repeated one's first item) as the decoded plain values
+    ``decoded`` hold it, by its path (``interfaces[0].cqi``); None where they lack it. A model instance (what the
+    compiled decoding builds where it can) counts with the fields it was given, as its plain values would."""
+    out: dict[str, Any] = {}
+    for f in descriptor.fields:
+        if isinstance(decoded, dict):
+            value = decoded.get(f.name)
+        else:  # a model instance
+            value = getattr(decoded, f.name) if f.name in decoded.model_fields_set else None
+        where = f"{path}{f.name}"
+        if f.type == FieldDescriptor.TYPE_MESSAGE and value is not None:
+            if f.is_repeated:
+                out[where] = len(value)
+                if value:
+                    out.update(decoded_fields(value[0], f.message_type, f"{where}[0]."))
+            else:
+                out[where] = True
+                out.update(decoded_fields(value, f.message_type, f"{where}."))
+        else:
+            out[where] = value
+    return out

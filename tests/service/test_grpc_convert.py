@@ -1,5 +1,7 @@
 """The gRPC encoder's sections say what the REST body says: each checked against protobuf's own JSON mapping
-(``json_format.ParseDict`` of the section's REST JSON, access types spelled as proto enum names)."""
+(``json_format.ParseDict`` of the section's REST JSON, access types spelled as proto enum names). And every field of
+a request the proto defines is the model's and reaches the Python reader (the compiled decoding's check:
+``test_grpc_native_decoding.py``), named by the failure where a field added to the proto is not."""
 
 from __future__ import annotations
 
@@ -7,13 +9,17 @@ import logging
 from typing import Any
 
 import pytest
+from edgepath import types
 from edgepath.adapters.mlpm import scheduler_advice
 from edgepath.grpc import convert
 from edgepath.grpc.convert import scheduler_to_proto, steering_to_proto
 from edgepath.settings import Settings
-from edgepath.types import RecommendRequest, SteeringAdvice
+from edgepath.types import InterfaceContext, RecommendRequest, SteeringAdvice
 from edgepath.wire import edgepath_pb2 as pb
 from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from native_twin import decoded_fields, every_field_set
+from pydantic import BaseModel
 from service_harness import running_service
 
 
@@ -99,6 +105,71 @@ def test_steering_section_matches_its_rest_json() -> None:
     rest = _proto_spelling(advice.model_dump(mode="json", exclude_none=True))
     assert steering_to_proto(advice) == json_format.ParseDict(rest, pb.SteeringAdvice())
     assert steering_to_proto(None) is None
+
+
+# --- every field of a request reaches the readers (a field added to the proto fails here, named) -----------------
+
+
+def _request_messages(descriptor: Descriptor = pb.RecommendRequest.DESCRIPTOR) -> list[Descriptor]:
+    """``RecommendRequest`` and every message it reaches, each once, in the order reached."""
+    found = [descriptor]
+    for f in descriptor.fields:
+        if f.type == FieldDescriptor.TYPE_MESSAGE and f.message_type not in found:
+            found += [m for m in _request_messages(f.message_type) if m not in found]
+    return found
+
+
+def _at_model_bounds() -> dict[str, Any]:
+    """Each interface measurement at its model's lower bound (so the compiled decoding builds the model itself)."""
+    properties = InterfaceContext.model_json_schema()["properties"]
+    values: dict[str, Any] = {}
+    for f in pb.InterfaceContext.DESCRIPTOR.fields:
+        number = next((a for a in properties.get(f.name, {}).get("anyOf", []) if "minimum" in a), None)
+        if number is not None:
+            kind = int if f.type == FieldDescriptor.TYPE_INT32 else float
+            values[f"InterfaceContext.{f.name}"] = kind(number["minimum"])
+    return values
+
+
+#: A request with every field of every message it reaches set (:func:`native_twin.every_field_set`).
+FULL_REQUEST: pb.RecommendRequest = every_field_set(pb, pb.RecommendRequest.DESCRIPTOR, _at_model_bounds())
+#: Every field of it by path (``interfaces[0].cqi``), as protobuf's own JSON mapping reads them: all set.
+REQUEST_FIELDS = decoded_fields(
+    json_format.MessageToDict(FULL_REQUEST, preserving_proto_field_name=True), pb.RecommendRequest.DESCRIPTOR
+)
+
+
+def test_a_request_with_every_field_set_has_them_all() -> None:
+    assert len(REQUEST_FIELDS) > 40 and all(v is not None for v in REQUEST_FIELDS.values()), REQUEST_FIELDS
+
+
+@pytest.mark.parametrize("path", list(REQUEST_FIELDS))
+def test_every_field_of_a_request_reaches_the_python_reader(path: str) -> None:
+    """The reader names each field it copies by hand (``grpc/convert.py``): a field it misses is named here."""
+    read = decoded_fields(convert.recommend_request_fields(FULL_REQUEST), pb.RecommendRequest.DESCRIPTOR)
+    assert read[path] is not None, f"{path} is set on the wire but grpc/convert.py's reader drops it"
+
+
+@pytest.mark.parametrize(
+    ("message", "field"), [(m.name, f.name) for m in _request_messages() for f in m.fields], ids=lambda v: str(v)
+)
+def test_every_field_of_a_request_message_is_a_field_of_its_model(message: str, field: str) -> None:
+    model = getattr(types, message, None)
+    assert model is not None, f"edgepath.types has no model {message} for the proto message"
+    fields = model.model_fields if issubclass(model, BaseModel) else model.__annotations__  # a TypedDict
+    assert field in fields, f"the proto's {message}.{field} is no field of edgepath.types.{message}"
+
+
+@pytest.mark.parametrize("field", [f.name for f in pb.InterfaceContext.DESCRIPTOR.fields if f.has_presence])
+def test_every_optional_interface_field_is_read_by_the_python_reader(field: str) -> None:
+    """``_OPTIONAL_INTERFACE_FIELDS`` lists them by hand, in the proto's order (the model's and the compiled
+    decoding's, :func:`convert.interface_model_checks`)."""
+    assert field in convert._OPTIONAL_INTERFACE_FIELDS, f"InterfaceContext.{field} is not in _OPTIONAL_INTERFACE_FIELDS"
+
+
+def test_the_python_readers_interface_fields_are_in_the_protos_order() -> None:
+    proto_order = [f.name for f in pb.InterfaceContext.DESCRIPTOR.fields if f.has_presence]
+    assert [f for f in convert._OPTIONAL_INTERFACE_FIELDS if f in proto_order] == proto_order
 
 
 def test_a_compiled_package_of_another_proto_is_a_warning_at_start(monkeypatch: pytest.MonkeyPatch) -> None:

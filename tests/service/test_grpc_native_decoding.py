@@ -23,8 +23,9 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from native_twin import compiled_package, messages, require_compiled
+from native_twin import compiled_package, decoded_fields, messages, require_compiled
 from pydantic import Field, ValidationError, field_validator
+from test_grpc_convert import FULL_REQUEST, REQUEST_FIELDS
 
 compiled_part = require_compiled(convert.NATIVE_DECODING, "the compiled request decoding")
 
@@ -80,6 +81,29 @@ def test_the_validated_request_or_its_error_is_the_same(msg: pb.RecommendRequest
     assert _validated(lambda: convert.recommend_batch_request(batch, native=True)) == _validated(
         lambda: convert.recommend_batch_request(batch, native=False)
     )
+
+
+@pytest.mark.parametrize("path", list(REQUEST_FIELDS))
+def test_every_field_of_a_request_reaches_the_compiled_decoding(path: str) -> None:
+    """A request with every field of the proto set (its messages' too) decodes with the compiled decoding to each
+    value the Python reader reads, alone and in a batch: both name the fields they copy by hand (request.rs,
+    grpc/convert.py), so a field added to the proto that the compiled one misses is named here."""
+    python = decoded_fields(
+        convert.recommend_request_values(FULL_REQUEST, native=False), pb.RecommendRequest.DESCRIPTOR
+    )
+    native = decoded_fields(convert.recommend_request_values(FULL_REQUEST, native=True), pb.RecommendRequest.DESCRIPTOR)
+    batch = pb.RecommendBatchRequest(requests=[FULL_REQUEST]).SerializeToString()
+    (item,) = edgepath_native.recommend_batch_fields(batch, *convert._DECODING_ARGS)
+    in_batch = decoded_fields(item, pb.RecommendRequest.DESCRIPTOR)
+    assert native[path] is not None, f"{path} is set on the wire but the compiled decoding (request.rs) drops it"
+    assert repr(native[path]) == repr(python[path]) == repr(in_batch[path])
+
+
+def test_a_request_with_every_field_set_decodes_its_interfaces_as_the_model() -> None:
+    """The interfaces of :data:`FULL_REQUEST` (each measurement within the model's bounds) come as the model the
+    compiled decoding builds (``InterfaceModel``), so the check above covers that path too."""
+    values = convert.recommend_request_values(FULL_REQUEST, native=True)
+    assert type(values["interfaces"][0]) is InterfaceContext
 
 
 def test_an_agents_request_decodes_to_the_values_it_carries() -> None:
@@ -296,6 +320,7 @@ def test_an_agents_history_comes_decoded_as_a_frozen_model_with_the_fields_it_ca
 
 
 def test_the_compiled_interface_checks_are_read_from_the_model() -> None:
+    assert convert.interface_model_refusal() is None  # else: why the model is not built (a field, a check)
     assert convert.interface_model_checks() == {"name_max": MAX_NAME_LEN, "bounds": list(MEASUREMENT_BOUNDS.values())}
     # built where the compiled decoding is (a check or field the compiled one lacks would turn it off unnoticed)
     assert convert.INTERFACE_MODEL is not None and convert.HISTORY_MODEL is not None
@@ -316,9 +341,19 @@ def test_the_compiled_interface_checks_are_read_from_the_model() -> None:
     assert convert.interface_model_checks(Checked) is None
     assert convert.interface_model_checks(Named) is None
     assert convert.interface_model_checks(Unbounded) is None
+    assert "validator" in (convert.interface_model_refusal(Checked) or "")
+    assert "IFNAME_PATTERN" in (convert.interface_model_refusal(Named) or "")
+    assert "loss: not a float bounded" in (convert.interface_model_refusal(Unbounded) or "")
+
+    class Extended(InterfaceContext):  # a measurement the compiled decoding does not read
+        jitter_ms: float | None = Field(default=None, ge=0.0, le=1e4)
+
+    assert convert.interface_model_checks(Extended) is None
+    assert "jitter_ms" in (convert.interface_model_refusal(Extended) or "")
 
 
 def test_the_compiled_history_checks_are_read_from_the_model() -> None:
+    assert convert.history_model_refusal() is None  # else: why the model is not built
     assert convert.history_model_checks() == {
         "name_max": MAX_NAME_LEN,
         "max_len": MAX_HISTORY_SAMPLES,
@@ -342,3 +377,6 @@ def test_the_compiled_history_checks_are_read_from_the_model() -> None:
     assert convert.history_model_checks(Checked) is None
     assert convert.history_model_checks(Named) is None
     assert convert.history_model_checks(Wider) is None
+    assert "validator" in (convert.history_model_refusal(Checked) or "")
+    assert "interface name" in (convert.history_model_refusal(Named) or "")
+    assert "rtt_ms" in (convert.history_model_refusal(Wider) or "")

@@ -233,26 +233,40 @@ def history_model_checks(model: type[SubflowHistory] = SubflowHistory) -> dict[s
     (``edgepath_native.HistoryModel``), read from the model's own core schema, so the checks have one source: the
     interface name's length bounds, each column's bound and most samples. None where the model holds anything that
     check would not be (a pattern on the name, a validator besides ``_one_form_per_quantity``, private attributes,
-    extras allowed, a column of another form): then every history is validated by pydantic."""
+    extras allowed, a column of another form): then every history is validated by pydantic
+    (:func:`history_model_refusal` says which)."""
+    checks = _history_checks(model)
+    return checks if isinstance(checks, dict) else None
+
+
+def history_model_refusal(model: type[SubflowHistory] = SubflowHistory) -> str | None:
+    """Why :func:`history_model_checks` is None for ``model`` (None: it is not)."""
+    checks = _history_checks(model)
+    return checks if isinstance(checks, str) else None
+
+
+def _history_checks(model: type[SubflowHistory]) -> dict[str, Any] | str:
+    """:func:`history_model_checks`' checks, or why there are none."""
     if not _constructible(model, {"_one_form_per_quantity"}):
-        return None
+        return "the model has a validator, private attributes, extras or non-finite values the check would not make"
     fields = fields_schema(model.__pydantic_core_schema__)
     if fields is None or tuple(fields["fields"]) != _HISTORY_FIELDS:  # the fields the compiled decoding fills
-        return None
+        got = None if fields is None else tuple(fields["fields"])
+        return f"the model's fields {got} are not those the compiled decoding fills, {_HISTORY_FIELDS}"
     name = fields["fields"]["interface"]["schema"]
     if name.get("type") != "str" or set(name) - {"type", "min_length", "max_length", "metadata"}:
-        return None
+        return f"the interface name's schema {name} is not a string bounded in length alone"
     if name.get("min_length") != 1 or "max_length" not in name:
-        return None
+        return f"the interface name's schema {name} is not 1 to most characters"
     columns = {
         c: _column_schema(fields["fields"][c]) for c in ("rtt_t_ms", "rtt_ms", "throughput_t_ms", "throughput_bps")
     }
-    if any(c is None for c in columns.values()):
-        return None
+    if odd := [c for c, v in columns.items() if v is None]:
+        return f"the column(s) {odd} are not lists of floats bounded by ge/le with a most length"
     max_len = {c[0] for c in columns.values() if c is not None}
     t_bounds = {c[1:] for k, c in columns.items() if c is not None and k.endswith("_t_ms")}
     if len(max_len) != 1 or len(t_bounds) != 1:
-        return None
+        return f"the columns' most lengths {max_len} or time bounds {t_bounds} differ"
     return {
         "name_max": name["max_length"],
         "max_len": max_len.pop(),
@@ -274,30 +288,44 @@ def interface_model_checks(model: type[InterfaceContext] = InterfaceContext) -> 
     pattern must be ``IFNAME_PATTERN``, which the compiled check implements), and each measurement's bounds, in the
     proto's order (:data:`_OPTIONAL_INTERFACE_FIELDS`). None where the model holds anything that check would not be
     (a validator, another pattern, a measurement of another form or order, extras allowed): then every interface is
-    validated by pydantic."""
+    validated by pydantic (:func:`interface_model_refusal` says which)."""
+    checks = _interface_checks(model)
+    return checks if isinstance(checks, dict) else None
+
+
+def interface_model_refusal(model: type[InterfaceContext] = InterfaceContext) -> str | None:
+    """Why :func:`interface_model_checks` is None for ``model`` (None: it is not)."""
+    checks = _interface_checks(model)
+    return checks if isinstance(checks, str) else None
+
+
+def _interface_checks(model: type[InterfaceContext]) -> dict[str, Any] | str:
+    """:func:`interface_model_checks`' checks, or why there are none."""
     if not _constructible(model, set()):
-        return None
+        return "the model has a validator, private attributes, extras or non-finite values the check would not make"
     fields = fields_schema(model.__pydantic_core_schema__)
-    if fields is None or list(fields["fields"]) != ["name", "access_type", *_OPTIONAL_INTERFACE_FIELDS]:
-        return None
+    want = ["name", "access_type", *_OPTIONAL_INTERFACE_FIELDS]
+    if fields is None or list(fields["fields"]) != want:
+        got = None if fields is None else list(fields["fields"])
+        return f"the model's fields {got} are not the name, the access type and _OPTIONAL_INTERFACE_FIELDS: {want}"
     name = fields["fields"]["name"]["schema"]
     if name != {"type": "str", "min_length": 1, "max_length": name.get("max_length"), "pattern": IFNAME_PATTERN}:
-        return None
+        return f"the name's schema {name} is not 1 to most characters matching IFNAME_PATTERN"
     access = fields["fields"]["access_type"]["schema"]
     if access.get("type") != "enum" or access.get("cls") is not AccessType or access.get("missing") is not None:
-        return None
+        return "the access type's schema is not the AccessType enum alone"
     bounds = []
     for measurement in _OPTIONAL_INTERFACE_FIELDS:
         field = fields["fields"][measurement]["schema"]
         inner = field.get("schema", {}).get("schema", {})
         kind = "int" if measurement == "cqi" else "float"
         if field.get("type") != "default" or field.get("default") is not None:
-            return None
+            return f"{measurement}: not optional with the default None"
         if field["schema"].get("type") != "nullable":
-            return None
+            return f"{measurement}: not nullable"
         inner = _json_number(inner)
         if set(inner) - {"metadata"} != {"type", "ge", "le"} or inner["type"] != kind:
-            return None
+            return f"{measurement}: not a {kind} bounded by ge and le alone ({inner})"
         bounds.append((float(inner["ge"]), float(inner["le"])))
     return {"name_max": name["max_length"], "bounds": bounds}
 
