@@ -3,7 +3,8 @@
 The toy engine below is what adding an engine costs: its own code (section type, adapter; here
 in this file) plus one registration line (``registry.ENGINES``). It is served by the plane and
 by the REST transport; gRPC carries only the sections the proto names, so the toy's section is
-absent there (a real engine adds its message to the proto and ``grpc/convert.py``).
+absent there, a gRPC request naming it is refused, and the service says so when it starts (a real engine adds its
+message to the proto and ``grpc/convert.py``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from edgepath.adapters import registry
@@ -21,6 +23,7 @@ from edgepath.adapters.ssmp import SsmpAdapter
 from edgepath.adapters.steering import SteeringAdapter
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit
 from edgepath.errors import InvalidInput
+from edgepath.grpc.server import REPLY_FIELDS, rest_only_notes, rest_only_sections
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
 from edgepath.security.plausibility import MemoryQuarantine, OutcomeGuard
@@ -28,6 +31,8 @@ from edgepath.settings import Settings
 from edgepath.state.memory import MemoryStore
 from edgepath.training.online import ModelRegistry
 from edgepath.types import OutcomeReport, Principal, Recommendation, RecommendRequest
+from edgepath.wire import edgepath_pb2 as pb
+from edgepath.wire import edgepath_pb2_grpc as pb_grpc
 from edgepath_agent.client import connect
 from pydantic import BaseModel
 
@@ -243,6 +248,58 @@ def test_a_registered_toy_engine_is_served_over_rest_but_not_grpc(toy_service: A
         grpc_client.close()
     assert "toy" not in over_grpc  # the limit: the proto names no toy section
     assert over_grpc["scheduler"]["weights"] and over_grpc["congestion"]["profile"]
+
+
+def test_the_sections_grpc_cannot_carry_are_the_adapters_the_proto_does_not_name(registered: None) -> None:
+    assert {"primary_path", "scheduler", "congestion", "server_selection", "steering"} <= REPLY_FIELDS
+    plane = _plane(Settings())
+    assert rest_only_sections(plane.section_names) == {"toy"}
+    (note,) = rest_only_notes(plane)
+    assert "'toy'" in note and "REST only" in note and "naming no sections" in note
+    assert rest_only_notes(_plane(Settings(), engines=registry.build_engines(Settings(), registry.ENGINES[:-1]))) == []
+
+
+def _grpc_request(sections: list[str]) -> pb.RecommendRequest:
+    return pb.RecommendRequest(
+        device_id="phone-1",
+        interfaces=[pb.InterfaceContext(name="wlan0", access_type=pb.ACCESS_TYPE_WIFI, wifi_rssi_dbm=-61.0)],
+        sections=sections,
+    )
+
+
+def test_grpc_refuses_a_section_its_reply_cannot_carry_and_says_so_at_start(
+    toy_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Recommend, RecommendBatch and RecommendStream refuse a request naming the toy's section with INVALID_ARGUMENT
+    naming ``sections[j]`` (as an unknown section), where the reply would silently lack it; the start-up warning
+    names it; requests naming carried sections (or none) are answered."""
+    warnings = [r.getMessage() for r in caplog.get_records("setup") if r.levelname == "WARNING"]
+    assert any("'toy'" in w and "REST only" in w for w in warnings), warnings
+    with grpc.insecure_channel(f"127.0.0.1:{toy_service.grpc_port}") as channel:
+        stub = pb_grpc.PathServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Recommend(_grpc_request(["primary_path", "toy"]), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("sections[1]: ") and "REST only" in err.value.details()
+        batch = pb.RecommendBatchRequest(requests=[_grpc_request([]), _grpc_request(["toy"])])
+        with pytest.raises(grpc.RpcError) as err:
+            stub.RecommendBatch(batch, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("requests[1].sections[0]: ")
+        replies = stub.RecommendStream(iter([_grpc_request(["congestion"]), _grpc_request(["toy"])]), timeout=10)
+        assert next(replies).HasField("congestion")
+        with pytest.raises(grpc.RpcError) as err:
+            next(replies)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("sections[0]: ")
+        assert dict(err.value.trailing_metadata())["message-index"] == "1"
+        with pytest.raises(grpc.RpcError) as err:  # a name nobody serves: the plane's refusal, as before
+            stub.Recommend(_grpc_request(["nope"]), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "unknown section" in err.value.details()
+        assert stub.Recommend(_grpc_request([]), timeout=10).HasField("scheduler")  # the default: all it carries
+    with httpx.Client(base_url=toy_service.http_url, timeout=10.0) as http:  # REST serves it when named
+        rec = http.post("/v1/recommendations", json={**CONTEXT, "sections": ["toy"]})
+        assert rec.status_code == 200 and rec.json()["toy"]["interfaces"] == 2, rec.text
 
 
 def _outcome(rec: dict[str, Any]) -> dict[str, Any]:

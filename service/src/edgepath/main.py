@@ -42,7 +42,7 @@ from edgepath.adapters.registry import compiled_engines
 from edgepath.admission import Admission
 from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, UtilityConfig
 from edgepath.grpc.convert import COMPILED_WIRE, stale_compiled_wire
-from edgepath.grpc.server import create_server, set_service_serving, set_serving
+from edgepath.grpc.server import create_server, rest_only_notes, set_service_serving, set_serving
 from edgepath.logs import configure_logging
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -682,7 +682,7 @@ class Service:
             except (NotImplementedError, RuntimeError):  # not the main thread
                 pass
         log.info("EdgePath serving: %s", self.describe())
-        for note in (rest_without_credential(self.settings), stale_compiled_wire()):
+        for note in (rest_without_credential(self.settings), stale_compiled_wire(), *rest_only_notes(self.plane)):
             if note is not None:
                 log.warning("%s", note)
         self._started.set()

@@ -679,7 +679,8 @@ class Recommendation(BaseModel):
     unless the request's ``sections`` leave it out (issue 16: then null, and its engine not run).
     The ones declared below are typed here, in the OpenAPI schema and in the protobuf wire; a
     registered engine whose section is not (yet) declared here is carried as an extra member
-    (``model_extra``), served over REST but not over gRPC until the proto names it.
+    (``model_extra``), served over REST but not over gRPC until the proto names it (a gRPC request naming it in
+    ``sections`` is refused: :func:`edgepath.grpc.server.refuse_rest_only`).
     """
 
     model_config = ConfigDict(frozen=True, extra="allow")

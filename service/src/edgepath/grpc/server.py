@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from edgepath.adapters.base import cacheable_context
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
-from edgepath.errors import EdgePathError, ErrorKind, RateLimited, field_violations
+from edgepath.errors import EdgePathError, ErrorKind, InvalidInput, RateLimited, field_violations
 from edgepath.grpc import convert
 from edgepath.grpc.observe import CALLER, CallObserver, rich_status, with_call_trailers
 from edgepath.plane import DecisionPlane
@@ -122,6 +122,44 @@ async def abort_with(
     )
     await context.abort_with_status(status)
     raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover
+
+
+#: The sections a gRPC reply can carry: the fields of the proto ``Recommendation`` (read from its descriptor). An
+#: engine adapter's section that is none of them is served over REST only (:func:`rest_only_sections`).
+REPLY_FIELDS: frozenset[str] = frozenset(pb.Recommendation.DESCRIPTOR.fields_by_name)
+
+
+def rest_only_sections(section_names: frozenset[str]) -> frozenset[str]:
+    """The sections of ``section_names`` (a plane's :attr:`~edgepath.plane.DecisionPlane.section_names`) that the
+    gRPC reply has no field for: served over REST only; gRPC refuses a request naming one (:func:`refuse_rest_only`)."""
+    return section_names - REPLY_FIELDS
+
+
+def rest_only_notes(plane: DecisionPlane) -> list[str]:
+    """The start-up warning of each engine adapter section gRPC cannot carry (:func:`rest_only_sections`)."""
+    return [
+        f"engine section {name!r} has no field in the proto Recommendation: served over REST only (gRPC refuses a "
+        "request naming it with INVALID_ARGUMENT; a gRPC request naming no sections gets a reply without it); "
+        "add its message to proto/edgepath/v1/edgepath.proto and grpc/convert.py to carry it"
+        for name in sorted(rest_only_sections(plane.section_names))
+    ]
+
+
+def refuse_rest_only(request: RecommendRequest, rest_only: frozenset[str], field_prefix: str = "") -> None:
+    """Refuse a request whose ``sections`` name one of ``rest_only`` (:func:`rest_only_sections`): the reply could
+    not carry it. A name the service does not serve at all is left to the plane (``unknown section``).
+
+    Raises
+    ------
+    InvalidInput
+        Field ``{field_prefix}sections[j]``.
+    """
+    for j, name in enumerate(request.sections):
+        if name in rest_only:
+            raise InvalidInput(
+                f"section {name!r} is served over REST only: the gRPC reply (proto Recommendation) has no field for it",
+                field=f"{field_prefix}sections[{j}]",
+            )
 
 
 class _CaptureHandlers:
@@ -284,6 +322,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
         self.security = security
         self.admission = admission or Admission()
         self.inflight = 0
+        #: The plane's sections a reply cannot carry (usually none): a request naming one is refused.
+        self.rest_only = rest_only_sections(plane.section_names)
 
     async def admit_call(self, context: grpc.aio.ServicerContext, trailing: tuple[tuple[str, str], ...] = ()) -> None:
         """Take a slot of the bounded in-flight window, or shed the call: RESOURCE_EXHAUSTED with
@@ -396,6 +436,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 caller = self.caller(context)  # a bad credential is refused before the bytes are read
                 values = convert.recommend_request_values(request, native)  # read, not yet validated
                 req = RecommendRequest.model_validate(values)  # before the token: an invalid request costs none
+                if req.sections and self.rest_only:
+                    refuse_rest_only(req, self.rest_only)
                 rec = await self.plane.recommend(await self.device(caller, req.device_id), req)
             except ValidationError as exc:
                 await abort_invalid(context, exc, caller=caller)
@@ -416,6 +458,10 @@ class PathServicer(pb_grpc.PathServiceServicer):
                 caller = self.caller(context)  # a bad credential is refused before anything is said about the body
                 with BATCH_COLLECTOR_PAUSE:  # the batch's objects live until the reply: nothing to collect
                     batch = convert.recommend_batch_request(request, self.plane.settings.native_engines)
+                    if self.rest_only:
+                        for i, r in enumerate(batch.requests):
+                            if r.sections:
+                                refuse_rest_only(r, self.rest_only, f"requests[{i}].")
                     principals = await self.batch_principals(caller, [r.device_id for r in batch.requests])
                     recs = await self.plane.recommend_batch(list(zip(principals, batch.requests, strict=True)))
                     return convert.recommendation_batch_wire(
@@ -466,6 +512,8 @@ class PathServicer(pb_grpc.PathServiceServicer):
                     if credential is not None:
                         credential.check()  # revoked, or JWT/certificate expired since the stream opened
                     req = convert.recommend_request(request, self.plane.settings.native_engines)
+                    if req.sections and self.rest_only:
+                        refuse_rest_only(req, self.rest_only)
                     # as principal(), after validation (an invalid message costs no token): the call's credential,
                     # else (auth off) the self-declared device
                     principal = credential.principal if credential is not None else declared_principal(req.device_id)
