@@ -9,16 +9,20 @@ python-json-logger; the fields are ``time``, ``level``, ``logger``, ``message``,
 
 A refused request (4xx, ``INVALID_ARGUMENT``...) is one INFO line of its transport's logger (``edgepath.rest``,
 ``edgepath.grpc``) through a :class:`RefusalLog`: a device hammering with bad input is bounded to a few lines per
-second, the lines left out counted on the next one written.
+second, the lines left out counted on the next one written with the callers of most of them. A call the server
+failed (REST 5xx, gRPC ``UNAVAILABLE``...) is one WARNING line through a :class:`FaultLog`: a budget of its own,
+the first line of each distinct fault written at once.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from operator import itemgetter
 from typing import IO, Any, TypeVar
 
 from asgi_correlation_id.log_filters import CorrelationIdFilter
@@ -43,6 +47,14 @@ def new_request_id() -> str:
     return "%032x" % (int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET)
 
 
+def logged_text(text: str, max_chars: int) -> str:
+    """A client's ``text`` (a device id it declared, ...) as a log line may carry it: at most ``max_chars``
+    characters, a control or other unprintable character escaped (``\\n``), so that it cannot end a text line
+    and start one of its own."""
+    text = text[:max_chars]
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")[:max_chars]
+
+
 def utc_rfc3339(formatter: _FormatterT) -> _FormatterT:
     """``formatter`` writing ``%(asctime)s`` as RFC 3339 in UTC with milliseconds (``2026-12-02T11:23:38.123Z``).
 
@@ -63,19 +75,29 @@ class RefusalLog:
     A token bucket (capacity ``burst``, refilled at ``rate_per_s``) in front of ``logger``: a device sending bad
     input in a loop costs a few lines per second, never a line per request (the log would become the serving
     loop's bottleneck). Lines left out are counted and the next line written carries the count (``suppressed``,
-    and ``(N more refusals not logged)`` in its message). One bucket per transport of a process (the REST app's
-    :class:`~edgepath.rest.app.RequestMetrics`, the gRPC server's :class:`~edgepath.grpc.observe.CallObserver`);
-    setting the logger's level above INFO silences these lines. Not thread-safe: the serving event loop's thread
-    writes them.
+    and ``(N more refusals not logged)`` in its message) and whose they were: the callers with the most lines left
+    out (``suppressed_by``, up to ``top`` of them with their counts, and ``(most from dev-a 80, dev-b 10)`` in the
+    message). The callers are counted by the ``key`` :meth:`admit` is given (the transports give the principal,
+    else the declared device, else ``peer <address>``); at most ``max_keys`` of them between two lines written, the
+    others counted together: bounded memory whatever the fleet. One bucket per transport of a process (the REST
+    app's :class:`~edgepath.rest.app.RequestMetrics`, the gRPC server's :class:`~edgepath.grpc.observe.CallObserver`);
+    setting the logger's level above ``level`` silences these lines. Not thread-safe: the serving event loop's
+    thread writes them.
 
     Parameters
     ----------
     logger:
-        Where the lines go (INFO).
+        Where the lines go (at ``level``, INFO by default).
     rate_per_s, burst:
         Lines per second once ``burst`` lines were written at once (> 0, ≥ 1).
     clock:
         Monotonic seconds (tests pass their own).
+    level:
+        The lines' level.
+    what:
+        What the lines are about, in the count of those left out (``refusals``).
+    max_keys, top:
+        Callers counted apart between two lines written (≥ 1), and how many of them a line names (≥ 1).
     """
 
     def __init__(
@@ -85,45 +107,133 @@ class RefusalLog:
         rate_per_s: float = 10.0,
         burst: int = 50,
         clock: Callable[[], float] = time.monotonic,
+        level: int = logging.INFO,
+        what: str = "refusals",
+        max_keys: int = 64,
+        top: int = 5,
     ) -> None:
         if rate_per_s <= 0 or burst < 1:
             raise ValueError("rate_per_s must be > 0 and burst >= 1")
+        if max_keys < 1 or top < 1:
+            raise ValueError("max_keys and top must be >= 1")
         self.logger = logger
         self.rate_per_s = rate_per_s
         self.burst = burst
         self.clock = clock
+        self.level = level
+        self.what = what
+        self.max_keys = max_keys
+        self.top = top
         self.suppressed = 0  # lines left out since the last one written
+        self.suppressed_by: dict[str, int] = {}  # of those, by caller (at most max_keys callers)
         self._tokens = float(burst)
         self._at = clock()
 
-    def admit(self) -> bool:
-        """Whether a refusal line may be written now (takes a token; when not, counts one line left out). False
-        while ``logger`` does not write INFO lines (then nothing is counted)."""
-        if not self.logger.isEnabledFor(logging.INFO):
+    def enabled(self) -> bool:
+        """Whether ``logger`` writes lines of ``level`` (else nothing is written or counted)."""
+        return self.logger.isEnabledFor(self.level)
+
+    def admit(self, key: str | None = None) -> bool:
+        """Whether a line may be written now (takes a token; when not, counts one line left out, under ``key``: the
+        caller). False while ``logger`` does not write ``level`` lines (then nothing is counted)."""
+        if not self.logger.isEnabledFor(self.level):
             return False
-        now = self.clock()
+        if self._take(self.clock()):
+            return True
+        self._left_out(key)
+        return False
+
+    def _take(self, now: float) -> bool:
+        """Refill the bucket up to ``now`` and take a token when there is one."""
         self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.rate_per_s)
         self._at = now
         if self._tokens < 1.0:
-            self.suppressed += 1
             return False
         self._tokens -= 1.0
         return True
 
+    def _left_out(self, key: str | None) -> None:
+        self.suppressed += 1
+        if key is None:
+            return
+        by = self.suppressed_by
+        if key in by:
+            by[key] += 1
+        elif len(by) < self.max_keys:
+            by[key] = 1
+
     def write(self, message: str, args: tuple[Any, ...], extra: Mapping[str, Any]) -> None:
         """Write one line :meth:`admit` allowed: ``message % args`` with ``extra`` (None values left out), then the
         caller (``extra``'s ``principal`` and ``device_id``, when either is known) and the count of the lines left out
-        before it."""
+        before it, with the callers of most of them."""
         fields = {k: v for k, v in extra.items() if v is not None}
         if "principal" in fields or "device_id" in fields:  # the caller, when the transport knew it
             message += " (principal %s, device %s)"
             args = (*args, fields.get("principal"), fields.get("device_id"))
         if self.suppressed:
             fields["suppressed"] = self.suppressed
-            message += " (%d more refusals not logged)"
-            args = (*args, self.suppressed)
+            message += " (%d more %s not logged)"
+            args = (*args, self.suppressed, self.what)
+            if self.suppressed_by:
+                most = heapq.nlargest(self.top, self.suppressed_by.items(), key=itemgetter(1))
+                fields["suppressed_by"] = dict(most)
+                message += " (most from %s)"
+                args = (*args, ", ".join(f"{key} {count}" for key, count in most))
+                self.suppressed_by = {}
             self.suppressed = 0
-        self.logger.info(message, *args, extra=fields)
+        self.logger.log(self.level, message, *args, extra=fields)
+
+
+class FaultLog(RefusalLog):
+    """The WARNING lines of calls the server failed (REST 5xx, gRPC ``UNAVAILABLE``, ``UNKNOWN``...): a
+    :class:`RefusalLog` of its own (a budget refusals cannot take, and the reverse; by default 1 line/s, burst 5),
+    but a fault not seen for ``fresh_s`` seconds is written at once, the bucket empty or not, so the first line of
+    each distinct fault (a route or method with a status: :meth:`admit_fault`'s ``fault``) is never left out. An
+    outage answering every call 503 is a few lines per second per process, not one per call, each counting (and
+    naming the callers of) the ones left out. At most ``max_faults`` distinct faults remembered (the oldest
+    forgotten first)."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        rate_per_s: float = 1.0,
+        burst: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+        fresh_s: float = 60.0,
+        max_faults: int = 256,
+        max_keys: int = 64,
+        top: int = 5,
+    ) -> None:
+        super().__init__(
+            logger,
+            rate_per_s=rate_per_s,
+            burst=burst,
+            clock=clock,
+            level=logging.WARNING,
+            what="server faults",
+            max_keys=max_keys,
+            top=top,
+        )
+        self.fresh_s = fresh_s
+        self.max_faults = max_faults
+        self._seen: dict[Hashable, float] = {}  # fault -> when it was last seen, oldest first
+
+    def admit_fault(self, fault: Hashable, key: str | None = None) -> bool:
+        """Whether the line of ``fault`` may be written now: always when it was not seen for ``fresh_s`` (a token
+        taken if there is one), else as :meth:`admit` (``key``: the caller)."""
+        if not self.logger.isEnabledFor(self.level):
+            return False
+        now = self.clock()
+        seen = self._seen
+        last = seen.pop(fault, None)
+        if last is None and len(seen) >= self.max_faults:
+            del seen[next(iter(seen))]
+        seen[fault] = now
+        if self._take(now) or last is None or now - last >= self.fresh_s:
+            return True
+        self._left_out(key)
+        return False
 
 
 def configure_logging(level: str = "INFO", log_format: str = "text", stream: IO[str] | None = None) -> logging.Handler:

@@ -831,14 +831,18 @@ class Service:
 
     async def _watch_readiness(self, health_servicer: Any, period_s: float = 0.5) -> None:
         """Mirror the plane's readiness (state store reachable, not draining) on the gRPC service's health status;
-        a change to not ready is logged by its cause (a WARNING for the store, an INFO line while draining)."""
+        a change to not ready is logged by its cause (a WARNING for the store, an INFO line while draining), and the
+        change back to ready as an INFO line. The process's one record of readiness changes: ``/readyz`` answers
+        each probe but logs none (:data:`edgepath.rest.app._UNLOGGED_FAULT_ROUTES`)."""
         serving: bool | None = None
         while True:
             ready = await self.plane.ready()
             if ready != serving:
-                serving = ready
+                was, serving = serving, ready
                 await set_service_serving(health_servicer, ready)
-                if not ready and self.plane.draining:  # shutting down: _drain said so ("draining: readiness false")
+                if ready and was is False:
+                    log.info("ready again: state store reachable; serving model v%d", self.registry.current.version)
+                elif not ready and self.plane.draining:  # shutting down: _drain said so ("draining: readiness false")
                     log.info("not ready: draining")
                 elif not ready:
                     log.warning(

@@ -10,7 +10,8 @@
   existing gRPC dashboards work; a call the client cancels counts as ``CANCELLED`` (logged at DEBUG, not as a
   server fault), one whose deadline passed as ``DEADLINE_EXCEEDED``. A call refused with a client's error
   (``INVALID_ARGUMENT``, ``UNAUTHENTICATED``, ``RESOURCE_EXHAUSTED``...) is one INFO line, bounded
-  (:meth:`CallObserver.refused`); a server fault a WARNING. (py-grpc-prometheus only intercepts the
+  (:meth:`CallObserver.refused`); a server fault a WARNING with the same fields, bounded by a
+  :class:`~edgepath.logs.FaultLog` of its own. (py-grpc-prometheus only intercepts the
   synchronous server; this service runs ``grpc.aio``.) It wraps each method handler once, where the server registers it
   (:func:`edgepath.grpc.server.add_servicer`), and is no ``grpc.aio`` interceptor: grpc.aio runs interceptors as a
   chain of coroutines on every call, which cost 32–42 µs of the serving loop's CPU per call (issue 16, Session 50:
@@ -38,7 +39,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from edgepath.logs import RefusalLog, new_request_id
+from edgepath.logs import FaultLog, RefusalLog, logged_text, new_request_id
 from edgepath.security.auth import identity_from_auth_context
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -161,7 +162,7 @@ def declared_device_id(method: str, request: Any) -> str | None:
     except Exception:  # protobuf DecodeError: the call was refused for it
         return None
     device_id = getattr(message, "device_id", None)
-    return device_id[:_LOGGED_CHARS] if isinstance(device_id, str) and device_id else None
+    return logged_text(device_id, _LOGGED_CHARS) if isinstance(device_id, str) and device_id else None
 
 
 def violated_field(context: grpc.aio.ServicerContext) -> str | None:
@@ -223,43 +224,65 @@ class CallObserver:
     refusals:
         Bound of the refused calls' log lines (:meth:`refused`); default: one of its own
         (:class:`~edgepath.logs.RefusalLog`'s default rate) for the server.
+    faults:
+        Bound of the server faults' log lines, apart from the refusals'; default: one of its own
+        (:class:`~edgepath.logs.FaultLog`'s default rate).
     """
 
     def __init__(
-        self, on_call: Callable[[str, str, float], None] | None = None, refusals: RefusalLog | None = None
+        self,
+        on_call: Callable[[str, str, float], None] | None = None,
+        refusals: RefusalLog | None = None,
+        faults: FaultLog | None = None,
     ) -> None:
         self.on_call = on_call
         self.refusals = refusals or RefusalLog(log)
+        self.faults = faults or FaultLog(log)
 
     def refused(
         self, method: str, code: str, elapsed_s: float, context: grpc.aio.ServicerContext, request: Any
     ) -> None:
-        """The log line of a call that did not end OK: a server fault (:data:`_SERVER_FAULTS`) a WARNING, a
-        cancel DEBUG, any other code (the client's error) one INFO line through :attr:`refusals` (bounded):
-        ``transport`` ``grpc``, ``method``, ``grpc_code``, the status details (``detail``), the ``field`` its
-        ``google.rpc.BadRequest`` names, the ``device_id`` the request declared (unary Recommend and
+        """The log line of a call that did not end OK: a cancel DEBUG, a server fault (:data:`_SERVER_FAULTS`) one
+        WARNING line through :attr:`faults`, any other code (the client's error) one INFO line through
+        :attr:`refusals` (each bounded, with a budget of its own; the first line of each method and fault code is
+        written at once): ``transport`` ``grpc``, ``method``, ``grpc_code``, the status details (``detail``), the
+        ``field`` its ``google.rpc.BadRequest`` names, the ``device_id`` the request declared (unary Recommend and
         ReportOutcome), the ``principal``: the device id of the caller the servicer authenticated (client
         certificate, bearer token or JWT; :data:`CALLER`), else a verified client certificate's identity, the
-        client's address (``peer``), and the request id of every line. Never a credential or the request itself."""
+        client's address (``peer``), and the request id of every line. Never a credential or the request itself.
+        The lines left out are counted on the next one written, with the callers of most of them (principal, else
+        declared device, else ``peer <address>``)."""
         extra: dict[str, Any] = {"grpc_code": code, "elapsed_ms": elapsed_s * 1e3}
-        if code in _SERVER_FAULTS:
-            log.warning("%s -> %s", method, code, extra=extra)
-            return
         if code == "CANCELLED":
             log.debug("%s -> %s", method, code, extra=extra)
             return
-        if not self.refusals.admit():
+        fault = code in _SERVER_FAULTS
+        limiter = self.faults if fault else self.refusals
+        if not limiter.enabled():
             return
-        details = getattr(context, "details", None)
-        detail = str((details() if details is not None else None) or "")[:_LOGGED_CHARS]
         principal = CALLER.get()
         if principal is None:
             auth = context.auth_context()
             principal = identity_from_auth_context(auth) if auth else None
-        device_id = declared_device_id(method, request)
-        message = "refused %s: %s %s"
+        device_id = None
+        peer = context.peer()
+        if principal is None:
+            device_id = declared_device_id(method, request)
+        key = principal or device_id or (f"peer {peer.rpartition(':')[0] or peer}" if peer else None)
+        if fault:
+            if not self.faults.admit_fault((method, code), key):
+                return
+            message = "failed %s: %s %s"
+        elif not limiter.admit(key):
+            return
+        else:
+            message = "refused %s: %s %s"
+        if principal is not None:
+            device_id = declared_device_id(method, request)
+        details = getattr(context, "details", None)
+        detail = str((details() if details is not None else None) or "")[:_LOGGED_CHARS]
         args: tuple[Any, ...] = (method, code, detail)
-        self.refusals.write(
+        limiter.write(
             message,
             args,
             {
@@ -270,7 +293,7 @@ class CallObserver:
                 "field": violated_field(context),
                 "principal": principal,
                 "device_id": device_id,
-                "peer": context.peer(),
+                "peer": peer,
             },
         )
 

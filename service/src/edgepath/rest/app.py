@@ -12,7 +12,9 @@ operation's OpenAPI entry declares exactly the error statuses it can answer (:fu
 Every request carries an ``x-request-id`` (the caller's, or a generated one), echoed in the answer, in
 problem bodies and in the JSON logs (:mod:`edgepath.logs`). A refused request (4xx) is one INFO line of
 ``edgepath.rest`` (:class:`RequestMetrics`: route, status, the problem's field, the caller when known, bounded by
-a :class:`~edgepath.logs.RefusalLog`); a 5xx problem a WARNING. ``/docs`` and ``/redoc`` serve their
+a :class:`~edgepath.logs.RefusalLog`); a 5xx problem a WARNING with the same fields, bounded by a
+:class:`~edgepath.logs.FaultLog` of its own (``/readyz``'s 503 is not: readiness changes are logged by
+:meth:`edgepath.main.Service._watch_readiness`). ``/docs`` and ``/redoc`` serve their
 JavaScript from the package (fastapi-offline): they work on an air-gapped edge node.
 
 The hot routes (decisions and outcomes) take the raw body and validate it once, with pydantic's own
@@ -55,7 +57,7 @@ from starlette.routing import Match
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, PermissionDenied, RateLimited, Unauthenticated, Unavailable
-from edgepath.logs import RefusalLog, new_request_id
+from edgepath.logs import FaultLog, RefusalLog, logged_text, new_request_id
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -69,10 +71,10 @@ from edgepath.rest.problem import (
     instance_uri,
     problem_body,
     problem_bytes,
+    problem_response,
     reason,
     take_problem,
 )
-from edgepath.rest.problem import problem_response as _problem_response
 from edgepath.security import DEFAULT_MAX_MESSAGE_BYTES, EdgeSecurity, batch_callers
 from edgepath.security.asgi import BodySizeLimit
 from edgepath.security.auth import declared_principal
@@ -110,30 +112,42 @@ _REQUEST_ID_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 
 
 #: ASGI scope key of a request's caller as far as its route knew it when it refused the request:
-#: ``(authenticated principal's device id or None, device id the request declared or None)``; read by
-#: :class:`RequestMetrics` for the refusal's log line. The hot routes set it on their error path only.
+#: ``(authenticated principal's device id or None, device id the request declared or None, the JSON body that did
+#: not validate or None)``; read by :class:`RequestMetrics` for the refusal's log line. The hot routes set it on
+#: their error path only.
 CALLER_KEY = "edgepath.caller"
+_NO_CALLER: tuple[None, None, None] = (None, None, None)
 #: Longest ``detail`` and path a refusal's log line carries (characters); a client chooses both.
 _LOGGED_CHARS = 256
+#: Routes whose 5xx answers are not server faults of a request: ``/readyz``'s 503 answers the probe (not ready);
+#: the changes of readiness are logged once each (:meth:`edgepath.main.Service._watch_readiness`), not per probe.
+_UNLOGGED_FAULT_ROUTES = frozenset({"/readyz"})
+#: What a 500 without a problem is (a handler raised; its 500 problem is answered further out, the traceback logged
+#: by the server under the request id): the error kind of the problem the client gets.
+_RAISED: dict[str, Any] = {"error": "internal"}
 
 
-def problem_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
-    """The problem answer; a 5xx is logged here as a warning with the request id of the call (a 4xx is logged,
-    bounded, by :class:`RequestMetrics`, which sees every refusal, those answered before routing too)."""
-    if status >= 500:
-        log.warning(
-            "%s -> %d %s",
-            body.get("instance"),
-            status,
-            body.get("detail"),
-            extra={"status": status, "error": body.get("error"), "field": body.get("field")},
-        )
-    return _problem_response(status, body, headers)
+def note_caller(
+    request: Request, caller: Principal | None, declared_device_id: str | None, raw_body: bytes | None = None
+) -> None:
+    """Remember the caller of a request being refused (:data:`CALLER_KEY`), for its log line; ``raw_body``: the
+    JSON body that did not validate, whose ``device_id`` the line names (:func:`declared_device_id`, read only when
+    the line is written, or when nothing else names the caller)."""
+    request.scope[CALLER_KEY] = (caller.device_id if caller is not None else None, declared_device_id, raw_body)
 
 
-def note_caller(request: Request, caller: Principal | None, declared_device_id: str | None) -> None:
-    """Remember the caller of a request being refused (:data:`CALLER_KEY`), for its log line."""
-    request.scope[CALLER_KEY] = (caller.device_id if caller is not None else None, declared_device_id)
+def declared_device_id(raw_body: bytes | None) -> str | None:
+    """The ``device_id`` string a JSON body that did not validate declares at its top level, cut to
+    :data:`_LOGGED_CHARS` (:func:`~edgepath.logs.logged_text`); None when it is not a JSON object or declares none.
+    Read on a refusal's path only (one more parse of a body the service refused)."""
+    if not raw_body:
+        return None
+    try:
+        document = orjson.loads(raw_body)
+    except orjson.JSONDecodeError:
+        return None
+    value = document.get("device_id") if isinstance(document, dict) else None
+    return logged_text(value, _LOGGED_CHARS) if isinstance(value, str) and value else None
 
 
 class _ReplacedRequestIdUnlogged(logging.Filter):
@@ -390,8 +404,15 @@ class RequestMetrics:
     second, the others counted): ``transport`` ``rest``, ``method``, ``route`` (the template), ``path``,
     ``status``, the problem's ``field``, ``error`` and ``detail`` (:func:`~edgepath.rest.problem.take_problem`),
     the ``principal`` (authenticated device or admin) and the ``device_id`` the request declared when its route
-    knew them (:data:`CALLER_KEY`), the client's address (``peer``), and the request id of every line. Never
-    a credential or the body. A successful request pays one comparison for it.
+    knew them (:data:`CALLER_KEY`; for a body that did not validate, the ``device_id`` string it declares), the
+    client's address (``peer``), and the request id of every line. Never a credential or the body. A successful
+    request pays one comparison for it.
+
+    Every 5xx problem (a ``/v1`` or ``/mts/v1`` route's, a handler that raised) is one WARNING line of the same
+    fields through ``faults`` (:class:`~edgepath.logs.FaultLog`: its own budget, the first line of each route and
+    status written at once); not the raw 503 of load shedding (counted in ``edgepath_shed_total``), nor
+    ``/readyz``'s (:data:`_UNLOGGED_FAULT_ROUTES`). The lines left out are counted on the next one written with the
+    callers of most of them (``suppressed_by``: principal, else declared device, else ``peer <address>``).
 
     The counts are the plane's hot metrics (:class:`~edgepath.metrics.HotCounter`, no lock per request) — issue
     16 asks for metrics without a lock on the hot path: the instrumentator cost 37–39 µs of a REST call
@@ -406,12 +427,14 @@ class RequestMetrics:
         excluded: Sequence[str] = ("/metrics",),
         refusals: RefusalLog | None = None,
         included: Sequence[tuple[Any, str]] = (),
+        faults: FaultLog | None = None,
     ) -> None:
         self.app = app
         self.record = metrics.http_request
         self.excluded = frozenset(excluded)
         self.included = {id(route): template for route, template in included}  # routes compare by value: by id
         self.refusals = refusals or RefusalLog(log)
+        self.faults = faults or FaultLog(log)
         self._templates: dict[Any, str] | None = None
 
     def _template_of(self, scope: dict[str, Any]) -> str:
@@ -456,18 +479,40 @@ class RequestMetrics:
                 self.refused(scope, handler, status)
 
     def refused(self, scope: dict[str, Any], handler: str, status: int) -> None:
-        """The log line of a request answered ``status`` (≥ 400): INFO for a 4xx, bounded (class docstring); a
-        5xx problem was logged as a warning where it was answered."""
-        problem = take_problem() or {}  # taken whatever the status: never another request's
-        if status >= 500 or not self.refusals.admit():
+        """The log line of a request answered ``status`` (≥ 400): INFO for a 4xx, WARNING for a 5xx, each bounded
+        by its own limiter (class docstring)."""
+        problem = take_problem()  # taken whatever the status: never another request's
+        if status >= 500:
+            # no problem: a raw answer (load shedding), or a handler that raised (500, answered further out)
+            if handler in _UNLOGGED_FAULT_ROUTES or (problem is None and status != 500):
+                return
+            limiter: RefusalLog = self.faults
+        else:
+            limiter = self.refusals
+        if not limiter.enabled():
             return
-        principal, device_id = scope.get(CALLER_KEY) or (None, None)
+        principal, device_id, raw_body = scope.get(CALLER_KEY) or _NO_CALLER
         client = scope.get("client")
+        if principal is None and device_id is None:
+            device_id = declared_device_id(raw_body)
+            raw_body = None
+        key = principal or device_id or (f"peer {client[0]}" if client else None)
+        problem = problem or (_RAISED if status == 500 else {})
+        if limiter is self.faults:
+            fault = (handler, status, problem.get("error"))
+            if not self.faults.admit_fault(fault, key):
+                return
+            message = "failed %s %s: %d %s"
+        elif not limiter.admit(key):
+            return
+        else:
+            message = "refused %s %s: %d %s"
+        if device_id is None:
+            device_id = declared_device_id(raw_body)
         method = scope["method"]
         detail = str(problem.get("detail") or reason(status))[:_LOGGED_CHARS]
-        message = "refused %s %s: %d %s"
         args: tuple[Any, ...] = (method, handler, status, detail)
-        self.refusals.write(
+        limiter.write(
             message,
             args,
             {
@@ -617,9 +662,14 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
         """Radio context in, recommendation (primary path, decision record) out."""
         caller = gate.authenticate(request)  # 401 before the body is read
         try:  # the excepts note the caller for a refusal's log line: nothing on the success path (Python ≥ 3.11)
-            body = parse_body(await json_request_body(request), RecommendRequest)
+            raw = await json_request_body(request)
         except Exception:
             note_caller(request, caller, None)
+            raise
+        try:
+            body = parse_body(raw, RecommendRequest)
+        except Exception:  # the body's device_id, if it has one, is read only for the log line
+            note_caller(request, caller, None, raw)
             raise
         try:
             return recommendation_response(await plane.recommend(await gate.device(caller, body.device_id), body))
@@ -663,9 +713,14 @@ def add_decisions_routes(router: FastAPI | APIRouter, plane: DecisionPlane, gate
         """Measured outcome of a decision in; acknowledgement out (idempotent)."""
         caller = gate.authenticate(request)  # 401 before the body is read
         try:  # as recommend: the caller noted for a refusal's log line, on the error path only
-            body = parse_body(await json_request_body(request), OutcomeReport)
+            raw = await json_request_body(request)
         except Exception:
             note_caller(request, caller, None)
+            raise
+        try:
+            body = parse_body(raw, OutcomeReport)
+        except Exception:
+            note_caller(request, caller, None, raw)
             raise
         try:
             return json_response(await plane.report_outcome(await gate.device(caller, body.device_id), body))
