@@ -710,6 +710,27 @@ def _eval_summary(report: dict[str, Any], path: str) -> dict[str, Any]:
     }
 
 
+def refuse_artefact_overwrite(out: Path, overwrite: bool) -> None:
+    """Refuse to train into ``out`` when it already holds a model artefact (``model.pkl`` or ``card.json``) and
+    ``--overwrite`` was not given: the default ``--out`` is the shipped ``models/primary-path-v2``, which a run from
+    the repository root would otherwise replace (a checked-in, checksummed model), after minutes of training.
+
+    Raises
+    ------
+    typer.BadParameter
+        Naming ``--out`` and the two ways on (exit status 2), before anything is trained.
+    """
+    from edgepath.training.artefact import CARD_JSON, MODEL_FILE
+
+    if overwrite or not any((out / name).exists() for name in (MODEL_FILE, CARD_JSON)):
+        return
+    raise typer.BadParameter(
+        f"{out} already holds a model artefact; write to another directory (e.g. --out out/primary-path) or pass "
+        "--overwrite to replace it",
+        param_hint="--out",
+    )
+
+
 def _invocation(ctx: typer.Context, name: str) -> str:
     """The current command with every option spelled out (defaults included), for reports and model cards.
 
@@ -796,6 +817,9 @@ def train_offline_cmd(
     ] = None,
     ablation: Annotated[bool, typer.Option("--ablation/--no-ablation", help="Score feature-group ablations")] = True,
     sign: Annotated[bool, typer.Option(help="Also write model.hmac with EDGEPATH_HMAC_KEY (must be set)")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace the model artefact --out already holds (refused without)")
+    ] = False,
     eval_report: Annotated[
         Optional[Path],
         typer.Option(exists=True, dir_okay=False, help="`edgepath eval primary` JSON report to cite in the card"),
@@ -816,6 +840,7 @@ def train_offline_cmd(
     import datetime
 
     require_lab("edgepath train-offline")
+    refuse_artefact_overwrite(out, overwrite)
     from edgepath.datasets import repo_relative
     from edgepath.datasets.mobilebandwidth import pair_situations
     from edgepath.engines.features import FEATURE_GROUPS, FEATURE_NAMES

@@ -235,3 +235,25 @@ def test_train_offline_defaults_to_the_repository_data_from_any_working_director
     ]
     argv = shlex.split(card["command"])
     assert "--wifi" not in argv and "--cellular" not in argv
+
+
+# --- 7. train-offline never replaces an artefact unasked (the default --out is the shipped model) -------------------
+
+
+def test_train_offline_refuses_to_replace_an_artefact_without_overwrite(
+    small_data: tuple[Path, Path], tmp_path: Path
+) -> None:
+    wifi, cell = small_data
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "card.json").write_text('{"name": "kept"}')
+    args = ["train-offline", "--wifi", str(wifi), "--cellular", str(cell), "--out", str(out)]
+    args += ["--eval-seeds", "1", "--epochs", "1", "--no-ablation"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2, refused.output
+    assert "--out" in refused.output and "--overwrite" in refused.output and "already holds" in refused.output
+    assert (out / "card.json").read_text() == '{"name": "kept"}' and not (out / "model.pkl").exists()
+    replaced = CliRunner().invoke(app, [*args, "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+    card = json.loads((out / "card.json").read_text())
+    assert card["name"] == "m" and "--overwrite" in shlex.split(card["command"])
