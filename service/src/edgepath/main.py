@@ -514,6 +514,7 @@ class Service:
         from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
 
         snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
+        log.info("model snapshots verified with EDGEPATH_HMAC_KEY key id %s", snapshots.key_id)
         follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
         role = None
         if settings.trainer:
@@ -937,7 +938,9 @@ async def run_trainer(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        log.info("trainer %s waiting for the trainer lock", role.consumer)
+        log.info(
+            "trainer %s (EDGEPATH_HMAC_KEY key id %s) waiting for the trainer lock", role.consumer, snapshots.key_id
+        )
         try:
             await role.run(stop)
         finally:

@@ -159,10 +159,15 @@ def _verified(path: Path | str, hmac_key: bytes | None = None) -> tuple[Path, di
     if hmac_key:
         sig_path = directory / HMAC_FILE
         if not sig_path.is_file():
-            raise ArtefactError(f"model artefact {directory} is not signed ({HMAC_FILE} missing) but a key is set")
+            raise ArtefactError(
+                f"model artefact {directory} is not signed ({HMAC_FILE} missing) but a key is set (EDGEPATH_HMAC_KEY)"
+            )
         want = _hmac(contents[MODEL_FILE], hmac_key)
         if not hmac.compare_digest(sig_path.read_text().strip(), want):
-            raise ArtefactError(f"model artefact {directory}: HMAC signature does not match; refusing to load it")
+            raise ArtefactError(
+                f"model artefact {directory}: HMAC signature does not match; refusing to load it (signed with another "
+                f"key than this process's EDGEPATH_HMAC_KEY, or altered; sign a copy with `edgepath sign-model`)"
+            )
     return directory, contents
 
 

@@ -17,6 +17,17 @@ replaying an old blob under a new version number. Replicas verify it with :func:
 and counted in ``edgepath_snapshots_rejected{reason}`` — unpickling runs arbitrary code, so only
 what the trainer (holder of the key) signed is ever loaded.
 
+Key id
+------
+``meta`` also holds ``key_id``, the signing key's id: the first 8 hex digits of
+``HMAC-SHA256(key, b"edgepath-key-id")`` (:func:`key_id`). It names a key without revealing it (a 32-bit
+fingerprint, no more use for guessing a key than a signature already is), so a refusal can say which
+case it is: signed with key id X while this process has key id Y (the processes' ``EDGEPATH_HMAC_KEY``
+differ, or the snapshot was forged), the same key id (altered or forged after signing), or none (a
+snapshot published before key ids, or forged). Every refusal message names ``EDGEPATH_HMAC_KEY`` and the
+key ids. A replica logs one WARNING per refused version saying which model it keeps serving; a trainer
+publishes nothing over a snapshot it cannot verify (:class:`~edgepath.training.leader.TrainerRole`).
+
 Publication (exactly once with the outcome log)
 -----------------------------------------------
 Atomic in the store (in Redis one Lua script): if the new version is greater than the stored one (a
@@ -68,12 +79,55 @@ _DOMAIN = b"edgepath-snapshot-v1"
 DEV_HMAC_KEY = b"edgepath-dev-insecure-hmac-key"
 
 
-class SnapshotRejectedError(Exception):
-    """A snapshot was refused before unpickling; ``reason`` is the metric label."""
+#: The refusal reasons of a snapshot whose signature this process's key cannot verify (the others, ``unreadable`` and
+#: ``wrong_type``, are of a snapshot signed with this process's key that does not load here).
+SIGNATURE_REASONS = frozenset({"unsigned", "bad_signature"})
 
-    def __init__(self, reason: str, message: str) -> None:
+_KEY_ID_DOMAIN = b"edgepath-key-id"
+
+
+class SnapshotRejectedError(Exception):
+    """A snapshot was refused before unpickling; ``reason`` is the metric label, ``version`` the refused snapshot's."""
+
+    def __init__(self, reason: str, message: str, version: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.version = version
+
+
+def key_id(key: bytes) -> str:
+    """The id of an HMAC key as snapshots record and messages name it: the first 8 hex digits of
+    ``HMAC-SHA256(key, b"edgepath-key-id")``. Tells two keys apart without revealing either."""
+    return hmac.new(key, _KEY_ID_DOMAIN, hashlib.sha256).hexdigest()[:8]
+
+
+def signer_key_id(meta: bytes) -> str | None:
+    """The ``key_id`` a snapshot's metadata names (None: none, or metadata that is not a JSON object)."""
+    try:
+        found = json.loads(meta).get("key_id")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) and found.isalnum() and len(found) <= 16 else None
+
+
+def key_mismatch(meta: bytes, key: bytes) -> str:
+    """Why a snapshot with ``meta`` may not verify with ``key``, naming EDGEPATH_HMAC_KEY and both key ids."""
+    ours = key_id(key)
+    theirs = signer_key_id(meta)
+    if theirs is None:
+        return (
+            f"it names no signing key id (published before key ids were recorded, or forged); this process's "
+            f"EDGEPATH_HMAC_KEY has key id {ours}: the keys differ, or the snapshot was forged"
+        )
+    if theirs != ours:
+        return (
+            f"signed with key id {theirs}, this process's EDGEPATH_HMAC_KEY has key id {ours}: "
+            f"EDGEPATH_HMAC_KEY differs from the signer's (or the snapshot was forged)"
+        )
+    return (
+        f"it names key id {theirs}, that of this process's EDGEPATH_HMAC_KEY too: the snapshot was altered or "
+        f"forged after signing"
+    )
 
 
 def sign(key: bytes, version: int, meta: bytes, blob: bytes) -> str:
@@ -99,10 +153,19 @@ def loads_verified(key: bytes, version: int, meta: bytes, blob: bytes, signature
         ``unsigned`` (no signature) or ``bad_signature`` (does not verify) — nothing was unpickled.
     """
     if not signature:
-        raise SnapshotRejectedError("unsigned", f"model snapshot v{version} has no signature")
+        raise SnapshotRejectedError(
+            "unsigned",
+            f"model snapshot v{version} has no signature (forged, or not written by an EdgePath trainer); this "
+            f"process's EDGEPATH_HMAC_KEY has key id {key_id(key)}",
+            version,
+        )
     given = signature.decode() if isinstance(signature, bytes) else signature
     if not hmac.compare_digest(sign(key, version, meta, blob), given):
-        raise SnapshotRejectedError("bad_signature", f"model snapshot v{version}: signature does not verify")
+        raise SnapshotRejectedError(
+            "bad_signature",
+            f"model snapshot v{version}: signature does not verify with EDGEPATH_HMAC_KEY; {key_mismatch(meta, key)}",
+            version,
+        )
     return pickle.loads(blob)  # signed by the trainer: verified above
 
 
@@ -135,7 +198,9 @@ class SnapshotStore:
             raise ValueError("an HMAC key is required to sign or verify model snapshots")
         self.channel = channel
         self.key = hmac_key
+        self.key_id = key_id(hmac_key)
         self.metrics = metrics
+        self._last_refusal = ""  # the last refusal logged at ERROR (the same one again is logged at DEBUG)
 
     async def latest_version(self) -> int:
         """Stored model version (0 when nothing was published)."""
@@ -153,7 +218,12 @@ class SnapshotStore:
         """
         blob = await asyncio.to_thread(dumps, model)
         meta = json.dumps(
-            {"published_at": time.time(), "samples_seen": model.samples_seen, "policy": model.policy_name},
+            {
+                "published_at": time.time(),
+                "samples_seen": model.samples_seen,
+                "policy": model.policy_name,
+                "key_id": self.key_id,
+            },
             separators=(",", ":"),
         ).encode()
         signature = sign(self.key, version, meta, blob).encode()
@@ -177,14 +247,17 @@ class SnapshotStore:
             version, meta = record.version, record.meta
             model = await asyncio.to_thread(loads_verified, self.key, version, meta, record.blob, record.signature)
             if not isinstance(model, PrimaryPathBandit):
-                raise SnapshotRejectedError("wrong_type", f"model snapshot v{version} is a {type(model).__name__}")
+                raise SnapshotRejectedError(
+                    "wrong_type", f"model snapshot v{version} is a {type(model).__name__}", version
+                )
+            self._last_refusal = ""
             return LoadedSnapshot(version, model, json.loads(meta), record)
         except SnapshotRejectedError as exc:
             self._reject(exc.reason, str(exc))
             raise
         except Exception as exc:  # signed but not loadable here (e.g. incompatible library versions)
             self._reject("unreadable", f"model snapshot unreadable: {exc!r}")
-            raise SnapshotRejectedError("unreadable", str(exc)) from exc
+            raise SnapshotRejectedError("unreadable", str(exc), record.version) from exc
 
     async def restore(self, record: SnapshotRecord) -> bool:
         """Store ``record`` again exactly as it was stored and signed (one :meth:`load` returned, with its signature
@@ -200,7 +273,10 @@ class SnapshotStore:
         return published
 
     def _reject(self, reason: str, message: str) -> None:
-        log.error("refusing model snapshot (%s): %s", reason, message)
+        # Counted every time; logged at ERROR once in a row (a trainer retrying the same stored snapshot, DEBUG after)
+        again = message == self._last_refusal
+        self._last_refusal = message
+        log.log(logging.DEBUG if again else logging.ERROR, "refusing model snapshot (%s): %s", reason, message)
         if self.metrics is not None:
             self.metrics.snapshots_rejected.labels(reason).inc()
 
@@ -282,8 +358,17 @@ class SnapshotFollower:
             return False
         try:
             loaded = await self.snapshots.load()
-        except SnapshotRejectedError:
+        except SnapshotRejectedError as exc:
             self._rejected_version = latest  # refuse once per version; keep serving the current model
+            if exc.reason in SIGNATURE_REASONS:  # once per version: at start, a replica started with the wrong key
+                log.warning(
+                    "this replica keeps serving model v%d: the store's model v%d does not verify with its "
+                    "EDGEPATH_HMAC_KEY (key id %s); check this pod's EDGEPATH_HMAC_KEY against the trainer's (%s)",
+                    current.version,
+                    latest,
+                    self.snapshots.key_id,
+                    exc,
+                )
             return False
         if loaded is None or loaded.version <= self.registry.current.version:
             return False
