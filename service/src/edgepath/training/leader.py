@@ -31,6 +31,33 @@ and readiness still true (an audit saw exactly that after Redis restarted empty)
 (:class:`~edgepath.training.online.FailureLog`: repeats as one line every few seconds), the role steps down
 and competes for the lock again after ``retry_s``.
 
+A stored snapshot this trainer cannot verify
+--------------------------------------------
+A trainer never publishes over a stored snapshot whose signature its key does not verify (unsigned, or signed with
+another key, or altered). An on-call drill showed why: a trainer started with the wrong ``EDGEPATH_HMAC_KEY`` refused
+the fleet's snapshot v13, trained on from its artefact model and published v14 and v15, which every replica refused;
+once its key was fixed it refused v15 in turn and published v16 from the artefact: everything the fleet had learned
+up to v13 was gone. Now the term ends instead (:class:`UnverifiableSnapshotError`): an ERROR names
+``EDGEPATH_HMAC_KEY``, the stored version and the key ids (:func:`~edgepath.training.snapshots.key_id`: "signed with
+key id X, this process's key has key id Y" is a key mismatch; the same key id is a snapshot altered or forged after
+signing), nothing is published, and the role **steps down**: it releases the lock and competes for it again after
+``unverifiable_retry_s``, logging the refusal again at ERROR at most once every ``UNVERIFIABLE_LOG_EVERY_S`` (in
+between at DEBUG) while nothing changes. Why step down rather than hold the lock and wait: while this process holds
+it, no other trainer can train; released, a trainer with the right key (the other pod of a rolling update, a
+``serve --trainer`` replica) takes it and the fleet keeps learning. The process stays alive (a trainer that exited
+would be restarted with the same key, and a ``serve --trainer`` replica keeps serving), and once the stored snapshot
+verifies (the operator fixed the key and restarted it, or reset the snapshot) the next term adopts it as usual and
+publishes the next version from it. The same holds within a term: a publication that conflicts with a stored
+snapshot the trainer cannot verify ends the term, and nothing more is published meanwhile.
+
+There is no setting to publish over such a snapshot anyway: after an intended key change (a rotation), or to discard
+a forged snapshot, the operator deletes the snapshot hash (``DEL {ns}:model:snapshot``; keep ``{ns}:model:version``).
+The trainer then publishes its own model above the stored version counter, and the replicas (those with the trainer's
+key) load it. What the deleted snapshot had learned is lost (without its key it could not be loaded anyway).
+
+A snapshot that verifies but does not load here (``unreadable``: e.g. incompatible library versions; ``wrong_type``)
+was signed with this trainer's key: the trainer continues from its own model above its version, as before.
+
 A store that came back empty
 ----------------------------
 A Redis restarted without its data has lost the lock (the next renewal finds it gone: the role steps down
@@ -49,13 +76,33 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 
 from edgepath.state.backend import LockLost, StateBackend, StoreUnreachable
 from edgepath.tasks import wait_event
 from edgepath.training.online import FailureLog, ModelRegistry, OnlineTrainer, PublishConflictError, Refitter
-from edgepath.training.snapshots import SnapshotRejectedError, SnapshotStore
+from edgepath.training.snapshots import SIGNATURE_REASONS, SnapshotRejectedError, SnapshotStore
 
 log = logging.getLogger(__name__)
+
+#: While the stored snapshot stays unverifiable, its refusal is logged at ERROR at most once per this many seconds.
+UNVERIFIABLE_LOG_EVERY_S = 60.0
+
+
+class UnverifiableSnapshotError(Exception):
+    """The stored snapshot's signature does not verify with this trainer's key (see the module docstring): the trainer
+    publishes nothing and steps down. ``version`` is the stored version, ``reason`` the refusal's."""
+
+    def __init__(self, version: int, rejected: SnapshotRejectedError, snapshot_key: str) -> None:
+        super().__init__(
+            f"stored model snapshot v{version} cannot be verified with this trainer's EDGEPATH_HMAC_KEY "
+            f"({rejected}); publishing nothing over it and stepping down (the lock is free for a trainer with the "
+            f"right key). Fix EDGEPATH_HMAC_KEY (the replicas' and the trainer's must be the same) and restart this "
+            f"trainer; to discard that snapshot instead (a key rotation, a forgery), delete the snapshot "
+            f"({snapshot_key}) and keep the version counter"
+        )
+        self.version = version
+        self.reason = rejected.reason
 
 
 def consumer_name() -> str:
@@ -86,11 +133,16 @@ class TrainerRole:
     retry_s:
         After a term that failed on an unexpected error (see :meth:`run`), compete for the lock again after this
         long, s (> 0).
+    unverifiable_retry_s:
+        After a term that found a stored snapshot this trainer cannot verify (:class:`UnverifiableSnapshotError`),
+        compete for the lock again after this long, s (> 0).
+    clock:
+        Monotonic seconds (``time.monotonic``), for the rate of the refusal's log lines.
 
     Raises
     ------
     ValueError
-        ``retry_s`` not positive.
+        ``retry_s`` or ``unverifiable_retry_s`` not positive.
     """
 
     def __init__(
@@ -105,9 +157,19 @@ class TrainerRole:
         refitter: Refitter | None = None,
         min_publish_interval_s: float = 0.0,
         retry_s: float = 1.0,
+        unverifiable_retry_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not retry_s > 0.0:
             raise ValueError("retry_s must be > 0")
+        if not unverifiable_retry_s > 0.0:
+            raise ValueError("unverifiable_retry_s must be > 0")
+        self.unverifiable_retry_s = unverifiable_retry_s
+        self.clock = clock
+        #: The stored snapshot this trainer last found unverifiable, until one verifies (or none is stored).
+        self.refusing: UnverifiableSnapshotError | None = None
+        self.refusals = 0  # terms (or publications) ended by an unverifiable stored snapshot
+        self._refusal_logged: tuple[float, str] | None = None  # when and what was last logged at ERROR
         self.backend = backend
         self.store = backend.store
         self.snapshots = snapshots
@@ -126,11 +188,16 @@ class TrainerRole:
         self.republished = 0  # models published again into a store that had lost them
 
     async def _publish(self, model: object, version: int, entry_ids: list[str]) -> int:
+        if self.refusing is not None:  # an unverifiable snapshot is stored: nothing goes over it (the term ends)
+            raise PublishConflictError(f"not publishing version {version}: {self.refusing}")
         try:
             return await self.snapshots.publish(model, version, entry_ids)  # type: ignore[arg-type]
         except PublishConflictError:
             log.warning("model publication conflict; re-synchronising to the stored snapshot")
-            await self._sync_from_snapshot()
+            try:
+                await self._sync_from_snapshot()
+            except UnverifiableSnapshotError:  # self.refusing is set: the term loop steps down and logs it
+                pass
             self.backend.forget_inflight()
             raise
 
@@ -143,18 +210,31 @@ class TrainerRole:
         the store has it again and the next publication continues the version line the replicas serve instead of
         starting a second one below it. The initial model (version 1, never trained) is not published.
 
+        A stored snapshot whose signature this trainer's key does not verify is neither adopted nor replaced: see
+        the module docstring (:attr:`refusing` is set until a stored snapshot verifies, or none is stored).
+
         Raises
         ------
+        UnverifiableSnapshotError
+            The stored snapshot is unsigned or its signature does not verify with this trainer's key (nothing was
+            published, the local model is unchanged).
         edgepath.state.backend.StoreUnreachable
             The store cannot be reached (the term retries later).
         """
         try:
             loaded = await self.snapshots.load()
-        except SnapshotRejectedError:
-            # A refused snapshot (bad signature, ...) still holds the version counter: continue above it, or
-            # every later publication would conflict with it and training would stop (issue 17 soak). The
-            # next valid publication replaces it; replicas keep serving the last good model meanwhile.
+        except SnapshotRejectedError as exc:
             stored = await self.snapshots.latest_version()
+            if exc.reason in SIGNATURE_REASONS:
+                # Publishing above it would replace what the fleet learned with this trainer's local model, and the
+                # replicas (whose key signed it, if this trainer's key is the wrong one) would refuse ours anyway.
+                where = getattr(self.snapshots.channel, "snapshot_key", "{namespace}:model:snapshot")
+                self.refusing = UnverifiableSnapshotError(stored, exc, where)
+                raise self.refusing from exc
+            # Signed with our key but not loadable here (unreadable, wrong type): it still holds the version
+            # counter, so continue above it, or every later publication would conflict with it and training would
+            # stop (issue 17 soak). Replicas keep serving the last good model meanwhile.
+            self._verifies_again()
             if stored >= self.registry.current.version:
                 await self.registry.publish(self.registry.current.model, stored)
             log.error(
@@ -163,6 +243,7 @@ class TrainerRole:
                 self.registry.current.version + 1,
             )
             return
+        self._verifies_again()
         current = self.registry.current
         if loaded is not None and loaded.version > current.version:
             await self.registry.publish(loaded.model, loaded.version)
@@ -190,6 +271,27 @@ class TrainerRole:
             current.version,
         )
 
+    def _verifies_again(self) -> None:
+        if self.refusing is not None:
+            log.info(
+                "the stored model snapshot is no longer one this trainer cannot verify (it refused v%d); training",
+                self.refusing.version,
+            )
+            self.refusing = None
+            self._refusal_logged = None
+
+    def _log_refusal(self, exc: UnverifiableSnapshotError) -> None:
+        """Log ``exc`` at ERROR: at once when it is new (another version or reason), else at most once every
+        :data:`UNVERIFIABLE_LOG_EVERY_S` (DEBUG in between)."""
+        self.refusals += 1
+        now, text = self.clock(), str(exc)
+        last = self._refusal_logged
+        if last is None or last[1] != text or now - last[0] >= UNVERIFIABLE_LOG_EVERY_S:
+            self._refusal_logged = (now, text)
+            log.error("%s; competing for the trainer lock again every %g s", text, self.unverifiable_retry_s)
+        else:
+            log.debug("%s", text)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Compete for the lock and train while holding it, until ``stop`` is set.
 
@@ -208,6 +310,8 @@ class TrainerRole:
                 await self._term(stop)
             except asyncio.CancelledError:
                 raise
+            except UnverifiableSnapshotError:  # logged by the term; stepped down without publishing (module docstring)
+                await _wait(stop, self.unverifiable_retry_s)
             except Exception as exc:
                 self.failures.failed(exc, f"stepped down; competing for the trainer lock again in {self.retry_s} s")
                 await _wait(stop, self.retry_s)
@@ -229,7 +333,13 @@ class TrainerRole:
         self.terms += 1
         self.is_leader = True
         trainer: OnlineTrainer | None = None
-        log.info("trainer lock %s acquired by %s", lock.name, self.consumer)
+        # (DEBUG while refusing an unverifiable snapshot: the role takes the lock every unverifiable_retry_s)
+        log.log(
+            logging.DEBUG if self.refusing is not None else logging.INFO,
+            "trainer lock %s acquired by %s",
+            lock.name,
+            self.consumer,
+        )
         try:
             await self._sync_from_snapshot()
             self.backend.forget_inflight()
@@ -251,6 +361,8 @@ class TrainerRole:
                 await _wait(stop, renew_every_s)
                 if stop.is_set():
                     break
+                if self.refusing is not None:  # a publication met a snapshot this trainer cannot verify
+                    raise self.refusing
                 try:
                     await lock.renew()
                     renewed_at = time.monotonic()
@@ -258,6 +370,9 @@ class TrainerRole:
                     if time.monotonic() - renewed_at > self.lock_ttl_s * 0.8:
                         log.warning("trainer lock could not be renewed (%s); stepping down", exc)
                         break
+        except UnverifiableSnapshotError as exc:
+            self._log_refusal(exc)
+            raise
         except LockLost as exc:
             log.warning("trainer lock lost (%s); stepping down", exc)
         except StoreUnreachable as exc:
