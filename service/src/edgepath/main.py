@@ -226,6 +226,14 @@ def http_protocol() -> str:
 def build_model(settings: Settings) -> PrimaryPathBandit:
     """A cold bandit, or the warm-started one of ``settings.model_path`` (verified before unpickling).
 
+    Raises as :func:`build_model_and_card`.
+    """
+    return build_model_and_card(settings)[0]
+
+
+def build_model_and_card(settings: Settings) -> tuple[PrimaryPathBandit, dict[str, Any] | None]:
+    """:func:`build_model`'s bandit and the card of the artefact it was loaded from (None: a cold bandit).
+
     Raises
     ------
     edgepath.training.artefact.ArtefactError
@@ -249,7 +257,8 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
                 f"profile prod loads only HMAC-signed model artefacts and {directory} has no {HMAC_FILE}: sign a copy "
                 f"with this release's key, EDGEPATH_HMAC_KEY=… edgepath sign-model {directory} --out SIGNED_DIR"
             )
-        bandit = load_artefact(directory, key if (key and signed) else None, classifier=False).bandit
+        artefact = load_artefact(directory, key if (key and signed) else None, classifier=False)
+        bandit = artefact.bandit
         if conflicts := model_setting_conflicts(settings, bandit.config):
             raise ArtefactError(
                 f"model {directory} was trained with other bandit settings than the ones set here: "
@@ -262,8 +271,8 @@ def build_model(settings: Settings) -> PrimaryPathBandit:
             bandit.config, propensity_floor=settings.propensity_floor, utility=utility_config(settings)
         )
         log.info("warm start from %s (policy %s)", settings.model_path, bandit.policy_name)
-        return bandit
-    return PrimaryPathBandit(bandit_config(settings))
+        return bandit, artefact.card
+    return PrimaryPathBandit(bandit_config(settings)), None
 
 
 def explicit_bandit_settings(settings: Settings) -> set[str]:
@@ -489,15 +498,17 @@ class Service:
         metrics = Metrics.create()
         backend = backend or build_backend(settings, metrics)
         store = backend.store
-        registry = ModelRegistry(build_model(settings))
-        metrics.model_version.set(registry.current.version)
-        metrics.model_published.set_to_current_time()
+        from edgepath.training.provenance import ModelProvenance, ObservedSnapshotStore, artefact_trained_at
 
-        def published(mv: Any) -> None:
-            metrics.model_version.set(mv.version)
-            metrics.model_published.set_to_current_time()
-
-        registry.on_publish(published)
+        model, card = build_model_and_card(settings)
+        registry = ModelRegistry(model)
+        # model age from the model's own publication (snapshot meta, artefact card), not this process's start
+        provenance = ModelProvenance(metrics)
+        if card is None:
+            provenance.started(registry.current, "cold")
+        else:  # an artefact without a readable trained_at counts from now
+            provenance.started(registry.current, "artefact", artefact_trained_at(card))
+        registry.on_publish(provenance.published)
         guard = build_outcome_guard(settings, backend)  # security: bounded learning
         plane = DecisionPlane(registry, store, settings, metrics, guard=guard)
 
@@ -511,9 +522,15 @@ class Service:
                 min_publish_interval_s=settings.trainer_publish_interval_s,
             )
             return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
-        from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
+        from edgepath.training.snapshots import SnapshotFollower
 
-        snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
+        snapshots = ObservedSnapshotStore(
+            backend.snapshots,
+            hmac_key_bytes(settings),
+            metrics,
+            on_loaded=provenance.snapshot,
+            on_published=provenance.snapshot,
+        )
         log.info("model snapshots verified with EDGEPATH_HMAC_KEY key id %s", snapshots.key_id)
         follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
         role = None

@@ -219,6 +219,10 @@ GRPC_CODES = (
     "CANCELLED",
     "DEADLINE_EXCEEDED",
 )
+#: ``source`` of ``edgepath_model_info``: a warm-start artefact, a snapshot of the shared store (adopted, or
+#: published by this process's trainer role), the cold model, or a model the in-process trainer refitted (memory
+#: store, no snapshots).
+MODEL_SOURCES = ("artefact", "snapshot", "cold", "refit")
 #: Families ``edgepath train`` serves (:meth:`Metrics.trainer_registry`).
 TRAINER_METRICS = ("edgepath_outcomes_dropped", "edgepath_snapshots_rejected", "edgepath_refit_restarts")
 
@@ -269,7 +273,12 @@ class Metrics:
     utility: HotHistogram
     #: Seconds from a decision to its joined outcome (late outcomes are the tail).
     outcome_delay_seconds: HotHistogram
+    #: Unix time the serving model was published (:meth:`model_served`): a snapshot's own ``published_at``, an
+    #: artefact's training time, or (cold start, a model this process trained) the time it started serving it.
     model_published: Gauge
+    #: ``edgepath_model_info{version,policy,source}`` = 1: one series per process, the serving model's
+    #: (:meth:`model_served` removes the previous one).
+    model_info: Gauge
     #: Admission signals (issue 16, :mod:`edgepath.admission`), read at scrape time from the process's
     #: ``Admission``: the serving thread's busy share (0-1) and the event loop's lag, s.
     admission_busy: Gauge
@@ -283,6 +292,7 @@ class Metrics:
     cc_measurements_ignored: HotCounter
     #: (method, code) → the counter and histogram children of :meth:`grpc_call` (a method's name split and two
     #: label lookups per call were ~0.9 µs of its ~1.2; issue 16). Bounded by the methods and status codes.
+    _model_info_labels: tuple[str, str, str] | None = field(default=None, init=False, repr=False)
     _grpc_children: dict[tuple[str, str], tuple[HotCounterChild, HotHistogram]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -290,6 +300,18 @@ class Metrics:
     _http_children: dict[tuple[str, str, int], tuple[HotCounterChild, HotHistogram]] = field(
         default_factory=dict, init=False, repr=False
     )
+
+    def model_served(self, version: int, policy: str, source: str, published_at: float) -> None:
+        """The process serves model ``version`` of ``policy`` from ``source`` (:data:`MODEL_SOURCES`), published at
+        ``published_at`` (Unix s): sets ``edgepath_model_version``, ``edgepath_model_published_timestamp_seconds``
+        and the one ``edgepath_model_info`` series, whose previous label set is removed."""
+        self.model_version.set(version)
+        self.model_published.set(published_at)
+        labels = (str(version), policy, source)
+        if self._model_info_labels is not None and self._model_info_labels != labels:
+            self.model_info.remove(*self._model_info_labels)
+        self.model_info.labels(*labels).set(1)
+        self._model_info_labels = labels
 
     def grpc_call(self, method: str, code: str, seconds: float) -> None:
         """Count one finished gRPC call (``/edgepath.v1.PathService/Recommend``, status code name, latency in s)
@@ -534,7 +556,15 @@ class Metrics:
             outcome_delay_seconds=outcome_delay,
             model_published=Gauge(
                 "edgepath_model_published_timestamp_seconds",
-                "Unix time this process started serving its current model version (age = time() - this)",
+                "Unix time the serving model was published (age = time() - this): a snapshot's own published_at, a "
+                "warm-start artefact's training time (its card's trained_at), else when this process started serving "
+                "it",
+                registry=reg,
+            ),
+            model_info=Gauge(
+                "edgepath_model_info",
+                "1 for the model this process serves: version, policy, source (artefact, snapshot, cold, refit)",
+                ["version", "policy", "source"],
                 registry=reg,
             ),
             admission_busy=Gauge(
