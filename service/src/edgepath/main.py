@@ -904,11 +904,38 @@ def build_trainer_role(
     )
 
 
+async def outcome_backlog(backend: StateBackend) -> int | None:
+    """Outcomes in the shared outcome log not yet trained on (delivered and unacknowledged, or not delivered yet: a
+    model's outcomes are deleted from the stream when it is published), None when the store does not tell (the
+    in-process store) or cannot be reached within 2 s."""
+    length = getattr(backend.store, "stream_length", None)
+    if length is None:
+        return None
+    try:
+        return int(await asyncio.wait_for(length(), timeout=2.0))
+    except Exception:  # unreachable, or a reply this cannot read: unknown
+        return None
+
+
+async def log_trainer_stop(consumer: str, signal_name: str, held_lock: bool, backend: StateBackend) -> None:
+    """The one INFO line of a trainer stopped by a signal (the role has released the lock it held by then)."""
+    pending = await outcome_backlog(backend)
+    log.info(
+        "trainer %s stopped on %s: %s; %s",
+        consumer,
+        signal_name,
+        "trainer lock released" if held_lock else "it held no trainer lock",
+        "outcomes not yet trained unknown" if pending is None else f"{pending} outcomes not yet trained",
+    )
+
+
 async def run_trainer(settings: Settings) -> None:
     """Body of ``edgepath train``: compete for the trainer lock of the shared backend and train while holding it.
 
     Consumes the outcome stream, refits every ``settings.batch_size`` outcomes and publishes signed,
-    versioned model snapshots that the serving replicas hot-swap; returns on SIGINT/SIGTERM. With
+    versioned model snapshots that the serving replicas hot-swap; returns on SIGINT/SIGTERM, after one INFO line
+    naming the signal, whether it released the trainer lock and the outcomes left untrained (:func:`log_trainer_stop`).
+    With
     ``settings.metrics_port`` set, serves ``GET /metrics`` there (plain HTTP, prometheus_client's threaded server,
     as ``edgepath serve`` serves its metrics port): the counters the trainer updates
     (:meth:`~edgepath.metrics.Metrics.trainer_registry`: outcome-log entries it drops as undecodable, snapshots
@@ -952,14 +979,23 @@ async def run_trainer(settings: Settings) -> None:
         refitter = ProcessRefitter(on_restart=metrics.refit_restarts.inc)
         role = build_trainer_role(settings, backend, snapshots, registry, refitter)
         stop = asyncio.Event()
+        stopped_by: list[tuple[str, bool]] = []  # (signal name, lock held when it came)
+
+        def on_signal(sig: signal.Signals) -> None:
+            if not stopped_by:
+                stopped_by.append((sig.name, role.is_leader))
+            stop.set()
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal, sig)
         log.info(
             "trainer %s (EDGEPATH_HMAC_KEY key id %s) waiting for the trainer lock", role.consumer, snapshots.key_id
         )
         try:
             await role.run(stop)
+            if stopped_by:
+                await log_trainer_stop(role.consumer, *stopped_by[0], backend)
         finally:
             refitter.close()
             await backend.close()

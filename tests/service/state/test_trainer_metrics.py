@@ -73,6 +73,11 @@ def test_the_trainer_serves_its_counters_on_its_metrics_port(
         )
         assert trainer.popen.poll() is None, cluster.logs()
         assert trainer.stop(signal.SIGTERM) == 0, cluster.logs()
+        # a stopped trainer says so: which signal, the lock it gave up, what it left untrained
+        assert re.search(
+            r"trainer \S+ stopped on SIGTERM: trainer lock released; \d+ outcomes not yet trained",
+            trainer.log.read_text(),
+        ), cluster.logs()
     finally:
         cluster.close()
 
