@@ -243,3 +243,37 @@ def test_the_hpa_metric_example_is_what_the_documented_adapter_rule_serves(
         [promtool, "test", "rules", "adapter_test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert unit.returncode == 0, unit.stdout + unit.stderr
+
+
+def _alerts(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for g in one(objects, "PrometheusRule")["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_every_alert_has_a_runbook_in_the_readme_and_a_runbook_url_when_its_base_is_set(render: Any) -> None:
+    readme = (ROOT / "README.md").read_text()
+    runbooks = readme.split("\n### Runbooks\n", 1)[1].split("\n### ", 1)[0]
+    entries = set(re.findall(r"^#### (\S+)$", runbooks, flags=re.MULTILINE))
+    default = _alerts(render(MONITORING))
+    assert {a["alert"] for a in default} <= entries, "an alert without its README runbook"
+    assert not [a["alert"] for a in default if "runbook_url" in a["annotations"]], "no base URL: no runbook_url"
+    base = "https://git.example.internal/edgepath/blob/main/README.md"
+    linked = _alerts(render(MONITORING, "--set", f"prometheusRule.runbookBaseUrl={base}"))
+    assert {a["alert"]: a["annotations"]["runbook_url"] for a in linked} == {
+        a["alert"]: f"{base}#{a['alert'].lower()}" for a in default
+    }
+    # the annotations are added, nothing else changes
+    assert [
+        {**a, "annotations": {k: v for k, v in a["annotations"].items() if k != "runbook_url"}} for a in linked
+    ] == (default)
+
+
+def test_store_degraded_says_where_outcomes_go_by_the_outbox_setting(render: Any) -> None:
+    def description(*args: str) -> str:
+        (alert,) = [a for a in _alerts(render(MONITORING, *args)) if a["alert"] == "EdgePathStoreDegraded"]
+        return str(alert["annotations"]["description"])
+
+    journal = description()
+    assert "journaled on disk (/var/lib/edgepath/outbox" in journal and "edgepath_outbox_outcomes" in journal
+    assert "dropped when it fills" not in journal
+    refused = description("--set", "drain.outboxDir=")
+    assert "every outcome report is refused with 503" in refused and "journaled" not in refused
