@@ -961,6 +961,8 @@ def test_notes_tell_devices_how_to_authenticate_and_what_an_ingress_or_the_alert
     assert "TLS: the liveness" not in _notes(helm_bin, tmp_path / "named", *values_args("defaults"), *named_too)
     alerts = _notes(helm_bin, tmp_path / "alerts", *values_args("defaults"), "--set", "prometheusRule.enabled=true")
     assert 'selects job="ep-edgepath"' in alerts
+    assert "WARNING: Alerts: prometheusRule.enabled=true but serviceMonitor.enabled=false" in alerts
+    assert "alerts cannot fire" in alerts
     both = ["--set", "prometheusRule.enabled=true", "--set", "serviceMonitor.enabled=true"]
     assert "Alerts:" not in _notes(helm_bin, tmp_path / "both", *values_args("defaults"), *both)
 
