@@ -84,6 +84,11 @@ def test_rules_and_dashboard_are_off_by_default(render: Any) -> None:
 
 def test_alerts_cover_what_an_operator_watches(render: Any) -> None:
     alerts = {r["alert"] for g in _rule_groups(render)["groups"] for r in g["rules"]}
+    assert {"EdgePathTrainerDown", "EdgePathTrainerBacklog", "EdgePathDecidersDown"} <= alerts
+    # the trainer's alerts only where the chart runs the trainer Deployment
+    without = {a["alert"] for a in _alerts(render(MONITORING, "--set", "trainer.enabled=false"))}
+    assert "EdgePathTrainerDown" not in without and "EdgePathTrainerBacklog" not in without
+    assert "EdgePathDecidersDown" in without
     assert {"EdgePathStoreDegraded", "EdgePathSnapshotsRejected", "EdgePathOutcomesDropped", "EdgePathModelStale"} <= (
         alerts
     )
@@ -141,6 +146,12 @@ def test_every_metric_in_rules_and_dashboard_is_exported_by_a_running_service(re
         assert scrape.status_code == 200
     exported = _exported_series_names(scrape.text)
     assert {"edgepath_decisions_total", "edgepath_outcomes_total"} <= exported
+    # `edgepath train`'s own (scraped under the same job) and Prometheus's per-target up
+    from edgepath.metrics import Metrics
+    from prometheus_client import generate_latest
+
+    exported |= _exported_series_names(generate_latest(Metrics.create().trainer_registry()).decode())
+    exported.add("up")
     used: dict[str, set[str]] = {}
     for source, exprs in (
         ("PrometheusRule", _rule_exprs(_rule_groups(render))),

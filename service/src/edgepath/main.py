@@ -917,6 +917,18 @@ async def outcome_backlog(backend: StateBackend) -> int | None:
         return None
 
 
+async def poll_outcome_backlog(backend: StateBackend, metrics: Metrics, stop: asyncio.Event, period_s: float) -> None:
+    """Every ``period_s`` (not per refit: one ``XLEN``), :func:`outcome_backlog` onto
+    ``edgepath_trainer_backlog_outcomes``, until ``stop`` is set; an unknown backlog leaves the last value."""
+    from edgepath.tasks import wait_event
+
+    while not stop.is_set():
+        pending = await outcome_backlog(backend)
+        if pending is not None:
+            metrics.trainer_backlog.set(pending)
+        await wait_event(stop, period_s)  # the gauge's period (a service loop, not a test wait)
+
+
 async def log_trainer_stop(consumer: str, signal_name: str, held_lock: bool, backend: StateBackend) -> None:
     """The one INFO line of a trainer stopped by a signal (the role has released the lock it held by then)."""
     pending = await outcome_backlog(backend)
@@ -939,7 +951,9 @@ async def run_trainer(settings: Settings) -> None:
     ``settings.metrics_port`` set, serves ``GET /metrics`` there (plain HTTP, prometheus_client's threaded server,
     as ``edgepath serve`` serves its metrics port): the counters the trainer updates
     (:meth:`~edgepath.metrics.Metrics.trainer_registry`: outcome-log entries it drops as undecodable, snapshots
-    it refuses, refit processes it started again after one died), each known reason at 0 from the start.
+    it refuses, refit processes it started again after one died), each known reason at 0 from the start, and its
+    gauges: whether it holds the trainer lock (read at each scrape), the outcomes not yet trained on
+    (:func:`poll_outcome_backlog`, every ``settings.store_memory_poll_s``) and when it last published a snapshot.
 
     Raises
     ------
@@ -948,7 +962,8 @@ async def run_trainer(settings: Settings) -> None:
     PortUnavailable
         ``settings.metrics_port`` cannot be bound (nothing was started).
     """
-    from edgepath.training.snapshots import SnapshotStore
+    from edgepath.tasks import stop_task
+    from edgepath.training.provenance import ObservedSnapshotStore
 
     if not settings.store_is_shared:
         raise ValueError("train needs a shared store: --store redis://HOST:PORT/DB")
@@ -972,7 +987,12 @@ async def run_trainer(settings: Settings) -> None:
             log.info("train keeps no degraded-mode outbox: outbox_dir %s is for serving replicas", settings.outbox_dir)
             settings = settings.model_copy(update={"outbox_dir": None})
         backend = build_backend(settings, metrics)
-        snapshots = SnapshotStore(backend.snapshots, hmac_key_bytes(settings), metrics)
+        snapshots = ObservedSnapshotStore(
+            backend.snapshots,
+            hmac_key_bytes(settings),
+            metrics,
+            on_published=lambda _model, at: metrics.trainer_last_publish.set(at),
+        )
         registry = ModelRegistry(build_model(settings))
         # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where
         # the trainer shares cores with deciders, it takes only the CPU they leave, and its lock renewals still run
@@ -989,6 +1009,10 @@ async def run_trainer(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
+        metrics.trainer_lock_held.set_function(lambda: float(role.is_leader))  # read at each scrape
+        backlog = asyncio.create_task(
+            poll_outcome_backlog(backend, metrics, stop, settings.store_memory_poll_s), name="trainer-backlog"
+        )
         log.info(
             "trainer %s (EDGEPATH_HMAC_KEY key id %s) waiting for the trainer lock", role.consumer, snapshots.key_id
         )
@@ -997,6 +1021,7 @@ async def run_trainer(settings: Settings) -> None:
             if stopped_by:
                 await log_trainer_stop(role.consumer, *stopped_by[0], backend)
         finally:
+            await stop_task(backlog)
             refitter.close()
             await backend.close()
     finally:

@@ -224,7 +224,14 @@ GRPC_CODES = (
 #: store, no snapshots).
 MODEL_SOURCES = ("artefact", "snapshot", "cold", "refit")
 #: Families ``edgepath train`` serves (:meth:`Metrics.trainer_registry`).
-TRAINER_METRICS = ("edgepath_outcomes_dropped", "edgepath_snapshots_rejected", "edgepath_refit_restarts")
+TRAINER_METRICS = (
+    "edgepath_outcomes_dropped",
+    "edgepath_snapshots_rejected",
+    "edgepath_refit_restarts",
+    "edgepath_trainer_lock_held",
+    "edgepath_trainer_backlog_outcomes",
+    "edgepath_trainer_last_publish_timestamp_seconds",
+)
 
 #: Latency buckets of the per-transport request metrics, s (the decision itself takes ~0.1-1 ms; the p99 targets
 #: of issue 16 are tens of ms).
@@ -279,6 +286,12 @@ class Metrics:
     #: ``edgepath_model_info{version,policy,source}`` = 1: one series per process, the serving model's
     #: (:meth:`model_served` removes the previous one).
     model_info: Gauge
+    #: ``edgepath train``'s own gauges, in :meth:`trainer_registry` only (a decider never sets them): 1 while it holds
+    #: the trainer lock; outcomes in the shared outcome log not trained on yet (polled every
+    #: ``store_memory_poll_s``); when it last published a snapshot (0: not yet).
+    trainer_lock_held: Gauge
+    trainer_backlog: Gauge
+    trainer_last_publish: Gauge
     #: Admission signals (issue 16, :mod:`edgepath.admission`), read at scrape time from the process's
     #: ``Admission``: the serving thread's busy share (0-1) and the event loop's lag, s.
     admission_busy: Gauge
@@ -369,13 +382,17 @@ class Metrics:
         self.explored.labels(policy)
 
     def trainer_registry(self) -> CollectorRegistry:
-        """A registry of the counters ``edgepath train`` updates (:data:`TRAINER_METRICS`), for its ``GET /metrics``:
+        """A registry of the counters and gauges ``edgepath train`` updates (:data:`TRAINER_METRICS`), for its
+        ``GET /metrics``:
         the trainer is scraped under the deciders' job, where the serving gauges it never sets (model version,
         publication time, admission) would read as a pod serving model 0 since 1970."""
         reg = CollectorRegistry()
         reg.register(self.outcomes_dropped)
         reg.register(self.snapshots_rejected)
         reg.register(self.refit_restarts)
+        reg.register(self.trainer_lock_held)
+        reg.register(self.trainer_backlog)
+        reg.register(self.trainer_last_publish)
         return reg
 
     def _initialise_label_sets(self) -> None:
@@ -560,6 +577,21 @@ class Metrics:
                 "warm-start artefact's training time (its card's trained_at), else when this process started serving "
                 "it",
                 registry=reg,
+            ),
+            trainer_lock_held=Gauge(
+                "edgepath_trainer_lock_held",
+                "1 while this trainer holds the trainer lock (the one that trains)",
+                registry=None,  # trainer_registry() only
+            ),
+            trainer_backlog=Gauge(
+                "edgepath_trainer_backlog_outcomes",
+                "Outcomes in the shared outcome log not trained on yet (delivered and unacknowledged, or not read)",
+                registry=None,  # trainer_registry() only
+            ),
+            trainer_last_publish=Gauge(
+                "edgepath_trainer_last_publish_timestamp_seconds",
+                "Unix time this trainer last published a model snapshot (0: not since it started)",
+                registry=None,  # trainer_registry() only
             ),
             model_info=Gauge(
                 "edgepath_model_info",

@@ -627,7 +627,8 @@ class Settings(BaseSettings):
         15.0,
         gt=0.0,
         description="Period of the shared state store's memory gauges (Redis INFO memory: "
-        "edgepath_store_memory_used_bytes, edgepath_store_memory_limit_bytes), s",
+        "edgepath_store_memory_used_bytes, edgepath_store_memory_limit_bytes) and of the trainer's "
+        "edgepath_trainer_backlog_outcomes (the outcome stream's length), s",
     )
 
     # --- warm start (issue 8): see edgepath.training.artefact ---

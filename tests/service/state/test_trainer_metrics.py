@@ -10,15 +10,17 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 from edgepath.metrics import OUTCOME_DROP_REASONS, SNAPSHOT_REJECT_REASONS
+from edgepath.state.codec import encode_record
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from state.cluster_helpers import Cluster
-from state.redis_helpers import RedisServer, wait_until
+from state.redis_helpers import RedisServer, decision, outcome, wait_until
 
 _SERVED = re.compile(r"trainer metrics: http://127\.0\.0\.1:(\d+)/metrics")
 
@@ -59,6 +61,9 @@ def test_the_trainer_serves_its_counters_on_its_metrics_port(
             "edgepath_snapshots_rejected_created",
             "edgepath_refit_restarts_total",
             "edgepath_refit_restarts_created",
+            "edgepath_trainer_lock_held",
+            "edgepath_trainer_backlog_outcomes",
+            "edgepath_trainer_last_publish_timestamp_seconds",
         }, sorted(first)
         # an outcome-log entry no replica could have written: the trainer drops it and counts it
         with Redis.from_url(redis_server.url) as r:
@@ -78,6 +83,51 @@ def test_the_trainer_serves_its_counters_on_its_metrics_port(
             r"trainer \S+ stopped on SIGTERM: trainer lock released; \d+ outcomes not yet trained",
             trainer.log.read_text(),
         ), cluster.logs()
+    finally:
+        cluster.close()
+
+
+def test_the_trainer_exports_its_lock_its_backlog_and_its_last_publication(
+    tmp_path: Path, redis_server: RedisServer, namespace: str
+) -> None:
+    """What on-call needs to see a dead or lagging trainer: whether it holds the lock, the outcomes it has not trained
+    on (the outcome stream's length: trained entries are deleted), and when it last published."""
+    cluster = Cluster(tmp_path, redis_server, namespace=namespace)
+    env = {
+        "EDGEPATH_METRICS_PORT": "0",
+        "EDGEPATH_HOST": "127.0.0.1",
+        "EDGEPATH_BATCH_SIZE": "3",
+        "EDGEPATH_STORE_MEMORY_POLL_S": "0.1",
+    }
+    try:
+        trainer = cluster.start_trainer(extra_env=env)
+        served = wait_until(
+            lambda: _SERVED.search(trainer.log.read_text()) or trainer.popen.poll() is not None,
+            60,
+            what="the trainer to serve its metrics",
+        )
+        assert trainer.popen.poll() is None, cluster.logs()
+        port = int(served.group(1))
+
+        def gauges() -> tuple[float | None, float | None, float | None]:
+            got = _scrape(port)
+            return (
+                got.get(("edgepath_trainer_lock_held", "")),
+                got.get(("edgepath_trainer_backlog_outcomes", "")),
+                got.get(("edgepath_trainer_last_publish_timestamp_seconds", "")),
+            )
+
+        wait_until(lambda: gauges()[0] == 1.0, 30, what="the trainer to take the lock")
+        assert gauges()[2] == 0.0, "nothing published yet"
+        with Redis.from_url(redis_server.url) as r:
+            for i in range(2):  # below a batch: not trained, the backlog
+                r.xadd(f"{namespace}:outcomes", {"o": encode_record(outcome(decision(f"d{i}")))})
+            wait_until(lambda: gauges()[1] == 2.0, 30, what="the backlog of 2 outcomes")
+            before = time.time()
+            r.xadd(f"{namespace}:outcomes", {"o": encode_record(outcome(decision("d2")))})  # a batch: trained
+        wait_until(lambda: gauges()[1] == 0.0 and gauges()[2], 60, what="the batch to be trained and published")
+        assert gauges()[2] >= before  # type: ignore[operator]
+        assert trainer.stop(signal.SIGTERM) == 0, cluster.logs()
     finally:
         cluster.close()
 
