@@ -1,4 +1,4 @@
-"""Helpers of the state-store tests: a real ``redis-server`` child process, records to store."""
+"""Helpers of the state-store tests: a real ``redis-server`` child process, records to store, a trained model."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from edgepath.engines.features import N_FEATURES
+from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
 from edgepath.state.base import DecisionRecord, OutcomeRecord
+from edgepath.types import AccessType
 
 REDIS_SERVER = shutil.which("redis-server")
 
@@ -137,3 +139,20 @@ def outcome(d: DecisionRecord, throughput_bps: float = 3e7, latency_ms: float | 
         reported_at=time.time(),
         extra={"rtt_ms": 12.5},
     )
+
+
+def trained_bandit(n: int = 60, seed: int = 0) -> PrimaryPathBandit:
+    """A primary-path model (default policy) trained on ``n`` synthetic WiFi/LTE samples: a snapshot to publish."""
+    model = PrimaryPathBandit(BanditConfig(seed=seed))
+    samples = [
+        TrainingSample(
+            features=[float(i % 7), float(i % 3)] + [0.0] * (N_FEATURES - 2),
+            arms=(AccessType.WIFI, AccessType.LTE),
+            arm_index=i % 2,
+            reward=int(i % 5 == 0),
+            propensity=0.5,
+        )
+        for i in range(n)
+    ]
+    model.update(samples)
+    return model

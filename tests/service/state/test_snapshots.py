@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from edgepath.engines.features import N_FEATURES
-from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
+from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.metrics import Metrics
 from edgepath.state.redis import RedisStore
 from edgepath.state.redis_backend import RedisBackend
@@ -19,27 +18,10 @@ from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConfli
 from edgepath.training.snapshots import SnapshotFollower, SnapshotRejectedError, SnapshotStore, dumps, sign
 from edgepath.types import AccessType
 
-from state.redis_helpers import RedisServer, decision, outcome, wait_for
+from state.redis_helpers import RedisServer, decision, outcome, trained_bandit, wait_for
 
 pytestmark = pytest.mark.redis
 KEY = b"test-key-0123456789"
-
-
-def trained_bandit(n: int = 60, seed: int = 0) -> PrimaryPathBandit:
-    model = PrimaryPathBandit(BanditConfig(seed=seed))
-    arms = (AccessType.WIFI, AccessType.LTE)
-    samples = [
-        TrainingSample(
-            features=[float(i % 7), float(i % 3)] + [0.0] * (N_FEATURES - 2),
-            arms=arms,
-            arm_index=i % 2,
-            reward=int(i % 5 == 0),
-            propensity=0.5,
-        )
-        for i in range(n)
-    ]
-    model.update(samples)
-    return model
 
 
 class Marker:

@@ -19,17 +19,15 @@ from typing import Any
 
 import pytest
 import redis
-from edgepath.engines.features import N_FEATURES
-from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
+from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.state.base import ClaimResult
 from edgepath.state.redis import GROUP, RedisStore
 from edgepath.state.redis_backend import RedisBackend
 from edgepath.training.leader import TrainerRole
 from edgepath.training.online import FAILURE_LOG_EVERY_S, FailureLog, ModelRegistry, OnlineTrainer, PublishConflictError
 from edgepath.training.snapshots import SnapshotFollower, SnapshotStore
-from edgepath.types import AccessType
 
-from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome, wait_for
+from state.redis_helpers import REDIS_SERVER, RedisServer, decision, outcome, trained_bandit, wait_for
 
 pytestmark = pytest.mark.redis
 KEY = b"test-key-0123456789"
@@ -64,22 +62,6 @@ async def feed(server: RedisServer, namespace: str, prefix: str, n: int) -> None
             assert await writer.claim_outcome(outcome(d)) is ClaimResult.NEW
     finally:
         await writer.close()
-
-
-def trained_bandit(n: int, seed: int = 0) -> PrimaryPathBandit:
-    model = PrimaryPathBandit(BanditConfig(seed=seed))
-    samples = [
-        TrainingSample(
-            features=[float(i % 7), float(i % 3)] + [0.0] * (N_FEATURES - 2),
-            arms=(AccessType.WIFI, AccessType.LTE),
-            arm_index=i % 2,
-            reward=int(i % 5 == 0),
-            propensity=0.5,
-        )
-        for i in range(n)
-    ]
-    model.update(samples)
-    return model
 
 
 def messages(caplog: pytest.LogCaptureFixture, text: str, level: int | None = None) -> list[logging.LogRecord]:

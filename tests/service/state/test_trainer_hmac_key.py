@@ -17,39 +17,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from edgepath.engines.features import N_FEATURES
-from edgepath.engines.primary_path import BanditConfig, PrimaryPathBandit, TrainingSample
+from edgepath.engines.primary_path import PrimaryPathBandit
 from edgepath.state.redis import RedisStore
 from edgepath.state.redis_backend import RedisBackend
 from edgepath.training.leader import TrainerRole, UnverifiableSnapshotError
 from edgepath.training.online import ModelRegistry, OnlineTrainer, PublishConflictError
 from edgepath.training.snapshots import SnapshotFollower, SnapshotStore, dumps, key_id, sign
-from edgepath.types import AccessType
 
-from state.redis_helpers import RedisServer, decision, outcome
+from state.redis_helpers import RedisServer, decision, outcome, trained_bandit
 
 pytestmark = pytest.mark.redis
 FLEET_KEY = b"fleet-key-0123456789abcdef"
 WRONG_KEY = b"wrong-key-0123456789abcdef"
 STORED = 13  # the fleet's model version when the wrong trainer starts
 LEARNED = 60  # samples the fleet's model was trained on
-
-
-def trained_bandit(n: int) -> PrimaryPathBandit:
-    model = PrimaryPathBandit(BanditConfig(seed=0))
-    model.update(
-        [
-            TrainingSample(
-                features=[float(i % 7), float(i % 3)] + [0.0] * (N_FEATURES - 2),
-                arms=(AccessType.WIFI, AccessType.LTE),
-                arm_index=i % 2,
-                reward=int(i % 5 == 0),
-                propensity=0.5,
-            )
-            for i in range(n)
-        ]
-    )
-    return model
 
 
 @pytest.fixture
