@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from edgepath.metrics import OUTCOME_DROP_REASONS, SNAPSHOT_REJECT_REASONS
@@ -35,19 +36,24 @@ def _scrape(port: int) -> dict[tuple[str, str], float]:
     }
 
 
+def _start_serving_trainer(cluster: Cluster, env: dict[str, str]) -> tuple[Any, int]:
+    """A trainer of ``cluster`` started with ``env``, once it serves its metrics: (the trainer, its metrics port)."""
+    trainer = cluster.start_trainer(extra_env=env)
+    served = wait_until(
+        lambda: _SERVED.search(trainer.log.read_text()) or trainer.popen.poll() is not None,
+        60,
+        what="the trainer to serve its metrics",
+    )
+    assert trainer.popen.poll() is None, cluster.logs()
+    return trainer, int(served.group(1))
+
+
 def test_the_trainer_serves_its_counters_on_its_metrics_port(
     tmp_path: Path, redis_server: RedisServer, namespace: str
 ) -> None:
     cluster = Cluster(tmp_path, redis_server, namespace=namespace)
     try:
-        trainer = cluster.start_trainer(extra_env={"EDGEPATH_METRICS_PORT": "0", "EDGEPATH_HOST": "127.0.0.1"})
-        served = wait_until(
-            lambda: _SERVED.search(trainer.log.read_text()) or trainer.popen.poll() is not None,
-            60,
-            what="the trainer to serve its metrics",
-        )
-        assert trainer.popen.poll() is None, cluster.logs()
-        port = int(served.group(1))
+        trainer, port = _start_serving_trainer(cluster, {"EDGEPATH_METRICS_PORT": "0", "EDGEPATH_HOST": "127.0.0.1"})
         first = _scrape(port)
         # every reason at 0 from the start (an alert's increase() sees the first one), and nothing else: the trainer
         # is scraped under the deciders' job, where serving gauges it never sets would read as a pod on model 0
@@ -100,14 +106,7 @@ def test_the_trainer_exports_its_lock_its_backlog_and_its_last_publication(
         "EDGEPATH_STORE_MEMORY_POLL_S": "0.1",
     }
     try:
-        trainer = cluster.start_trainer(extra_env=env)
-        served = wait_until(
-            lambda: _SERVED.search(trainer.log.read_text()) or trainer.popen.poll() is not None,
-            60,
-            what="the trainer to serve its metrics",
-        )
-        assert trainer.popen.poll() is None, cluster.logs()
-        port = int(served.group(1))
+        trainer, port = _start_serving_trainer(cluster, env)
 
         def gauges() -> tuple[float | None, float | None, float | None]:
             got = _scrape(port)
