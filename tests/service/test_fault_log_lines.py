@@ -27,7 +27,7 @@ import pytest
 from edgepath.errors import Unavailable
 from edgepath.grpc import observe
 from edgepath.grpc.server import create_server
-from edgepath.logs import FaultLog, RefusalLog
+from edgepath.logs import CrashLog, FaultLog, RefusalLog
 from edgepath.main import Service
 from edgepath.rest.app import RequestMetrics, create_app
 from edgepath.security.auth import TokenFile
@@ -394,3 +394,106 @@ def test_a_refused_body_names_the_device_it_declared(info_log: io.StringIO, tmp_
         assert "(principal dev-tok, device garbage-dev)" in by_id[rid]["message"]
     assert by_id["r-long"]["device_id"] == ("garbage\\nline " + "x" * 400)[:256]
     assert "device_id" not in by_id["r-number"] and "device_id" not in by_id["o-not-json"]
+
+
+# --- 4. handlers that raised: one traceback per distinct crash, the repeats bounded ----------------------------------
+def test_a_rest_handler_raising_on_every_request_writes_a_bounded_number_of_tracebacks(info_log: io.StringIO) -> None:
+    """A bug every request hits: the first request's traceback at ERROR at once (its request id, route, method and
+    exception type), the repeats left out and counted on the next line written: another exception type on the same
+    route, a new crash written at once. Each request is still answered the 500 problem with its request id and
+    nothing of the exception, and counted 500; the exception no longer leaves the app (uvicorn logged one
+    "Exception in ASGI application" traceback per request). Before: one traceback per request, and the app re-raised
+    every exception to the server."""
+    service = Service.build(Settings())
+    app = create_app(service.plane)
+    now = [100.0]
+    raised: list[type[Exception]] = [RuntimeError]
+
+    async def broken(*args: Any) -> Any:
+        raise raised[0]("a bug: redis user edgepath may not run evalsha")
+
+    async def run() -> None:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://edge") as http:
+            assert (await http.get("/healthz")).status_code == 200
+            rest = logging.getLogger("edgepath.rest")
+            request_metrics(app).crashes = CrashLog(rest, rate_per_s=1.0, burst=1, clock=lambda: now[0])
+            service.plane.recommend = broken  # type: ignore[method-assign]
+            for i in range(5):
+                resp = await http.post("/v1/recommendations", json=context("dev-a"), headers={"x-request-id": f"c{i}"})
+                assert resp.status_code == 500 and resp.headers["x-request-id"] == f"c{i}"
+                assert resp.json()["request_id"] == f"c{i}" and resp.json()["error"] == "internal"
+                assert "evalsha" not in resp.text and "RuntimeError" not in resp.text
+            raised[0] = ValueError
+            assert (await http.post("/v1/recommendations", json=context("dev-a"))).status_code == 500  # a new crash
+            raised[0] = RuntimeError
+            now[0] += 1.0
+            resp = await http.post("/v1/recommendations", json=context("dev-a"), headers={"x-request-id": "c-last"})
+            assert resp.status_code == 500
+            scraped = (await http.get("/metrics")).text
+            assert 'handler="/v1/recommendations",method="POST",status="500"} 7.0' in scraped
+
+    asyncio.run(run())
+    errors = lines(info_log, "edgepath.rest", "ERROR")
+    assert [(e["request_id"], e["exception"]) for e in errors[:1] + errors[2:]] == [
+        ("c0", "RuntimeError"),
+        ("c-last", "RuntimeError"),
+    ]
+    assert errors[1]["exception"] == "ValueError" and len(errors) == 3, [e["message"] for e in errors]
+    assert all("may not run evalsha" in e["exc_info"] for e in errors)
+    first = errors[0]
+    assert (first["route"], first["method"], first["status"], first["transport"]) == (
+        "/v1/recommendations",
+        "POST",
+        500,
+        "rest",
+    )
+    assert first["message"] == "POST /v1/recommendations failed: unexpected RuntimeError (principal None, device dev-a)"
+    assert "suppressed" not in first and "suppressed" not in errors[2]
+    assert errors[1]["suppressed"] == 4 and errors[1]["suppressed_by"] == {"dev-a": 4}  # the next line written
+    assert "(4 more crashes not logged) (most from dev-a 4)" in errors[1]["message"]
+
+
+def test_a_grpc_handler_raising_on_every_call_writes_a_bounded_number_of_tracebacks(
+    info_log: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same over gRPC: each call answered ``UNKNOWN`` with the request id only, the first call's traceback at
+    ERROR at once, the repeats counted on the next line written (a second later). Before: ``unexpected()`` wrote one
+    traceback per call."""
+    now = [100.0]
+
+    def crash_log(logger: logging.Logger) -> CrashLog:
+        return CrashLog(logger, rate_per_s=1.0, burst=1, clock=lambda: now[0])
+
+    monkeypatch.setattr(observe, "CrashLog", crash_log)
+    service = Service.build(Settings())
+
+    async def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug: redis user edgepath may not run evalsha")
+
+    service.plane.report_outcome = broken  # type: ignore[method-assign]
+
+    async def run() -> None:
+        server, _, port = create_server(service.plane, "127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pb_grpc.PathServiceStub(channel)
+                for i in [*range(5), "last"]:
+                    if i == "last":
+                        now[0] += 1.0
+                    call = pb.OutcomeRequest(device_id="dev-x", decision_id="d-1", throughput_bps=4e7)
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await stub.ReportOutcome(call, timeout=5, metadata=(("x-request-id", f"g{i}"),))
+                    assert err.value.code() == grpc.StatusCode.UNKNOWN
+                    details = err.value.details() or ""
+                    assert details.endswith(f"g{i}") and "evalsha" not in details
+        finally:
+            await server.stop(5.0)
+
+    asyncio.run(run())
+    errors = lines(info_log, "edgepath.grpc", "ERROR")
+    assert [e["request_id"] for e in errors] == ["g0", "glast"], [e["message"] for e in errors]
+    assert all("may not run evalsha" in e["exc_info"] for e in errors)
+    assert errors[0]["message"] == f"{REPORT_OUTCOME} failed: unexpected RuntimeError"
+    assert errors[0]["method"] == REPORT_OUTCOME and errors[0]["exception"] == "RuntimeError"
+    assert errors[1]["suppressed"] == 4 and "(4 more crashes not logged)" in errors[1]["message"]

@@ -77,8 +77,10 @@ def test_a_handler_that_raises_answers_with_the_request_id_only_and_logs_its_tra
     """A handler that raised (here the plane's outcome path, as a Redis ACL user without EVALSHA made it): REST
     answers a 500 problem (``application/problem+json``, the request id in the body and the header), gRPC
     ``UNKNOWN``; neither hands the client the exception's type or message, and the log has the traceback as a JSON
-    line under the call's request id. Before, REST answered ``text/plain`` "Internal Server Error" with no request
-    id (the traceback in uvicorn's own format, not JSON) and gRPC "Unexpected <class 'RuntimeError'>: <message>"."""
+    line under the call's request id (the service's own, not uvicorn's "Exception in ASGI application" too, which
+    it logged for every such request, unbounded). Before, REST answered ``text/plain`` "Internal Server Error" with
+    no request id (the traceback in uvicorn's own format, not JSON) and gRPC "Unexpected <class 'RuntimeError'>:
+    <message>"."""
     with running_service() as svc:
 
         async def report_outcome(*args: Any, **kwargs: Any) -> Any:
@@ -106,3 +108,5 @@ def test_a_handler_that_raises_answers_with_the_request_id_only_and_logs_its_tra
         tracebacks = [r for r in records if r["request_id"] == request_id and "exc_info" in r]
         assert len(tracebacks) == 1, records
         assert tracebacks[0]["level"] == "ERROR" and "may not run evalsha" in tracebacks[0]["exc_info"]
+    # the service's own line, once: uvicorn no longer logs the exception the app answered
+    assert not [r for r in records if "Exception in ASGI application" in r["message"]], records

@@ -11,7 +11,10 @@ A refused request (4xx, ``INVALID_ARGUMENT``...) is one INFO line of its transpo
 ``edgepath.grpc``) through a :class:`RefusalLog`: a device hammering with bad input is bounded to a few lines per
 second, the lines left out counted on the next one written with the callers of most of them. A call the server
 failed (REST 5xx, gRPC ``UNAVAILABLE``...) is one WARNING line through a :class:`FaultLog`: a budget of its own,
-the first line of each distinct fault written at once.
+the first line of each distinct fault written at once. A handler that raised (a bug, a dependency's error nobody
+mapped) is also one ERROR line with its traceback through a :class:`CrashLog`: the first of each route or method and
+exception type at once, its repeats bounded and counted (uvicorn's own "Exception in ASGI application" is not
+written for a request the service answered).
 """
 
 from __future__ import annotations
@@ -162,10 +165,16 @@ class RefusalLog:
         elif len(by) < self.max_keys:
             by[key] = 1
 
-    def write(self, message: str, args: tuple[Any, ...], extra: Mapping[str, Any]) -> None:
+    def write(
+        self,
+        message: str,
+        args: tuple[Any, ...],
+        extra: Mapping[str, Any],
+        exc_info: BaseException | None = None,
+    ) -> None:
         """Write one line :meth:`admit` allowed: ``message % args`` with ``extra`` (None values left out), then the
         caller (``extra``'s ``principal`` and ``device_id``, when either is known) and the count of the lines left out
-        before it, with the callers of most of them."""
+        before it, with the callers of most of them; ``exc_info``'s traceback after it, when given."""
         fields = {k: v for k, v in extra.items() if v is not None}
         if "principal" in fields or "device_id" in fields:  # the caller, when the transport knew it
             message += " (principal %s, device %s)"
@@ -181,7 +190,7 @@ class RefusalLog:
                 args = (*args, ", ".join(f"{key} {count}" for key, count in most))
                 self.suppressed_by = {}
             self.suppressed = 0
-        self.logger.log(self.level, message, *args, extra=fields)
+        self.logger.log(self.level, message, *args, extra=fields, exc_info=exc_info)
 
 
 class FaultLog(RefusalLog):
@@ -204,14 +213,16 @@ class FaultLog(RefusalLog):
         max_faults: int = 256,
         max_keys: int = 64,
         top: int = 5,
+        level: int = logging.WARNING,
+        what: str = "server faults",
     ) -> None:
         super().__init__(
             logger,
             rate_per_s=rate_per_s,
             burst=burst,
             clock=clock,
-            level=logging.WARNING,
-            what="server faults",
+            level=level,
+            what=what,
             max_keys=max_keys,
             top=top,
         )
@@ -234,6 +245,46 @@ class FaultLog(RefusalLog):
             return True
         self._left_out(key)
         return False
+
+
+class CrashLog(FaultLog):
+    """The ERROR lines, each with its traceback, of calls whose handler raised (a bug, a dependency's error nobody
+    mapped): a :class:`FaultLog` of its own (by default one line per 10 s after a burst of 3), so the traceback of
+    the first occurrence of each distinct crash (:meth:`admit_fault`'s ``fault``: the route or method and the
+    exception's type) is written at once, and a bug every request hits is a line now and then counting (and naming
+    the callers of) the ones left out, not one traceback per request. Before, each such request wrote its full
+    traceback (REST: uvicorn's "Exception in ASGI application"; gRPC: :func:`edgepath.grpc.observe.unexpected`)."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        rate_per_s: float = 0.1,
+        burst: int = 3,
+        clock: Callable[[], float] = time.monotonic,
+        fresh_s: float = 60.0,
+        max_faults: int = 256,
+        max_keys: int = 64,
+        top: int = 5,
+    ) -> None:
+        super().__init__(
+            logger,
+            rate_per_s=rate_per_s,
+            burst=burst,
+            clock=clock,
+            fresh_s=fresh_s,
+            max_faults=max_faults,
+            max_keys=max_keys,
+            top=top,
+            level=logging.ERROR,
+            what="crashes",
+        )
+
+
+def exception_name(exc: BaseException) -> str:
+    """``exc``'s type as a crash's line names it: ``module.QualName`` (``builtins.`` left out)."""
+    kind = type(exc)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def configure_logging(level: str = "INFO", log_format: str = "text", stream: IO[str] | None = None) -> logging.Handler:

@@ -39,7 +39,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from edgepath.logs import FaultLog, RefusalLog, logged_text, new_request_id
+from edgepath.logs import CrashLog, FaultLog, RefusalLog, exception_name, logged_text, new_request_id
 from edgepath.security.auth import identity_from_auth_context
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -188,9 +188,13 @@ def violated_field(context: grpc.aio.ServicerContext) -> str | None:
 UNEXPECTED_DETAILS = "internal error: the server's log names it by request id"
 
 
-async def unexpected(method: str, exc: Exception, context: grpc.aio.ServicerContext) -> None:
+async def unexpected(
+    method: str, exc: Exception, context: grpc.aio.ServicerContext, crashes: CrashLog | None = None
+) -> None:
     """End a call whose handler raised ``exc`` (a bug, a dependency's error nobody mapped): logged at ERROR with its
-    traceback under the call's request id, answered ``UNKNOWN`` with :data:`UNEXPECTED_DETAILS` and that id. grpc.aio
+    traceback under the call's request id, through ``crashes`` when given (:class:`~edgepath.logs.CrashLog`: the
+    first of each method and exception type at once, the repeats bounded and counted by caller; before, one
+    traceback per call), answered ``UNKNOWN`` with :data:`UNEXPECTED_DETAILS` and that id. grpc.aio
     would answer ``Unexpected <class '…'>: <message>``, handing the client the exception's type and message, which
     may name internals (a Redis ACL user's denied command, a file path: CWE-209).
 
@@ -200,7 +204,16 @@ async def unexpected(method: str, exc: Exception, context: grpc.aio.ServicerCont
         Always (``context.abort``).
     """
     request_id = correlation_id.get()
-    log.error("%s failed: unexpected %s", method, type(exc).__name__, exc_info=exc)
+    name = exception_name(exc)
+    if crashes is None:
+        log.error("%s failed: unexpected %s", method, name, exc_info=exc)
+    elif crashes.enabled():
+        principal = CALLER.get()
+        peer = context.peer()
+        key = principal or (f"peer {peer.rpartition(':')[0] or peer}" if peer else None)
+        if crashes.admit_fault((method, name), key):
+            extra = {"transport": "grpc", "method": method, "exception": name, "principal": principal, "peer": peer}
+            crashes.write("%s failed: unexpected %s", (method, name), extra, exc_info=exc)
     await context.abort(grpc.StatusCode.UNKNOWN, f"{UNEXPECTED_DETAILS} {request_id}")
 
 
@@ -227,6 +240,9 @@ class CallObserver:
     faults:
         Bound of the server faults' log lines, apart from the refusals'; default: one of its own
         (:class:`~edgepath.logs.FaultLog`'s default rate).
+    crashes:
+        Bound of the ERROR lines with traceback of calls whose handler raised (:func:`unexpected`); default: one of
+        its own (:class:`~edgepath.logs.CrashLog`'s default rate).
     """
 
     def __init__(
@@ -234,10 +250,12 @@ class CallObserver:
         on_call: Callable[[str, str, float], None] | None = None,
         refusals: RefusalLog | None = None,
         faults: FaultLog | None = None,
+        crashes: CrashLog | None = None,
     ) -> None:
         self.on_call = on_call
         self.refusals = refusals or RefusalLog(log)
         self.faults = faults or FaultLog(log)
+        self.crashes = crashes or CrashLog(log)
 
     def refused(
         self, method: str, code: str, elapsed_s: float, context: grpc.aio.ServicerContext, request: Any
@@ -338,7 +356,7 @@ class CallObserver:
                 except grpc.aio.AbortError:
                     raise
                 except Exception as exc:
-                    await unexpected(method, exc, context)
+                    await unexpected(method, exc, context, self.crashes)
                     raise  # not reached: unexpected() aborts
                 finally:
                     leave(context, start, ended, request)
@@ -365,7 +383,7 @@ class CallObserver:
                     except grpc.aio.AbortError:
                         raise
                     except Exception as exc:
-                        await unexpected(method, exc, context)
+                        await unexpected(method, exc, context, self.crashes)
                         raise  # not reached: unexpected() aborts
                     finally:
                         leave(context, start, ended, None)

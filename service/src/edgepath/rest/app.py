@@ -57,7 +57,7 @@ from starlette.routing import Match
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
 from edgepath.errors import EdgePathError, ErrorKind, PermissionDenied, RateLimited, Unauthenticated, Unavailable
-from edgepath.logs import FaultLog, RefusalLog, logged_text, new_request_id
+from edgepath.logs import CrashLog, FaultLog, RefusalLog, exception_name, logged_text, new_request_id
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -123,8 +123,11 @@ _LOGGED_CHARS = 256
 #: the changes of readiness are logged once each (:meth:`edgepath.main.Service._watch_readiness`), not per probe.
 _UNLOGGED_FAULT_ROUTES = frozenset({"/readyz"})
 #: What a 500 without a problem is (a handler raised; its 500 problem is answered further out, the traceback logged
-#: by the server under the request id): the error kind of the problem the client gets.
+#: by :meth:`RequestMetrics.crashed`): the error kind of the problem the client gets.
 _RAISED: dict[str, Any] = {"error": "internal"}
+#: ASGI scope key of the exception a request's handler raised once :meth:`RequestMetrics.crashed` logged it (or
+#: left it out of the log, counted): :class:`AnsweredCrashes` keeps it from the server, which would log it again.
+CRASH_KEY = "edgepath.crash"
 
 
 def note_caller(
@@ -414,6 +417,11 @@ class RequestMetrics:
     ``/readyz``'s (:data:`_UNLOGGED_FAULT_ROUTES`). The lines left out are counted on the next one written with the
     callers of most of them (``suppressed_by``: principal, else declared device, else ``peer <address>``).
 
+    A handler that raised is also one ERROR line with its traceback through ``crashes``
+    (:class:`~edgepath.logs.CrashLog`, :meth:`crashed`): the first of each route, method and exception type at once,
+    the repeats bounded and counted; :class:`AnsweredCrashes` keeps the exception from uvicorn, which logged one
+    traceback per request ("Exception in ASGI application").
+
     The counts are the plane's hot metrics (:class:`~edgepath.metrics.HotCounter`, no lock per request) — issue
     16 asks for metrics without a lock on the hot path: the instrumentator cost 37–39 µs of a REST call
     (``loadtest/breakdown.py --n 3000 --model models/primary-path-v2``: whole Recommend handler 273.7 µs with it,
@@ -428,6 +436,7 @@ class RequestMetrics:
         refusals: RefusalLog | None = None,
         included: Sequence[tuple[Any, str]] = (),
         faults: FaultLog | None = None,
+        crashes: CrashLog | None = None,
     ) -> None:
         self.app = app
         self.record = metrics.http_request
@@ -435,6 +444,7 @@ class RequestMetrics:
         self.included = {id(route): template for route, template in included}  # routes compare by value: by id
         self.refusals = refusals or RefusalLog(log)
         self.faults = faults or FaultLog(log)
+        self.crashes = crashes or CrashLog(log)
         self._templates: dict[Any, str] | None = None
 
     def _template_of(self, scope: dict[str, Any]) -> str:
@@ -466,17 +476,56 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, send_and_see_status)
+        except Exception as exc:
+            self.crashed(scope, self._handler_of(scope), exc)
+            raise  # answered 500 by the app's outermost middleware, then kept from the server (AnsweredCrashes)
         finally:
-            # FastAPI's router puts its own routes in the scope; a plain route (the hot ones) leaves its endpoint there
-            route = scope.get("route")
-            if route is None:
-                handler = self._template_of(scope)
-            else:
-                handler = self.included.get(id(route)) or route.path
+            handler = self._handler_of(scope)
             if handler not in self.excluded:
                 self.record(handler, scope["method"], status, time.perf_counter() - start)
             if status >= 400:
                 self.refused(scope, handler, status)
+
+    def _handler_of(self, scope: dict[str, Any]) -> str:
+        """The path template of the route that served ``scope`` (:meth:`_template_of`)."""
+        # FastAPI's router puts its own routes in the scope; a plain route (the hot ones) leaves its endpoint there
+        route = scope.get("route")
+        if route is None:
+            return self._template_of(scope)
+        return self.included.get(id(route)) or route.path
+
+    def crashed(self, scope: dict[str, Any], handler: str, exc: Exception) -> None:
+        """The ERROR line, with its traceback, of a request whose handler raised ``exc``, through :attr:`crashes`
+        (the first of each route, method and exception type at once, the others bounded and counted, by caller);
+        ``exc`` is then marked logged (:data:`CRASH_KEY`), for :class:`AnsweredCrashes`."""
+        scope[CRASH_KEY] = exc
+        crashes = self.crashes
+        if not crashes.enabled():
+            return
+        principal, device_id, _ = scope.get(CALLER_KEY) or _NO_CALLER
+        client = scope.get("client")
+        method = scope["method"]
+        name = exception_name(exc)
+        key = principal or device_id or (f"peer {client[0]}" if client else None)
+        if not crashes.admit_fault((handler, method, name), key):
+            return
+        crashes.write(
+            "%s %s failed: unexpected %s",
+            (method, handler, name),
+            {
+                "transport": "rest",
+                "method": method,
+                "route": handler,
+                "path": str(scope.get("path", ""))[:_LOGGED_CHARS],
+                "status": 500,
+                "error": _RAISED["error"],
+                "exception": name,
+                "principal": principal,
+                "device_id": device_id,
+                "peer": f"{client[0]}:{client[1]}" if client else None,
+            },
+            exc_info=exc,
+        )
 
     def refused(self, scope: dict[str, Any], handler: str, status: int) -> None:
         """The log line of a request answered ``status`` (≥ 400): INFO for a 4xx, WARNING for a 5xx, each bounded
@@ -528,6 +577,35 @@ class RequestMetrics:
                 "peer": f"{client[0]}:{client[1]}" if client else None,
             },
         )
+
+
+class AnsweredCrashes:
+    """ASGI wrapper of the whole app (Starlette's ``ServerErrorMiddleware`` included): an exception a handler raised
+    that :meth:`RequestMetrics.crashed` logged (:data:`CRASH_KEY`) ends here. ``ServerErrorMiddleware`` answers it
+    500 (the app's ``Exception`` handler: a problem with the request id) and re-raises it "for the server to log":
+    uvicorn wrote "Exception in ASGI application" and the traceback for every such request, unbounded. Any other
+    exception goes on to the server. A request that raised nothing pays for a ``try`` only."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except Exception as exc:
+            if scope.get(CRASH_KEY) is not exc:
+                raise
+
+
+def answer_crashes(app: FastAPI) -> None:
+    """Wrap ``app``'s middleware stack, once built, in :class:`AnsweredCrashes` (outside ``ServerErrorMiddleware``,
+    which Starlette builds outermost)."""
+    build = app.build_middleware_stack
+
+    def build_middleware_stack() -> Any:
+        return AnsweredCrashes(build())
+
+    app.build_middleware_stack = build_middleware_stack  # type: ignore[method-assign]
 
 
 # --- who is calling --------------------------------------------------------------------------------------------------
@@ -868,10 +946,11 @@ def create_app(
     async def _unexpected_error(request: Request, exc: Exception) -> Response:
         """A handler that raised (a bug, a dependency's error nobody mapped): 500 as problem details carrying the
         request id, with nothing of the exception in it (its type and message may name internals: CWE-209). Called
-        by Starlette's outermost middleware, which re-raises ``exc`` after sending this: uvicorn then logs it with
-        its traceback, in the service's log format and under the same request id (``log_config=None``,
-        :meth:`edgepath.main.Service.run`). Before, the client got a ``text/plain`` "Internal Server Error" without
-        the request id, and the traceback was in uvicorn's own format."""
+        by Starlette's outermost middleware, which re-raises ``exc`` after sending this; :class:`RequestMetrics`
+        logged it already, with its traceback under the same request id, bounded (:meth:`RequestMetrics.crashed`),
+        and :class:`AnsweredCrashes` keeps it from uvicorn, which logged every one. Before, the client got a
+        ``text/plain`` "Internal Server Error" without the request id, and the traceback was in uvicorn's own
+        format."""
         request_id = correlation_id.get()
         body = problem_body(
             500,
@@ -928,6 +1007,7 @@ def create_app(
         from edgepath.tracing import instrument_rest
 
         instrument_rest(app, tracer_provider)
+    answer_crashes(app)  # outside all (tracing's own ServerErrorMiddleware too): built around the stack they build
     gate = Gate(security)
     # One line per group of routes (registered on the app itself: no included-router indirection per request).
     add_decisions_routes(app, plane, gate)
