@@ -864,7 +864,8 @@ class Service:
                     log.info("not ready: draining")
                 elif not ready:
                     log.warning(
-                        "not ready: state store unreachable; still deciding with model v%d",
+                        "not ready: %s; still deciding with model v%d",
+                        self.plane.unready_reason(),
                         self.registry.current.version,
                     )
             # Period of the readiness probe (a service loop, not a test wait).

@@ -671,3 +671,13 @@ class DecisionPlane:
             return False
         self._ready_failing = False
         return ok
+
+    def unready_reason(self) -> str:
+        """Why :meth:`ready` said False, as the readiness watcher logs it: ``draining``, the store's check failing,
+        or the store's own reason (:meth:`~edgepath.state.base.StateStore.unready_reason`: ``state store
+        unreachable``, a journal being replayed, ...)."""
+        if self.draining:
+            return "draining"
+        if self._ready_failing:
+            return "the state store's check failed"
+        return self.store.unready_reason()

@@ -190,3 +190,47 @@ async def test_flush_writes_the_decision_an_outcome_needs(own_server: RedisServe
         assert [o.decision_id for _, o in got] == ["late"]
     finally:
         await store.close()
+
+
+async def test_a_replica_replaying_an_adopted_journal_logs_that_it_replays_not_that_redis_is_away(
+    own_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica that adopted a dead process's journal is not ready until the journal is flushed, with Redis up: the
+    readiness watcher's line says it replays (and how much), then ready again. Before (an on-call drill): ``not
+    ready: state store unreachable`` while Redis answered."""
+    import asyncio
+    import logging
+    import os
+
+    from edgepath.main import Service
+    from edgepath.settings import Settings
+    from grpc_health.v1 import health
+
+    outbox = tmp_path / "outbox"
+    dead = RedisStore(own_server.url, namespace="replay", outbox_dir=str(outbox), socket_timeout_s=0.3)
+    own_server.stop()
+    for d in [decision(f"r-{i}") for i in range(2)]:
+        await dead.put_decision(d, 60)
+        assert await dead.claim_outcome(outcome(d)) is ClaimResult.NEW
+    assert dead._journal is not None
+    os.close(dead._journal._fd)  # the process "dies": its lock goes with its descriptor, the file stays
+    dead._journal._fd = -1
+    dead._journal = None
+    await dead.close()
+    own_server.start()
+    service = Service.build(Settings(store_url=own_server.url, outbox_dir=str(outbox)))
+    caplog.set_level(logging.INFO, logger="edgepath")
+    watcher = asyncio.create_task(service._watch_readiness(health.aio.HealthServicer(), period_s=0.05))
+    try:
+        async with asyncio.timeout(10):
+            while "ready again" not in caplog.text:
+                await asyncio.sleep(0.02)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await service.plane.store.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "edgepath" and "ready" in r.getMessage()]
+    assert said[0].startswith(
+        "not ready: replaying journaled records of a dead process into the state store: 2 outcomes and 2 decisions"
+    ), said
+    assert "unreachable" not in said[0] and said[1].startswith("ready again")

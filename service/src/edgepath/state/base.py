@@ -573,6 +573,10 @@ class StateStore(Protocol):
     async def ping(self) -> bool:
         """True when the store is reachable."""
 
+    def unready_reason(self) -> str:
+        """Why :meth:`ping` said False, as the readiness watcher logs it (``state store unreachable``, or what else
+        holds the store's readiness: a replay of journaled outcomes into a reachable store, ...)."""
+
     async def close(self) -> None:
         """Release connections."""
 

@@ -305,5 +305,8 @@ class MemoryStore:
     async def ping(self) -> bool:
         return True
 
+    def unready_reason(self) -> str:
+        return "state store unreachable"  # never: always ready
+
     async def close(self) -> None:
         return None

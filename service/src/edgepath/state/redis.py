@@ -525,6 +525,10 @@ class RedisStore:
         self._outbox: collections.deque[OutcomeRecord] = collections.deque()
         self._outbox_ids: set[str] = set()
         self._degraded = False
+        #: While degraded: Redis was not found unreachable, the buffers hold a dead process's journal replayed
+        #: (:meth:`_replay`) until the reconnect task flushes them (:meth:`unready_reason`).
+        self._replaying = False
+        self._full = False  # while degraded: the last flush met a full Redis
         self._reconnect_task: asyncio.Task[None] | None = None
         self.flushed_outcomes = 0
 
@@ -573,6 +577,7 @@ class RedisStore:
         if records and not self._degraded:
             # Flushed by the reconnect task, started from the first call on the event loop (_ensure_reconnecting).
             self._degraded = True
+            self._replaying = True
             if self.metrics is not None:
                 self.metrics.store_degraded.set(1)
                 self.metrics.outbox_outcomes.set(len(self._outbox))
@@ -581,7 +586,19 @@ class RedisStore:
         if self._degraded and (self._reconnect_task is None or self._reconnect_task.done()):
             self._reconnect_task = asyncio.create_task(self._reconnect(), name="redis-reconnect")
 
+    def unready_reason(self) -> str:
+        """Why :meth:`ping` said False: Redis unreachable, or (Redis not found unreachable since) a dead process's
+        journal being replayed, or a flush that met a full Redis; with what is still buffered. Before, a replica
+        replaying an adopted journal into a reachable Redis was logged ``state store unreachable``."""
+        held = f"{len(self._outbox)} outcomes and {len(self._unsynced)} decisions buffered"
+        if self._full:
+            return f"state store full (its memory bound); {held}"
+        if self._replaying:
+            return f"replaying journaled records of a dead process into the state store: {held}"
+        return "state store unreachable"
+
     def _enter_degraded(self, exc: BaseException) -> None:
+        self._replaying = False  # Redis itself is away
         if self._degraded:
             self._ensure_reconnecting()
             return
@@ -604,8 +621,10 @@ class RedisStore:
                 await self.redis.ping()
                 await self._flush()
             except UNREACHABLE:
+                self._replaying = self._full = False
                 continue
             except StoreFull:
+                self._full = True
                 if not full:
                     full = True
                     log.warning(
@@ -620,7 +639,7 @@ class RedisStore:
             except Exception:  # a bug must not leave the replica degraded forever without a trace
                 log.exception("flushing the outbox failed; retrying")
                 continue
-            self._degraded = False
+            self._degraded = self._replaying = self._full = False
             if self._journal is not None:
                 self._journal.truncate()  # everything it held is in Redis now (no await since _flush returned)
             if self.metrics is not None:
@@ -1391,7 +1410,7 @@ class RedisStore:
         except (TimeoutError, *UNREACHABLE) as exc:
             log.warning("outbox flush at shutdown incomplete (%r)", exc)
         else:
-            self._degraded = False
+            self._degraded = self._replaying = self._full = False
             if self._journal is not None:
                 self._journal.truncate()
         return len(self._outbox) + len(self._unsynced)
