@@ -202,3 +202,31 @@ def test_an_unreadable_tls_file_is_named_not_reported_as_a_port(tmp_path: Path, 
     line = error_line(edgepath_cli("serve", "--grpc-port", "0", "--http-port", "0", prefix=prefix, env_extra=env))
     assert f"{unreadable} (EDGEPATH_{unreadable.upper()}) {files[unreadable]} is not readable" in line, line
     assert "port" not in line, line
+
+
+def test_what_serve_logs_before_it_refuses_is_in_the_log_format_asked(tmp_path: Path) -> None:
+    """``EDGEPATH_LOG_FORMAT=json``: the start-up checks' own lines (here the warm-start check's WARNING that the
+    model was trained for another policy) are JSON, and the refusal is still click's plain usage error. Before, the
+    checks ran before logging was configured: that WARNING was Python's last-resort plain text, without time, level
+    or logger."""
+    import json
+
+    model = Path(__file__).resolve().parents[2] / "models" / "primary-path-v1"
+    out = edgepath_cli(
+        "serve",
+        "--model",
+        str(model),
+        "--auth-tokens-file",
+        str(tmp_path / "absent-tokens"),
+        "--http-port",
+        "0",
+        "--grpc-port",
+        "0",
+        env_extra={"EDGEPATH_LOG_FORMAT": "json"},
+    )
+    assert out.returncode == 2, out.stderr
+    usage = ("Error: ", "Usage: ", "Try ")
+    logged = [line for line in out.stderr.splitlines() if line and not line.startswith(usage)]
+    records = [json.loads(line) for line in logged]  # every line the service logged is JSON
+    assert any(r["level"] == "WARNING" and "trained for policy" in r["message"] for r in records), out.stderr
+    assert len([line for line in out.stderr.splitlines() if line.startswith("Error: ")]) == 1, out.stderr

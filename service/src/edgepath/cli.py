@@ -242,6 +242,9 @@ def serve(
             apprentice_margin=promote_margin,
             options=SERVE_OPTIONS,
         )
+        # as early as the settings say how: a line the checks below log (the model's warm-start check) is in the
+        # service's log format too, not Python's last-resort plain text
+        configure_logging(settings.log_level, settings.log_format)
         known_policy_setting(settings.policy, config, policy)  # --policy, EDGEPATH_BANDIT__POLICY or the file
         if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving
             from edgepath.main import build_model
@@ -259,7 +262,6 @@ def serve(
 
     if problems := startup_problems(settings):
         raise typer.BadParameter("; ".join(problems))
-    configure_logging(settings.log_level, settings.log_format)
     warn_unknown_env()
     from edgepath.security.tls import TlsKeyExposed, check_tls_key
 
