@@ -117,9 +117,35 @@ def test_dashboard_is_a_grafana_dashboard_with_queries(render: Any) -> None:
     assert dash["uid"] and dash["title"] == "EdgePath"
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)) >= 6
+    cells: dict[tuple[int, int], str] = {}
     for panel in dash["panels"]:
         assert panel["targets"] and all(t["expr"] for t in panel["targets"]), panel["title"]
         assert panel["datasource"]["uid"] == "${datasource}"
+        assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"]), panel["title"]
+        for t in panel["targets"]:  # every query of the release's pods only
+            for sel in re.findall(r"\{([^}]*)\}", t["expr"].replace("{{pod}}", "")):
+                assert 'namespace="$namespace"' in sel and 'job="$job"' in sel, (panel["title"], t["expr"])
+        grid = panel["gridPos"]
+        assert grid["w"] > 0 and grid["h"] > 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = panel["title"]
+    # what on-call looks for: the model each pod serves and its age, the trainer's lock, backlog and last publication
+    by_metric = {
+        name: [p["title"] for p in dash["panels"] if any(name in t["expr"] for t in p["targets"])]
+        for name in (
+            "edgepath_model_info",
+            "edgepath_model_published_timestamp_seconds",
+            "edgepath_trainer_lock_held",
+            "edgepath_trainer_backlog_outcomes",
+            "edgepath_trainer_last_publish_timestamp_seconds",
+        )
+    }
+    assert all(by_metric.values()), by_metric
+    (model_info,) = [p for p in dash["panels"] if p["title"] in by_metric["edgepath_model_info"]]
+    assert model_info["type"] == "table" and "version" in model_info["targets"][0]["expr"]
+    assert "source" in model_info["targets"][0]["expr"] and "pod" in model_info["targets"][0]["expr"]
 
 
 def _exported_series_names(text: str) -> set[str]:
@@ -131,6 +157,11 @@ def _exported_series_names(text: str) -> set[str]:
         names.update(family.name + s for s in suffixes.get(family.type, []))
         names.update(s.name for s in family.samples)
     return names
+
+
+def _metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression reads (a selector's name, or any edgepath_* word)."""
+    return set(_METRIC_TOKEN.findall(expr)) | set(re.findall(r"\bedgepath_[a-z0-9_]+", expr))
 
 
 def test_every_metric_in_rules_and_dashboard_is_exported_by_a_running_service(render: Any) -> None:
@@ -158,10 +189,13 @@ def test_every_metric_in_rules_and_dashboard_is_exported_by_a_running_service(re
         ("dashboard", _dashboard_exprs(_dashboard(render))),
     ):
         for expr in exprs:
-            names = set(_METRIC_TOKEN.findall(expr)) | set(re.findall(r"\bedgepath_[a-z0-9_]+", expr))
-            for name in names:
+            for name in _metric_names(expr):
                 used.setdefault(name, set()).add(source)
     assert used, "no metric found in the rules and the dashboard"
+    for panel in _dashboard(render)["panels"]:  # each panel names at least one metric (all checked below)
+        assert [n for t in panel["targets"] for n in _metric_names(t["expr"])], panel["title"]
+    assert {"edgepath_model_info", "edgepath_trainer_lock_held", "edgepath_trainer_backlog_outcomes"} <= set(used)
+    assert "edgepath_trainer_last_publish_timestamp_seconds" in used
     missing = {name: sorted(src) for name, src in used.items() if name not in exported}
     assert not missing, f"metrics used but not exported by the service: {missing}"
 
