@@ -29,6 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from service_harness import running_service
 
 PROMTOOL_TESTS = Path(__file__).resolve().parent / "promtool" / "edgepath_alerts_test.yaml"
+#: The same, of the trainer alerts where the replicas train (trainer.enabled=false: `serve --trainer`).
+PROMTOOL_REPLICAS_TRAIN_TESTS = PROMTOOL_TESTS.with_name("edgepath_alerts_replicas_train_test.yaml")
 MONITORING = "monitoring-networkpolicy-values.yaml"
 #: PromQL words that look like identifiers followed by "(" or "{" but are not metrics.
 _METRIC_TOKEN = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{")
@@ -54,8 +56,8 @@ CONTEXT = {
 }
 
 
-def _rule_groups(render: Any) -> dict[str, Any]:
-    rule = one(render(MONITORING), "PrometheusRule")
+def _rule_groups(render: Any, *extra: str) -> dict[str, Any]:
+    rule = one(render(MONITORING, *extra), "PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     return dict(rule["spec"])
 
@@ -85,10 +87,19 @@ def test_rules_and_dashboard_are_off_by_default(render: Any) -> None:
 def test_alerts_cover_what_an_operator_watches(render: Any) -> None:
     alerts = {r["alert"] for g in _rule_groups(render)["groups"] for r in g["rules"]}
     assert {"EdgePathTrainerDown", "EdgePathTrainerBacklog", "EdgePathDecidersDown"} <= alerts
-    # the trainer's alerts only where the chart runs the trainer Deployment
-    without = {a["alert"] for a in _alerts(render(MONITORING, "--set", "trainer.enabled=false"))}
-    assert "EdgePathTrainerDown" not in without and "EdgePathTrainerBacklog" not in without
-    assert "EdgePathDecidersDown" in without
+    # the trainer's alerts where something in the release exports the trainer gauges: the trainer Deployment, else
+    # the replicas with the trainer role (serve --trainer on the shared store); not in a release that only serves, nor
+    # with the in-process store (one replica trains without a lock and without an outcome stream)
+    trainer_alerts = {"EdgePathTrainerDown", "EdgePathTrainerBacklog"}
+    replicas_train = {a["alert"] for a in _alerts(render(MONITORING, "--set", "trainer.enabled=false"))}
+    assert trainer_alerts <= replicas_train
+    for nobody_with_a_lock in (
+        ("--set", "trainer.enabled=false", "--set", "trainer.inServiceReplicas=false"),
+        ("--set", "trainer.enabled=false,redis.enabled=false,autoscaling.enabled=false,replicaCount=1"),
+    ):
+        without = {a["alert"] for a in _alerts(render(MONITORING, *nobody_with_a_lock))}
+        assert not trainer_alerts & without, nobody_with_a_lock
+        assert "EdgePathDecidersDown" in without
     assert {"EdgePathStoreDegraded", "EdgePathSnapshotsRejected", "EdgePathOutcomesDropped", "EdgePathModelStale"} <= (
         alerts
     )
@@ -108,6 +119,24 @@ def test_promtool_checks_and_unit_tests_the_rendered_rules(render: Any, promtool
     assert "SUCCESS" in check.stdout + check.stderr
     unit = subprocess.run(
         [promtool, "test", "rules", PROMTOOL_TESTS.name], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert unit.returncode == 0, unit.stdout + unit.stderr
+
+
+def test_promtool_unit_tests_the_trainer_alerts_where_the_replicas_train(
+    render: Any, promtool: str, tmp_path: Path
+) -> None:
+    """Without the trainer Deployment the `serve --trainer` replicas export the trainer gauges (the holder's lock 1,
+    the others' 0): the lock moving between them is no outage, none holding it is, and the runbook names them."""
+    groups = _rule_groups(render, "--set", "trainer.enabled=false")
+    (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(groups, sort_keys=False))
+    shutil.copy2(PROMTOOL_REPLICAS_TRAIN_TESTS, tmp_path / PROMTOOL_REPLICAS_TRAIN_TESTS.name)
+    unit = subprocess.run(
+        [promtool, "test", "rules", PROMTOOL_REPLICAS_TRAIN_TESTS.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert unit.returncode == 0, unit.stdout + unit.stderr
 
@@ -182,6 +211,10 @@ def test_every_metric_in_rules_and_dashboard_is_exported_by_a_running_service(re
     from prometheus_client import generate_latest
 
     exported |= _exported_series_names(generate_latest(Metrics.create().trainer_registry()).decode())
+    # a replica with the trainer role (serve --trainer) exports the trainer gauges from its own registry too
+    replica_trains = Metrics.create()
+    replica_trains.export_trainer_gauges()
+    exported |= _exported_series_names(generate_latest(replica_trains.registry).decode())
     exported.add("up")
     used: dict[str, set[str]] = {}
     for source, exprs in (

@@ -68,6 +68,9 @@ def test_metrics_on_their_own_port_with_request_and_domain_metrics() -> None:
     assert 0 < value(got, "edgepath_decision_propensity_sum") <= 2
     families = {f.name for f in text_string_to_metric_families(scrape.text)}
     assert "edgepath_decisions_explored" in families  # exploration share = its rate / decisions' rate
+    # the in-process store's trainer holds no lock and sees no outcome stream: no trainer gauge, not a lock held at 0
+    # (a replica with the trainer role on Redis exports them: tests/service/state/test_trainer_metrics.py)
+    assert not [f for f in families if f.startswith("edgepath_trainer_")], families
     assert value(got, "edgepath_outcome_reward_count") == 1
     assert value(got, "edgepath_outcome_reward_sum") == 1  # 40 Mbit/s ≥ the 25 Mbit/s reward threshold
     assert 0 < value(got, "edgepath_outcome_utility_sum") < 1

@@ -32,7 +32,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -524,12 +524,22 @@ class Service:
             return cls(settings, store, registry, plane, trainer, metrics, backend=backend)
         from edgepath.training.snapshots import SnapshotFollower
 
+        on_published: Callable[[object, float], None] = provenance.snapshot
+        if settings.trainer:  # this replica may publish: what it serves, and when it last published
+            last_published = trainer_published(metrics)
+
+            def served_and_published(model: object, at: float) -> None:
+                provenance.snapshot(model, at)
+                last_published(model, at)
+
+            on_published = served_and_published
+
         snapshots = ObservedSnapshotStore(
             backend.snapshots,
             hmac_key_bytes(settings),
             metrics,
             on_loaded=provenance.snapshot,
-            on_published=provenance.snapshot,
+            on_published=on_published,
         )
         log.info("model snapshots verified with EDGEPATH_HMAC_KEY key id %s", snapshots.key_id)
         follower = SnapshotFollower(snapshots, registry, poll_s=settings.snapshot_poll_s)
@@ -539,6 +549,7 @@ class Service:
             role = build_trainer_role(
                 settings, backend, snapshots, registry, ProcessRefitter(on_restart=metrics.refit_restarts.inc)
             )
+            metrics.export_trainer_gauges()  # as edgepath train's: the trainer alerts cover this topology too
         from edgepath.training.exploration import FleetExploration
 
         exploration = FleetExploration(backend, registry, period_s=settings.exploration_sync_s)
@@ -683,6 +694,12 @@ class Service:
         if self.trainer_role is not None:
             role_task = asyncio.create_task(self.trainer_role.run(self._stop), name="trainer-role")
             role_task.add_done_callback(self._role_ended)
+            assert self.backend is not None  # a trainer role is built on a shared backend only
+            background.append(
+                start_trainer_gauges(
+                    self.trainer_role, self.backend, self.metrics, self._stop, self.settings.store_memory_poll_s
+                )
+            )
         if self.exploration is not None:
             background.append(asyncio.create_task(self.exploration.run(), name="fleet-exploration"))
         background.append(asyncio.create_task(self._watch_readiness(health_servicer), name="readiness"))
@@ -723,6 +740,7 @@ class Service:
         "readiness": "gRPC health no longer follows the state store",
         "loop-lag": "admission no longer measures the event loop's lag (no shedding on it)",
         "store-memory": "the state store's memory gauges no longer move (EdgePathStoreNearlyFull cannot fire)",
+        "trainer-backlog": "edgepath_trainer_backlog_outcomes no longer moves (EdgePathTrainerBacklog cannot fire)",
     }
 
     def _background_ended(self, task: asyncio.Task[None]) -> None:
@@ -930,6 +948,24 @@ async def poll_outcome_backlog(backend: StateBackend, metrics: Metrics, stop: as
         await wait_event(stop, period_s)  # the gauge's period (a service loop, not a test wait)
 
 
+def start_trainer_gauges(
+    role: Any, backend: StateBackend, metrics: Metrics, stop: asyncio.Event, period_s: float
+) -> asyncio.Task[None]:
+    """The gauges of a trainer ``role``, ``edgepath train``'s and ``serve --trainer``'s alike:
+    ``edgepath_trainer_lock_held`` read from the role at each scrape, and the task (named ``trainer-backlog``, ended
+    by ``stop`` or :func:`~edgepath.tasks.stop_task`) of :func:`poll_outcome_backlog` every ``period_s``. The
+    caller exports the gauges (:meth:`~edgepath.metrics.Metrics.trainer_registry`,
+    :meth:`~edgepath.metrics.Metrics.export_trainer_gauges`) and sets
+    ``edgepath_trainer_last_publish_timestamp_seconds`` on each publication (:func:`trainer_published`)."""
+    metrics.trainer_lock_held.set_function(lambda: float(role.is_leader))  # read at each scrape
+    return asyncio.create_task(poll_outcome_backlog(backend, metrics, stop, period_s), name="trainer-backlog")
+
+
+def trainer_published(metrics: Metrics) -> Callable[[object, float], None]:
+    """The ``on_published`` hook of a trainer's snapshot store: ``edgepath_trainer_last_publish_timestamp_seconds``."""
+    return lambda _model, at: metrics.trainer_last_publish.set(at)
+
+
 async def log_trainer_stop(consumer: str, signal_name: str, held_lock: bool, backend: StateBackend) -> None:
     """The one INFO line of a trainer stopped by a signal (the role has released the lock it held by then)."""
     pending = await outcome_backlog(backend)
@@ -992,7 +1028,7 @@ async def run_trainer(settings: Settings) -> None:
             backend.snapshots,
             hmac_key_bytes(settings),
             metrics,
-            on_published=lambda _model, at: metrics.trainer_last_publish.set(at),
+            on_published=trainer_published(metrics),
         )
         registry = ModelRegistry(build_model(settings))
         # the refits in a process below this one in the CPU scheduler (SCHED_IDLE; this process is nice +10): where
@@ -1010,10 +1046,7 @@ async def run_trainer(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal, sig)
-        metrics.trainer_lock_held.set_function(lambda: float(role.is_leader))  # read at each scrape
-        backlog = asyncio.create_task(
-            poll_outcome_backlog(backend, metrics, stop, settings.store_memory_poll_s), name="trainer-backlog"
-        )
+        backlog = start_trainer_gauges(role, backend, metrics, stop, settings.store_memory_poll_s)
         log.info(
             "trainer %s (EDGEPATH_HMAC_KEY key id %s) waiting for the trainer lock", role.consumer, snapshots.key_id
         )

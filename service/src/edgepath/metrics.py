@@ -286,9 +286,11 @@ class Metrics:
     #: ``edgepath_model_info{version,policy,source}`` = 1: one series per process, the serving model's
     #: (:meth:`model_served` removes the previous one).
     model_info: Gauge
-    #: ``edgepath train``'s own gauges, in :meth:`trainer_registry` only (a decider never sets them): 1 while it holds
-    #: the trainer lock; outcomes in the shared outcome log not trained on yet (polled every
-    #: ``store_memory_poll_s``); when it last published a snapshot (0: not yet).
+    #: A trainer role's gauges: in :meth:`trainer_registry` (``edgepath train``) and, registered by
+    #: :meth:`export_trainer_gauges`, in :attr:`registry` of a replica with the trainer role (``serve --trainer`` on a
+    #: shared store); absent elsewhere (a decider without the role exports no lock at 0): 1 while it holds the trainer
+    #: lock; outcomes in the shared outcome log not trained on yet (polled every ``store_memory_poll_s``); when it last
+    #: published a snapshot (0: not yet).
     trainer_lock_held: Gauge
     trainer_backlog: Gauge
     trainer_last_publish: Gauge
@@ -394,6 +396,14 @@ class Metrics:
         reg.register(self.trainer_backlog)
         reg.register(self.trainer_last_publish)
         return reg
+
+    def export_trainer_gauges(self) -> None:
+        """Export the trainer gauges (``edgepath_trainer_lock_held``, ``edgepath_trainer_backlog_outcomes``,
+        ``edgepath_trainer_last_publish_timestamp_seconds``) from :attr:`registry` too: a serving replica with the
+        trainer role (``serve --trainer``), which competes for the trainer lock as ``edgepath train`` does. Only
+        there: a replica that never trains exports none, not a lock held at 0 (EdgePathTrainerDown reads their max)."""
+        for gauge in (self.trainer_lock_held, self.trainer_backlog, self.trainer_last_publish):
+            self.registry.register(gauge)
 
     def _initialise_label_sets(self) -> None:
         """Create every known label set at 0 (:data:`OUTCOME_RESULTS` and the others above, the gRPC calls of
@@ -581,17 +591,17 @@ class Metrics:
             trainer_lock_held=Gauge(
                 "edgepath_trainer_lock_held",
                 "1 while this trainer holds the trainer lock (the one that trains)",
-                registry=None,  # trainer_registry() only
+                registry=None,  # trainer_registry(), export_trainer_gauges()
             ),
             trainer_backlog=Gauge(
                 "edgepath_trainer_backlog_outcomes",
                 "Outcomes in the shared outcome log not trained on yet (delivered and unacknowledged, or not read)",
-                registry=None,  # trainer_registry() only
+                registry=None,  # trainer_registry(), export_trainer_gauges()
             ),
             trainer_last_publish=Gauge(
                 "edgepath_trainer_last_publish_timestamp_seconds",
                 "Unix time this trainer last published a model snapshot (0: not since it started)",
-                registry=None,  # trainer_registry() only
+                registry=None,  # trainer_registry(), export_trainer_gauges()
             ),
             model_info=Gauge(
                 "edgepath_model_info",

@@ -131,6 +131,58 @@ def test_the_trainer_exports_its_lock_its_backlog_and_its_last_publication(
         cluster.close()
 
 
+_TRAINER_GAUGES = (
+    "edgepath_trainer_lock_held",
+    "edgepath_trainer_backlog_outcomes",
+    "edgepath_trainer_last_publish_timestamp_seconds",
+)
+
+
+def test_a_replica_with_the_trainer_role_exports_the_trainer_gauges_and_one_without_it_none(
+    tmp_path: Path, redis_server: RedisServer, namespace: str
+) -> None:
+    """``serve --trainer`` competes for the trainer lock as ``edgepath train`` does, so it exports the same gauges on
+    its ``GET /metrics`` (EdgePathTrainerDown and EdgePathTrainerBacklog cover the chart's replicas that train); a
+    replica without the trainer role exports none of them: not a lock held at 0 beside the holder's 1."""
+    cluster = Cluster(tmp_path, redis_server, namespace=namespace)
+    env = {"EDGEPATH_BATCH_SIZE": "3", "EDGEPATH_STORE_MEMORY_POLL_S": "0.1"}
+    try:
+        trains = cluster.start_replica("trains", extra_env={**env, "EDGEPATH_TRAINER": "true"})
+        serves = cluster.start_replica("serves", extra_env={**env, "EDGEPATH_TRAINER": "false"})
+
+        def gauges(replica: Any) -> dict[str, float]:
+            text = httpx.get(f"{replica.url}/metrics", timeout=5).raise_for_status().text
+            return {
+                s.name: s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+                if s.name.startswith("edgepath_trainer_")
+            }
+
+        wait_until(lambda: gauges(trains).get(_TRAINER_GAUGES[0]) == 1.0, 30, what="the replica to take the lock")
+        assert set(gauges(trains)) == set(_TRAINER_GAUGES), gauges(trains)
+        assert gauges(trains)[_TRAINER_GAUGES[2]] == 0.0, "nothing published yet"
+        assert gauges(serves) == {}, "a replica without the trainer role exports no trainer gauge"
+        with Redis.from_url(redis_server.url) as r:
+            for i in range(2):  # below a batch: not trained, the backlog
+                r.xadd(f"{namespace}:outcomes", {"o": encode_record(outcome(decision(f"d{i}")))})
+            wait_until(lambda: gauges(trains).get(_TRAINER_GAUGES[1]) == 2.0, 30, what="the backlog of 2 outcomes")
+            before = time.time()
+            r.xadd(f"{namespace}:outcomes", {"o": encode_record(outcome(decision("d2")))})  # a batch: trained
+        wait_until(
+            lambda: gauges(trains)[_TRAINER_GAUGES[1]] == 0.0 and gauges(trains)[_TRAINER_GAUGES[2]] > 0,
+            60,
+            what="the batch to be trained and published",
+        )
+        assert gauges(trains)[_TRAINER_GAUGES[2]] >= before
+        assert gauges(serves) == {}
+        assert trains.popen.poll() is None and serves.popen.poll() is None, cluster.logs()
+        assert trains.stop(signal.SIGTERM) == 0, cluster.logs()
+        assert "trainer-backlog" not in trains.log.read_text(), "the backlog task ended only with the replica"
+    finally:
+        cluster.close()
+
+
 def test_a_busy_trainer_metrics_port_is_one_line_and_exit_2(
     tmp_path: Path, redis_server: RedisServer, namespace: str
 ) -> None:
