@@ -110,3 +110,30 @@ def test_a_handler_that_raises_answers_with_the_request_id_only_and_logs_its_tra
         assert tracebacks[0]["level"] == "ERROR" and "may not run evalsha" in tracebacks[0]["exc_info"]
     # the service's own line, once: uvicorn no longer logs the exception the app answered
     assert not [r for r in records if "Exception in ASGI application" in r["message"]], records
+
+
+def test_the_default_handler_writes_to_stderr_as_it_is_at_each_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``configure_logging()`` without a stream follows ``sys.stderr`` line by line: a command run in process with its
+    stderr captured and closed (typer's CliRunner: ``serve`` refused after logging was configured) leaves no handler
+    on a closed file ("--- Logging error --- ValueError: I/O operation on closed file" at the next line)."""
+    import logging
+
+    from edgepath.logs import configure_logging
+
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    captured, after = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr("sys.stderr", captured)
+        configure_logging("INFO", "json")
+        logging.getLogger("edgepath.test").info("while captured")
+        captured.close()
+        monkeypatch.setattr("sys.stderr", after)
+        logging.getLogger("edgepath.test").info("after the capture closed")
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved_handlers:
+            root.addHandler(handler)
+        root.setLevel(saved_level)
+    assert [json.loads(line)["message"] for line in after.getvalue().splitlines()] == ["after the capture closed"]

@@ -287,16 +287,29 @@ def exception_name(exc: BaseException) -> str:
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler writing to whatever ``sys.stderr`` is when a record is emitted (as Python's last-resort
+    handler does), not the stream it was when logging was configured: a command run in process with its stderr
+    captured and then closed (typer's ``CliRunner``, an embedding program) leaves no handler on a closed file."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property  # type: ignore[override]
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+
 def configure_logging(level: str = "INFO", log_format: str = "text", stream: IO[str] | None = None) -> logging.Handler:
     """Install one handler on the root logger (replacing any) writing ``log_format`` lines to ``stream``
-    (stderr by default) at ``level``; returns the handler.
+    (by default ``sys.stderr``, looked up at each record: :class:`_StderrHandler`) at ``level``; returns the handler.
 
     Raises
     ------
     ValueError
         For a ``log_format`` other than ``text`` or ``json``, or an unknown level name.
     """
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler: logging.StreamHandler = _StderrHandler() if stream is None else logging.StreamHandler(stream)  # type: ignore[type-arg]
     handler.addFilter(CorrelationIdFilter(default_value=None))
     if log_format == "json":
         handler.setFormatter(
