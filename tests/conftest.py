@@ -10,9 +10,19 @@ from collections.abc import Iterator
 
 import pytest
 from edgepath_agent.client import ServiceClient, connect
-from service_harness import RunningService, running_service
+from service_harness import RunningService, root_logging_kept, running_service
 
 __all__ = ["RunningService", "running_service"]
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """Each test leaves the root logger's handlers and level as it found them (``root_logging_kept``): a command run
+    in process (typer's CliRunner running ``serve`` or ``train``, which configure logging for the whole process)
+    would otherwise leave its handler and level to every test after it, whose captured stderr or log records would
+    then depend on the order the tests ran in."""
+    with root_logging_kept():
+        yield
 
 
 @pytest.fixture

@@ -220,3 +220,26 @@ def edgepath_cli(
             proc.communicate()
             pytest.fail(f"edgepath {' '.join(args)} still running after {timeout_s:.0f} s: it was not refused")
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _own_handlers(root: logging.Logger) -> list[logging.Handler]:
+    """The root logger's handlers but pytest's own (its log capture, which it adds and removes around each phase)."""
+    return [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
+
+
+@contextlib.contextmanager
+def root_logging_kept() -> Iterator[None]:
+    """Leave the root logger's handlers (but pytest's own) and level as they were on entry, whatever the block
+    configured (the suite's autouse fixture, conftest ``_root_logging_restored``)."""
+    root = logging.getLogger()
+    before, level = _own_handlers(root), root.level
+    try:
+        yield
+    finally:
+        for handler in _own_handlers(root):
+            if handler not in before:
+                root.removeHandler(handler)
+        for handler in before:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(level)

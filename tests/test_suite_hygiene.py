@@ -71,3 +71,22 @@ def test_a_missing_compiled_part_fails_each_test_of_its_module_not_the_collectio
     assert re.search(r"\b1 passed\b", text) and re.search(r"\b2 errors?\b", text), text
     assert text.count("the compiled thing is not installed (or does not match this checkout) though cargo is") >= 2
     assert out.returncode != 0
+
+
+def test_a_test_that_configures_logging_leaves_the_root_logger_as_it_found_it() -> None:
+    """The suite's autouse fixture (conftest ``root_logging_kept``): ``configure_logging`` in one test (a CLI command
+    run in process) does not leave its handler and level to the tests after it."""
+    import logging
+
+    from edgepath.logs import configure_logging
+    from service_harness import root_logging_kept
+
+    def own() -> list[logging.Handler]:  # pytest's log capture handlers come and go around each phase
+        return [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
+
+    root = logging.getLogger()
+    handlers, level = own(), root.level
+    with root_logging_kept():
+        configure_logging("DEBUG", "json")
+        assert root.level == logging.DEBUG and own() != handlers
+    assert own() == handlers and root.level == level
