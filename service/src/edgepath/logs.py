@@ -255,30 +255,10 @@ class CrashLog(FaultLog):
     the callers of) the ones left out, not one traceback per request. Before, each such request wrote its full
     traceback (REST: uvicorn's "Exception in ASGI application"; gRPC: :func:`edgepath.grpc.observe.unexpected`)."""
 
-    def __init__(
-        self,
-        logger: logging.Logger,
-        *,
-        rate_per_s: float = 0.1,
-        burst: int = 3,
-        clock: Callable[[], float] = time.monotonic,
-        fresh_s: float = 60.0,
-        max_faults: int = 256,
-        max_keys: int = 64,
-        top: int = 5,
-    ) -> None:
-        super().__init__(
-            logger,
-            rate_per_s=rate_per_s,
-            burst=burst,
-            clock=clock,
-            fresh_s=fresh_s,
-            max_faults=max_faults,
-            max_keys=max_keys,
-            top=top,
-            level=logging.ERROR,
-            what="crashes",
-        )
+    def __init__(self, logger: logging.Logger, *, rate_per_s: float = 0.1, burst: int = 3, **options: Any) -> None:
+        """``options``: :class:`FaultLog`'s (``clock``, ``fresh_s``, ``max_faults``, ``max_keys``, ``top``); the
+        level is ERROR."""
+        super().__init__(logger, rate_per_s=rate_per_s, burst=burst, level=logging.ERROR, what="crashes", **options)
 
 
 def exception_name(exc: BaseException) -> str:
