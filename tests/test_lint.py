@@ -1,5 +1,5 @@
 """Code standards as tests: ruff (lint + format) on everything, mypy on the whole service package and on the agent
-package (DESIGN.md conventions).
+package (the conventions of README "Developing").
 
 Both mypy runs use the repository's ``[tool.mypy]`` (pyproject.toml): untyped third-party libraries
 (pyroute2, jeepney, grpc, scipy …) are ``ignore_missing_imports``; the generated ``wire/`` code is excluded.

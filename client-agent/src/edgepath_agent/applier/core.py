@@ -1,6 +1,6 @@
 """The applier: turns a recommendation into kernel state, journalled and reversible.
 
-What it sets (DESIGN.md "Device side"; issue 5):
+What it sets (README "The device agent and the MPTCP testbed"; issue 5):
 
 * **Initial subflow.** Upstream Linux MPTCP opens the first subflow where routing
   sends the connection, so the recommended interface's default route gets the

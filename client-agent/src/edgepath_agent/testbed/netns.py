@@ -7,7 +7,7 @@ Topology (names unique per run; addresses private to the namespaces)::
       wwan0 10.1.2.2/24  ── veth (tbf both ways) ──  s-wwan0 10.1.2.1/24
       lo 127.0.0.1                                   lo 127.0.0.1, 10.1.0.1/32 (the server address)
 
-Device routing follows DESIGN.md "Testbed": a default route per interface (the
+Device routing as the README's "The device agent and the MPTCP testbed" says: a default route per interface (the
 metric picks the initial subflow), per-source ``ip rule`` tables (101, 102) so each
 additional subflow leaves on its own interface, both addresses as MPTCP ``subflow``
 endpoints, limits ``subflows 2 add_addr_accepted 2`` on both sides. Rates are shaped
