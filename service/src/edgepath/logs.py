@@ -208,24 +208,14 @@ class FaultLog(RefusalLog):
         *,
         rate_per_s: float = 1.0,
         burst: int = 5,
-        clock: Callable[[], float] = time.monotonic,
-        fresh_s: float = 60.0,
-        max_faults: int = 256,
-        max_keys: int = 64,
-        top: int = 5,
         level: int = logging.WARNING,
         what: str = "server faults",
+        fresh_s: float = 60.0,
+        max_faults: int = 256,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            logger,
-            rate_per_s=rate_per_s,
-            burst=burst,
-            clock=clock,
-            level=level,
-            what=what,
-            max_keys=max_keys,
-            top=top,
-        )
+        """``options``: :class:`RefusalLog`'s (``clock``, ``max_keys``, ``top``)."""
+        super().__init__(logger, rate_per_s=rate_per_s, burst=burst, level=level, what=what, **options)
         self.fresh_s = fresh_s
         self.max_faults = max_faults
         self._seen: dict[Hashable, float] = {}  # fault -> when it was last seen, oldest first
