@@ -62,6 +62,25 @@ def test_serve_says_which_engines_are_compiled(tmp_path: Path, native: str) -> N
     assert want in (tmp_path / "serve.log").read_text()
 
 
+def test_a_warm_start_is_loaded_once_checked_and_served_by_the_same_load(tmp_path: Path) -> None:
+    """``serve --model`` loaded the artefact twice: once to refuse a bad one before serving, then again to serve
+    it (its lines, a policy warning among them, written twice, and the unpickling paid twice)."""
+    model = Path(__file__).resolve().parents[2] / "models" / "primary-path-v2"
+    proc, ports = start_serve(tmp_path / "ready.json", tmp_path / "serve.log", "--model", str(model))
+    try:
+        rec = httpx.post(
+            f"http://127.0.0.1:{ports['http_port']}/v1/recommendations",
+            json={
+                "device_id": "d",
+                "interfaces": [{"name": "wlan0", "access_type": "WIFI"}, {"name": "wwan0", "access_type": "LTE"}],
+            },
+        )
+    finally:
+        assert stop_serve(proc) == 0
+    assert rec.status_code == 200
+    assert (tmp_path / "serve.log").read_text().count(f"warm start from {model}") == 1
+
+
 def test_a_service_that_cannot_start_is_a_clear_error_with_its_log(tmp_path: Path) -> None:
     with pytest.raises(ServeError, match="no_such_policy"):
         start_serve(tmp_path / "ready.json", tmp_path / "serve.log", "--policy", "no_such_policy", timeout_s=60)

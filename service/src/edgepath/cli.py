@@ -246,12 +246,13 @@ def serve(
         # service's log format too, not Python's last-resort plain text
         configure_logging(settings.log_level, settings.log_format)
         known_policy_setting(settings.policy, config, policy)  # --policy, EDGEPATH_BANDIT__POLICY or the file
+        warm = None  # the warm start, loaded once: checked here, served by this process (not by --workers N's)
         if settings.model_path is not None:  # warm start (issue 8): refuse a bad artefact before serving
-            from edgepath.main import build_model
+            from edgepath.main import build_model_and_card
             from edgepath.training.artefact import ArtefactError
 
             try:
-                build_model(settings)
+                warm = build_model_and_card(settings)
             except ArtefactError as exc:  # named as given: --model, EDGEPATH_MODEL_PATH or the settings file's key
                 raise typer.BadParameter(str(exc), param_hint=setting_source("model_path", model, config)) from exc
     except ConfigError as exc:
@@ -284,7 +285,7 @@ def serve(
         return
 
     async def run() -> None:
-        service = Service.build(settings)
+        service = Service.build(settings, model=warm)
         service.own_process = True  # this process is the service's own
         service.tls_key_checked = True  # above
         task = asyncio.create_task(service.run())

@@ -493,15 +493,24 @@ class Service:
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def build(cls, settings: Settings, backend: StateBackend | None = None) -> Service:
-        """Wire a service from ``settings`` (and the state backend of ``settings.store_url`` unless given)."""
+    def build(
+        cls,
+        settings: Settings,
+        backend: StateBackend | None = None,
+        model: tuple[PrimaryPathBandit, dict[str, Any] | None] | None = None,
+    ) -> Service:
+        """Wire a service from ``settings`` (and the state backend of ``settings.store_url`` unless given; and
+        the bandit with its artefact card that :func:`build_model_and_card` gave for these settings, unless given:
+        ``edgepath serve`` loads a warm start once, to check it before serving, and passes it on).
+
+        Raises as :func:`build_model_and_card` when ``model`` is not given."""
         metrics = Metrics.create()
         backend = backend or build_backend(settings, metrics)
         store = backend.store
         from edgepath.training.provenance import ModelProvenance, ObservedSnapshotStore, artefact_trained_at
 
-        model, card = build_model_and_card(settings)
-        registry = ModelRegistry(model)
+        bandit, card = model if model is not None else build_model_and_card(settings)
+        registry = ModelRegistry(bandit)
         # model age from the model's own publication (snapshot meta, artefact card), not this process's start
         provenance = ModelProvenance(metrics)
         if card is None:
