@@ -87,8 +87,9 @@ fi
 CARGO=$(command -v cargo || true)
 [ -z "$CARGO" ] && [ -x "$HOME/.cargo/bin/cargo" ] && CARGO=$HOME/.cargo/bin/cargo
 native_stamp=.venv/.native.sha256
+# every Rust source, in any module directory under src/, in a fixed order
 native_want=$(cat service/native/Cargo.toml service/native/pyproject.toml service/native/build.rs service/native/*.pyi \
-  service/native/src/*.rs proto/edgepath/v1/edgepath.proto | sha256sum | cut -d' ' -f1)
+  $(find service/native/src -name '*.rs' | LC_ALL=C sort) proto/edgepath/v1/edgepath.proto | sha256sum | cut -d' ' -f1)
 if [ -n "$CARGO" ]; then
   if [ ! -f "$native_stamp" ] || [ "$(cat "$native_stamp")" != "$native_want" ] \
     || ! .venv/bin/python -c "import edgepath_native" 2>/dev/null; then
