@@ -217,6 +217,14 @@ async def unexpected(
     await context.abort(grpc.StatusCode.UNKNOWN, f"{UNEXPECTED_DETAILS} {request_id}")
 
 
+def caller_of(context: grpc.aio.ServicerContext) -> tuple[str | None, str]:
+    """The caller of a running call as its log line names it: (the verified client certificate's identity, None
+    without one; the client's address, ``ipv4:127.0.0.1:50312``). Read while the call runs: grpc.aio reads both from
+    the call's C structure, which a call gone no longer has."""
+    auth = context.auth_context()
+    return (identity_from_auth_context(auth) if auth else None), context.peer()
+
+
 def cancelled_as(context: grpc.aio.ServicerContext) -> str:
     """The status code of a call whose handler grpc.aio cancelled: ``DEADLINE_EXCEEDED`` when the caller's deadline
     had passed (the server was too slow: a fault of ours), else ``CANCELLED`` (the caller cancelled or went away, or
@@ -258,7 +266,13 @@ class CallObserver:
         self.crashes = crashes or CrashLog(log)
 
     def refused(
-        self, method: str, code: str, elapsed_s: float, context: grpc.aio.ServicerContext, request: Any
+        self,
+        method: str,
+        code: str,
+        elapsed_s: float,
+        context: grpc.aio.ServicerContext,
+        request: Any,
+        caller: tuple[str | None, str] | None = None,
     ) -> None:
         """The log line of a call that did not end OK: a cancel DEBUG, a server fault (:data:`_SERVER_FAULTS`) one
         WARNING line through :attr:`faults`, any other code (the client's error) one INFO line through
@@ -269,7 +283,12 @@ class CallObserver:
         certificate, bearer token or JWT; :data:`CALLER`), else a verified client certificate's identity, the
         client's address (``peer``), and the request id of every line. Never a credential or the request itself.
         The lines left out are counted on the next one written, with the callers of most of them (principal, else
-        declared device, else ``peer <address>``)."""
+        declared device, else ``peer <address>``).
+
+        ``caller``: the call's (certificate identity, peer) read while it ran (:func:`caller_of`; a stream's
+        call may be gone by the time its handler's ``finally`` runs, and grpc.aio's ``auth_context()`` and
+        ``peer()`` on a call gone read freed memory); None: read them from ``context`` now (a unary call, whose
+        handler ends before its call)."""
         extra: dict[str, Any] = {"grpc_code": code, "elapsed_ms": elapsed_s * 1e3}
         if code == "CANCELLED":
             log.debug("%s -> %s", method, code, extra=extra)
@@ -279,11 +298,10 @@ class CallObserver:
         if not limiter.enabled():
             return
         principal = CALLER.get()
+        certified, peer = caller if caller is not None else caller_of(context)
         if principal is None:
-            auth = context.auth_context()
-            principal = identity_from_auth_context(auth) if auth else None
+            principal = certified
         device_id = None
-        peer = context.peer()
         if principal is None:
             device_id = declared_device_id(method, request)
         key = principal or device_id or (f"peer {peer.rpartition(':')[0] or peer}" if peer else None)
@@ -327,10 +345,17 @@ class CallObserver:
             context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
             return time.perf_counter()
 
-        def leave(context: grpc.aio.ServicerContext, start: float, ended: str | None, request: Any) -> None:
+        def leave(
+            context: grpc.aio.ServicerContext,
+            start: float,
+            ended: str | None,
+            request: Any,
+            caller: tuple[str | None, str] | None = None,
+        ) -> None:
             """Count the call; ``ended``: None when the handler returned, ``"UNKNOWN"`` when it raised, and
             :func:`cancelled_as` when grpc.aio cancelled it (a status the handler set wins over each). A call not OK
-            is logged (:meth:`refused`; ``request``: the unary call's, None for a stream)."""
+            is logged (:meth:`refused`; ``request``: the unary call's, None for a stream; ``caller``: a stream's,
+            read when it started)."""
             code = context.code()
             if code is None or isinstance(code, int):  # not set: OK unless the handler raised or was cancelled
                 name = ended or ("OK" if not code else grpc.StatusCode(code).name)
@@ -338,7 +363,7 @@ class CallObserver:
                 name = code.name
             elapsed_s = time.perf_counter() - start
             if name != "OK":
-                refused(method, name, elapsed_s, context, request)
+                refused(method, name, elapsed_s, context, request, caller)
             if on_call is not None:
                 on_call(method, name, elapsed_s)
 
@@ -368,6 +393,7 @@ class CallObserver:
 
                 async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
                     start = enter(context)
+                    caller = caller_of(context)  # now, while the call is certainly there
                     ended: str | None = "UNKNOWN"
                     try:
                         async for response in behavior(request, context):
@@ -380,13 +406,19 @@ class CallObserver:
                     except asyncio.CancelledError:
                         ended = cancelled_as(context)
                         raise
+                    except GeneratorExit:
+                        # grpc.aio stopped reading the stream at a yield (its client went away while a reply was
+                        # being sent) and the event loop closed it later, the call perhaps gone: the client's
+                        # cancel, not a fault of ours (it counted UNKNOWN, and its line read the freed call)
+                        ended = "CANCELLED"
+                        raise
                     except grpc.aio.AbortError:
                         raise
                     except Exception as exc:
                         await unexpected(method, exc, context, self.crashes)
                         raise  # not reached: unexpected() aborts
                     finally:
-                        leave(context, start, ended, None)
+                        leave(context, start, ended, None, caller)
 
                 return stream
             return wrap_unary(behavior)  # a coroutine writing with context.write()
