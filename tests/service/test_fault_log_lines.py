@@ -15,10 +15,11 @@ The REST app through httpx's ASGI transport, the gRPC server on loopback; the li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -217,6 +218,19 @@ def test_the_readiness_watcher_logs_each_change_once_both_ways(info_log: io.Stri
     ]
 
 
+@contextlib.asynccontextmanager
+async def served_stub(service: Service) -> AsyncIterator[pb_grpc.PathServiceStub]:
+    """A PathService stub on a channel to ``service``'s gRPC server on loopback; the server stops after a grace
+    period (the calls' observers finish first)."""
+    server, _, port = create_server(service.plane, "127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield pb_grpc.PathServiceStub(channel)
+    finally:
+        await server.stop(5.0)
+
+
 def test_grpc_unavailable_calls_are_bounded_warnings_naming_their_callers(
     info_log: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,34 +249,28 @@ def test_grpc_unavailable_calls_are_bounded_warnings_naming_their_callers(
     service.plane.report_outcome = store_down  # type: ignore[method-assign]
 
     async def run() -> None:
-        server, _, port = create_server(service.plane, "127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = pb_grpc.PathServiceStub(channel)
-                for i in range(10):
-                    for device in ("dev-x", "dev-y"):
-                        call = pb.OutcomeRequest(device_id=device, decision_id="d-1", throughput_bps=4e7)
-                        with pytest.raises(grpc.aio.AioRpcError) as err:
-                            await stub.ReportOutcome(call, timeout=5, metadata=(("x-request-id", f"g-{device}-{i}"),))
-                        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        async with served_stub(service) as stub:
+            for i in range(10):
+                for device in ("dev-x", "dev-y"):
+                    call = pb.OutcomeRequest(device_id=device, decision_id="d-1", throughput_bps=4e7)
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await stub.ReportOutcome(call, timeout=5, metadata=(("x-request-id", f"g-{device}-{i}"),))
+                    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
 
-                async def all_seen() -> None:  # the client has its status before the server's observer runs
-                    while made[0].suppressed < 15:
-                        await asyncio.sleep(0)
+            async def all_seen() -> None:  # the client has its status before the server's observer runs
+                while made[0].suppressed < 15:
+                    await asyncio.sleep(0)
 
-                await asyncio.wait_for(all_seen(), 10.0)
-                now[0] += 1.0
-                with pytest.raises(grpc.aio.AioRpcError):
-                    await stub.ReportOutcome(
-                        pb.OutcomeRequest(device_id="dev-x", decision_id="d-1", throughput_bps=4e7), timeout=5
-                    )
-                bad = pb.RecommendRequest(device_id="dev-x", interfaces=[pb.InterfaceContext(name="wlan0")])
-                with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await stub.Recommend(bad, timeout=5)
-                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        finally:
-            await server.stop(5.0)  # the calls' observers finish first
+            await asyncio.wait_for(all_seen(), 10.0)
+            now[0] += 1.0
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stub.ReportOutcome(
+                    pb.OutcomeRequest(device_id="dev-x", decision_id="d-1", throughput_bps=4e7), timeout=5
+                )
+            bad = pb.RecommendRequest(device_id="dev-x", interfaces=[pb.InterfaceContext(name="wlan0")])
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stub.Recommend(bad, timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     asyncio.run(run())
     warned = lines(info_log, "edgepath.grpc", "WARNING")
@@ -473,22 +481,16 @@ def test_a_grpc_handler_raising_on_every_call_writes_a_bounded_number_of_traceba
     service.plane.report_outcome = broken  # type: ignore[method-assign]
 
     async def run() -> None:
-        server, _, port = create_server(service.plane, "127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                stub = pb_grpc.PathServiceStub(channel)
-                for i in [*range(5), "last"]:
-                    if i == "last":
-                        now[0] += 1.0
-                    call = pb.OutcomeRequest(device_id="dev-x", decision_id="d-1", throughput_bps=4e7)
-                    with pytest.raises(grpc.aio.AioRpcError) as err:
-                        await stub.ReportOutcome(call, timeout=5, metadata=(("x-request-id", f"g{i}"),))
-                    assert err.value.code() == grpc.StatusCode.UNKNOWN
-                    details = err.value.details() or ""
-                    assert details.endswith(f"g{i}") and "evalsha" not in details
-        finally:
-            await server.stop(5.0)
+        async with served_stub(service) as stub:
+            for i in [*range(5), "last"]:
+                if i == "last":
+                    now[0] += 1.0
+                call = pb.OutcomeRequest(device_id="dev-x", decision_id="d-1", throughput_bps=4e7)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await stub.ReportOutcome(call, timeout=5, metadata=(("x-request-id", f"g{i}"),))
+                assert err.value.code() == grpc.StatusCode.UNKNOWN
+                details = err.value.details() or ""
+                assert details.endswith(f"g{i}") and "evalsha" not in details
 
     asyncio.run(run())
     errors = lines(info_log, "edgepath.grpc", "ERROR")
