@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -271,11 +272,6 @@ def serve(
     except TlsKeyExposed as exc:
         raise typer.BadParameter(str(exc)) from exc
     if workers > 1:
-        if settings.metrics_port is not None:
-            raise typer.BadParameter(
-                "metrics_port (EDGEPATH_METRICS_PORT) serves one process's metrics: not with --workers N",
-                param_hint="--workers",
-            )
         if not settings.store_is_shared:
             raise typer.BadParameter(
                 "more than one worker needs a shared store (--store redis://...): each process keeps its own memory",
@@ -321,7 +317,13 @@ def serve(
 def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> None:
     """``serve --workers N``: N ``spawn``-started processes serving the same ports (SO_REUSEPORT; the kernel
     spreads connections), sharing decisions, outcomes and models through the Redis store. This process only
-    starts them, writes the ready file ({grpc_port, http_port, pid, workers}) and passes SIGTERM/SIGINT on."""
+    starts them, writes the ready file ({grpc_port, http_port, pid, workers: their pids, metrics_ports}) and passes
+    SIGTERM/SIGINT on.
+
+    Each worker counts its own calls and decisions (and, with ``--trainer``, its own trainer gauges). With
+    ``metrics_port`` P set, worker k (0-based) serves them at ``GET /metrics`` on port P + k (P = 0: a free port
+    each), one scrape target per worker, listed in the ready file's ``metrics_ports``; without it, ``/metrics`` on
+    the shared HTTP port answers for whichever worker the connection reached (warned at start)."""
     import multiprocessing
 
     from edgepath.main import PortUnavailable, bound_socket, check_port_free, serve_worker
@@ -332,19 +334,38 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
         with bound_socket(settings.host, 0) as sock:  # the host's family (IPv6 too)
             return int(sock.getsockname()[1])
 
+    base = settings.metrics_port
+    metrics_ports = [None if base is None else (base + k if base else 0) for k in range(workers)]
     try:  # the workers share the ports (SO_REUSEPORT) with each other only, not with a process already on them
         check_port_free("gRPC", settings.host, settings.grpc_port)
         check_port_free("HTTP", settings.host, settings.http_port)
+        for port in metrics_ports:  # one each: not shared
+            check_port_free("metrics", settings.host, port or 0)
     except PortUnavailable as exc:
         raise typer.BadParameter(str(exc)) from exc
+    if base and (clash := {settings.grpc_port, settings.http_port} & set(metrics_ports) - {0}):
+        raise typer.BadParameter(
+            f"the workers' metrics ports {base}..{base + workers - 1} (metrics_port + worker index) include the "
+            f"gRPC or HTTP port {min(clash)}"
+        )
+    if base is None:
+        logging.getLogger("edgepath").warning(
+            "with --workers %d, GET /metrics on the HTTP port answers for whichever worker the connection reached "
+            "(each counts its own): set metrics_port (EDGEPATH_METRICS_PORT) P to scrape worker k on port P + k",
+            workers,
+        )
     settings = settings.model_copy(
         update={"grpc_port": free(settings.grpc_port), "http_port": free(settings.http_port)}
     )
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Queue()
     procs = [
-        ctx.Process(target=serve_worker, args=(settings, ready, True), name=f"edgepath-worker-{i}")
-        for i in range(workers)
+        ctx.Process(
+            target=serve_worker,
+            args=(settings.model_copy(update={"metrics_port": metrics_ports[k]}), ready, True),
+            name=f"edgepath-worker-{k}",
+        )
+        for k in range(workers)
     ]
     for proc in procs:
         proc.start()
@@ -356,14 +377,15 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    pids = []
+    started: dict[int, int | None] = {}  # worker pid -> its metrics port
     for _ in procs:
         got = ready.get(timeout=120)
-        if not isinstance(got, int):
+        if not isinstance(got, tuple):
             stop()
             raise typer.BadParameter(f"a worker did not start: {got}")
-        pids.append(got)
+        started[got[0]] = got[1]
     if ready_file is not None:
+        pids = [int(proc.pid or 0) for proc in procs]  # in worker order (all started: each has a pid)
         tmp = ready_file.with_suffix(".tmp")
         tmp.write_text(
             json.dumps(
@@ -372,6 +394,7 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
                     "http_port": settings.http_port,
                     "pid": os.getpid(),
                     "workers": pids,
+                    "metrics_ports": [started.get(pid) for pid in pids] if base is not None else None,
                 }
             )
         )

@@ -181,10 +181,10 @@ def check_port_free(server: str, host: str, port: int) -> None:
 def serve_worker(settings: Settings, ready: Any, tls_key_checked: bool = False) -> None:
     """Body of one ``edgepath serve --workers N`` process: serve on the shared ports until SIGTERM.
 
-    ``ready`` (a ``multiprocessing`` queue) receives ``os.getpid()`` once both servers listen, or the
-    error that stopped the start. ``tls_key_checked``: the process that starts the workers (``edgepath serve``)
-    checked the TLS key's permissions once for all (:func:`edgepath.security.tls.check_tls_key`), so the worker
-    neither checks nor warns again.
+    ``ready`` (a ``multiprocessing`` queue) receives ``(os.getpid(), metrics port or None)`` once its servers
+    listen, or the error that stopped the start (a string). ``tls_key_checked``: the process that starts the
+    workers (``edgepath serve``) checked the TLS key's permissions once for all
+    (:func:`edgepath.security.tls.check_tls_key`), so the worker neither checks nor warns again.
     """
     configure_logging(settings.log_level, settings.log_format)
 
@@ -199,7 +199,7 @@ def serve_worker(settings: Settings, ready: Any, tls_key_checked: bool = False) 
         if task in done:
             await task
             return
-        ready.put(os.getpid())
+        ready.put((os.getpid(), service.metrics_port or None))
         await task
 
     try:

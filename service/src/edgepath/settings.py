@@ -369,7 +369,11 @@ class Settings(BaseSettings):
         "text", description="json: one JSON object per line with the request id (x-request-id) of the call"
     )
     metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="Serve /metrics on this port of its own (None: on the HTTP API port too)"
+        None,
+        ge=0,
+        le=65535,
+        description="Serve /metrics on this port of its own (None: on the HTTP API port too; serve --workers N: "
+        "worker k on this port + k)",
     )
     grpc_max_connection_age_s: float | None = Field(
         None, gt=0.0, description="Close gRPC connections after this age (GOAWAY) so channels re-balance, s"

@@ -80,10 +80,55 @@ def test_two_workers_share_the_ports_and_the_decisions(
                 )
             )
         assert any(a + b == 20 and a > 0 and b > 0 for a in counts for b in counts), counts
+        assert info["metrics_ports"] is None
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        _, stderr = proc.communicate(timeout=60)
     assert all(not _alive(p) for p in workers)
+    # the scrape above samples a worker per connection: said at start, with the way to scrape each
+    assert "set metrics_port (EDGEPATH_METRICS_PORT) P to scrape worker k on port P + k" in " ".join(
+        stderr.decode().split()
+    )
+
+
+def _decisions(text: str) -> float:
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("edgepath_decisions_total"))
+
+
+@pytest.mark.timeout(120)  # as above
+def test_each_worker_serves_its_own_metrics_on_a_port_of_its_own(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """``metrics_port`` with ``--workers 2`` was refused ("serves one process's metrics"), and the HTTP port's
+    ``/metrics`` answers for one worker per connection: a Prometheus scrape of it saw counters jump between
+    processes. Now worker k serves its own on ``metrics_port`` + k (0: a free port each), named in the ready file;
+    the two scrapes together count every decision once."""
+    ready = tmp_path / "ready.json"
+    workers: list[int] = []
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "edgepath"), "serve", "--workers", "2", "--store", redis_server.url, "--grpc-port", "0",
+         "--http-port", "0", "--ready-file", str(ready), "--log-level", "WARNING"],
+        env={**os.environ, "EDGEPATH_REDIS_NAMESPACE": namespace, "EDGEPATH_METRICS_PORT": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _poll(lambda: ready.exists() or proc.poll() is not None, 90, "both workers listening")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        info = json.loads(ready.read_text())
+        workers, ports = info["workers"], info["metrics_ports"]
+        assert len(set(workers)) == 2 and len(set(ports)) == 2 and all(ports), info
+        url = f"http://127.0.0.1:{info['http_port']}"
+        for _ in range(12):  # a fresh connection per call
+            assert httpx.post(f"{url}/v1/recommendations", json=BODY, timeout=10.0).status_code == 200
+        counts = [_decisions(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10.0).text) for port in ports]
+        assert sum(counts) == 12, counts
+        assert httpx.get(f"{url}/metrics", timeout=10.0).status_code == 404  # moved to the workers' own ports
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert all(not _alive(p) for p in workers)
+    assert "metrics_port" not in stderr.decode()  # no warning: each worker has its own
 
 
 def test_more_than_one_worker_needs_a_shared_store(tmp_path: Path) -> None:
