@@ -105,7 +105,9 @@ async def test_trainer_role_trains_and_publishes_on_any_backend(backends: tuple[
 
 
 async def test_guard_and_limits_come_from_the_backend(backends: tuple[StateBackend, StateBackend]) -> None:
-    settings = Settings(quarantined_devices=["dev-q"], rate_limit_burst=2)
+    # A refill every 1,000 s: at the default 20/s a token came back 50 ms after the first acquire, and a stall that long
+    # between the acquires (a loaded host) gave the third one a token (1 run in 500 under load).
+    settings = Settings(quarantined_devices=["dev-q"], rate_limit_burst=2, rate_limit_per_s=0.001)
     first, second = backends
     guard_a = build_outcome_guard(settings, first)
     guard_b = build_outcome_guard(settings, second)
