@@ -143,9 +143,10 @@ async def test_claim_new_then_duplicate_then_unknown(harness: Harness) -> None:
 
 
 async def test_decision_expires(harness: Harness) -> None:
-    store = harness.make(decision_ttl_s=0.3)
+    # 1 s: the read below must come before the expiry, and a loaded host has stalled ~90 ms between two calls
+    store = harness.make(decision_ttl_s=1.0)
     d = decision("d-ttl")
-    await store.put_decision(d, 0.3)
+    await store.put_decision(d, 1.0)
     assert await store.get_decision("d-ttl") == d
 
     async def gone() -> bool:
