@@ -8,6 +8,7 @@ deadline as ``OK``. Real servers on loopback: a method that waits until it is ca
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -58,6 +59,24 @@ async def _stream_ended(timeout_s: float) -> tuple[str, float]:
         await server.stop(None)
 
 
+@contextlib.asynccontextmanager
+async def observed_channel(
+    observer: CallObserver, service: str, method: str, handler: grpc.RpcMethodHandler
+) -> AsyncIterator[grpc.aio.Channel]:
+    """A channel to a gRPC server on loopback serving ``service``'s one ``method`` with ``handler`` wrapped by
+    ``observer``; the server stops at once after it."""
+    wrapped = observer.wrap(f"/{service}/{method}", handler)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, {method: wrapped}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop(None)
+
+
 async def _cancelled_while_waiting(timeout_s: float | None) -> tuple[str, float]:
     """A unary method wrapped by the observer whose handler waits until grpc.aio cancels it: the client cancels the
     call once the handler runs (``timeout_s`` None), or its deadline passes; the observer's (code, seconds)."""
@@ -69,22 +88,16 @@ async def _cancelled_while_waiting(timeout_s: float | None) -> tuple[str, float]
         raise AssertionError("not cancelled")
 
     observer = CallObserver(lambda method, code, seconds: counted.set_result((code, seconds)))
-    handler = observer.wrap("/test.Blocking/Wait", grpc.unary_unary_rpc_method_handler(wait_forever))
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Blocking", {"Wait": handler}),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = channel.unary_unary("/test.Blocking/Wait")(b"", timeout=timeout_s)
-            if timeout_s is None:
-                await running.wait()
-                call.cancel()
-            with pytest.raises((asyncio.CancelledError, grpc.aio.AioRpcError)):
-                await call
-            return await asyncio.wait_for(counted, 10.0)
-    finally:
-        await server.stop(None)
+    async with observed_channel(
+        observer, "test.Blocking", "Wait", grpc.unary_unary_rpc_method_handler(wait_forever)
+    ) as channel:
+        call = channel.unary_unary("/test.Blocking/Wait")(b"", timeout=timeout_s)
+        if timeout_s is None:
+            await running.wait()
+            call.cancel()
+        with pytest.raises((asyncio.CancelledError, grpc.aio.AioRpcError)):
+            await call
+        return await asyncio.wait_for(counted, 10.0)
 
 
 def test_a_call_the_client_cancels_counts_as_cancelled_not_as_a_server_fault(caplog: pytest.LogCaptureFixture) -> None:
@@ -128,19 +141,13 @@ async def _stream_dropped_while_replying() -> tuple[str, int]:
             closed += 1
 
     observer = CallObserver(lambda method, code, seconds: counted.set_result(code))
-    handler = observer.wrap("/test.Flood/Replies", grpc.stream_stream_rpc_method_handler(replies))
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Flood", {"Replies": handler}),))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = channel.stream_stream("/test.Flood/Replies")()
-            assert await call.read() == b"reply"
-            call.cancel()
+    async with observed_channel(
+        observer, "test.Flood", "Replies", grpc.stream_stream_rpc_method_handler(replies)
+    ) as channel:
+        call = channel.stream_stream("/test.Flood/Replies")()
+        assert await call.read() == b"reply"
+        call.cancel()
         code = await asyncio.wait_for(counted, 10.0)
-    finally:
-        await server.stop(None)
     return code, closed
 
 

@@ -45,23 +45,36 @@ def _poll(condition: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.05)  # polling period of a bounded wait
 
 
-@pytest.mark.timeout(120)  # two worker processes start and import the service (~5-20 s each on a shared machine)
-def test_two_workers_share_the_ports_and_the_decisions(
-    redis_server: RedisServer, namespace: str, tmp_path: Path
-) -> None:
-    ready = tmp_path / "ready.json"
-    workers: list[int] = []
+def _start_two_workers(
+    redis_server: RedisServer, namespace: str, ready: Path, **env: str
+) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """``edgepath serve --workers 2`` on free ports and the Redis store (``env``: more settings), once both
+    workers listen: the process and its ready file (stderr piped, WARNING and above)."""
     proc = subprocess.Popen(
         [str(VENV_BIN / "edgepath"), "serve", "--workers", "2", "--store", redis_server.url, "--grpc-port", "0",
          "--http-port", "0", "--ready-file", str(ready), "--log-level", "WARNING"],
-        env={**os.environ, "EDGEPATH_REDIS_NAMESPACE": namespace},
+        env={**os.environ, "EDGEPATH_REDIS_NAMESPACE": namespace, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
         _poll(lambda: ready.exists() or proc.poll() is not None, 90, "both workers listening")
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
-        info = json.loads(ready.read_text())
+        return proc, json.loads(ready.read_text())
+    except BaseException:
+        proc.kill()
+        proc.wait(30)
+        raise
+
+
+@pytest.mark.timeout(120)  # two worker processes start and import the service (~5-20 s each on a shared machine)
+def test_two_workers_share_the_ports_and_the_decisions(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready.json"
+    workers: list[int] = []
+    proc, info = _start_two_workers(redis_server, namespace, ready)
+    try:
         workers = info["workers"]
         assert len(set(workers)) == 2 and proc.pid not in workers and all(_alive(p) for p in workers)
         url = f"http://127.0.0.1:{info['http_port']}"
@@ -105,17 +118,8 @@ def test_each_worker_serves_its_own_metrics_on_a_port_of_its_own(
     the two scrapes together count every decision once."""
     ready = tmp_path / "ready.json"
     workers: list[int] = []
-    proc = subprocess.Popen(
-        [str(VENV_BIN / "edgepath"), "serve", "--workers", "2", "--store", redis_server.url, "--grpc-port", "0",
-         "--http-port", "0", "--ready-file", str(ready), "--log-level", "WARNING"],
-        env={**os.environ, "EDGEPATH_REDIS_NAMESPACE": namespace, "EDGEPATH_METRICS_PORT": "0"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    proc, info = _start_two_workers(redis_server, namespace, ready, EDGEPATH_METRICS_PORT="0")
     try:
-        _poll(lambda: ready.exists() or proc.poll() is not None, 90, "both workers listening")
-        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
-        info = json.loads(ready.read_text())
         workers, ports = info["workers"], info["metrics_ports"]
         assert len(set(workers)) == 2 and len(set(ports)) == 2 and all(ports), info
         url = f"http://127.0.0.1:{info['http_port']}"
