@@ -19,6 +19,7 @@ written for a request the service answered).
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import logging
 import os
@@ -255,6 +256,25 @@ def exception_name(exc: BaseException) -> str:
     """``exc``'s type as a crash's line names it: ``module.QualName`` (``builtins.`` left out)."""
     kind = type(exc)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+#: The ``BaseException`` s that are not ``Exception`` s and are no fault of a handler: a task cancelled (a client gone,
+#: a deadline passed), a generator closed, the process stopping. Any other (:func:`handler_fault`) is a fault.
+CONTROL_FLOW: tuple[type[BaseException], ...] = (asyncio.CancelledError, GeneratorExit, KeyboardInterrupt, SystemExit)
+
+
+def handler_fault(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a request's handler, is a fault to answer as one (500, ``UNKNOWN``): any
+    ``Exception``, and any other ``BaseException`` but :data:`CONTROL_FLOW`. A Rust panic of ``edgepath_native``
+    surfaces in Python as pyo3's ``PanicException``, a ``BaseException``: an ``except Exception`` let it past, and
+    grpc.aio then sent no status at all (the call hung until its deadline, forever without one) and REST answered
+    uvicorn's ``text/plain`` 500, its traceback logged unbounded."""
+    return not isinstance(exc, CONTROL_FLOW)
+
+
+class Panicked(Exception):
+    """A handler's fault that is no ``Exception`` (:func:`handler_fault`; pyo3's ``PanicException``), raised from it
+    as one, for the handlers of unexpected errors that take ``Exception`` s (Starlette's ``ServerErrorMiddleware``)."""
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

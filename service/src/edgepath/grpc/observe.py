@@ -39,7 +39,15 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from edgepath.logs import CrashLog, FaultLog, RefusalLog, exception_name, logged_text, new_request_id
+from edgepath.logs import (
+    CrashLog,
+    FaultLog,
+    RefusalLog,
+    exception_name,
+    handler_fault,
+    logged_text,
+    new_request_id,
+)
 from edgepath.security.auth import identity_from_auth_context
 from edgepath.wire import edgepath_pb2 as pb
 
@@ -189,9 +197,10 @@ UNEXPECTED_DETAILS = "internal error: the server's log names it by request id"
 
 
 async def unexpected(
-    method: str, exc: Exception, context: grpc.aio.ServicerContext, crashes: CrashLog | None = None
+    method: str, exc: BaseException, context: grpc.aio.ServicerContext, crashes: CrashLog | None = None
 ) -> None:
-    """End a call whose handler raised ``exc`` (a bug, a dependency's error nobody mapped): logged at ERROR with its
+    """End a call whose handler raised ``exc`` (a bug, a dependency's error nobody mapped, a panic of
+    ``edgepath_native``: :func:`~edgepath.logs.handler_fault`): logged at ERROR with its
     traceback under the call's request id, through ``crashes`` when given (:class:`~edgepath.logs.CrashLog`: the
     first of each method and exception type at once, the repeats bounded and counted by caller; before, one
     traceback per call), answered ``UNKNOWN`` with :data:`UNEXPECTED_DETAILS` and that id. grpc.aio
@@ -380,7 +389,9 @@ class CallObserver:
                     raise
                 except grpc.aio.AbortError:
                     raise
-                except Exception as exc:
+                except BaseException as exc:  # a panic of edgepath_native too (pyo3's PanicException)
+                    if not handler_fault(exc):
+                        raise
                     await unexpected(method, exc, context, self.crashes)
                     raise  # not reached: unexpected() aborts
                 finally:
@@ -414,7 +425,9 @@ class CallObserver:
                         raise
                     except grpc.aio.AbortError:
                         raise
-                    except Exception as exc:
+                    except BaseException as exc:  # a panic of edgepath_native too (pyo3's PanicException)
+                        if not handler_fault(exc):
+                            raise
                         await unexpected(method, exc, context, self.crashes)
                         raise  # not reached: unexpected() aborts
                     finally:

@@ -56,8 +56,24 @@ from starlette.routing import Match
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
 from edgepath.collector import BATCH_COLLECTOR_PAUSE
-from edgepath.errors import EdgePathError, ErrorKind, PermissionDenied, RateLimited, Unauthenticated, Unavailable
-from edgepath.logs import CrashLog, FaultLog, RefusalLog, exception_name, logged_text, new_request_id
+from edgepath.errors import (
+    EdgePathError,
+    ErrorKind,
+    PermissionDenied,
+    RateLimited,
+    Unauthenticated,
+    Unavailable,
+)
+from edgepath.logs import (
+    CrashLog,
+    FaultLog,
+    Panicked,
+    RefusalLog,
+    exception_name,
+    handler_fault,
+    logged_text,
+    new_request_id,
+)
 from edgepath.memo import IdentityMemo
 from edgepath.metrics import Metrics
 from edgepath.plane import DecisionPlane
@@ -479,6 +495,15 @@ class RequestMetrics:
         except Exception as exc:
             self.crashed(scope, self._handler_of(scope), exc)
             raise  # answered 500 by the app's outermost middleware, then kept from the server (AnsweredCrashes)
+        except BaseException as exc:
+            if not handler_fault(exc):
+                raise
+            # a panic of edgepath_native (pyo3's PanicException): Starlette's ServerErrorMiddleware answers only an
+            # Exception, so it passed it to uvicorn (text/plain 500, one traceback per request); raised as one here
+            self.crashed(scope, self._handler_of(scope), exc)
+            fault = Panicked(exception_name(exc))
+            scope[CRASH_KEY] = fault  # logged: kept from the server as an Exception logged is (AnsweredCrashes)
+            raise fault from exc
         finally:
             handler = self._handler_of(scope)
             if handler not in self.excluded:
@@ -494,7 +519,7 @@ class RequestMetrics:
             return self._template_of(scope)
         return self.included.get(id(route)) or route.path
 
-    def crashed(self, scope: dict[str, Any], handler: str, exc: Exception) -> None:
+    def crashed(self, scope: dict[str, Any], handler: str, exc: BaseException) -> None:
         """The ERROR line, with its traceback, of a request whose handler raised ``exc``, through :attr:`crashes`
         (the first of each route, method and exception type at once, the others bounded and counted, by caller);
         ``exc`` is then marked logged (:data:`CRASH_KEY`), for :class:`AnsweredCrashes`."""
