@@ -52,6 +52,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from edgepath.admission import RETRY_AFTER_MS, Admission
@@ -144,6 +145,9 @@ _RAISED: dict[str, Any] = {"error": "internal"}
 #: ASGI scope key of the exception a request's handler raised once :meth:`RequestMetrics.crashed` logged it (or
 #: left it out of the log, counted): :class:`AnsweredCrashes` keeps it from the server, which would log it again.
 CRASH_KEY = "edgepath.crash"
+#: The status a request whose client went away before its body was read counts as (:class:`RequestMetrics`;
+#: nginx's "client closed request"): no answer was sent, none is logged.
+CLIENT_CLOSED = 499
 
 
 def note_caller(
@@ -371,7 +375,12 @@ def install_openapi(app: FastAPI, body_models: Sequence[type[BaseModel]], auth_r
 class ShedPastCapacity:
     """ASGI middleware: past capacity (:class:`~edgepath.admission.Admission`) a ``/v1`` request is answered
     503 with ``Retry-After`` at once, before its body is read (a bounded queue: admitted requests keep their
-    latency, the excess is told when to come back). Health, readiness and metrics are never shed."""
+    latency, the excess is told when to come back). Health, readiness and metrics are never shed.
+
+    A request is in flight while the service works on it, not while it waits for its client's body bytes: clients
+    that sent the headers of 64 ``POST /v1/recommendations`` and then too few body bytes (or none; uvicorn bounds
+    no body's time) held every slot for as long as they kept their connections, and every other ``/v1`` request
+    was answered 503."""
 
     def __init__(self, app: Any, admission: Admission, on_shed: Any) -> None:
         self.app = app
@@ -400,8 +409,16 @@ class ShedPastCapacity:
             await send({"type": "http.response.body", "body": self._body})
             return
         self.inflight += 1
+
+        async def receive_uncounted() -> Any:
+            self.inflight -= 1  # waiting on the client, not working for it
+            try:
+                return await receive()
+            finally:
+                self.inflight += 1
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive_uncounted, send)
         finally:
             self.inflight -= 1
 
@@ -492,6 +509,10 @@ class RequestMetrics:
 
         try:
             await self.app(scope, receive, send_and_see_status)
+        except ClientDisconnect:
+            # the client went away before its body was read (starlette's Request.body() raises it): nothing to
+            # answer, nobody's fault of ours (it counted 500, with a traceback at ERROR and a WARNING line)
+            status = CLIENT_CLOSED
         except Exception as exc:
             self.crashed(scope, self._handler_of(scope), exc)
             raise  # answered 500 by the app's outermost middleware, then kept from the server (AnsweredCrashes)
@@ -508,7 +529,7 @@ class RequestMetrics:
             handler = self._handler_of(scope)
             if handler not in self.excluded:
                 self.record(handler, scope["method"], status, time.perf_counter() - start)
-            if status >= 400:
+            if status >= 400 and status != CLIENT_CLOSED:
                 self.refused(scope, handler, status)
 
     def _handler_of(self, scope: dict[str, Any]) -> str:
