@@ -109,3 +109,20 @@ def test_a_jwt_that_expires_mid_stream_refuses_the_next_message(secured: Running
     assert isinstance(answers[0], pb.Recommendation), answers[0]
     assert refused(answers[1], "1"), answers[1]
     assert "expired" in (answers[1].details() or "")
+
+
+def test_a_jwt_whose_exp_is_past_the_floats_opens_a_stream(secured: RunningService) -> None:
+    """A JWT PyJWT accepts whose ``exp`` is an integer past float's range (``10**400``, from an issuer's bug): the
+    stream opens and is answered, ``exp`` holding for the call. The stream's credential read it as a float and the
+    OverflowError ended the call ``UNKNOWN``, a server fault with a traceback."""
+    token = jwt.encode({"sub": "streamer-far", "exp": 10**400}, JWT_KEY, algorithm="HS256")
+
+    async def run() -> list[Any]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{secured.grpc_port}") as channel:
+            stream = Stream(channel, token)
+            answers = [await stream.ask("streamer-far"), await stream.ask("streamer-far")]
+            stream.call.cancel()
+            return answers
+
+    answers = asyncio.run(run())
+    assert all(isinstance(a, pb.Recommendation) for a in answers), answers

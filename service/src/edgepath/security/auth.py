@@ -469,7 +469,11 @@ def call_credential(
         return CallCredential(principal, tokens=auth.tokens, token_sha256=hash_token(token), clock=auth.clock)
     # a JWT authenticate() verified: its exp (required) bounds the call
     claims = jwt.decode(token, options={"verify_signature": False})
-    return CallCredential(principal, expires_at=float(claims["exp"]), clock=auth.clock)
+    try:
+        expires_at = float(claims["exp"])
+    except OverflowError:  # an integer PyJWT took, past float's range (10**400): a time no call outlives
+        expires_at = math.inf
+    return CallCredential(principal, expires_at=expires_at, clock=auth.clock)
 
 
 def issue_jwt(key: str, device_id: str, *, ttl_s: float = 3600.0, admin: bool = False) -> str:
