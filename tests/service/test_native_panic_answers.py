@@ -21,6 +21,7 @@ import grpc
 import httpx
 import pytest
 from edgepath.grpc.server import create_server
+from edgepath.logs import handler_fault
 from edgepath.main import Service
 from edgepath.rest.app import create_app
 from edgepath.settings import Settings
@@ -106,3 +107,12 @@ def test_a_grpc_call_that_panicked_ends_unknown_at_once_unary_and_stream(error_l
         ("s1", "pyo3_runtime.PanicException"),
     ]
     assert all("Option::unwrap()" in e["exc_info"] for e in logged)
+
+
+def test_a_fault_is_any_exception_but_cancellation_and_exit() -> None:
+    """:func:`~edgepath.logs.handler_fault`: a panic is a fault, a cancel or a generator closed is not, and a group
+    (a task group's) is one when one of its exceptions is."""
+    assert handler_fault(ValueError()) and handler_fault(PanicException())
+    assert not any(handler_fault(e) for e in (asyncio.CancelledError(), GeneratorExit(), SystemExit(0)))
+    assert not handler_fault(BaseExceptionGroup("cancelled", [asyncio.CancelledError()]))
+    assert handler_fault(BaseExceptionGroup("one panicked", [asyncio.CancelledError(), PanicException()]))

@@ -268,7 +268,10 @@ def handler_fault(exc: BaseException) -> bool:
     ``Exception``, and any other ``BaseException`` but :data:`CONTROL_FLOW`. A Rust panic of ``edgepath_native``
     surfaces in Python as pyo3's ``PanicException``, a ``BaseException``: an ``except Exception`` let it past, and
     grpc.aio then sent no status at all (the call hung until its deadline, forever without one) and REST answered
-    uvicorn's ``text/plain`` 500, its traceback logged unbounded."""
+    uvicorn's ``text/plain`` 500, its traceback logged unbounded. A group (a task group's) is a fault when one of
+    its exceptions is."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(handler_fault(e) for e in exc.exceptions)
     return not isinstance(exc, CONTROL_FLOW)
 
 
