@@ -335,6 +335,10 @@ def serve_workers(settings: Any, workers: int, ready_file: Optional[Path]) -> No
             return int(sock.getsockname()[1])
 
     base = settings.metrics_port
+    if base and base + workers - 1 > 65535:
+        raise typer.BadParameter(
+            f"the workers' metrics ports are metrics_port + worker index: {base}..{base + workers - 1} passes 65535"
+        )
     metrics_ports = [None if base is None else (base + k if base else 0) for k in range(workers)]
     try:  # the workers share the ports (SO_REUSEPORT) with each other only, not with a process already on them
         check_port_free("gRPC", settings.host, settings.grpc_port)

@@ -145,3 +145,16 @@ def test_more_than_one_worker_needs_a_shared_store(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "shared store" in proc.stderr + proc.stdout
+
+
+def test_worker_metrics_ports_past_65535_are_refused() -> None:
+    proc = subprocess.run(
+        [str(VENV_BIN / "edgepath"), "serve", "--workers", "2", "--store", "redis://127.0.0.1:1/0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "EDGEPATH_METRICS_PORT": "65535"},
+    )
+    assert proc.returncode == 2
+    assert "65535..65536 passes 65535" in " ".join((proc.stderr + proc.stdout).split())
